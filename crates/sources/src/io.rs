@@ -1,0 +1,267 @@
+//! File access shared by every reader: the root directory, a buffer-reusing read, and the error
+//! type with the single missing-data policy.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// The directory every kernel path is resolved under: `/` on a live host, a fixture tree in tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Root(PathBuf);
+
+impl Default for Root {
+    fn default() -> Self {
+        Root(PathBuf::from("/"))
+    }
+}
+
+impl Root {
+    /// A root at `dir`.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Root(dir.into())
+    }
+
+    /// The root directory itself.
+    pub fn dir(&self) -> &Path {
+        &self.0
+    }
+
+    /// Resolves an absolute kernel path (`/proc/stat`) under this root.
+    pub fn path(&self, abs: impl AsRef<Path>) -> PathBuf {
+        let abs = abs.as_ref();
+        let rel = abs.strip_prefix("/").unwrap_or(abs);
+        self.0.join(rel)
+    }
+}
+
+/// A parse failure inside one file, before the path is known.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: {msg}")]
+pub struct ParseError {
+    /// 1-based line number where parsing failed (0 when not line-oriented).
+    pub line: usize,
+    /// What was wrong.
+    pub msg: String,
+}
+
+impl ParseError {
+    /// A parse error at `line` (1-based).
+    pub fn new(line: usize, msg: impl Into<String>) -> Self {
+        ParseError {
+            line,
+            msg: msg.into(),
+        }
+    }
+}
+
+/// Why a reader could not return data.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// Reading the file failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The file was read but its content did not parse.
+    #[error("{}: {source}", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// Where and why.
+        source: ParseError,
+    },
+}
+
+impl ReadError {
+    /// The one missing-data policy: the file does not exist on this kernel (ENOENT), the device
+    /// or feature is absent (ENODEV, EOPNOTSUPP, e.g. PSI disabled), or the process vanished
+    /// between listing and reading (ESRCH). Such data is "not collected", never a failure.
+    pub fn is_missing(&self) -> bool {
+        match self {
+            ReadError::Io { source, .. } => {
+                source.kind() == std::io::ErrorKind::NotFound
+                    || matches!(
+                        source.raw_os_error(),
+                        Some(libc::ENOENT | libc::ENODEV | libc::ESRCH | libc::EOPNOTSUPP)
+                    )
+            }
+            ReadError::Parse { .. } => false,
+        }
+    }
+
+    /// True when the failure is a permission problem (not root, YAMA, hidepid).
+    pub fn is_permission(&self) -> bool {
+        matches!(self, ReadError::Io { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied)
+    }
+
+    /// The file the error is about.
+    pub fn path(&self) -> &Path {
+        match self {
+            ReadError::Io { path, .. } | ReadError::Parse { path, .. } => path,
+        }
+    }
+}
+
+/// Turns a missing file into `Ok(None)` and keeps every other outcome.
+pub fn optional<T>(r: Result<T, ReadError>) -> Result<Option<T>, ReadError> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if e.is_missing() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Reads a whole file into `buf` (cleared first). procfs and cgroupfs files report size 0, so
+/// this reads until EOF rather than trusting metadata; the buffer is reused across calls so the
+/// sampling loop does not allocate per file.
+pub fn read_into(path: &Path, buf: &mut Vec<u8>) -> Result<(), ReadError> {
+    buf.clear();
+    let mut f = std::fs::File::open(path).map_err(|source| ReadError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    f.read_to_end(buf).map_err(|source| ReadError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(())
+}
+
+/// Reads `path` and parses it with `parse`, attaching the path to any error.
+pub fn read_parse<T>(
+    path: &Path,
+    buf: &mut Vec<u8>,
+    parse: impl FnOnce(&[u8]) -> Result<T, ParseError>,
+) -> Result<T, ReadError> {
+    read_into(path, buf)?;
+    parse(buf).map_err(|source| ReadError::Parse {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Parses an unsigned decimal field, with a line number for the error.
+pub fn parse_u64(s: &[u8], line: usize, what: &str) -> Result<u64, ParseError> {
+    let s = trim_ascii(s);
+    if s.is_empty() || s.len() > 20 {
+        return Err(ParseError::new(line, format!("{what}: not a number")));
+    }
+    let mut v: u64 = 0;
+    for &c in s {
+        if !c.is_ascii_digit() {
+            return Err(ParseError::new(
+                line,
+                format!("{what}: not a number: {:?}", String::from_utf8_lossy(s)),
+            ));
+        }
+        v = v
+            .checked_mul(10)
+            .and_then(|v| v.checked_add((c - b'0') as u64))
+            .ok_or_else(|| ParseError::new(line, format!("{what}: number overflows u64")))?;
+    }
+    Ok(v)
+}
+
+/// Parses a signed decimal field.
+pub fn parse_i64(s: &[u8], line: usize, what: &str) -> Result<i64, ParseError> {
+    let s = trim_ascii(s);
+    match s.first() {
+        Some(b'-') => {
+            let v = parse_u64(&s[1..], line, what)?;
+            if v > i64::MAX as u64 + 1 {
+                return Err(ParseError::new(
+                    line,
+                    format!("{what}: number overflows i64"),
+                ));
+            }
+            Ok((v as i128).wrapping_neg() as i64)
+        }
+        _ => {
+            let v = parse_u64(s, line, what)?;
+            i64::try_from(v)
+                .map_err(|_| ParseError::new(line, format!("{what}: number overflows i64")))
+        }
+    }
+}
+
+/// Trims ASCII whitespace from both ends.
+pub fn trim_ascii(s: &[u8]) -> &[u8] {
+    let start = s
+        .iter()
+        .position(|c| !c.is_ascii_whitespace())
+        .unwrap_or(s.len());
+    let end = s
+        .iter()
+        .rposition(|c| !c.is_ascii_whitespace())
+        .map_or(start, |e| e + 1);
+    &s[start..end]
+}
+
+/// Splits on ASCII whitespace, skipping empty pieces.
+pub fn fields(s: &[u8]) -> impl Iterator<Item = &[u8]> {
+    s.split(|c| c.is_ascii_whitespace())
+        .filter(|f| !f.is_empty())
+}
+
+/// Iterates lines with 1-based numbers.
+pub fn lines(s: &[u8]) -> impl Iterator<Item = (usize, &[u8])> {
+    s.split(|&c| c == b'\n')
+        .enumerate()
+        .map(|(i, l)| (i + 1, l))
+        .filter(|(_, l)| !l.is_empty())
+}
+
+/// Lossy UTF-8 to an owned string (kernel names are ASCII in practice; never panic on bytes).
+pub fn lossy(s: &[u8]) -> String {
+    String::from_utf8_lossy(s).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers() {
+        assert_eq!(parse_u64(b" 42\n", 1, "x").unwrap(), 42);
+        assert!(parse_u64(b"18446744073709551616", 1, "x").is_err());
+        assert_eq!(
+            parse_u64(b"18446744073709551615", 1, "x").unwrap(),
+            u64::MAX
+        );
+        assert_eq!(parse_i64(b"-1", 1, "x").unwrap(), -1);
+        assert_eq!(
+            parse_i64(b"-9223372036854775808", 1, "x").unwrap(),
+            i64::MIN
+        );
+        assert!(parse_i64(b"-9223372036854775809", 1, "x").is_err());
+        assert!(parse_u64(b"", 1, "x").is_err());
+        assert!(parse_u64(b"1a", 1, "x").is_err());
+    }
+
+    #[test]
+    fn root_resolves_under_dir() {
+        let r = Root::new("/tmp/fx");
+        assert_eq!(r.path("/proc/stat"), PathBuf::from("/tmp/fx/proc/stat"));
+        assert_eq!(
+            Root::default().path("/proc/stat"),
+            PathBuf::from("/proc/stat")
+        );
+    }
+
+    #[test]
+    fn missing_policy() {
+        let e = read_into(Path::new("/nonexistent/x"), &mut Vec::new()).unwrap_err();
+        assert!(e.is_missing());
+        assert!(optional::<()>(Err(e)).unwrap().is_none());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn numbers_never_panic(b in proptest::collection::vec(proptest::num::u8::ANY, 0..40)) {
+            let _ = parse_u64(&b, 1, "x");
+            let _ = parse_i64(&b, 1, "x");
+        }
+    }
+}

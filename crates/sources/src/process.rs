@@ -1,0 +1,1 @@
+//! Per-process /proc/<pid> files.

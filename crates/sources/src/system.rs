@@ -1,0 +1,1 @@
+//! System-wide /proc files (filled in by the system parsers).

@@ -1,0 +1,1 @@
+//! The store (being written).
