@@ -1,1 +1,0 @@
-//! System-wide /proc files (filled in by the system parsers).

@@ -1,0 +1,3 @@
+//! System-wide /proc files.
+
+pub mod pressure;
