@@ -1,3 +1,41 @@
 //! System-wide /proc files.
+//!
+//! Each file has a pure `parse_*` function over the raw bytes (tested on captured and hand-made
+//! fixtures) and a method on [`SystemReader`] that reads it under a [`crate::Root`]. Values are
+//! raw kernel counters; units are in the field names.
 
+pub mod kernel;
+pub mod loadavg;
+pub mod meminfo;
 pub mod pressure;
+pub mod stat;
+pub mod vmstat;
+
+use crate::io::ParseError;
+
+/// Looks a key up in a list of `(key, value)` pairs kept in file order.
+pub fn lookup(pairs: &[(String, u64)], key: &str) -> Option<u64> {
+    pairs.iter().find(|(k, _)| k == key).map(|&(_, v)| v)
+}
+
+/// Splits a `NAME:` line into the name (without the colon) and the rest.
+pub(crate) fn split_colon(line: &[u8]) -> Option<(&[u8], &[u8])> {
+    let i = line.iter().position(|&c| c == b':')?;
+    Some((crate::io::trim_ascii(&line[..i]), &line[i + 1..]))
+}
+
+/// Parses a `u32` id (node, CPU, device number).
+pub(crate) fn parse_u32(s: &[u8], n: usize, what: &str) -> Result<u32, ParseError> {
+    let v = crate::io::parse_u64(s, n, what)?;
+    u32::try_from(v).map_err(|_| ParseError::new(n, format!("{what}: overflows u32")))
+}
+
+#[cfg(test)]
+pub(crate) mod fixtures {
+    /// Reads a file under the repository's `tests/fixtures/` (e.g. `host/proc/stat`).
+    pub fn read(rel: &str) -> Vec<u8> {
+        let p = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures"))
+            .join(rel);
+        std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    }
+}
