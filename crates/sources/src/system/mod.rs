@@ -4,18 +4,40 @@
 //! fixtures) and a method on [`SystemReader`] that reads it under a [`crate::Root`]. Values are
 //! raw kernel counters; units are in the field names.
 
+pub mod buddyinfo;
+pub mod dentry;
+pub mod interrupts;
 pub mod kernel;
 pub mod loadavg;
 pub mod meminfo;
 pub mod pressure;
+pub mod softirqs;
 pub mod stat;
 pub mod vmstat;
 
-use crate::io::ParseError;
+use crate::io::{fields, ParseError};
 
 /// Looks a key up in a list of `(key, value)` pairs kept in file order.
 pub fn lookup(pairs: &[(String, u64)], key: &str) -> Option<u64> {
     pairs.iter().find(|(k, _)| k == key).map(|&(_, v)| v)
+}
+
+/// Parses a per-CPU column header (`CPU0 CPU1 CPU3`) into CPU ids. Offline CPUs have no
+/// column in /proc/interrupts, so the ids are not assumed to be contiguous.
+pub(crate) fn parse_cpu_header(line: &[u8], n: usize) -> Result<Vec<u32>, ParseError> {
+    let mut cpus = Vec::new();
+    for f in fields(line) {
+        let id = f
+            .strip_prefix(b"CPU")
+            .ok_or_else(|| ParseError::new(n, "header column is not CPUn"))?;
+        let id = crate::io::parse_u64(id, n, "CPU id")?;
+        let id = u32::try_from(id).map_err(|_| ParseError::new(n, "CPU id overflows u32"))?;
+        cpus.push(id);
+    }
+    if cpus.is_empty() {
+        return Err(ParseError::new(n, "no CPU columns in header"));
+    }
+    Ok(cpus)
 }
 
 /// Splits a `NAME:` line into the name (without the colon) and the rest.
