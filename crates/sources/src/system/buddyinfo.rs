@@ -35,10 +35,10 @@ impl BuddyInfo {
 
 /// Parses the `Node N, zone NAME` prefix shared with /proc/zoneinfo; returns the node, the
 /// zone name and the fields after it.
-pub(crate) fn parse_node_zone<'a>(
-    l: &'a [u8],
+pub(crate) fn parse_node_zone(
+    l: &[u8],
     n: usize,
-) -> Result<(u32, &'a [u8], impl Iterator<Item = &'a [u8]>), ParseError> {
+) -> Result<(u32, &[u8], impl Iterator<Item = &[u8]>), ParseError> {
     let mut it = fields(l);
     if it.next() != Some(b"Node") {
         return Err(ParseError::new(n, "expected `Node N, zone NAME`"));

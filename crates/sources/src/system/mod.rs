@@ -6,10 +6,12 @@
 
 pub mod buddyinfo;
 pub mod dentry;
+pub mod diskstats;
 pub mod interrupts;
 pub mod kernel;
 pub mod loadavg;
 pub mod meminfo;
+pub mod netdev;
 pub mod pressure;
 pub mod softirqs;
 pub mod stat;
