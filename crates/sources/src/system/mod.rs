@@ -13,9 +13,11 @@ pub mod loadavg;
 pub mod meminfo;
 pub mod netdev;
 pub mod pressure;
+pub mod slabinfo;
 pub mod softirqs;
 pub mod stat;
 pub mod vmstat;
+pub mod zoneinfo;
 
 use crate::io::{fields, ParseError};
 
