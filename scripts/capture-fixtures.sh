@@ -27,6 +27,7 @@ for f in stat loadavg vmstat meminfo zoneinfo buddyinfo slabinfo interrupts soft
 done
 grab /proc/sys/fs/dentry-state
 grab /proc/sys/kernel/pid_max
+grab /proc/sys/kernel/osrelease
 for f in /proc/pressure/*; do grab "$f"; done
 # mountinfo under self/ is a symlink target; keep a copy where readers look for it.
 if [ -f "$out/proc/self/mountinfo" ]; then mkdir -p "$out/proc/1"; cp "$out/proc/self/mountinfo" "$out/proc/1/mountinfo"; fi

@@ -13,11 +13,17 @@ pub mod loadavg;
 pub mod meminfo;
 pub mod netdev;
 pub mod pressure;
+pub mod reader;
 pub mod slabinfo;
 pub mod softirqs;
 pub mod stat;
 pub mod vmstat;
 pub mod zoneinfo;
+
+#[cfg(test)]
+mod robustness;
+
+pub use reader::{PressureResource, SystemReader};
 
 use crate::io::{fields, ParseError};
 
