@@ -1,0 +1,420 @@
+//! Reading records back by time.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use crate::decode::{Damage, FrameDecoder};
+use crate::format::{
+    check_header, index_path, is_segment_file_name, Header, IndexEntry, HEADER_LEN,
+    INDEX_ENTRY_LEN, INDEX_MAGIC, SEGMENT_MAGIC,
+};
+use crate::{Record, Result, StoreError, FORMAT_VERSION};
+
+/// Reads a store directory. Cheap to open; it holds no files open between calls, and every call
+/// sees segments and records written since (including the frame a live writer is filling).
+#[derive(Debug, Clone)]
+pub struct Reader {
+    dir: PathBuf,
+}
+
+/// Damage met by one [`Range`] so far. Damage is skipped, never returned as records.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RangeStats {
+    /// Records whose CRC did not match, or whose length field was impossible.
+    pub corrupt_records: u64,
+    /// zstd frames that failed to decompress (records before the damage are still returned).
+    pub corrupt_frames: u64,
+    /// Segments ending in a partly written record: the trace of a crash (or, for the segment a
+    /// live writer is filling, of a write in flight).
+    pub torn_tails: u64,
+    /// Indexed frames skipped without decompressing because their time range did not overlap.
+    pub frames_skipped: u64,
+}
+
+/// Whole-store summary from [`Reader::stats`].
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Number of segment files.
+    pub segments: u64,
+    /// Total size of segment and index files, in bytes.
+    pub total_bytes: u64,
+    /// Valid records.
+    pub records: u64,
+    /// Records whose CRC did not match, or whose length field was impossible.
+    pub corrupt_records: u64,
+    /// zstd frames that failed to decompress.
+    pub corrupt_frames: u64,
+    /// Segments ending in a partly written record.
+    pub torn_tails: u64,
+}
+
+impl Reader {
+    /// A reader of the store in `dir`, which must exist.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Reader> {
+        let dir = dir.as_ref();
+        let meta = std::fs::metadata(dir).map_err(|e| StoreError::io(dir, e))?;
+        if !meta.is_dir() {
+            return Err(StoreError::io(
+                dir,
+                io::Error::new(
+                    io::ErrorKind::NotADirectory,
+                    "store path is not a directory",
+                ),
+            ));
+        }
+        Ok(Reader {
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// The store directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Segment files, oldest name first (the order records are read in).
+    pub fn segments(&self) -> Result<Vec<PathBuf>> {
+        list_segments(&self.dir)
+    }
+
+    /// Records with `from_ns <= ts <= to_ns`, in file order: segments by name, then frames in the
+    /// order written. Errors concerning one segment (unknown version, unreadable file) are yielded
+    /// in its place and iteration goes on with the next segment.
+    pub fn range(&self, from_ns: i64, to_ns: i64) -> Result<Range> {
+        Ok(Range {
+            from: from_ns,
+            to: to_ns,
+            segments: self.segments()?.into(),
+            current: None,
+            pending: VecDeque::new(),
+            decoder: None,
+            damage: Damage::default(),
+            frames_skipped: 0,
+        })
+    }
+
+    /// The last record in file order (the newest appended), if any.
+    pub fn latest(&self) -> Result<Option<Record>> {
+        let mut decoder = FrameDecoder::new().map_err(|e| StoreError::io(&self.dir, e))?;
+        let mut damage = Damage::default();
+        for path in self.segments()?.iter().rev() {
+            let Some(seg) = Segment::open(path, &mut damage)? else {
+                continue;
+            };
+            let mut last = None;
+            seg.scan_tail(&mut decoder, &mut damage, &mut |ts_ns, payload| {
+                last = Some((ts_ns, payload.to_vec()));
+            })?;
+            for i in (0..seg.frames.len()).rev() {
+                if last.is_some() {
+                    break;
+                }
+                seg.decode_frame(i, &mut decoder, &mut damage, &mut |ts_ns, payload| {
+                    last = Some((ts_ns, payload.to_vec()));
+                })?;
+            }
+            if let Some((ts_ns, payload)) = last {
+                return Ok(Some(Record { ts_ns, payload }));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Timestamps of the first and the last record in file order, if any.
+    pub fn time_bounds(&self) -> Result<Option<(i64, i64)>> {
+        let mut first = None;
+        for item in self.range(i64::MIN, i64::MAX)? {
+            match item {
+                Ok(r) => {
+                    first = Some(r.ts_ns);
+                    break;
+                }
+                // A segment we cannot read holds no first record for us; the next one may.
+                Err(StoreError::Io { .. }) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        let last = self.latest()?;
+        Ok(first.zip(last.map(|r| r.ts_ns)))
+    }
+
+    /// Reads every record to count records and damage. Costs a full decompression of the store.
+    pub fn stats(&self) -> Result<StoreStats> {
+        let segments = self.segments()?;
+        let mut total_bytes = 0;
+        for seg in &segments {
+            total_bytes += file_len(seg) + file_len(&index_path(seg));
+        }
+        let mut range = self.range(i64::MIN, i64::MAX)?;
+        let mut records = 0;
+        for item in &mut range {
+            item?;
+            records += 1;
+        }
+        let r = range.stats();
+        Ok(StoreStats {
+            segments: segments.len() as u64,
+            total_bytes,
+            records,
+            corrupt_records: r.corrupt_records,
+            corrupt_frames: r.corrupt_frames,
+            torn_tails: r.torn_tails,
+        })
+    }
+}
+
+pub(crate) fn file_len(path: &Path) -> u64 {
+    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+}
+
+pub(crate) fn list_segments(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| StoreError::io(dir, e))? {
+        let entry = entry.map_err(|e| StoreError::io(dir, e))?;
+        if entry.file_name().to_str().is_some_and(is_segment_file_name) {
+            out.push(entry.path());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Newest record time in a segment (max over its index and its unindexed tail), for retention.
+/// `None` if the segment holds no readable record.
+pub(crate) fn segment_max_ts(path: &Path) -> Result<Option<i64>> {
+    let mut damage = Damage::default();
+    let Some(seg) = Segment::open(path, &mut damage)? else {
+        return Ok(None);
+    };
+    let mut max = seg.frames.iter().map(|e| e.max_ts).max();
+    let mut decoder = FrameDecoder::new().map_err(|e| StoreError::io(path, e))?;
+    seg.scan_tail(&mut decoder, &mut damage, &mut |ts, _| {
+        max = Some(max.map_or(ts, |m: i64| m.max(ts)));
+    })?;
+    Ok(max)
+}
+
+/// Iterator over the records of [`Reader::range`].
+pub struct Range {
+    from: i64,
+    to: i64,
+    segments: VecDeque<PathBuf>,
+    current: Option<Cursor>,
+    pending: VecDeque<Record>,
+    decoder: Option<FrameDecoder>,
+    damage: Damage,
+    frames_skipped: u64,
+}
+
+struct Cursor {
+    seg: Segment,
+    next_frame: usize,
+    tail_done: bool,
+}
+
+impl Range {
+    /// Damage met and frames skipped so far.
+    pub fn stats(&self) -> RangeStats {
+        RangeStats {
+            corrupt_records: self.damage.corrupt_records,
+            corrupt_frames: self.damage.corrupt_frames,
+            torn_tails: self.damage.torn_tails,
+            frames_skipped: self.frames_skipped,
+        }
+    }
+
+    fn step(&mut self) -> Result<bool> {
+        let Some(cursor) = self.current.as_mut() else {
+            let Some(path) = self.segments.pop_front() else {
+                return Ok(false);
+            };
+            self.current = Segment::open(&path, &mut self.damage)?.map(|seg| Cursor {
+                seg,
+                next_frame: 0,
+                tail_done: false,
+            });
+            return Ok(true);
+        };
+        if self.decoder.is_none() {
+            let d = FrameDecoder::new().map_err(|e| StoreError::io(&cursor.seg.path, e))?;
+            self.decoder = Some(d);
+        }
+        let decoder = self.decoder.as_mut().expect("set above");
+        let (from, to, pending) = (self.from, self.to, &mut self.pending);
+        let mut keep = |ts_ns: i64, payload: &[u8]| {
+            if from <= ts_ns && ts_ns <= to {
+                pending.push_back(Record {
+                    ts_ns,
+                    payload: payload.to_vec(),
+                });
+            }
+        };
+        if let Some(entry) = cursor.seg.frames.get(cursor.next_frame) {
+            let i = cursor.next_frame;
+            cursor.next_frame += 1;
+            if entry.max_ts < from || entry.min_ts > to {
+                self.frames_skipped += 1;
+            } else {
+                cursor
+                    .seg
+                    .decode_frame(i, decoder, &mut self.damage, &mut keep)?;
+            }
+        } else if !cursor.tail_done {
+            cursor.tail_done = true;
+            cursor.seg.scan_tail(decoder, &mut self.damage, &mut keep)?;
+        } else {
+            self.current = None;
+        }
+        Ok(true)
+    }
+}
+
+impl Iterator for Range {
+    type Item = Result<Record>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(r) = self.pending.pop_front() {
+                return Some(Ok(r));
+            }
+            match self.step() {
+                Ok(true) => {}
+                Ok(false) => return None,
+                Err(e) => {
+                    // Give up on this segment only.
+                    self.current = None;
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
+}
+
+/// An opened segment: its valid index entries and where the unindexed rest begins.
+struct Segment {
+    path: PathBuf,
+    file: File,
+    frames: Vec<IndexEntry>,
+    tail_start: u64,
+    file_len: u64,
+}
+
+impl Segment {
+    /// Opens a segment; `None` if it is too short to hold its header (cut right after creation).
+    fn open(path: &Path, damage: &mut Damage) -> Result<Option<Segment>> {
+        let mut file = File::open(path).map_err(|e| StoreError::io(path, e))?;
+        let mut header = Vec::with_capacity(HEADER_LEN);
+        (&mut file)
+            .take(HEADER_LEN as u64)
+            .read_to_end(&mut header)
+            .map_err(|e| StoreError::io(path, e))?;
+        match check_header(&header, SEGMENT_MAGIC) {
+            Header::Valid => {}
+            Header::Short => {
+                if !header.is_empty() {
+                    damage.torn_tails += 1;
+                }
+                return Ok(None);
+            }
+            Header::BadMagic => {
+                return Err(StoreError::BadMagic {
+                    path: path.to_path_buf(),
+                })
+            }
+            Header::UnknownVersion(version) => {
+                return Err(StoreError::UnsupportedVersion {
+                    path: path.to_path_buf(),
+                    version,
+                    supported: FORMAT_VERSION,
+                })
+            }
+        }
+        // The index is read before the segment length is taken: the writer appends a frame
+        // before its index entry, so every entry read here describes bytes that exist.
+        let index = read_index(path)?;
+        let file_len = file.metadata().map_err(|e| StoreError::io(path, e))?.len();
+        let mut frames = Vec::new();
+        let mut expected = HEADER_LEN as u64;
+        for entry in index {
+            let fits = entry
+                .offset
+                .checked_add(entry.len)
+                .is_some_and(|end| end <= file_len);
+            if entry.offset != expected || !fits {
+                break;
+            }
+            expected = entry.offset + entry.len;
+            frames.push(entry);
+        }
+        Ok(Some(Segment {
+            path: path.to_path_buf(),
+            file,
+            frames,
+            tail_start: expected,
+            file_len,
+        }))
+    }
+
+    fn read_at(&self, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let mut buf = vec![0u8; len as usize];
+        self.file
+            .read_exact_at(&mut buf, offset)
+            .map_err(|e| StoreError::io(&self.path, e))?;
+        Ok(buf)
+    }
+
+    fn decode_frame(
+        &self,
+        i: usize,
+        decoder: &mut FrameDecoder,
+        damage: &mut Damage,
+        sink: &mut dyn FnMut(i64, &[u8]),
+    ) -> Result<()> {
+        let e = self.frames[i];
+        let bytes = self.read_at(e.offset, e.len)?;
+        decoder.indexed_frame(&bytes, damage, sink);
+        Ok(())
+    }
+
+    fn scan_tail(
+        &self,
+        decoder: &mut FrameDecoder,
+        damage: &mut Damage,
+        sink: &mut dyn FnMut(i64, &[u8]),
+    ) -> Result<()> {
+        if self.tail_start >= self.file_len {
+            return Ok(());
+        }
+        let bytes = self.read_at(self.tail_start, self.file_len - self.tail_start)?;
+        decoder.scan(&bytes, damage, sink);
+        Ok(())
+    }
+}
+
+/// Valid index entries of a segment, in file order up to the first torn or corrupt one. A missing
+/// or unreadable index yields none (the segment is then scanned); only an index from a newer
+/// format version is an error, since scanning would silently ignore what that version added.
+fn read_index(segment: &Path) -> Result<Vec<IndexEntry>> {
+    let path = index_path(segment);
+    let Ok(bytes) = std::fs::read(&path) else {
+        return Ok(Vec::new());
+    };
+    match check_header(&bytes, INDEX_MAGIC) {
+        Header::Valid => {}
+        Header::Short | Header::BadMagic => return Ok(Vec::new()),
+        Header::UnknownVersion(version) => {
+            return Err(StoreError::UnsupportedVersion {
+                path,
+                version,
+                supported: FORMAT_VERSION,
+            })
+        }
+    }
+    Ok(bytes[HEADER_LEN..]
+        .chunks_exact(INDEX_ENTRY_LEN)
+        .map_while(IndexEntry::decode)
+        .collect())
+}

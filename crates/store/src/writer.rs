@@ -1,0 +1,516 @@
+//! Appending records.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use zstd::stream::raw::{CParameter, Encoder, InBuffer, Operation, OutBuffer};
+
+use crate::decode::WRITER_WINDOW_LOG;
+use crate::format::{
+    file_header, index_path, record_header, segment_file_name, IndexEntry, INDEX_MAGIC,
+    MAX_FRAME_RAW_BYTES, MAX_PAYLOAD_BYTES, RECORD_HEADER_LEN, SEGMENT_MAGIC,
+};
+use crate::reader::{file_len, list_segments, segment_max_ts};
+use crate::{Result, StoreConfig, StoreError};
+
+/// The single writer of a store directory (enforced with `flock` on `dir/LOCK`).
+///
+/// Each [`append`](Writer::append) that returns `Ok` has reached the file with `write(2)`, so it is
+/// readable at once and survives the process being killed; it reaches the disk at the next frame
+/// end or within [`StoreConfig::fsync_interval`]. After an error the current segment is truncated
+/// to its last complete record and left behind; the next append starts a new one.
+pub struct Writer {
+    config: StoreConfig,
+    // Held for its flock; closing the file releases the lock.
+    _lock: File,
+    active: Option<Active>,
+    bytes_written: u64,
+    /// Set by the first out-of-space failure and cleared by the next success, so one episode of
+    /// full disk deletes old segments once rather than on every retry.
+    in_no_space_episode: bool,
+    out: Vec<u8>,
+}
+
+/// The segment being written.
+struct Active {
+    seg_path: PathBuf,
+    idx_path: PathBuf,
+    seg: File,
+    idx: File,
+    encoder: Encoder<'static>,
+    /// End of the last complete write: everything before it decodes.
+    seg_len: u64,
+    idx_len: u64,
+    records: u64,
+    min_ts: i64,
+    max_ts: i64,
+    frame: Option<OpenFrame>,
+    last_sync: Instant,
+    unsynced: bool,
+}
+
+struct OpenFrame {
+    offset: u64,
+    first_ts: i64,
+    last_ts: i64,
+    min_ts: i64,
+    max_ts: i64,
+    count: u32,
+    raw_bytes: usize,
+}
+
+impl Writer {
+    /// Opens (creating if needed) the store directory for writing, takes its lock and applies
+    /// retention. No segment is created until the first append.
+    pub fn open(config: StoreConfig) -> Result<Writer> {
+        let dir = config.dir.clone();
+        std::fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
+        let lock_path = dir.join("LOCK");
+        let lock = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o644)
+            .open(&lock_path)
+            .map_err(|e| StoreError::io(&lock_path, e))?;
+        // SAFETY: flock on a file descriptor we own; no memory is passed.
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let err = io::Error::last_os_error();
+            return Err(if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                StoreError::Locked { dir }
+            } else {
+                StoreError::io(&lock_path, err)
+            });
+        }
+        let mut w = Writer {
+            config,
+            _lock: lock,
+            active: None,
+            bytes_written: 0,
+            in_no_space_episode: false,
+            out: Vec::new(),
+        };
+        w.apply_retention()?;
+        Ok(w)
+    }
+
+    /// The store directory.
+    pub fn dir(&self) -> &Path {
+        &self.config.dir
+    }
+
+    /// Bytes written to segment and index files by this writer since it was opened.
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes_written
+    }
+
+    /// Path of the segment being written, if any.
+    pub fn current_segment(&self) -> Option<&Path> {
+        self.active.as_ref().map(|a| a.seg_path.as_path())
+    }
+
+    /// Appends one record. `ts_ns` is nanoseconds since the Unix epoch; it need not increase.
+    ///
+    /// On [`StoreError::NoSpace`] the segment was truncated to its last complete record and
+    /// abandoned (it stays readable) and, once per episode, old segments were deleted to make room.
+    /// Retrying later starts a new segment.
+    pub fn append(&mut self, ts_ns: i64, payload: &[u8]) -> Result<()> {
+        if payload.len() > MAX_PAYLOAD_BYTES {
+            return Err(StoreError::PayloadTooLarge {
+                len: payload.len(),
+                max: MAX_PAYLOAD_BYTES,
+            });
+        }
+        if self
+            .active
+            .as_ref()
+            .is_some_and(|a| self.should_rotate(a, ts_ns))
+        {
+            let result = self.with_active(|a, out, written| a.end_frame(out, written));
+            self.finish_failure(result)?;
+            self.active = None;
+            self.apply_retention()?;
+        }
+        if self.active.is_none() {
+            let created = Active::create(&self.config, ts_ns, &mut self.bytes_written);
+            match created {
+                Ok(a) => self.active = Some(a),
+                Err(e) => {
+                    if e.is_no_space() {
+                        self.free_space_once(None);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let frame_records = self.config.frame_records.max(1);
+        let fsync_interval = self.config.fsync_interval;
+        let result = self.with_active(|a, out, written| {
+            a.write_record(ts_ns, payload, frame_records, out, written)?;
+            if a.unsynced && a.last_sync.elapsed() >= fsync_interval {
+                a.sync()?;
+            }
+            Ok(())
+        });
+        self.finish_failure(result)?;
+        self.in_no_space_episode = false;
+        Ok(())
+    }
+
+    /// Forces appended data to disk now.
+    pub fn sync(&mut self) -> Result<()> {
+        let result = self.with_active(|a, _, _| a.sync());
+        self.finish_failure(result)
+    }
+
+    /// Ends the open frame, indexes it and syncs, so the segment needs no scanning when read.
+    pub fn close(mut self) -> Result<()> {
+        self.close_active()
+    }
+
+    fn close_active(&mut self) -> Result<()> {
+        let result = self.with_active(|a, out, written| {
+            a.end_frame(out, written)?;
+            a.sync()
+        });
+        self.finish_failure(result)?;
+        self.active = None;
+        Ok(())
+    }
+
+    fn should_rotate(&self, a: &Active, ts_ns: i64) -> bool {
+        if a.records == 0 {
+            return false;
+        }
+        let span = (a.max_ts.max(ts_ns) as i128) - (a.min_ts.min(ts_ns) as i128);
+        span >= self.config.segment_span.as_nanos() as i128
+            || a.seg_len >= self.config.segment_max_bytes
+    }
+
+    fn with_active(
+        &mut self,
+        f: impl FnOnce(&mut Active, &mut Vec<u8>, &mut u64) -> Result<()>,
+    ) -> Result<()> {
+        match self.active.as_mut() {
+            Some(a) => f(a, &mut self.out, &mut self.bytes_written),
+            None => Ok(()),
+        }
+    }
+
+    /// After a failed write the compressor's state no longer matches the file, so the segment is
+    /// cut back to its last complete record and abandoned.
+    fn finish_failure(&mut self, result: Result<()>) -> Result<()> {
+        let Err(e) = result else {
+            return Ok(());
+        };
+        let abandoned = self.active.take().map(|a| a.abandon());
+        if e.is_no_space() {
+            self.free_space_once(abandoned.as_deref());
+        }
+        Err(e)
+    }
+
+    /// Deletes the oldest segments (never `keep`, which holds the newest data) until about one
+    /// segment's worth of space is freed, once per out-of-space episode.
+    fn free_space_once(&mut self, keep: Option<&Path>) {
+        if self.in_no_space_episode {
+            return;
+        }
+        self.in_no_space_episode = true;
+        let Ok(segments) = list_segments(&self.config.dir) else {
+            return;
+        };
+        let mut freed = 0;
+        for seg in segments.iter().filter(|s| Some(s.as_path()) != keep) {
+            if freed >= self.config.segment_max_bytes {
+                break;
+            }
+            freed += delete_segment(seg);
+        }
+    }
+
+    /// Deletes whole segments, oldest first, that are older than `retain` or beyond `max_bytes`.
+    /// Never the segment being written.
+    fn apply_retention(&mut self) -> Result<()> {
+        let dir = &self.config.dir;
+        let active = self.active.as_ref().map(|a| a.seg_path.clone());
+        let mut segments: Vec<PathBuf> = list_segments(dir)?
+            .into_iter()
+            .filter(|s| Some(s) != active.as_ref())
+            .collect();
+        let now_ns = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i128);
+        let cutoff = now_ns - self.config.retain.as_nanos() as i128;
+        segments.retain(|seg| {
+            // A segment whose age cannot be read (no readable record, newer format) is left to
+            // the size limit.
+            let too_old = matches!(segment_max_ts(seg), Ok(Some(ts)) if (ts as i128) < cutoff);
+            if too_old {
+                delete_segment(seg);
+            }
+            !too_old
+        });
+        let size = |s: &Path| file_len(s) + file_len(&index_path(s));
+        let mut total: u64 = segments.iter().map(|s| size(s)).sum();
+        if let Some(a) = &active {
+            total += size(a);
+        }
+        for seg in &segments {
+            if total <= self.config.max_bytes {
+                break;
+            }
+            total = total.saturating_sub(delete_segment(seg));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        // Best effort: an error here leaves an unindexed open frame, which readers scan anyway.
+        let _ = self.close_active();
+    }
+}
+
+/// Removes a segment and its index; returns the bytes freed.
+fn delete_segment(seg: &Path) -> u64 {
+    let idx = index_path(seg);
+    let size = file_len(seg) + file_len(&idx);
+    let _ = std::fs::remove_file(seg);
+    let _ = std::fs::remove_file(&idx);
+    size
+}
+
+impl Active {
+    fn create(config: &StoreConfig, first_ts: i64, written: &mut u64) -> Result<Active> {
+        let dir = &config.dir;
+        let (seg_path, seg) = create_new_segment_file(dir, first_ts)?;
+        let idx_path = index_path(&seg_path);
+        let result = (|| {
+            let seg_header = file_header(SEGMENT_MAGIC);
+            seg.write_all_at(&seg_header, 0)
+                .map_err(|e| StoreError::io(&seg_path, e))?;
+            let idx = OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o644)
+                .open(&idx_path)
+                .map_err(|e| StoreError::io(&idx_path, e))?;
+            let idx_header = file_header(INDEX_MAGIC);
+            idx.write_all_at(&idx_header, 0)
+                .map_err(|e| StoreError::io(&idx_path, e))?;
+            // Make the new names durable, so a later fdatasync of the files is not in vain.
+            File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| StoreError::io(dir, e))?;
+            let mut encoder =
+                Encoder::new(config.compression_level).map_err(|e| StoreError::io(&seg_path, e))?;
+            encoder
+                .set_parameter(CParameter::WindowLog(WRITER_WINDOW_LOG))
+                .map_err(|e| StoreError::io(&seg_path, e))?;
+            Ok((idx, encoder, (seg_header.len() + idx_header.len()) as u64))
+        })();
+        match result {
+            Ok((idx, encoder, header_bytes)) => {
+                *written += header_bytes;
+                Ok(Active {
+                    seg_len: header_bytes / 2,
+                    idx_len: header_bytes / 2,
+                    seg_path,
+                    idx_path,
+                    seg,
+                    idx,
+                    encoder,
+                    records: 0,
+                    min_ts: first_ts,
+                    max_ts: first_ts,
+                    frame: None,
+                    last_sync: Instant::now(),
+                    unsynced: false,
+                })
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&seg_path);
+                let _ = std::fs::remove_file(&idx_path);
+                Err(e)
+            }
+        }
+    }
+
+    fn write_record(
+        &mut self,
+        ts_ns: i64,
+        payload: &[u8],
+        frame_records: u32,
+        out: &mut Vec<u8>,
+        written: &mut u64,
+    ) -> Result<()> {
+        let raw_len = RECORD_HEADER_LEN + payload.len();
+        if self
+            .frame
+            .as_ref()
+            .is_some_and(|f| f.raw_bytes + raw_len > MAX_FRAME_RAW_BYTES)
+        {
+            self.end_frame(out, written)?;
+        }
+        let frame = self.frame.get_or_insert(OpenFrame {
+            offset: self.seg_len,
+            first_ts: ts_ns,
+            last_ts: ts_ns,
+            min_ts: ts_ns,
+            max_ts: ts_ns,
+            count: 0,
+            raw_bytes: 0,
+        });
+        let ends_frame = frame.count + 1 >= frame_records;
+        out.clear();
+        let path = &self.seg_path;
+        let io = |e| StoreError::io(path, e);
+        compress(&mut self.encoder, &record_header(ts_ns, payload), out).map_err(io)?;
+        compress(&mut self.encoder, payload, out).map_err(io)?;
+        if ends_frame {
+            drain(out, |o| self.encoder.finish(o, true)).map_err(io)?;
+        } else {
+            drain(out, |o| self.encoder.flush(o)).map_err(io)?;
+        }
+        self.seg.write_all_at(out, self.seg_len).map_err(io)?;
+        self.seg_len += out.len() as u64;
+        *written += out.len() as u64;
+        self.unsynced = true;
+
+        frame.last_ts = ts_ns;
+        frame.min_ts = frame.min_ts.min(ts_ns);
+        frame.max_ts = frame.max_ts.max(ts_ns);
+        frame.count += 1;
+        frame.raw_bytes += raw_len;
+        self.records += 1;
+        self.min_ts = self.min_ts.min(ts_ns);
+        self.max_ts = self.max_ts.max(ts_ns);
+        if ends_frame {
+            self.index_frame(written)?;
+        }
+        Ok(())
+    }
+
+    /// Ends the open frame, if any, without a new record.
+    fn end_frame(&mut self, out: &mut Vec<u8>, written: &mut u64) -> Result<()> {
+        if self.frame.is_none() {
+            return Ok(());
+        }
+        out.clear();
+        let path = &self.seg_path;
+        drain(out, |o| self.encoder.finish(o, true)).map_err(|e| StoreError::io(path, e))?;
+        self.seg
+            .write_all_at(out, self.seg_len)
+            .map_err(|e| StoreError::io(path, e))?;
+        self.seg_len += out.len() as u64;
+        *written += out.len() as u64;
+        self.index_frame(written)
+    }
+
+    /// Appends the index entry of the frame just ended and syncs both files.
+    fn index_frame(&mut self, written: &mut u64) -> Result<()> {
+        let Some(f) = self.frame.take() else {
+            return Ok(());
+        };
+        let entry = IndexEntry {
+            offset: f.offset,
+            len: self.seg_len - f.offset,
+            first_ts: f.first_ts,
+            last_ts: f.last_ts,
+            min_ts: f.min_ts,
+            max_ts: f.max_ts,
+            count: f.count,
+        }
+        .encode();
+        self.idx
+            .write_all_at(&entry, self.idx_len)
+            .map_err(|e| StoreError::io(&self.idx_path, e))?;
+        self.idx_len += entry.len() as u64;
+        *written += entry.len() as u64;
+        self.unsynced = true;
+        self.sync()
+    }
+
+    fn sync(&mut self) -> Result<()> {
+        if !self.unsynced {
+            return Ok(());
+        }
+        self.seg
+            .sync_data()
+            .map_err(|e| StoreError::io(&self.seg_path, e))?;
+        self.idx
+            .sync_data()
+            .map_err(|e| StoreError::io(&self.idx_path, e))?;
+        self.unsynced = false;
+        self.last_sync = Instant::now();
+        Ok(())
+    }
+
+    /// Cuts both files back to their last complete write; returns the segment path.
+    fn abandon(self) -> PathBuf {
+        // If truncation fails too, readers see the leftover bytes as a torn tail and skip them.
+        let _ = self.seg.set_len(self.seg_len);
+        let _ = self.idx.set_len(self.idx_len);
+        self.seg_path
+    }
+}
+
+/// Creates `seg-<ts>.jss` exclusively. Another run may already own that name (same first
+/// timestamp, or a clock that went back), and its file must never be appended to, so the name is
+/// moved forward until it is free.
+fn create_new_segment_file(dir: &Path, first_ts: i64) -> Result<(PathBuf, File)> {
+    let mut name_ts = first_ts.max(0);
+    loop {
+        let path = dir.join(segment_file_name(name_ts));
+        match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(&path)
+        {
+            Ok(f) => return Ok((path, f)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && name_ts < i64::MAX => {
+                name_ts += 1;
+            }
+            Err(e) => return Err(StoreError::io(&path, e)),
+        }
+    }
+}
+
+/// Room kept free in the output buffer before each call into zstd.
+const OUT_CHUNK: usize = 128 * 1024;
+
+fn compress(encoder: &mut Encoder<'static>, data: &[u8], out: &mut Vec<u8>) -> io::Result<()> {
+    let mut input = InBuffer::around(data);
+    while input.pos() < data.len() {
+        out.reserve(OUT_CHUNK);
+        let pos = out.len();
+        let mut buf = OutBuffer::around_pos(out, pos);
+        encoder.run(&mut input, &mut buf)?;
+    }
+    Ok(())
+}
+
+/// Calls a zstd flush or end operation until it reports nothing left to write.
+fn drain(
+    out: &mut Vec<u8>,
+    mut op: impl FnMut(&mut OutBuffer<'_, Vec<u8>>) -> io::Result<usize>,
+) -> io::Result<()> {
+    loop {
+        out.reserve(OUT_CHUNK);
+        let pos = out.len();
+        let mut buf = OutBuffer::around_pos(out, pos);
+        if op(&mut buf)? == 0 {
+            return Ok(());
+        }
+    }
+}
