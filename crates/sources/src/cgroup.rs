@@ -1,1 +1,0 @@
-//! cgroup v1 and v2 hierarchies (filled in by the cgroup reader).

@@ -1,0 +1,152 @@
+//! cgroup v1 and v2: hierarchy discovery, a walking reader that merges every hierarchy's view of
+//! a cgroup into one record, per-file parsers, `/proc/<pid>/cgroup`, and container identity.
+//!
+//! Hosts mix versions: a hybrid host keeps cpu, cpuacct and memory on v1 hierarchies and runs an
+//! empty cgroup2 at /sys/fs/cgroup/unified that still has `cpu.stat` usage and `*.pressure`;
+//! a pure v2 host has one cgroup2 mount with controllers. Either way the reader returns one
+//! [`Cgroup`] per cgroup path, so throttling (v1 cpu) sits next to pressure (v2) in one record.
+//!
+//! Counters are raw, as the kernel reports them; units are in the field names. Where v1 and v2
+//! report the same quantity in different units, the field is normalised to the finer unit and
+//! says which version it came from ([`CpuStats::usage_source`], [`CpuStats::throttle_source`]),
+//! because v2's µs values multiplied to ns are not ns-precise.
+
+mod identity;
+mod mount;
+mod parse;
+mod proc_cgroup;
+mod reader;
+#[cfg(test)]
+mod tests;
+
+use serde::{Deserialize, Serialize};
+
+pub use identity::{identify, Identity, QosClass, Runtime};
+pub use mount::{discover, parse_mountinfo, CgroupVersion, Hierarchy};
+pub use parse::{
+    parse_cfs_quota, parse_cpu_max, parse_cpu_stat, parse_cpuacct_stat, parse_keyed,
+    parse_max_or_u64, parse_oom_control, parse_single, parse_v1_limit, CpuMax, CpuStatFile,
+    CpuacctStat, OomControl, V1_UNLIMITED_BYTES,
+};
+pub use proc_cgroup::{cgroup_of_pid, parse_proc_pid_cgroup, ProcCgroup, ProcCgroupPaths};
+pub use reader::{CgroupReader, CgroupReaderConfig, WalkStats};
+
+use crate::system::pressure::Pressure;
+
+/// One cgroup as seen by every hierarchy that has a directory at its path.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Cgroup {
+    /// Path relative to the hierarchy root, "/" for the root (`/system.slice/docker-<id>.scope`).
+    pub path: String,
+    /// At least one v1 hierarchy contributed data.
+    pub v1: bool,
+    /// The v2 hierarchy contributed data.
+    pub v2: bool,
+    /// CPU accounting, limits and throttling; `None` when no hierarchy had CPU files here.
+    pub cpu: Option<CpuStats>,
+    /// Memory accounting and limits; `None` when the memory controller is not active here.
+    pub memory: Option<MemoryStats>,
+    /// Pressure stall information (v2 only; v1 has none).
+    pub pressure: CgroupPressure,
+    /// Tasks (threads) in the cgroup, v2 `pids.current` where the pids controller is enabled.
+    pub pids_current: Option<u64>,
+    /// Owner read from the path.
+    pub identity: Identity,
+}
+
+/// CPU counters and limits. Every field is `None` when its file is absent on this kernel or
+/// hierarchy.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CpuStats {
+    /// Total CPU time, ns: v1 `cpuacct.usage`, else v2 `usage_usec` × 1000.
+    pub usage_ns: Option<u64>,
+    /// Which version `usage_ns` came from.
+    pub usage_source: Option<CgroupVersion>,
+    /// v1 `cpuacct.stat` user time, USER_HZ ticks.
+    pub user_ticks: Option<u64>,
+    /// v1 `cpuacct.stat` system time, USER_HZ ticks.
+    pub system_ticks: Option<u64>,
+    /// v2 `cpu.stat` user time, µs.
+    pub user_usec: Option<u64>,
+    /// v2 `cpu.stat` system time, µs.
+    pub system_usec: Option<u64>,
+    /// CFS quota per period, µs; `None` = unlimited (v1 -1, v2 `max`, or the root cgroup).
+    pub quota_us: Option<u64>,
+    /// CFS period, µs.
+    pub period_us: Option<u64>,
+    /// CFS burst allowance, µs (v1 `cpu.cfs_burst_us`, v2 `cpu.max.burst`; kernel 5.14+).
+    pub burst_us: Option<u64>,
+    /// Enforcement periods with runnable tasks.
+    pub nr_periods: Option<u64>,
+    /// Periods in which the quota ran out; throttled % = nr_throttled / nr_periods.
+    pub nr_throttled: Option<u64>,
+    /// Time throttled, ns: v1 `throttled_time`, or v2 `throttled_usec` × 1000.
+    pub throttled_ns: Option<u64>,
+    /// Periods in which burst was used (5.14+).
+    pub nr_bursts: Option<u64>,
+    /// Burst time used, ns: v1 `burst_time`, or v2 `burst_usec` × 1000 (5.14+).
+    pub burst_ns: Option<u64>,
+    /// Which version the throttling fields (`nr_periods` … `burst_ns`) came from.
+    pub throttle_source: Option<CgroupVersion>,
+    /// v1 `cpu.shares` (default 1024).
+    pub shares: Option<u64>,
+    /// v2 `cpu.weight` (1–10000, default 100).
+    pub weight: Option<u64>,
+}
+
+/// Memory counters and limits.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MemoryStats {
+    /// Charged memory, bytes: v1 `memory.usage_in_bytes`, v2 `memory.current`.
+    pub usage_bytes: Option<u64>,
+    /// Hard limit, bytes: v1 `memory.limit_in_bytes`, v2 `memory.max`; `None` = unlimited
+    /// (v1 ≥ [`V1_UNLIMITED_BYTES`], v2 `max`, or no limit file as at the root).
+    pub limit_bytes: Option<u64>,
+    /// v2 `memory.high` throttle threshold, bytes; `None` = `max` or not collected.
+    pub high_bytes: Option<u64>,
+    /// v2 `memory.low` best-effort protection, bytes (`max` reads as `u64::MAX`).
+    pub low_bytes: Option<u64>,
+    /// v2 `memory.min` hard protection, bytes (`max` reads as `u64::MAX`).
+    pub min_bytes: Option<u64>,
+    /// v2 `memory.swap.current`, bytes.
+    pub swap_bytes: Option<u64>,
+    /// v1 `memory.memsw.usage_in_bytes` (memory + swap), bytes; only with swap accounting.
+    pub memsw_usage_bytes: Option<u64>,
+    /// v1 `memory.failcnt`: times the limit was hit.
+    pub failcnt: Option<u64>,
+    /// Every `memory.stat` key and value, in file order (v1 keys include `total_*`).
+    pub stat: Vec<(String, u64)>,
+    /// Every v2 `memory.events` key and value (low, high, max, oom, oom_kill, oom_group_kill).
+    pub events: Vec<(String, u64)>,
+    /// v1 `memory.oom_control` `oom_kill` (4.13+).
+    pub oom_kill: Option<u64>,
+    /// v1 `memory.oom_control` `under_oom`.
+    pub under_oom: Option<bool>,
+}
+
+impl MemoryStats {
+    /// The value of a `memory.stat` key.
+    pub fn stat(&self, key: &str) -> Option<u64> {
+        self.stat.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
+    }
+
+    /// The value of a `memory.events` key.
+    pub fn event(&self, key: &str) -> Option<u64> {
+        self.events.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
+    }
+}
+
+/// A cgroup's `*.pressure` files.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CgroupPressure {
+    /// `cpu.pressure`.
+    pub cpu: Option<Pressure>,
+    /// `memory.pressure`.
+    pub memory: Option<Pressure>,
+    /// `io.pressure`.
+    pub io: Option<Pressure>,
+}

@@ -1,0 +1,155 @@
+//! `/proc/<pid>/cgroup`: which cgroup a process is in, per hierarchy.
+//!
+//! Each line is `hierarchy-id:controllers:path`; v1 lines name their controllers
+//! (`4:memory:/docker/<id>`, `3:cpu,cpuacct:/...`), the v2 line is `0::/path`. The paths are in
+//! the reader's cgroup namespace, as are the paths [`super::CgroupReader`] produces, so they join
+//! directly with its records.
+
+use serde::{Deserialize, Serialize};
+
+use crate::io::{lines, read_parse, ParseError, ReadError, Root};
+
+/// The paths of one process, borrowed from the file's bytes (the per-process collector parses
+/// thousands of these per interval, so nothing is allocated).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProcCgroup<'a> {
+    /// Path in the v1 hierarchy carrying `cpu`.
+    pub cpu: Option<&'a str>,
+    /// Path in the v1 hierarchy carrying `cpuacct`.
+    pub cpuacct: Option<&'a str>,
+    /// Path in the v1 hierarchy carrying `memory`.
+    pub memory: Option<&'a str>,
+    /// Path in the unified (v2) hierarchy.
+    pub v2: Option<&'a str>,
+}
+
+impl<'a> ProcCgroup<'a> {
+    /// The cgroup whose record holds this process's CPU limits: v1 `cpu` if bound, else v2.
+    pub fn cpu_cgroup(&self) -> Option<&'a str> {
+        self.cpu.or(self.v2)
+    }
+
+    /// The cgroup whose record holds this process's memory limits: v1 `memory` if bound, else v2.
+    pub fn memory_cgroup(&self) -> Option<&'a str> {
+        self.memory.or(self.v2)
+    }
+
+    /// An owned copy, for keeping beyond the buffer's lifetime.
+    pub fn to_paths(&self) -> ProcCgroupPaths {
+        ProcCgroupPaths {
+            cpu: self.cpu.map(str::to_owned),
+            cpuacct: self.cpuacct.map(str::to_owned),
+            memory: self.memory.map(str::to_owned),
+            v2: self.v2.map(str::to_owned),
+        }
+    }
+}
+
+/// Owned form of [`ProcCgroup`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ProcCgroupPaths {
+    /// Path in the v1 hierarchy carrying `cpu`.
+    pub cpu: Option<String>,
+    /// Path in the v1 hierarchy carrying `cpuacct`.
+    pub cpuacct: Option<String>,
+    /// Path in the v1 hierarchy carrying `memory`.
+    pub memory: Option<String>,
+    /// Path in the unified (v2) hierarchy.
+    pub v2: Option<String>,
+}
+
+/// Parses `/proc/<pid>/cgroup`. Lines of other v1 hierarchies (`name=systemd`, `pids`...) are
+/// accepted and ignored.
+pub fn parse_proc_pid_cgroup(buf: &[u8]) -> Result<ProcCgroup<'_>, ParseError> {
+    let mut out = ProcCgroup::default();
+    for (n, l) in lines(buf) {
+        let mut parts = l.splitn(3, |&c| c == b':');
+        let (Some(id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            return Err(ParseError::new(n, "expected 'id:controllers:path'"));
+        };
+        let path = std::str::from_utf8(path)
+            .map_err(|_| ParseError::new(n, "cgroup path is not UTF-8"))?;
+        if controllers.is_empty() {
+            if id == b"0" {
+                out.v2 = Some(path);
+            }
+            continue;
+        }
+        for c in controllers.split(|&c| c == b',') {
+            match c {
+                b"cpu" => out.cpu = Some(path),
+                b"cpuacct" => out.cpuacct = Some(path),
+                b"memory" => out.memory = Some(path),
+                _ => {}
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Reads `<root>/proc/<pid>/cgroup` into `buf` and returns the owned paths. A vanished process
+/// is an error for which [`ReadError::is_missing`] holds.
+pub fn cgroup_of_pid(
+    root: &Root,
+    pid: u32,
+    buf: &mut Vec<u8>,
+) -> Result<ProcCgroupPaths, ReadError> {
+    let path = root.path(format!("/proc/{pid}/cgroup"));
+    read_parse(&path, buf, |b| {
+        parse_proc_pid_cgroup(b).map(|p| p.to_paths())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOST: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/host");
+
+    #[test]
+    fn hybrid_host_captured() {
+        let p = cgroup_of_pid(&Root::new(HOST), 4476, &mut Vec::new());
+        // The capture script's own process: whatever its memory cgroup, every hierarchy is seen.
+        let p = p.unwrap();
+        assert!(p.cpu.is_some() && p.cpuacct.is_some() && p.memory.is_some());
+        assert_eq!(p.v2.as_deref(), Some("/"));
+        let buf = std::fs::read(format!("{HOST}/proc/self/cgroup")).unwrap();
+        let p = parse_proc_pid_cgroup(&buf).unwrap();
+        assert_eq!(
+            p.memory_cgroup(),
+            Some("/process_api/4e9f979501e142896e0ca4ffd4160131")
+        );
+        assert_eq!(p.cpu_cgroup(), Some("/"));
+    }
+
+    #[test]
+    fn combined_v1_and_pure_v2() {
+        let p = parse_proc_pid_cgroup(
+            b"12:pids:/docker/abc\n4:cpu,cpuacct:/docker/abc\n3:memory:/docker/abc\n1:name=systemd:/docker/abc\n",
+        )
+        .unwrap();
+        assert_eq!(p.cpu, Some("/docker/abc"));
+        assert_eq!(p.cpuacct, Some("/docker/abc"));
+        assert_eq!(p.memory, Some("/docker/abc"));
+        assert_eq!(p.v2, None);
+        let p = parse_proc_pid_cgroup(b"0::/system.slice/a:b.service\n").unwrap();
+        assert_eq!(p.cpu_cgroup(), Some("/system.slice/a:b.service"));
+        assert_eq!(p.memory_cgroup(), Some("/system.slice/a:b.service"));
+        assert!(parse_proc_pid_cgroup(b"0:/x\n").is_err());
+    }
+
+    #[test]
+    fn vanished_process_is_missing() {
+        let e = cgroup_of_pid(&Root::new(HOST), 999_999_999, &mut Vec::new()).unwrap_err();
+        assert!(e.is_missing());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics(b in proptest::collection::vec(proptest::num::u8::ANY, 0..200)) {
+            let _ = parse_proc_pid_cgroup(&b);
+        }
+    }
+}

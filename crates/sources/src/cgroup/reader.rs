@@ -1,0 +1,596 @@
+//! The walking reader: every cgroup directory of every collected hierarchy, each interval.
+//!
+//! Cost is what matters here (a lab scenario alone creates 2000 memcgs), so:
+//! - which files exist is decided per hierarchy, not per directory: v1 optional files
+//!   (`cpu.cfs_burst_us`, `memory.memsw.*`) are probed once at the hierarchy root; v2 controller
+//!   files are read only where the parent's `cgroup.subtree_control` enables that controller
+//!   (read once per directory that has children); files the root never has are not tried there;
+//!   a v2 file that turns out absent next to a present sibling (`cpu.max.burst` before 5.14,
+//!   `memory.swap.current` without swap accounting) is not tried again;
+//! - one file buffer and one path buffer are reused for the whole walk;
+//! - a cgroup removed between listing and reading (every file missing) is skipped and counted,
+//!   never an error for the walk; other per-file errors leave the field `None` and are counted.
+//!
+//! Records are merged by path: each hierarchy's directory at the same relative path becomes one
+//! [`Cgroup`]. Hierarchies are walked v1 first, and a value present from two hierarchies (CPU
+//! usage on hybrid hosts: v1 `cpuacct.usage` and v2 `cpu.stat`) keeps the v1 one, which is
+//! ns-precise and belongs to the hierarchy that enforces the quota.
+
+use std::path::PathBuf;
+
+use super::mount::{discover, CgroupVersion, Hierarchy};
+use super::parse::{
+    parse_cfs_quota, parse_cpu_max, parse_cpu_stat, parse_cpuacct_stat, parse_keyed,
+    parse_max_or_u64, parse_oom_control, parse_single, parse_v1_limit, CpuStatFile,
+};
+use super::{identify, Cgroup, CgroupPressure, CpuStats, MemoryStats};
+use crate::io::{fields, read_parse, ParseError, ReadError, Root};
+use crate::system::pressure::parse_pressure;
+
+/// Bounds of one walk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CgroupReaderConfig {
+    /// Directories deeper than this below a hierarchy's mount are not entered (root = 0).
+    pub max_depth: usize,
+    /// At most this many directories are read per hierarchy per walk.
+    pub max_cgroups: usize,
+}
+
+impl Default for CgroupReaderConfig {
+    fn default() -> Self {
+        CgroupReaderConfig {
+            max_depth: 32,
+            max_cgroups: 10_000,
+        }
+    }
+}
+
+/// What the last walk did, for the recorder's self-metrics.
+#[derive(Debug, Default)]
+pub struct WalkStats {
+    /// Directories read, summed over hierarchies.
+    pub dirs_read: usize,
+    /// Merged records returned.
+    pub cgroups: usize,
+    /// Directories not entered because of `max_depth` (their subtrees are not counted).
+    pub skipped_depth: usize,
+    /// Directories not entered because of `max_cgroups` (their subtrees are not counted).
+    pub skipped_limit: usize,
+    /// Directories that vanished between listing and reading.
+    pub vanished: usize,
+    /// Files that failed for a reason other than being missing (permission, parse).
+    pub read_errors: usize,
+    /// The first such failure, for the log.
+    pub first_error: Option<ReadError>,
+}
+
+/// The controllers whose files the reader collects, as bits.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Ctl(u8);
+
+impl Ctl {
+    const CPU: u8 = 1;
+    const CPUACCT: u8 = 2;
+    const MEMORY: u8 = 4;
+    const PIDS: u8 = 8;
+
+    fn from_names<'a>(names: impl Iterator<Item = &'a [u8]>) -> Ctl {
+        let mut c = 0;
+        for n in names {
+            c |= match n {
+                b"cpu" => Ctl::CPU,
+                b"cpuacct" => Ctl::CPUACCT,
+                b"memory" => Ctl::MEMORY,
+                b"pids" => Ctl::PIDS,
+                _ => 0,
+            };
+        }
+        Ctl(c)
+    }
+
+    fn has(self, bit: u8) -> bool {
+        self.0 & bit != 0
+    }
+}
+
+/// One hierarchy and what to read in it, decided once.
+#[derive(Debug)]
+struct Plan {
+    hierarchy: Hierarchy,
+    /// The mount point resolved under the reader's root.
+    dir: PathBuf,
+    /// v1: controllers bound here that we collect; v2: controllers available at the root.
+    ctl: Ctl,
+    /// v1 `cpu.cfs_burst_us` exists (5.14+).
+    v1_burst: bool,
+    /// v1 `memory.memsw.usage_in_bytes` exists (swap accounting on).
+    v1_memsw: bool,
+    /// v1 `memory.oom_control` exists.
+    v1_oom_control: bool,
+    /// v2 `*.pressure` exist (PSI compiled in and enabled).
+    v2_pressure: bool,
+    /// v2 `cpu.max.burst` not yet found absent.
+    v2_burst: bool,
+    /// v2 `memory.swap.current` not yet found absent.
+    v2_swap: bool,
+}
+
+impl Plan {
+    fn new(root: &Root, hierarchy: Hierarchy) -> Option<Plan> {
+        let dir = root.path(&hierarchy.mount_point);
+        let names = hierarchy.controllers.iter().map(|s| s.as_bytes());
+        let mut ctl = Ctl::from_names(names);
+        if hierarchy.version == CgroupVersion::V1 {
+            // Other v1 hierarchies (pids, blkio, cpuset...) would each cost a full walk for
+            // data not collected yet.
+            ctl.0 &= Ctl::CPU | Ctl::CPUACCT | Ctl::MEMORY;
+            if ctl == Ctl::default() {
+                return None;
+            }
+        }
+        let exists = |f: &str| dir.join(f).exists();
+        Some(Plan {
+            v1_burst: ctl.has(Ctl::CPU) && exists("cpu.cfs_burst_us"),
+            v1_memsw: ctl.has(Ctl::MEMORY) && exists("memory.memsw.usage_in_bytes"),
+            v1_oom_control: ctl.has(Ctl::MEMORY) && exists("memory.oom_control"),
+            v2_pressure: hierarchy.version == CgroupVersion::V2 && exists("cpu.pressure"),
+            v2_burst: true,
+            v2_swap: true,
+            ctl,
+            dir,
+            hierarchy,
+        })
+    }
+}
+
+/// Reads every cgroup of the cpu, cpuacct and memory v1 hierarchies and of every v2 hierarchy.
+#[derive(Debug)]
+pub struct CgroupReader {
+    root: Root,
+    config: CgroupReaderConfig,
+    plans: Vec<Plan>,
+    buf: Vec<u8>,
+    dir: PathBuf,
+    rel: String,
+    stats: WalkStats,
+}
+
+impl CgroupReader {
+    /// A reader over the hierarchies mounted under `root`, with default bounds.
+    pub fn new(root: Root) -> Result<Self, ReadError> {
+        Self::with_config(root, CgroupReaderConfig::default())
+    }
+
+    /// A reader with explicit bounds.
+    pub fn with_config(root: Root, config: CgroupReaderConfig) -> Result<Self, ReadError> {
+        let mut r = CgroupReader {
+            root,
+            config,
+            plans: Vec::new(),
+            buf: Vec::with_capacity(4096),
+            dir: PathBuf::new(),
+            rel: String::new(),
+            stats: WalkStats::default(),
+        };
+        r.rediscover()?;
+        Ok(r)
+    }
+
+    /// Re-reads mountinfo (hierarchies are mounted at boot and rarely change, so the reader
+    /// does not pay for this every interval).
+    pub fn rediscover(&mut self) -> Result<(), ReadError> {
+        let mut plans: Vec<Plan> = discover(&self.root)?
+            .into_iter()
+            .filter_map(|h| Plan::new(&self.root, h))
+            .collect();
+        // v1 first: merging keeps the first value, and v1's are the precise ones.
+        plans.sort_by_key(|p| p.hierarchy.version);
+        self.plans = plans;
+        Ok(())
+    }
+
+    /// The hierarchies walked, v1 first.
+    pub fn hierarchies(&self) -> impl Iterator<Item = &Hierarchy> {
+        self.plans.iter().map(|p| &p.hierarchy)
+    }
+
+    /// What the last [`read`](Self::read) did.
+    pub fn last_walk(&self) -> &WalkStats {
+        &self.stats
+    }
+
+    /// Whether `memory.swap.current` is still tried in some v2 hierarchy.
+    #[cfg(test)]
+    pub(super) fn plans_v2_swap(&self) -> bool {
+        self.plans
+            .iter()
+            .any(|p| p.hierarchy.version == CgroupVersion::V2 && p.v2_swap)
+    }
+
+    /// Walks every hierarchy and returns one record per cgroup path, sorted by path.
+    pub fn read(&mut self) -> Vec<Cgroup> {
+        self.stats = WalkStats::default();
+        let mut out = Vec::new();
+        let mut dir = std::mem::take(&mut self.dir);
+        let mut rel = std::mem::take(&mut self.rel);
+        for plan in &mut self.plans {
+            dir.clear();
+            dir.push(&plan.dir);
+            rel.clear();
+            rel.push_str(&plan.hierarchy.mount_root);
+            let ctl = plan.ctl;
+            let mut w = Walk {
+                plan,
+                buf: &mut self.buf,
+                stats: &mut self.stats,
+                config: &self.config,
+                out: &mut out,
+                dir: &mut dir,
+                rel: &mut rel,
+                visited: 0,
+                found: 0,
+                last_missing: false,
+            };
+            w.visit(0, ctl);
+        }
+        self.dir = dir;
+        self.rel = rel;
+
+        // Stable: for equal paths the v1 partial records stay ahead of the v2 ones.
+        out.sort_by(|a, b| a.path.cmp(&b.path));
+        out.dedup_by(|later, first| {
+            if later.path != first.path {
+                return false;
+            }
+            merge(first, std::mem::take(later));
+            true
+        });
+        for c in &mut out {
+            c.identity = identify(&c.path);
+        }
+        self.stats.cgroups = out.len();
+        out
+    }
+}
+
+/// State of one hierarchy's walk.
+struct Walk<'a> {
+    plan: &'a mut Plan,
+    buf: &'a mut Vec<u8>,
+    stats: &'a mut WalkStats,
+    config: &'a CgroupReaderConfig,
+    out: &'a mut Vec<Cgroup>,
+    dir: &'a mut PathBuf,
+    rel: &'a mut String,
+    visited: usize,
+    /// Files read successfully in the current directory.
+    found: usize,
+    /// The last `get` found its file missing.
+    last_missing: bool,
+}
+
+impl Walk<'_> {
+    /// Reads the directory at `self.dir` (cgroup path `self.rel`) with controllers `ctl`, then
+    /// its children.
+    fn visit(&mut self, depth: usize, ctl: Ctl) {
+        self.visited += 1;
+        self.stats.dirs_read += 1;
+        self.found = 0;
+        let rec = match self.plan.hierarchy.version {
+            CgroupVersion::V1 => self.read_v1(ctl),
+            CgroupVersion::V2 => self.read_v2(ctl, depth == 0),
+        };
+        if self.found == 0 {
+            // Every file missing: the directory was removed after it was listed.
+            self.stats.vanished += 1;
+            return;
+        }
+        self.out.push(rec);
+
+        let Ok(entries) = std::fs::read_dir(&*self.dir) else {
+            return;
+        };
+        let mut child_ctl = None;
+        for e in entries.flatten() {
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            if depth + 1 > self.config.max_depth {
+                self.stats.skipped_depth += 1;
+                continue;
+            }
+            if self.visited >= self.config.max_cgroups {
+                self.stats.skipped_limit += 1;
+                continue;
+            }
+            let ctl = *child_ctl.get_or_insert_with(|| self.children_ctl(ctl));
+            let name = e.file_name();
+            let rel_len = self.rel.len();
+            if !self.rel.ends_with('/') {
+                self.rel.push('/');
+            }
+            self.rel.push_str(&name.to_string_lossy());
+            self.dir.push(&name);
+            self.visit(depth + 1, ctl);
+            self.dir.pop();
+            self.rel.truncate(rel_len);
+        }
+    }
+
+    /// The controllers whose files the children of the current directory have.
+    fn children_ctl(&mut self, ctl: Ctl) -> Ctl {
+        match self.plan.hierarchy.version {
+            CgroupVersion::V1 => ctl,
+            CgroupVersion::V2 => {
+                let enabled = self
+                    .get("cgroup.subtree_control", |b| Ok(Ctl::from_names(fields(b))))
+                    .unwrap_or_default();
+                Ctl(enabled.0 & self.plan.ctl.0)
+            }
+        }
+    }
+
+    /// Reads one file of the current directory; missing → `None` (noted in `last_missing`),
+    /// any other failure → `None` and counted.
+    fn get<T>(
+        &mut self,
+        name: &str,
+        parse: impl FnOnce(&[u8]) -> Result<T, ParseError>,
+    ) -> Option<T> {
+        self.dir.push(name);
+        let r = read_parse(self.dir, self.buf, parse);
+        self.dir.pop();
+        self.last_missing = false;
+        match r {
+            Ok(v) => {
+                self.found += 1;
+                Some(v)
+            }
+            Err(e) if e.is_missing() => {
+                self.last_missing = true;
+                None
+            }
+            Err(e) => {
+                // The file exists, so the directory did not vanish.
+                self.found += 1;
+                self.stats.read_errors += 1;
+                self.stats.first_error.get_or_insert(e);
+                None
+            }
+        }
+    }
+
+    fn read_v1(&mut self, ctl: Ctl) -> Cgroup {
+        let mut rec = Cgroup {
+            path: self.rel.clone(),
+            v1: true,
+            ..Cgroup::default()
+        };
+        let mut cpu = CpuStats::default();
+        let mut any_cpu = false;
+        if ctl.has(Ctl::CPU) {
+            if let Some(s) = self.get("cpu.stat", parse_cpu_stat) {
+                set_throttling(&mut cpu, &s, CgroupVersion::V1);
+                any_cpu = true;
+            }
+            if let Some(q) = self.get("cpu.cfs_quota_us", parse_cfs_quota) {
+                cpu.quota_us = q;
+                any_cpu = true;
+            }
+            cpu.period_us = self.get("cpu.cfs_period_us", parse_single);
+            if self.plan.v1_burst {
+                cpu.burst_us = self.get("cpu.cfs_burst_us", parse_single);
+            }
+            cpu.shares = self.get("cpu.shares", parse_single);
+            any_cpu |= cpu.period_us.is_some() || cpu.shares.is_some();
+        }
+        if ctl.has(Ctl::CPUACCT) {
+            cpu.usage_ns = self.get("cpuacct.usage", parse_single);
+            if cpu.usage_ns.is_some() {
+                cpu.usage_source = Some(CgroupVersion::V1);
+            }
+            if let Some(s) = self.get("cpuacct.stat", parse_cpuacct_stat) {
+                cpu.user_ticks = Some(s.user_ticks);
+                cpu.system_ticks = Some(s.system_ticks);
+            }
+            any_cpu |= cpu.usage_ns.is_some() || cpu.user_ticks.is_some();
+        }
+        if any_cpu {
+            rec.cpu = Some(cpu);
+        }
+        if ctl.has(Ctl::MEMORY) {
+            let before = self.found;
+            let mut m = MemoryStats {
+                usage_bytes: self.get("memory.usage_in_bytes", parse_single),
+                limit_bytes: self.get("memory.limit_in_bytes", parse_v1_limit).flatten(),
+                failcnt: self.get("memory.failcnt", parse_single),
+                stat: self.get("memory.stat", parse_keyed).unwrap_or_default(),
+                ..MemoryStats::default()
+            };
+            if self.plan.v1_memsw {
+                m.memsw_usage_bytes = self.get("memory.memsw.usage_in_bytes", parse_single);
+            }
+            if self.plan.v1_oom_control {
+                if let Some(o) = self.get("memory.oom_control", parse_oom_control) {
+                    m.oom_kill = o.oom_kill;
+                    m.under_oom = Some(o.under_oom);
+                }
+            }
+            if self.found > before {
+                rec.memory = Some(m);
+            }
+        }
+        rec
+    }
+
+    fn read_v2(&mut self, ctl: Ctl, is_root: bool) -> Cgroup {
+        let mut rec = Cgroup {
+            path: self.rel.clone(),
+            v2: true,
+            ..Cgroup::default()
+        };
+        let mut cpu = CpuStats::default();
+        let mut any_cpu = false;
+        // cpu.stat's usage keys exist in every cgroup, with or without the cpu controller.
+        if let Some(s) = self.get("cpu.stat", parse_cpu_stat) {
+            if let Some(u) = s.usage_usec {
+                cpu.usage_ns = Some(u.saturating_mul(1000));
+                cpu.usage_source = Some(CgroupVersion::V2);
+            }
+            cpu.user_usec = s.user_usec;
+            cpu.system_usec = s.system_usec;
+            if s.nr_periods.is_some() {
+                set_throttling(&mut cpu, &s, CgroupVersion::V2);
+            }
+            any_cpu = true;
+        }
+        // Limits and weights are not on the root (CFTYPE_NOT_ON_ROOT).
+        if ctl.has(Ctl::CPU) && !is_root {
+            if let Some(m) = self.get("cpu.max", parse_cpu_max) {
+                cpu.quota_us = m.quota_us;
+                cpu.period_us = Some(m.period_us);
+                any_cpu = true;
+                if self.plan.v2_burst {
+                    cpu.burst_us = self.get("cpu.max.burst", parse_single);
+                    self.plan.v2_burst = !self.last_missing;
+                }
+            }
+            cpu.weight = self.get("cpu.weight", parse_single);
+        }
+        if any_cpu {
+            rec.cpu = Some(cpu);
+        }
+        if ctl.has(Ctl::MEMORY) {
+            let before = self.found;
+            let mut m = MemoryStats {
+                usage_bytes: self.get("memory.current", parse_single),
+                stat: self.get("memory.stat", parse_keyed).unwrap_or_default(),
+                ..MemoryStats::default()
+            };
+            if !is_root {
+                m.limit_bytes = self.get("memory.max", parse_max_or_u64).flatten();
+                m.high_bytes = self.get("memory.high", parse_max_or_u64).flatten();
+                m.low_bytes = self.get("memory.low", parse_protection);
+                m.min_bytes = self.get("memory.min", parse_protection);
+                m.events = self.get("memory.events", parse_keyed).unwrap_or_default();
+                if self.plan.v2_swap && m.usage_bytes.is_some() {
+                    m.swap_bytes = self.get("memory.swap.current", parse_single);
+                    self.plan.v2_swap = !self.last_missing;
+                }
+            }
+            if self.found > before {
+                rec.memory = Some(m);
+            }
+        }
+        if ctl.has(Ctl::PIDS) && !is_root {
+            rec.pids_current = self.get("pids.current", parse_single);
+        }
+        if self.plan.v2_pressure {
+            rec.pressure = CgroupPressure {
+                cpu: self.get("cpu.pressure", parse_pressure),
+                memory: self.get("memory.pressure", parse_pressure),
+                io: self.get("io.pressure", parse_pressure),
+            };
+        }
+        rec
+    }
+}
+
+/// v2 `memory.low`/`memory.min`: `max` is full protection, so it reads as `u64::MAX` rather
+/// than as the "no value" that `None` means for these fields.
+fn parse_protection(b: &[u8]) -> Result<u64, ParseError> {
+    parse_max_or_u64(b).map(|v| v.unwrap_or(u64::MAX))
+}
+
+/// Copies the throttling keys of a `cpu.stat`, normalising v2 µs to ns.
+fn set_throttling(cpu: &mut CpuStats, s: &CpuStatFile, from: CgroupVersion) {
+    let us_to_ns = |v: Option<u64>| v.map(|v| v.saturating_mul(1000));
+    cpu.nr_periods = s.nr_periods;
+    cpu.nr_throttled = s.nr_throttled;
+    cpu.nr_bursts = s.nr_bursts;
+    match from {
+        CgroupVersion::V1 => {
+            cpu.throttled_ns = s.throttled_time_ns;
+            cpu.burst_ns = s.burst_time_ns;
+        }
+        CgroupVersion::V2 => {
+            cpu.throttled_ns = us_to_ns(s.throttled_usec);
+            cpu.burst_ns = us_to_ns(s.burst_usec);
+        }
+    }
+    cpu.throttle_source = Some(from);
+}
+
+fn fill<T>(a: &mut Option<T>, b: Option<T>) {
+    if a.is_none() {
+        *a = b;
+    }
+}
+
+/// Merges a later hierarchy's partial record into the first one: values already present win.
+fn merge(into: &mut Cgroup, from: Cgroup) {
+    into.v1 |= from.v1;
+    into.v2 |= from.v2;
+    match (&mut into.cpu, from.cpu) {
+        (Some(a), Some(b)) => merge_cpu(a, b),
+        (a @ None, b) => *a = b,
+        (Some(_), None) => {}
+    }
+    match (&mut into.memory, from.memory) {
+        (Some(a), Some(b)) => merge_memory(a, b),
+        (a @ None, b) => *a = b,
+        (Some(_), None) => {}
+    }
+    fill(&mut into.pressure.cpu, from.pressure.cpu);
+    fill(&mut into.pressure.memory, from.pressure.memory);
+    fill(&mut into.pressure.io, from.pressure.io);
+    fill(&mut into.pids_current, from.pids_current);
+}
+
+fn merge_cpu(a: &mut CpuStats, b: CpuStats) {
+    // Fields that come from one file move together, so a record never mixes versions' counters.
+    if a.usage_ns.is_none() {
+        a.usage_ns = b.usage_ns;
+        a.usage_source = b.usage_source;
+    }
+    if a.throttle_source.is_none() {
+        a.nr_periods = b.nr_periods;
+        a.nr_throttled = b.nr_throttled;
+        a.throttled_ns = b.throttled_ns;
+        a.nr_bursts = b.nr_bursts;
+        a.burst_ns = b.burst_ns;
+        a.throttle_source = b.throttle_source;
+    }
+    fill(&mut a.user_ticks, b.user_ticks);
+    fill(&mut a.system_ticks, b.system_ticks);
+    fill(&mut a.user_usec, b.user_usec);
+    fill(&mut a.system_usec, b.system_usec);
+    if a.period_us.is_none() {
+        a.quota_us = b.quota_us;
+        a.period_us = b.period_us;
+        a.burst_us = b.burst_us;
+    }
+    fill(&mut a.shares, b.shares);
+    fill(&mut a.weight, b.weight);
+}
+
+fn merge_memory(a: &mut MemoryStats, b: MemoryStats) {
+    if a.usage_bytes.is_none() {
+        a.usage_bytes = b.usage_bytes;
+        a.limit_bytes = b.limit_bytes;
+    }
+    fill(&mut a.high_bytes, b.high_bytes);
+    fill(&mut a.low_bytes, b.low_bytes);
+    fill(&mut a.min_bytes, b.min_bytes);
+    fill(&mut a.swap_bytes, b.swap_bytes);
+    fill(&mut a.memsw_usage_bytes, b.memsw_usage_bytes);
+    fill(&mut a.failcnt, b.failcnt);
+    if a.stat.is_empty() {
+        a.stat = b.stat;
+    }
+    if a.events.is_empty() {
+        a.events = b.events;
+    }
+    fill(&mut a.oom_kill, b.oom_kill);
+    fill(&mut a.under_oom, b.under_oom);
+}

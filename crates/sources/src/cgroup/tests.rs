@@ -1,0 +1,336 @@
+//! Reader tests on recorded trees: this host (hybrid), a pure v2 node and a v1-only host.
+
+use std::path::Path;
+
+use super::*;
+use crate::io::Root;
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures");
+const HEX: &str = "9f2c4b7e1a3d5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8";
+const POD_UID: &str = "3b1f6c2e-8a4d-4f0e-9c5b-7d2a1e6f4c38";
+
+fn read(tree: &str) -> (Vec<Cgroup>, CgroupReader) {
+    let mut r = CgroupReader::new(Root::new(format!("{FIXTURES}/{tree}"))).unwrap();
+    let cgs = r.read();
+    (cgs, r)
+}
+
+fn find<'a>(cgs: &'a [Cgroup], path: &str) -> &'a Cgroup {
+    cgs.iter()
+        .find(|c| c.path == path)
+        .unwrap_or_else(|| panic!("no cgroup {path}"))
+}
+
+#[test]
+fn host_hybrid() {
+    let (cgs, r) = read("host");
+    let versions: Vec<_> = r.hierarchies().map(|h| h.version).collect();
+    assert_eq!(
+        versions,
+        [
+            CgroupVersion::V1,
+            CgroupVersion::V1,
+            CgroupVersion::V1,
+            CgroupVersion::V2
+        ],
+        "cpu, cpuacct, memory and unified; cpuset, pids, name=systemd... not walked"
+    );
+    let w = r.last_walk();
+    assert_eq!(w.read_errors, 0, "{:?}", w.first_error);
+    assert_eq!(w.cgroups, cgs.len());
+    assert!(
+        cgs.windows(2).all(|p| p[0].path < p[1].path),
+        "sorted, unique"
+    );
+
+    let fx = find(&cgs, "/jitterscope-fixture");
+    assert!(fx.v1 && fx.v2);
+    let cpu = fx.cpu.as_ref().unwrap();
+    assert_eq!((cpu.quota_us, cpu.period_us), (Some(20_000), Some(100_000)));
+    assert_eq!(cpu.burst_us, Some(0));
+    assert!(cpu.nr_throttled.unwrap() > 0);
+    assert_eq!(cpu.nr_periods, Some(31));
+    assert_eq!(cpu.throttled_ns, Some(2_429_017_994));
+    assert_eq!(cpu.throttle_source, Some(CgroupVersion::V1));
+    assert_eq!(cpu.shares, Some(1024));
+    // v1 cpuacct wins over the unified hierarchy's usage_usec, which is still recorded apart.
+    assert_eq!(cpu.usage_ns, Some(653_584_592));
+    assert_eq!(cpu.usage_source, Some(CgroupVersion::V1));
+    assert_eq!(cpu.user_ticks, Some(64));
+    assert_eq!(cpu.user_usec, Some(801_556));
+    let mem = fx.memory.as_ref().unwrap();
+    assert_eq!(mem.limit_bytes, Some(256 << 20));
+    assert_eq!(mem.usage_bytes, Some(0));
+    assert_eq!(mem.failcnt, Some(0));
+    assert_eq!(mem.stat("hierarchical_memory_limit"), Some(256 << 20));
+    assert_eq!(mem.oom_kill, Some(0));
+    assert_eq!(mem.under_oom, Some(false));
+    assert!(mem.events.is_empty(), "memory.events is v2 only");
+    let psi = fx.pressure.cpu.as_ref().unwrap();
+    assert_eq!(psi.some.as_ref().unwrap().total_usec, 3_074_829);
+    assert!(fx.pressure.memory.is_some() && fx.pressure.io.is_some());
+    assert_eq!(fx.identity, Identity::default());
+
+    let root = find(&cgs, "/");
+    assert!(root.v1 && root.v2);
+    let rc = root.cpu.as_ref().unwrap();
+    assert_eq!(rc.quota_us, None, "-1 = unlimited");
+    assert_eq!(rc.usage_ns, Some(205_225_555_317));
+    assert_eq!(root.memory.as_ref().unwrap().limit_bytes, None);
+    assert!(root.pressure.cpu.is_some());
+
+    let papi: Vec<_> = cgs
+        .iter()
+        .filter(|c| c.path.starts_with("/process_api"))
+        .collect();
+    assert!(papi.len() >= 2, "/process_api and its child memcg");
+    assert!(papi
+        .iter()
+        .all(|c| c.v1 && !c.v2 && c.memory.is_some() && c.cpu.is_none()));
+    let leaf = find(&cgs, "/process_api/4e9f979501e142896e0ca4ffd4160131");
+    assert!(leaf.memory.as_ref().unwrap().usage_bytes.is_some());
+}
+
+#[test]
+fn v2_only_kubernetes_node() {
+    let (cgs, r) = read("edge/cgroup-v2-only");
+    let hs: Vec<_> = r.hierarchies().collect();
+    assert_eq!(hs.len(), 1);
+    assert_eq!(hs[0].controllers, ["cpu", "io", "memory", "pids"]);
+    let w = r.last_walk();
+    assert_eq!(w.read_errors, 0, "{:?}", w.first_error);
+    assert_eq!((w.vanished, w.skipped_depth, w.skipped_limit), (0, 0, 0));
+    assert_eq!(cgs.len(), 8);
+
+    let path = format!(
+        "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{HEX}.scope",
+        POD_UID.replace('-', "_")
+    );
+    let c = find(&cgs, &path);
+    assert!(c.v2 && !c.v1);
+    let cpu = c.cpu.as_ref().unwrap();
+    assert_eq!((cpu.quota_us, cpu.period_us), (Some(20_000), Some(100_000)));
+    assert_eq!(cpu.burst_us, Some(0));
+    assert_eq!((cpu.nr_periods, cpu.nr_throttled), (Some(5123), Some(4102)));
+    assert_eq!(cpu.throttled_ns, Some(318_765_432_000));
+    assert_eq!((cpu.nr_bursts, cpu.burst_ns), (Some(37), Some(412_345_000)));
+    assert_eq!(cpu.throttle_source, Some(CgroupVersion::V2));
+    assert_eq!(cpu.usage_ns, Some(29_876_543_000));
+    assert_eq!(cpu.usage_source, Some(CgroupVersion::V2));
+    assert_eq!(
+        (cpu.user_usec, cpu.system_usec),
+        (Some(24_876_543), Some(5_000_000))
+    );
+    assert_eq!(
+        (cpu.weight, cpu.shares, cpu.user_ticks),
+        (Some(20), None, None)
+    );
+    let mem = c.memory.as_ref().unwrap();
+    assert_eq!(mem.usage_bytes, Some(268_000_000));
+    assert_eq!(mem.limit_bytes, Some(256 << 20));
+    assert_eq!(mem.high_bytes, Some(240 << 20));
+    assert_eq!((mem.low_bytes, mem.min_bytes), (Some(0), Some(0)));
+    assert_eq!(mem.swap_bytes, Some(0));
+    assert_eq!(mem.event("oom_kill"), Some(2));
+    assert_eq!(mem.events.len(), 6);
+    assert_eq!(mem.stat[0].0, "anon");
+    assert_eq!(mem.stat("pgscan_direct"), Some(1024));
+    assert_eq!(
+        (mem.failcnt, mem.oom_kill, mem.under_oom),
+        (None, None, None)
+    );
+    assert_eq!(c.pids_current, Some(13));
+    let psi = c.pressure.cpu.as_ref().unwrap();
+    assert_eq!(psi.some.as_ref().unwrap().avg10, 41.77);
+    assert!(c.pressure.memory.is_some() && c.pressure.io.is_some());
+    assert_eq!(c.identity.runtime, Runtime::Containerd);
+    assert_eq!(c.identity.container_id.as_deref(), Some(HEX));
+    assert_eq!(c.identity.pod_uid.as_deref(), Some(POD_UID));
+    assert_eq!(c.identity.qos, Some(QosClass::Burstable));
+
+    let root = find(&cgs, "/");
+    let rc = root.cpu.as_ref().unwrap();
+    assert_eq!((rc.quota_us, rc.period_us, rc.weight), (None, None, None));
+    assert!(rc.usage_ns.is_some());
+    let rm = root.memory.as_ref().unwrap();
+    assert_eq!(
+        (rm.usage_bytes, rm.limit_bytes),
+        (None, None),
+        "no memory.current at root"
+    );
+    assert!(rm.stat("anon").is_some());
+    assert_eq!(root.pids_current, None);
+
+    let unlimited = find(&cgs, "/kubepods.slice/kubepods-burstable.slice");
+    assert_eq!(unlimited.cpu.as_ref().unwrap().quota_us, None);
+    assert_eq!(unlimited.cpu.as_ref().unwrap().period_us, Some(100_000));
+    assert_eq!(unlimited.memory.as_ref().unwrap().limit_bytes, None);
+    assert_eq!(unlimited.identity.qos, Some(QosClass::Burstable));
+
+    // system.slice enables only memory and pids below it.
+    let nginx = find(&cgs, "/system.slice/nginx.service");
+    let nc = nginx.cpu.as_ref().unwrap();
+    assert_eq!((nc.period_us, nc.weight, nc.nr_periods), (None, None, None));
+    assert_eq!(nc.usage_ns, Some(2_500_000_000));
+    assert_eq!(nginx.memory.as_ref().unwrap().limit_bytes, Some(100 << 20));
+    assert_eq!(nginx.memory.as_ref().unwrap().event("max"), Some(3));
+    assert_eq!(nginx.identity.runtime, Runtime::Systemd);
+    assert_eq!(
+        nginx.identity.systemd_unit.as_deref(),
+        Some("nginx.service")
+    );
+}
+
+#[test]
+fn v1_only_docker_host() {
+    let (cgs, r) = read("edge/cgroup-v1-only");
+    let hs: Vec<_> = r.hierarchies().collect();
+    assert_eq!(
+        hs.len(),
+        2,
+        "cpu,cpuacct and memory; pids and systemd not walked"
+    );
+    assert_eq!(hs[0].controllers, ["cpuacct", "cpu"]);
+    assert!(hs.iter().all(|h| h.version == CgroupVersion::V1));
+    let w = r.last_walk();
+    assert_eq!(w.read_errors, 0, "{:?}", w.first_error);
+    assert_eq!(cgs.len(), 5);
+
+    let c = find(&cgs, &format!("/docker/{HEX}"));
+    assert!(c.v1 && !c.v2);
+    let cpu = c.cpu.as_ref().unwrap();
+    assert_eq!((cpu.quota_us, cpu.period_us), (Some(50_000), Some(100_000)));
+    assert_eq!(cpu.burst_us, None, "no cpu.cfs_burst_us before 5.14");
+    assert_eq!(
+        (cpu.nr_periods, cpu.nr_throttled),
+        (Some(120_345), Some(31_012))
+    );
+    assert_eq!(cpu.throttled_ns, Some(4_123_456_789_012));
+    assert_eq!((cpu.nr_bursts, cpu.burst_ns), (None, None));
+    assert_eq!(cpu.shares, Some(512));
+    assert_eq!(cpu.usage_ns, Some(3_456_789_012_345));
+    assert_eq!(
+        (cpu.user_ticks, cpu.system_ticks),
+        (Some(290_000), Some(55_000))
+    );
+    assert_eq!(cpu.user_usec, None);
+    let mem = c.memory.as_ref().unwrap();
+    assert_eq!(mem.limit_bytes, Some(512 << 20));
+    assert_eq!(mem.failcnt, Some(17));
+    assert_eq!(mem.memsw_usage_bytes, None);
+    assert_eq!(mem.stat("total_rss"), Some(430_000_000));
+    assert_eq!((mem.oom_kill, mem.under_oom), (None, Some(false)));
+    assert_eq!(c.pressure, CgroupPressure::default());
+    assert_eq!(c.pids_current, None);
+    assert_eq!(c.identity.runtime, Runtime::Docker);
+    assert_eq!(c.identity.short_id(), Some(&HEX[..12]));
+
+    assert_eq!(
+        find(&cgs, "/docker").memory.as_ref().unwrap().limit_bytes,
+        None
+    );
+    assert!(find(&cgs, "/").v1);
+
+    let buf = std::fs::read(format!("{FIXTURES}/edge/cgroup-v1-only/proc/self/cgroup")).unwrap();
+    let p = parse_proc_pid_cgroup(&buf).unwrap();
+    assert_eq!(p.cpu_cgroup(), Some(c.path.as_str()));
+    assert_eq!(p.memory_cgroup(), Some(c.path.as_str()));
+}
+
+fn write(root: &Path, rel: &str, content: &str) {
+    let p = root.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, content).unwrap();
+}
+
+/// A v2 tree built in a temp dir: one cgroup removed mid-walk (its directory is still listed
+/// but has no files), one missing some files, one with an unreadable (garbled) file.
+fn scratch_tree() -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    let r = t.path();
+    write(
+        r,
+        "proc/self/mountinfo",
+        "24 23 0:22 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate\n",
+    );
+    let cg = "sys/fs/cgroup";
+    write(r, &format!("{cg}/cgroup.controllers"), "cpu memory\n");
+    write(r, &format!("{cg}/cgroup.subtree_control"), "cpu memory\n");
+    write(r, &format!("{cg}/cpu.stat"), "usage_usec 10\n");
+    std::fs::create_dir_all(r.join(format!("{cg}/gone"))).unwrap();
+    write(r, &format!("{cg}/partial/cpu.stat"), "usage_usec 7\n");
+    write(r, &format!("{cg}/partial/memory.current"), "4096\n");
+    write(r, &format!("{cg}/garbled/cpu.stat"), "usage_usec 5\n");
+    write(r, &format!("{cg}/garbled/cpu.max"), "lots 100000\n");
+    write(r, &format!("{cg}/garbled/memory.current"), "1\n");
+    for d in 0..7 {
+        let deep = "/d".repeat(d);
+        write(r, &format!("{cg}/deep{deep}/cpu.stat"), "usage_usec 1\n");
+    }
+    t
+}
+
+#[test]
+fn vanished_and_partial_cgroups_are_skipped_not_fatal() {
+    let t = scratch_tree();
+    let mut r = CgroupReader::new(Root::new(t.path())).unwrap();
+    let cgs = r.read();
+    assert!(cgs.iter().all(|c| c.path != "/gone"));
+    let p = find(&cgs, "/partial");
+    assert_eq!(p.cpu.as_ref().unwrap().usage_ns, Some(7000));
+    assert_eq!(p.cpu.as_ref().unwrap().quota_us, None);
+    let m = p.memory.as_ref().unwrap();
+    assert_eq!((m.usage_bytes, m.limit_bytes), (Some(4096), None));
+    assert_eq!(p.pressure, CgroupPressure::default());
+    let g = find(&cgs, "/garbled");
+    assert_eq!(g.cpu.as_ref().unwrap().usage_ns, Some(5000));
+    assert_eq!(g.memory.as_ref().unwrap().usage_bytes, Some(1));
+    let w = r.last_walk();
+    assert_eq!(w.vanished, 1);
+    assert_eq!(w.read_errors, 1);
+    assert!(w
+        .first_error
+        .as_ref()
+        .unwrap()
+        .path()
+        .ends_with("garbled/cpu.max"));
+    assert!(find(&cgs, "/deep/d/d/d/d/d/d").cpu.is_some());
+    // Absent next to a present memory.current: not tried again on later walks.
+    assert!(!r.plans_v2_swap());
+    assert_eq!(
+        r.read().len(),
+        cgs.len(),
+        "a second walk sees the same tree"
+    );
+}
+
+#[test]
+fn walk_bounds_are_counted() {
+    let t = scratch_tree();
+    let cfg = CgroupReaderConfig {
+        max_depth: 3,
+        max_cgroups: 100,
+    };
+    let mut r = CgroupReader::with_config(Root::new(t.path()), cfg).unwrap();
+    let cgs = r.read();
+    assert!(cgs.iter().any(|c| c.path == "/deep/d/d"));
+    assert!(cgs.iter().all(|c| c.path != "/deep/d/d/d"));
+    assert_eq!(r.last_walk().skipped_depth, 1);
+
+    let cfg = CgroupReaderConfig {
+        max_depth: 32,
+        max_cgroups: 3,
+    };
+    let mut r = CgroupReader::with_config(Root::new(t.path()), cfg).unwrap();
+    let cgs = r.read();
+    assert_eq!(r.last_walk().dirs_read, 3);
+    assert!(cgs.len() <= 3);
+    assert!(r.last_walk().skipped_limit > 0);
+}
+
+#[test]
+fn missing_mountinfo_is_an_error_at_construction() {
+    let t = tempfile::tempdir().unwrap();
+    let e = CgroupReader::new(Root::new(t.path())).unwrap_err();
+    assert!(e.is_missing());
+}
