@@ -1,0 +1,140 @@
+//! kill -9 of a writer at random moments loses nothing it acknowledged.
+//!
+//! The test re-executes its own binary as the writer, so the crash is a real SIGKILL of a process
+//! in the middle of whatever it was doing (compressing, writing, syncing, rotating frames).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use jitterscope_store::{Reader, StoreConfig, Writer};
+
+const CHILD_ENV: &str = "JITTERSCOPE_STORE_CRASH_CHILD_DIR";
+const TEST_NAME: &str = "kill_9_loses_no_acknowledged_record";
+const RUNS: usize = 20;
+
+fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64
+}
+
+/// A ~50 KB payload derived from its timestamp, so the parent can check it knowing only the ts.
+fn payload(ts: i64) -> Vec<u8> {
+    let mut p: Vec<u8> = (0..50_000u32).map(|k| (k / 7 % 253) as u8).collect();
+    for at in (0..p.len() - 8).step_by(4096) {
+        p[at..at + 8].copy_from_slice(&ts.to_le_bytes());
+    }
+    p
+}
+
+fn child(dir: &str) -> ! {
+    let mut config = StoreConfig::new(dir);
+    // Small frames, so kills also land while frames end and index entries are written.
+    config.frame_records = 7;
+    let mut w = Writer::open(config).expect("child opens writer");
+    let mut out = std::io::stdout().lock();
+    let mut last = 0;
+    loop {
+        // Unique and increasing across runs even if the clock stands still.
+        let ts = now_ns().max(last + 1);
+        last = ts;
+        w.append(ts, &payload(ts)).expect("append");
+        writeln!(out, "ACK {ts}").unwrap();
+        out.flush().unwrap();
+    }
+}
+
+#[test]
+fn kill_9_loses_no_acknowledged_record() {
+    if let Ok(dir) = std::env::var(CHILD_ENV) {
+        child(&dir);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let mut rng = (now_ns() as u64) | 1;
+    let mut acked: Vec<i64> = Vec::new();
+    for run in 0..RUNS {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let delay = Duration::from_millis(20 + rng % 381);
+        let mut child = Command::new(&exe)
+            .args(["--exact", TEST_NAME, "--nocapture", "--test-threads=1"])
+            .env(CHILD_ENV, dir.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let lines = std::thread::spawn(move || {
+            let mut r = BufReader::new(stdout);
+            let mut got = Vec::new();
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                if r.read_until(b'\n', &mut line).unwrap() == 0 {
+                    break;
+                }
+                // A line cut by the kill has no newline and was never a complete acknowledgement.
+                if let Some(ts) = line
+                    .strip_suffix(b"\n")
+                    .and_then(|l| l.strip_prefix(b"ACK "))
+                    .and_then(|l| std::str::from_utf8(l).ok())
+                    .and_then(|l| l.parse::<i64>().ok())
+                {
+                    got.push(ts);
+                }
+            }
+            got
+        });
+        std::thread::sleep(delay);
+        child.kill().unwrap(); // SIGKILL
+        let status = child.wait().unwrap();
+        assert!(
+            status.code().is_none(),
+            "run {run}: child exited by itself: {status}"
+        );
+        let got = lines.join().unwrap();
+        eprintln!(
+            "run {run}: killed after {delay:?}, {} acknowledged",
+            got.len()
+        );
+        acked.extend(got);
+    }
+    assert!(!acked.is_empty(), "children never acknowledged an append");
+
+    let reader = Reader::open(dir.path()).unwrap();
+    let mut range = reader.range(i64::MIN, i64::MAX).unwrap();
+    let mut stored = BTreeMap::new();
+    for r in &mut range {
+        let r = r.unwrap();
+        assert_eq!(
+            r.payload,
+            payload(r.ts_ns),
+            "payload of {} differs",
+            r.ts_ns
+        );
+        assert!(
+            stored.insert(r.ts_ns, ()).is_none(),
+            "{} stored twice",
+            r.ts_ns
+        );
+    }
+    for ts in &acked {
+        assert!(stored.contains_key(ts), "acknowledged record {ts} lost");
+    }
+    let stats = range.stats();
+    eprintln!(
+        "{} acknowledged, {} stored, {:?}",
+        acked.len(),
+        stored.len(),
+        stats
+    );
+    assert_eq!(stats.corrupt_records, 0);
+    assert_eq!(stats.corrupt_frames, 0);
+    assert!(stats.torn_tails <= RUNS as u64, "{stats:?}");
+    assert!(reader.segments().unwrap().len() <= RUNS);
+}
