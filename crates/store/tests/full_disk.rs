@@ -1,0 +1,162 @@
+//! A full filesystem makes appends fail with `NoSpace`, never a panic or a corrupt file, and the
+//! store recovers by itself once space returns. Needs root to mount a small tmpfs.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use jitterscope_store::{Reader, Record, StoreConfig, Writer};
+
+const SEC: i64 = 1_000_000_000;
+
+struct Unmount(PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let ok = Command::new("umount")
+            .arg(&self.0)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            // Something still holds a file open; detach so the mount does not outlive the test.
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+}
+
+fn noise(seed: u64, len: usize) -> Vec<u8> {
+    // splitmix64: distinct seeds give unrelated streams, so zstd finds nothing to share.
+    (0..len.div_ceil(8) as u64)
+        .flat_map(|i| {
+            let mut z = seed
+                .wrapping_add(i.wrapping_add(1).wrapping_mul(0x9E3779B97F4A7C15))
+                .wrapping_add(seed.rotate_left(29));
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58476D1CE4E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D049BB133111EB);
+            (z ^ (z >> 31)).to_le_bytes()
+        })
+        .take(len)
+        .collect()
+}
+
+/// Grows `path` until the filesystem refuses more.
+fn fill(path: &Path) {
+    let mut f = File::options()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
+    for chunk in [64 * 1024, 4096, 1] {
+        let buf = vec![0xAAu8; chunk];
+        while f.write_all(&buf).is_ok() {}
+    }
+}
+
+fn read_all(dir: &Path) -> Vec<Record> {
+    let r = Reader::open(dir).unwrap();
+    let mut range = r.range(i64::MIN, i64::MAX).unwrap();
+    let got: Vec<Record> = (&mut range).collect::<Result<_, _>>().unwrap();
+    let s = range.stats();
+    assert_eq!(
+        (s.corrupt_records, s.corrupt_frames, s.torn_tails),
+        (0, 0, 0)
+    );
+    got
+}
+
+/// Records read back are the newest acknowledged ones: deleting whole oldest segments removes a
+/// prefix and nothing else.
+fn assert_suffix(got: &[Record], acked: &[Record]) {
+    assert!(!got.is_empty(), "everything was deleted");
+    assert!(got.len() <= acked.len());
+    assert!(
+        got == &acked[acked.len() - got.len()..],
+        "records read back are not the newest acknowledged ones"
+    );
+}
+
+#[test]
+fn full_disk_gives_no_space_and_recovers() {
+    if unsafe { libc::geteuid() } != 0 {
+        println!("SKIPPED: full-disk test needs root to mount tmpfs");
+        return;
+    }
+    let mnt = tempfile::tempdir().unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
+        .arg(mnt.path())
+        .status()
+        .unwrap();
+    if !mounted.success() {
+        println!("SKIPPED: full-disk test could not mount tmpfs even as root ({mounted})");
+        return;
+    }
+    let _unmount = Unmount(mnt.path().to_path_buf());
+    let dir = mnt.path().join("store");
+    let ballast = mnt.path().join("ballast");
+
+    let mut config = StoreConfig::new(&dir);
+    config.max_bytes = 1 << 30; // far beyond the filesystem
+    config.segment_max_bytes = 512 * 1024;
+    config.frame_records = 4;
+    config.compression_level = 1;
+    let mut w = Writer::open(config).unwrap();
+    let mut acked = Vec::new();
+    // Recent times, so age retention leaves the segments to the size and space logic under test.
+    let mut ts = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64;
+    let mut append = |w: &mut Writer, acked: &mut Vec<Record>| {
+        ts += SEC;
+        let p = noise(ts as u64, 16 * 1024);
+        let r = w.append(ts, &p);
+        if r.is_ok() {
+            acked.push(Record {
+                ts_ns: ts,
+                payload: p,
+            });
+        }
+        r
+    };
+
+    // The store alone fills the filesystem.
+    let mut first_failure = None;
+    for i in 0..1000 {
+        if let Err(e) = append(&mut w, &mut acked) {
+            first_failure = Some((i, e));
+            break;
+        }
+    }
+    let (at, err) = first_failure.expect("4 MiB filesystem never filled");
+    assert!(err.is_no_space(), "{err:?}");
+    assert!(at > 100, "failed after only {at} appends");
+    assert_suffix(&read_all(&dir), &acked);
+
+    // Old segments were deleted to make room, so writing goes on in a new segment.
+    for _ in 0..10 {
+        append(&mut w, &mut acked).expect("append after old segments were freed");
+    }
+
+    // Someone else takes all the space, and keeps taking what the store frees.
+    fill(&ballast);
+    for attempt in 0..3 {
+        let err = append(&mut w, &mut acked).expect_err("append on a full filesystem");
+        assert!(err.is_no_space(), "attempt {attempt}: {err:?}");
+        fill(&ballast);
+    }
+    let before = read_all(&dir);
+    assert_suffix(&before, &acked);
+
+    // Space returns: appends succeed again and read back after what was there.
+    std::fs::remove_file(&ballast).unwrap();
+    for _ in 0..5 {
+        append(&mut w, &mut acked).expect("append once space returned");
+    }
+    drop(w);
+    let after = read_all(&dir);
+    assert_suffix(&after, &acked);
+    assert_eq!(after.len(), before.len() + 5);
+}
