@@ -111,10 +111,9 @@ pub struct MemoryStats {
     pub low_bytes: Option<u64>,
     /// v2 `memory.min` hard protection, bytes (`max` reads as `u64::MAX`).
     pub min_bytes: Option<u64>,
-    /// v2 `memory.swap.current`, bytes.
+    /// v2 `memory.swap.current`, bytes. (v1: the `swap` key of `stat`, present with swap
+    /// accounting; `memory.memsw.usage_in_bytes` is usage + that, so it is not read.)
     pub swap_bytes: Option<u64>,
-    /// v1 `memory.memsw.usage_in_bytes` (memory + swap), bytes; only with swap accounting.
-    pub memsw_usage_bytes: Option<u64>,
     /// v1 `memory.failcnt`: times the limit was hit.
     pub failcnt: Option<u64>,
     /// Every `memory.stat` key and value, in file order (v1 keys include `total_*`).

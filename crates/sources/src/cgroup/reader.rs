@@ -2,11 +2,13 @@
 //!
 //! Cost is what matters here (a lab scenario alone creates 2000 memcgs), so:
 //! - which files exist is decided per hierarchy, not per directory: v1 optional files
-//!   (`cpu.cfs_burst_us`, `memory.memsw.*`) are probed once at the hierarchy root; v2 controller
+//!   (`cpu.cfs_burst_us`, `memory.oom_control`) are probed once at the hierarchy root; v2 controller
 //!   files are read only where the parent's `cgroup.subtree_control` enables that controller
 //!   (read once per directory that has children); files the root never has are not tried there;
 //!   a v2 file that turns out absent next to a present sibling (`cpu.max.burst` before 5.14,
 //!   `memory.swap.current` without swap accounting) is not tried again;
+//! - files that repeat what another file already says are not read (v1 `memory.memsw.*`:
+//!   swap is the `swap` key of `memory.stat` when swap accounting is on);
 //! - one file buffer and one path buffer are reused for the whole walk;
 //! - a cgroup removed between listing and reading (every file missing) is skipped and counted,
 //!   never an error for the walk; other per-file errors leave the field `None` and are counted.
@@ -103,8 +105,6 @@ struct Plan {
     ctl: Ctl,
     /// v1 `cpu.cfs_burst_us` exists (5.14+).
     v1_burst: bool,
-    /// v1 `memory.memsw.usage_in_bytes` exists (swap accounting on).
-    v1_memsw: bool,
     /// v1 `memory.oom_control` exists.
     v1_oom_control: bool,
     /// v2 `*.pressure` exist (PSI compiled in and enabled).
@@ -131,7 +131,6 @@ impl Plan {
         let exists = |f: &str| dir.join(f).exists();
         Some(Plan {
             v1_burst: ctl.has(Ctl::CPU) && exists("cpu.cfs_burst_us"),
-            v1_memsw: ctl.has(Ctl::MEMORY) && exists("memory.memsw.usage_in_bytes"),
             v1_oom_control: ctl.has(Ctl::MEMORY) && exists("memory.oom_control"),
             v2_pressure: hierarchy.version == CgroupVersion::V2 && exists("cpu.pressure"),
             v2_burst: true,
@@ -407,9 +406,6 @@ impl Walk<'_> {
                 stat: self.get("memory.stat", parse_keyed).unwrap_or_default(),
                 ..MemoryStats::default()
             };
-            if self.plan.v1_memsw {
-                m.memsw_usage_bytes = self.get("memory.memsw.usage_in_bytes", parse_single);
-            }
             if self.plan.v1_oom_control {
                 if let Some(o) = self.get("memory.oom_control", parse_oom_control) {
                     m.oom_kill = o.oom_kill;
@@ -583,7 +579,6 @@ fn merge_memory(a: &mut MemoryStats, b: MemoryStats) {
     fill(&mut a.low_bytes, b.low_bytes);
     fill(&mut a.min_bytes, b.min_bytes);
     fill(&mut a.swap_bytes, b.swap_bytes);
-    fill(&mut a.memsw_usage_bytes, b.memsw_usage_bytes);
     fill(&mut a.failcnt, b.failcnt);
     if a.stat.is_empty() {
         a.stat = b.stat;

@@ -217,7 +217,6 @@ fn v1_only_docker_host() {
     let mem = c.memory.as_ref().unwrap();
     assert_eq!(mem.limit_bytes, Some(512 << 20));
     assert_eq!(mem.failcnt, Some(17));
-    assert_eq!(mem.memsw_usage_bytes, None);
     assert_eq!(mem.stat("total_rss"), Some(430_000_000));
     assert_eq!((mem.oom_kill, mem.under_oom), (None, Some(false)));
     assert_eq!(c.pressure, CgroupPressure::default());
@@ -333,4 +332,27 @@ fn missing_mountinfo_is_an_error_at_construction() {
     let t = tempfile::tempdir().unwrap();
     let e = CgroupReader::new(Root::new(t.path())).unwrap_err();
     assert!(e.is_missing());
+}
+
+/// Smoke test on the live host: run with `cargo test -p jitterscope-sources live_host -- --ignored
+/// --nocapture` (e.g. after creating many cgroups) to see the walk's cost.
+#[test]
+#[ignore = "reads the live host's cgroupfs"]
+fn live_host() {
+    let mut r = CgroupReader::new(Root::default()).unwrap();
+    let t = std::time::Instant::now();
+    let cgs = r.read();
+    let first = t.elapsed();
+    let t = std::time::Instant::now();
+    let again = r.read();
+    let second = t.elapsed();
+    let w = r.last_walk();
+    eprintln!(
+        "{} cgroups, {} dirs: first walk {first:?}, second {second:?}; {w:?}",
+        cgs.len(),
+        w.dirs_read
+    );
+    assert!(cgs.iter().any(|c| c.path == "/"));
+    assert_eq!(w.read_errors, 0, "{:?}", w.first_error);
+    assert!(!again.is_empty());
 }
