@@ -28,7 +28,7 @@ pub struct Hierarchy {
     /// Where it is mounted, as the kernel reports it (resolve under a [`Root`] to read it).
     pub mount_point: PathBuf,
     /// The cgroup the mount shows at its top ("/" normally; a container without its own cgroup
-    /// namespace sees e.g. "/docker/<id>"). Cgroup paths are this joined with the directory
+    /// namespace sees e.g. `/docker/<id>`). Cgroup paths are this joined with the directory
     /// below the mount point, which makes them comparable with `/proc/<pid>/cgroup`.
     pub mount_root: String,
     /// v1: the controllers bound to it (from the super options, e.g. `cpu`, `cpuacct`).
