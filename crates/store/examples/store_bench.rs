@@ -27,8 +27,8 @@ impl Sample {
             self.rng ^= self.rng << 17;
             let roll = self.rng % 100;
             if roll < self.moving_pct {
-                // Mostly small steps, one in twenty a large one.
-                *c += if roll % 20 == 0 {
+                // Mostly small steps, one in 32 a large one.
+                *c += if (self.rng >> 32) & 31 == 0 {
                     self.rng >> 40
                 } else {
                     self.rng >> 60
