@@ -1,1 +1,61 @@
-fn main() {}
+//! `jitterscope`: the command-line front end. A thin layer over the model and the store.
+
+mod dump;
+mod prio;
+mod record;
+mod status;
+mod timearg;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Where the store lives unless `--dir` or `JITTERSCOPE_DIR` says otherwise.
+pub const DEFAULT_DIR: &str = "/var/lib/jitterscope";
+
+#[derive(Parser)]
+#[command(
+    name = "jitterscope",
+    version,
+    about = "Flight recorder and root-cause engine for latency jitter on Linux hosts and containers"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Record system, cgroup and process samples into the store until stopped.
+    Record(record::RecordArgs),
+    /// Print recorded metrics for a time range (CSV, JSON lines or OpenMetrics), or list them.
+    Dump(dump::DumpArgs),
+}
+
+/// The store directory: `--dir`, else `$JITTERSCOPE_DIR`, else [`DEFAULT_DIR`].
+pub fn store_dir(arg: Option<PathBuf>) -> PathBuf {
+    arg.or_else(|| std::env::var_os("JITTERSCOPE_DIR").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_DIR))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Record(a) => record::run(a),
+        Cmd::Dump(a) => dump::run(a),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // One line, no backtrace: the chain of causes joined.
+            let mut msg = e.to_string();
+            for cause in e.chain().skip(1) {
+                msg.push_str(": ");
+                msg.push_str(&cause.to_string());
+            }
+            eprintln!("jitterscope: error: {}", msg.replace('\n', " "));
+            ExitCode::from(1)
+        }
+    }
+}

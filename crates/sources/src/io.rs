@@ -122,10 +122,28 @@ pub fn read_into(path: &Path, buf: &mut Vec<u8>) -> Result<(), ReadError> {
         path: path.to_path_buf(),
         source,
     })?;
-    f.read_to_end(buf).map_err(|source| ReadError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    // A plain read loop rather than read_to_end: read_to_end asks for the file size first
+    // (statx + lseek), two wasted syscalls per file on procfs/cgroupfs where the size is 0,
+    // and the cgroup walk reads ~6 files per cgroup every second.
+    let mut len = 0;
+    loop {
+        if buf.len() - len < 1024 {
+            buf.resize((len + 1024).max(buf.capacity()).max(4096), 0);
+        }
+        match f.read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(source) => {
+                buf.truncate(0);
+                return Err(ReadError::Io {
+                    path: path.to_path_buf(),
+                    source,
+                });
+            }
+        }
+    }
+    buf.truncate(len);
     Ok(())
 }
 

@@ -1,0 +1,307 @@
+//! `jitterscope dump`: recorded metrics for a time range as CSV, JSON lines or OpenMetrics, and
+//! `dump --list`, the metric registry.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use jitterscope_model::derive::{evaluate, SeriesValue};
+use jitterscope_model::glob::Pattern;
+use jitterscope_model::registry::{all, Kind, MetricDef};
+use jitterscope_model::{codec, Sample};
+use jitterscope_store::Reader;
+
+use crate::timearg::{fmt_ns, parse_time};
+
+/// Output formats of `dump`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// `time,series,value,unit`, one row per series per sample (an empty value is unknown).
+    Csv,
+    /// One JSON object per sample: `{"time", "ts_ns", "values": {series: value|null}}`.
+    Json,
+    /// OpenMetrics text exposition with timestamps, one family per metric.
+    Openmetrics,
+}
+
+/// Arguments of `dump`.
+#[derive(Args, Debug)]
+pub struct DumpArgs {
+    /// Start of the range: RFC 3339, HH:MM:SS (today, local), '10m ago', 'now' or epoch seconds.
+    #[arg(long, default_value = "10m ago")]
+    from: String,
+    /// End of the range (same forms).
+    #[arg(long, default_value = "now")]
+    to: String,
+    /// Series to print: names or globs (`cgroup.*.cpu.throttled_pct`), comma-separated or repeated.
+    #[arg(long, value_delimiter = ',')]
+    select: Vec<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Csv)]
+    format: Format,
+    /// List the metrics (name, kind, unit, help) instead of printing data.
+    #[arg(long)]
+    list: bool,
+    /// Store directory [default: $JITTERSCOPE_DIR or /var/lib/jitterscope].
+    #[arg(long)]
+    dir: Option<PathBuf>,
+}
+
+/// Samples before `--from` read only to compute the first sample's rates.
+const LOOKBACK_NS: i64 = 3_000_000_000;
+
+/// Runs `dump`.
+pub fn run(a: DumpArgs) -> Result<()> {
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    if a.list {
+        list(&mut out, a.format)?;
+        return finish(out);
+    }
+    let now = chrono::Utc::now();
+    let from = parse_time(&a.from, now).map_err(anyhow::Error::msg)?;
+    let to = parse_time(&a.to, now).map_err(anyhow::Error::msg)?;
+    if from > to {
+        bail!("--from ({}) is after --to ({})", fmt_ns(from), fmt_ns(to));
+    }
+    let select: Vec<Pattern> = a
+        .select
+        .iter()
+        .filter(|s| !s.is_empty())
+        .map(|s| Pattern::new(s))
+        .collect();
+    if !select.is_empty() && !select.iter().any(|p| all().iter().any(|d| d.may_match(p))) {
+        bail!(
+            "--select {} matches no metric (see `jitterscope dump --list`)",
+            a.select.join(",")
+        );
+    }
+    let dir = crate::store_dir(a.dir);
+    if !dir.is_dir() {
+        bail!(
+            "no store at {} (record with `jitterscope record --dir {}`)",
+            dir.display(),
+            dir.display()
+        );
+    }
+    let reader =
+        Reader::open(&dir).with_context(|| format!("cannot open store {}", dir.display()))?;
+    let range = reader.range(from.saturating_sub(LOOKBACK_NS), to)?;
+
+    let defs = all();
+    let mut prev: Option<Sample> = None;
+    let mut undecodable = 0u64;
+    let mut om: BTreeMap<&'static str, Vec<(i64, SeriesValue)>> = BTreeMap::new();
+    if a.format == Format::Csv {
+        writeln!(out, "time,series,value,unit")?;
+    }
+    for rec in range {
+        let rec = rec?;
+        let sample = match codec::decode(&rec.payload) {
+            Ok(s) => s,
+            Err(e) => {
+                if undecodable == 0 {
+                    eprintln!(
+                        "jitterscope: skipping undecodable sample at {}: {e}",
+                        fmt_ns(rec.ts_ns)
+                    );
+                }
+                undecodable += 1;
+                continue;
+            }
+        };
+        if sample.ts_ns >= from {
+            let vals = evaluate(defs, &sample, prev.as_ref(), &select);
+            match a.format {
+                Format::Csv => write_csv(&mut out, sample.ts_ns, &vals)?,
+                Format::Json => write_json(&mut out, sample.ts_ns, &vals)?,
+                Format::Openmetrics => {
+                    for v in vals {
+                        om.entry(v.def.name).or_default().push((sample.ts_ns, v));
+                    }
+                }
+            }
+        }
+        prev = Some(sample);
+    }
+    if a.format == Format::Openmetrics {
+        write_openmetrics(&mut out, &om)?;
+    }
+    if undecodable > 1 {
+        eprintln!("jitterscope: {undecodable} undecodable samples skipped");
+    }
+    finish(out)
+}
+
+fn finish(mut out: impl Write) -> Result<()> {
+    match out.flush() {
+        // A closed pipe (`| head`) is the reader's choice, not an error.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => Ok(r?),
+    }
+}
+
+fn num(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{}", v as i64)
+    } else {
+        let s = format!("{v:.4}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    }
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+fn write_csv(out: &mut impl Write, ts: i64, vals: &[SeriesValue]) -> Result<()> {
+    let t = fmt_ns(ts);
+    for v in vals {
+        let value = v.value.map(num).unwrap_or_default();
+        writeln!(
+            out,
+            "{t},{},{value},{}",
+            csv_field(&v.series),
+            v.def.unit.as_str()
+        )?;
+    }
+    Ok(())
+}
+
+fn write_json(out: &mut impl Write, ts: i64, vals: &[SeriesValue]) -> Result<()> {
+    let mut m = serde_json::Map::new();
+    for v in vals {
+        let val = v
+            .value
+            .and_then(serde_json::Number::from_f64)
+            .map_or(serde_json::Value::Null, serde_json::Value::Number);
+        m.insert(v.series.clone(), val);
+    }
+    let line = serde_json::json!({"time": fmt_ns(ts), "ts_ns": ts, "values": m});
+    writeln!(out, "{line}")?;
+    Ok(())
+}
+
+/// The OpenMetrics family name of a metric: `jitterscope_` + the template without its
+/// placeholders, dots turned into underscores.
+pub fn openmetrics_name(d: &MetricDef) -> String {
+    let mut s = String::from("jitterscope_");
+    let mut depth = 0;
+    for c in d.name.chars() {
+        match c {
+            '<' => depth += 1,
+            '>' => depth -= 1,
+            _ if depth > 0 => {}
+            '.' => {
+                if !s.ends_with('_') {
+                    s.push('_');
+                }
+            }
+            c => s.push(c),
+        }
+    }
+    s
+}
+
+fn escape_label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn write_openmetrics(
+    out: &mut impl Write,
+    fams: &BTreeMap<&'static str, Vec<(i64, SeriesValue)>>,
+) -> Result<()> {
+    for vals in fams.values() {
+        let Some((_, first)) = vals.first() else {
+            continue;
+        };
+        let d = first.def;
+        let name = openmetrics_name(d);
+        let (ty, sample_name) = match d.kind {
+            Kind::Counter => ("counter", format!("{name}_total")),
+            _ => ("gauge", name.clone()),
+        };
+        writeln!(out, "# TYPE {name} {ty}")?;
+        // OpenMetrics requires the unit to be the name's suffix; only state it where it is.
+        let unit = d.unit.as_str();
+        if name.ends_with(&format!("_{unit}")) {
+            writeln!(out, "# UNIT {name} {unit}")?;
+        }
+        writeln!(
+            out,
+            "# HELP {name} {}",
+            d.help.replace('\\', "\\\\").replace('\n', " ")
+        )?;
+        let keys = d.placeholders();
+        for (ts, v) in vals {
+            let Some(value) = v.value else { continue };
+            let labels: Vec<String> = keys
+                .iter()
+                .zip(&v.labels)
+                .map(|(k, l)| format!("{k}=\"{}\"", escape_label(l)))
+                .collect();
+            let lbl = if labels.is_empty() {
+                String::new()
+            } else {
+                format!("{{{}}}", labels.join(","))
+            };
+            writeln!(
+                out,
+                "{sample_name}{lbl} {} {}.{:03}",
+                num(value),
+                ts.div_euclid(1_000_000_000),
+                ts.rem_euclid(1_000_000_000) / 1_000_000
+            )?;
+        }
+    }
+    writeln!(out, "# EOF")?;
+    Ok(())
+}
+
+fn list(out: &mut impl Write, format: Format) -> Result<()> {
+    if format == Format::Json {
+        let v: Vec<_> = all()
+            .iter()
+            .map(|d| serde_json::json!({"name": d.name, "kind": d.kind.as_str(), "unit": d.unit.as_str(), "help": d.help}))
+            .collect();
+        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+        return Ok(());
+    }
+    let w = all().iter().map(|d| d.name.len()).max().unwrap_or(10);
+    writeln!(out, "{:w$}  {:7}  {:16}  HELP", "NAME", "KIND", "UNIT")?;
+    for d in all() {
+        writeln!(
+            out,
+            "{:w$}  {:7}  {:16}  {}",
+            d.name,
+            d.kind.as_str(),
+            d.unit.as_str(),
+            d.help
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn openmetrics_names() {
+        let d = jitterscope_model::registry::find("cgroup.<cgroup>.cpu.throttled_pct").unwrap();
+        assert_eq!(openmetrics_name(d), "jitterscope_cgroup_cpu_throttled_pct");
+        assert_eq!(num(2.0), "2");
+        assert_eq!(num(2.5), "2.5");
+        assert_eq!(num(1.0 / 3.0), "0.3333");
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(escape_label("a\"b"), "a\\\"b");
+    }
+}

@@ -1,0 +1,318 @@
+//! `jitterscope record`: the sampling loop and the store writer thread.
+//!
+//! The loop does only collection: it wakes on an absolute monotonic schedule, collects, stamps
+//! its own cost, and hands the sample to a writer thread through a bounded queue. Encoding,
+//! compression, disk writes (which can block on a saturated or full disk) and the status line
+//! happen on the writer thread, so a stuck disk never delays the next sample; if the queue
+//! fills, samples are dropped and counted rather than the loop stalling.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, TrySendError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use jitterscope_model::codec;
+use jitterscope_model::collector::{collect_all, collectors, Notes};
+use jitterscope_model::sample::{HostInfo, RecorderStats, Sample};
+use jitterscope_sources::Root;
+use jitterscope_store::{StoreConfig, Writer};
+
+use crate::timearg::{parse_duration, parse_size};
+
+/// Arguments of `record`.
+#[derive(Args, Debug)]
+pub struct RecordArgs {
+    /// Sampling interval (100ms to 1h).
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    interval: Duration,
+    /// Store directory [default: $JITTERSCOPE_DIR or /var/lib/jitterscope].
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Delete recorded data older than this.
+    #[arg(long, default_value = "7d", value_parser = parse_duration)]
+    retain: Duration,
+    /// Keep the store below this total size, deleting the oldest data first.
+    #[arg(long, default_value = "2GiB", value_parser = parse_size)]
+    max_size: u64,
+    /// Stop after this long (default: run until SIGINT/SIGTERM).
+    #[arg(long, value_parser = parse_duration)]
+    duration: Option<Duration>,
+    /// Print one status line per sample on stdout (cpu, reclaim scans, TLB IPIs, worst throttled cgroup).
+    #[arg(long)]
+    status: bool,
+    /// Read kernel files under this directory instead of / (for recorded trees and tests).
+    #[arg(long, default_value = "/")]
+    root: PathBuf,
+    /// Scheduling niceness to run at (-20 is the highest priority).
+    #[arg(long, default_value_t = -20, allow_negative_numbers = true)]
+    nice: i32,
+    /// Do not lock the recorder's memory (mlockall).
+    #[arg(long)]
+    no_mlock: bool,
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+fn install_signal_handlers() {
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe. No SA_RESTART,
+    // so the sleep returns early and the loop notices the flag.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_signal as *const () as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut());
+        libc::sigaction(libc::SIGTERM, &sa, std::ptr::null_mut());
+    }
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the struct we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn sleep_until_monotonic(ns: u64) {
+    let ts = libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: absolute sleep on the monotonic clock; an EINTR return is handled by the caller
+    // re-checking the stop flag and the schedule.
+    unsafe {
+        libc::clock_nanosleep(
+            libc::CLOCK_MONOTONIC,
+            libc::TIMER_ABSTIME,
+            &ts,
+            std::ptr::null_mut(),
+        )
+    };
+}
+
+fn wall_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+fn self_cpu_ns() -> (u64, u64) {
+    // SAFETY: getrusage writes the struct we pass.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let ns = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000_000 + tv.tv_usec as u64 * 1000;
+    (ns(ru.ru_utime), ns(ru.ru_stime))
+}
+
+fn self_rss_bytes(buf: &mut Vec<u8>) -> u64 {
+    // statm's second field is resident pages; cheaper than status.
+    if jitterscope_sources::io::read_into(std::path::Path::new("/proc/self/statm"), buf).is_err() {
+        return 0;
+    }
+    let page = HostInfo::page_size();
+    jitterscope_sources::io::fields(buf)
+        .nth(1)
+        .and_then(|f| jitterscope_sources::io::parse_u64(f, 1, "rss").ok())
+        .map_or(0, |p| p * page)
+}
+
+/// Counters shared between the sampling loop and the writer thread.
+#[derive(Default)]
+struct Shared {
+    bytes_written: AtomicU64,
+    dropped: AtomicU64,
+    queued: AtomicU64,
+}
+
+fn log(msg: &str) {
+    eprintln!("jitterscope: {msg}");
+}
+
+/// Runs `record`.
+pub fn run(a: RecordArgs) -> Result<()> {
+    if a.interval < Duration::from_millis(100) || a.interval > Duration::from_secs(3600) {
+        bail!("--interval must be between 100ms and 1h");
+    }
+    let dir = crate::store_dir(a.dir);
+    let mut cfg = StoreConfig::new(&dir);
+    cfg.retain = a.retain;
+    cfg.max_bytes = a.max_size;
+    let writer =
+        Writer::open(cfg).with_context(|| format!("cannot open store {}", dir.display()))?;
+    let root = Root::new(&a.root);
+    if !root.path("/proc/stat").exists() {
+        bail!(
+            "{} has no proc/stat: not a Linux /proc root",
+            a.root.display()
+        );
+    }
+
+    install_signal_handlers();
+    for n in crate::prio::harden(a.nice, !a.no_mlock).notes {
+        log(&n);
+    }
+    // SAFETY: geteuid has no failure mode.
+    if unsafe { libc::geteuid() } != 0 {
+        log("not running as root: other users' /proc/<pid>/io, slabinfo and some cgroup files will be missing");
+    }
+
+    let host = HostInfo::read(&root);
+    let mut sources = collectors(&root);
+    let mut notes = Notes::default();
+    let shared = Arc::new(Shared::default());
+    // Five minutes of one-second samples: enough to ride out a stalled or full disk.
+    let (tx, rx) = sync_channel::<Box<Sample>>(300);
+    let writer_thread = {
+        let shared = shared.clone();
+        let status = a.status;
+        std::thread::Builder::new()
+            .name("store-writer".into())
+            .spawn(move || write_loop(writer, rx, shared, status))
+            .context("cannot start the store writer thread")?
+    };
+    log(&format!(
+        "recording every {:?} into {} ({} sources)",
+        a.interval,
+        dir.display(),
+        sources.len()
+    ));
+
+    let interval_ns = a.interval.as_nanos() as u64;
+    let started = Instant::now();
+    let mut next = monotonic_ns();
+    let mut ticks_missed = 0u64;
+    let mut statm_buf = Vec::with_capacity(128);
+    while !STOP.load(Ordering::SeqCst) {
+        if let Some(d) = a.duration {
+            if started.elapsed() >= d {
+                break;
+            }
+        }
+        let now = monotonic_ns();
+        if now < next {
+            sleep_until_monotonic(next);
+            continue; // re-check the stop flag and the clock after every wake-up
+        }
+        let lateness_ns = now - next;
+        // If a tick was missed entirely (the host starved us), skip to the next slot instead of
+        // collecting a burst of back-to-back samples; the gap stays visible in the data.
+        let behind = lateness_ns / interval_ns;
+        ticks_missed += behind;
+        next += (behind + 1) * interval_ns;
+
+        let mut sample = Box::new(Sample::new(wall_ns(), now, interval_ns, host.clone()));
+        collect_all(&mut sources, &mut sample, &mut notes);
+        let (cpu_user_ns, cpu_system_ns) = self_cpu_ns();
+        sample.recorder = Some(RecorderStats {
+            lateness_ns,
+            collect_ns: monotonic_ns() - now,
+            cpu_user_ns,
+            cpu_system_ns,
+            rss_bytes: self_rss_bytes(&mut statm_buf),
+            store_bytes_written: shared.bytes_written.load(Ordering::Relaxed),
+            samples_dropped: shared.dropped.load(Ordering::Relaxed),
+            write_queue: shared.queued.load(Ordering::Relaxed),
+            source_errors: notes.errors_total,
+            ticks_missed,
+        });
+        for n in notes.drain() {
+            log(&n);
+        }
+        shared.queued.fetch_add(1, Ordering::Relaxed);
+        match tx.try_send(sample) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                shared.queued.fetch_sub(1, Ordering::Relaxed);
+                shared.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(TrySendError::Disconnected(_)) => bail!("the store writer thread stopped"),
+        }
+    }
+    drop(tx);
+    let w = writer_thread
+        .join()
+        .map_err(|_| anyhow::anyhow!("store writer thread panicked"))?;
+    w?;
+    log(&format!(
+        "stopped; {} bytes written, {} samples dropped",
+        shared.bytes_written.load(Ordering::Relaxed),
+        shared.dropped.load(Ordering::Relaxed)
+    ));
+    Ok(())
+}
+
+fn write_loop(
+    mut w: Writer,
+    rx: Receiver<Box<Sample>>,
+    shared: Arc<Shared>,
+    status: bool,
+) -> Result<()> {
+    let mut buf = Vec::with_capacity(256 << 10);
+    let mut prev: Option<Box<Sample>> = None;
+    let mut last_error_log: Option<Instant> = None;
+    let mut written_before = w.bytes_written();
+    while let Ok(sample) = rx.recv() {
+        shared.queued.fetch_sub(1, Ordering::Relaxed);
+        if let Err(e) = codec::encode_into(&sample, &mut buf) {
+            log(&format!("cannot encode a sample: {e}"));
+            shared.dropped.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        let mut paused_since: Option<Instant> = None;
+        loop {
+            match w.append(sample.ts_ns, &buf) {
+                Ok(()) => {
+                    if let Some(t) = paused_since {
+                        log(&format!(
+                            "store has space again after {:.0?}; writing resumed ({} samples dropped so far)",
+                            t.elapsed(),
+                            shared.dropped.load(Ordering::Relaxed)
+                        ));
+                    }
+                    break;
+                }
+                Err(e) if e.is_no_space() => {
+                    if paused_since.is_none() {
+                        paused_since = Some(Instant::now());
+                        log(&format!(
+                            "{e}; oldest data deleted where possible; pausing writes until space returns (new samples queue, then are dropped and counted)"
+                        ));
+                    }
+                    if STOP.load(Ordering::SeqCst) {
+                        shared.dropped.fetch_add(1, Ordering::Relaxed);
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+                Err(e) => {
+                    if last_error_log.is_none_or(|t| t.elapsed() > Duration::from_secs(60)) {
+                        log(&format!("cannot write a sample: {e}"));
+                        last_error_log = Some(Instant::now());
+                    }
+                    shared.dropped.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
+            }
+        }
+        let total = w.bytes_written();
+        shared
+            .bytes_written
+            .fetch_add(total - written_before, Ordering::Relaxed);
+        written_before = total;
+        if status {
+            println!("{}", crate::status::line(prev.as_deref(), &sample));
+        }
+        prev = Some(sample);
+    }
+    Ok(())
+}

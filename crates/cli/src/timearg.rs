@@ -1,0 +1,168 @@
+//! Time arguments: RFC 3339, `HH:MM[:SS]` (today, local time), `10m ago`, `now`, epoch seconds.
+
+use chrono::{DateTime, Local, NaiveTime, TimeZone, Utc};
+
+/// Parses a time argument into nanoseconds since the epoch (UTC), relative to `now`.
+pub fn parse_time(s: &str, now: DateTime<Utc>) -> Result<i64, String> {
+    let t = s.trim();
+    let bad = || {
+        format!(
+            "invalid time {s:?}: use RFC 3339 (2026-11-22T10:00:00Z), HH:MM:SS (today, local), \
+             '10m ago', 'now' or epoch seconds"
+        )
+    };
+    if t.is_empty() {
+        return Err(bad());
+    }
+    if t == "now" {
+        return to_ns(now).ok_or_else(bad);
+    }
+    if let Some(ago) = t.strip_suffix("ago") {
+        let d = humantime::parse_duration(ago.trim())
+            .map_err(|e| format!("invalid time {s:?}: {e}"))?;
+        let d = chrono::Duration::from_std(d).map_err(|_| bad())?;
+        return now.checked_sub_signed(d).and_then(to_ns).ok_or_else(bad);
+    }
+    if let Ok(dt) = DateTime::parse_from_rfc3339(t) {
+        return to_ns(dt.with_timezone(&Utc)).ok_or_else(bad);
+    }
+    if t.bytes().all(|c| c.is_ascii_digit() || c == b'.')
+        && t.bytes().filter(|&c| c == b'.').count() <= 1
+    {
+        let secs: f64 = t.parse().map_err(|_| bad())?;
+        if !(0.0..=4.0e9).contains(&secs) {
+            return Err(format!("invalid time {s:?}: epoch seconds out of range"));
+        }
+        return Ok((secs * 1e9).round() as i64);
+    }
+    for fmt in ["%H:%M:%S%.f", "%H:%M:%S", "%H:%M"] {
+        if let Ok(tod) = NaiveTime::parse_from_str(t, fmt) {
+            let today = now.with_timezone(&Local).date_naive();
+            let local = Local
+                .from_local_datetime(&today.and_time(tod))
+                .earliest()
+                .ok_or_else(|| format!("invalid time {s:?}: does not exist today (DST change)"))?;
+            return to_ns(local.with_timezone(&Utc)).ok_or_else(bad);
+        }
+    }
+    Err(bad())
+}
+
+fn to_ns(t: DateTime<Utc>) -> Option<i64> {
+    t.timestamp_nanos_opt()
+}
+
+/// Formats nanoseconds since the epoch as RFC 3339 UTC with milliseconds.
+pub fn fmt_ns(ns: i64) -> String {
+    let secs = ns.div_euclid(1_000_000_000);
+    let nsec = ns.rem_euclid(1_000_000_000) as u32;
+    match Utc.timestamp_opt(secs, nsec).single() {
+        Some(t) => t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        None => ns.to_string(),
+    }
+}
+
+/// Parses a size such as `2GiB`, `500MB`, `1048576`.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid size {s:?}: expected e.g. 2GiB, 500MB or a byte count"))?;
+    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "m" | "mb" => 1e6,
+        "g" | "gb" => 1e9,
+        "t" | "tb" => 1e12,
+        "ki" | "kib" => 1024.0,
+        "mi" | "mib" => 1024.0 * 1024.0,
+        "gi" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        "ti" | "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        u => return Err(format!("invalid size {s:?}: unknown unit {u:?}")),
+    };
+    let v = n * mult;
+    if !v.is_finite() || v < 0.0 || v > u64::MAX as f64 {
+        return Err(format!("invalid size {s:?}: out of range"));
+    }
+    Ok(v as u64)
+}
+
+/// Parses a duration such as `1s`, `100ms`, `7d`.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    humantime::parse_duration(s.trim()).map_err(|e| format!("invalid duration {s:?}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn now() -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2026-11-22T12:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc)
+    }
+
+    #[test]
+    fn forms() {
+        let n = to_ns(now()).unwrap();
+        assert_eq!(parse_time("now", now()).unwrap(), n);
+        assert_eq!(parse_time("10m ago", now()).unwrap(), n - 600_000_000_000);
+        assert_eq!(
+            parse_time("1h30m ago", now()).unwrap(),
+            n - 5_400_000_000_000
+        );
+        assert_eq!(
+            parse_time("2026-11-22T11:00:00Z", now()).unwrap(),
+            n - 3_600_000_000_000
+        );
+        assert_eq!(parse_time("2026-11-22T13:00:00+01:00", now()).unwrap(), n);
+        assert_eq!(
+            parse_time("1795348800", now()).unwrap(),
+            1_795_348_800_000_000_000
+        );
+        assert_eq!(
+            parse_time("1795348800.5", now()).unwrap(),
+            1_795_348_800_500_000_000
+        );
+        let hms = parse_time("11:00:00", now()).unwrap();
+        let back = Utc.timestamp_nanos(hms).with_timezone(&Local);
+        assert_eq!(back.format("%H:%M:%S").to_string(), "11:00:00");
+        assert_eq!(back.date_naive(), now().with_timezone(&Local).date_naive());
+    }
+
+    #[test]
+    fn errors_are_one_line() {
+        for bad in [
+            "",
+            "yesterday",
+            "25:00:00",
+            "10 parsecs ago",
+            "-5",
+            "1.2.3",
+            "2026-13-01T00:00:00Z",
+        ] {
+            let e = parse_time(bad, now()).unwrap_err();
+            assert!(!e.contains('\n'), "{e}");
+        }
+    }
+
+    #[test]
+    fn sizes_and_durations() {
+        assert_eq!(parse_size("2GiB").unwrap(), 2 << 30);
+        assert_eq!(parse_size("500MB").unwrap(), 500_000_000);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert!(parse_size("2 parsecs").is_err());
+        assert!(parse_size("").is_err());
+        assert_eq!(parse_duration("7d").unwrap().as_secs(), 7 * 86400);
+        assert_eq!(parse_duration("100ms").unwrap().as_millis(), 100);
+        assert!(parse_duration("soon").is_err());
+        assert_eq!(
+            fmt_ns(1_795_348_800_500_000_000),
+            "2026-11-22T12:00:00.500Z"
+        );
+    }
+}

@@ -1,0 +1,139 @@
+//! Collection: the `Collector` trait, the single missing-data policy, and the one list of
+//! every source ([`collectors`]). Adding a source is one module and one line in that list.
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use jitterscope_sources::io::ReadError;
+use jitterscope_sources::system::SystemReader;
+use jitterscope_sources::Root;
+
+use crate::sample::Sample;
+
+/// Messages about what cannot be collected, each said once per recorder run rather than every
+/// second, plus a count of errors for the self-metrics.
+#[derive(Debug, Default)]
+pub struct Notes {
+    said: HashSet<String>,
+    pending: Vec<String>,
+    /// Source errors since start (parse failures, unexpected I/O errors).
+    pub errors_total: u64,
+}
+
+impl Notes {
+    /// Queues `msg` unless a message with `key` was already queued in this run.
+    pub fn once(&mut self, key: &str, msg: impl FnOnce() -> String) {
+        if !self.said.contains(key) {
+            self.said.insert(key.to_string());
+            self.pending.push(msg());
+        }
+    }
+
+    /// Takes the messages queued since the last call.
+    pub fn drain(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.pending)
+    }
+
+    /// Applies the missing-data policy to one read of source `name`: absent data is noted once
+    /// and yields `None`; permission problems likewise (with the remedy); anything else (a
+    /// malformed file, an I/O error) is counted, noted once per source, recorded in the sample's
+    /// error list, and yields `None` so one bad file never costs the rest of the sample.
+    pub fn handle<T>(
+        &mut self,
+        name: &str,
+        sample: &mut Sample,
+        r: Result<T, ReadError>,
+    ) -> Option<T> {
+        match r {
+            Ok(v) => Some(v),
+            Err(e) if e.is_missing() => {
+                self.once(&format!("missing:{name}"), || {
+                    format!(
+                        "{name}: not collected: {} does not exist on this host",
+                        e.path().display()
+                    )
+                });
+                None
+            }
+            Err(e) if e.is_permission() => {
+                self.once(&format!("perm:{name}"), || {
+                    format!(
+                        "{name}: not collected: permission denied on {} (run as root)",
+                        e.path().display()
+                    )
+                });
+                None
+            }
+            Err(e) => {
+                self.errors_total += 1;
+                let msg = e.to_string();
+                self.once(&format!("err:{name}"), || {
+                    format!("{name}: {msg} (will keep trying)")
+                });
+                if sample.errors.len() < 32 {
+                    sample.errors.push(format!("{name}: {msg}"));
+                }
+                None
+            }
+        }
+    }
+}
+
+/// A source of one part of the sample.
+pub trait Collector: Send {
+    /// Short name used in notes and self-metrics (`stat`, `cgroups`, `processes`).
+    fn name(&self) -> &'static str;
+    /// Reads the source into its part of `sample`; failures go through `notes`.
+    fn collect(&mut self, sample: &mut Sample, notes: &mut Notes);
+}
+
+/// A collector of one system file, read through the sources' [`SystemReader`] (which knows the
+/// path and the parser): most system sources are this.
+pub struct SystemCollector<T> {
+    name: &'static str,
+    reader: SystemReader,
+    read: fn(&mut SystemReader) -> Result<T, ReadError>,
+    put: fn(&mut Sample, T),
+}
+
+impl<T: Send + 'static> SystemCollector<T> {
+    /// A collector named `name` that reads with `read` and stores with `put`.
+    pub fn boxed(
+        root: &Root,
+        name: &'static str,
+        read: fn(&mut SystemReader) -> Result<T, ReadError>,
+        put: fn(&mut Sample, T),
+    ) -> Box<dyn Collector> {
+        Box::new(SystemCollector {
+            name,
+            reader: SystemReader::new(root.clone()),
+            read,
+            put,
+        })
+    }
+}
+
+impl<T: Send> Collector for SystemCollector<T> {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn collect(&mut self, sample: &mut Sample, notes: &mut Notes) {
+        let r = (self.read)(&mut self.reader);
+        if let Some(v) = notes.handle(self.name, sample, r) {
+            (self.put)(sample, v);
+        }
+    }
+}
+
+/// Runs every collector into a fresh sample and records how long each took.
+pub fn collect_all(collectors: &mut [Box<dyn Collector>], sample: &mut Sample, notes: &mut Notes) {
+    for c in collectors.iter_mut() {
+        let t = Instant::now();
+        c.collect(sample, notes);
+        let ns = t.elapsed().as_nanos() as u64;
+        sample.collector_ns.push((c.name().to_string(), ns));
+    }
+}
+
+pub use crate::sources::collectors;

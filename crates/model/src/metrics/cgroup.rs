@@ -1,0 +1,191 @@
+//! Per-cgroup CPU (usage, quota, CFS throttling), memory and pressure, v1 and v2 alike.
+
+use jitterscope_sources::cgroup::{Cgroup, CpuStats, MemoryStats};
+
+use super::{def, gauge, rate};
+use crate::derive::{emit_delta_pct, Ctx};
+use crate::registry::{Emit, MetricDef};
+
+fn each<'a, 'c>(
+    cx: &'c Ctx<'a>,
+) -> impl Iterator<Item = (&'a Cgroup, Option<&'a Cgroup>)> + use<'a, 'c> {
+    cx.cur
+        .cgroups
+        .iter()
+        .flatten()
+        .map(move |c| (c, cx.prev_cgroup(&c.path)))
+}
+
+fn cpu_rate(cx: &Ctx, out: &mut Emit, f: fn(&CpuStats) -> Option<u64>, k: f64) {
+    for (c, p) in each(cx) {
+        let cv = c.cpu.as_ref().and_then(f);
+        let pv = p.and_then(|p| p.cpu.as_ref()).and_then(f);
+        rate(cx, out, &[&c.path], cv, pv, k);
+    }
+}
+
+fn mem_gauge(cx: &Ctx, out: &mut Emit, f: fn(&MemoryStats) -> Option<u64>) {
+    for (c, _) in each(cx) {
+        gauge(
+            out,
+            &[&c.path],
+            c.memory.as_ref().and_then(f).map(|v| v as f64),
+        );
+    }
+}
+
+/// User CPU in ns from whichever file the hierarchy has (v2 µs, v1 USER_HZ ticks).
+fn user_ns(c: &CpuStats, hz: u64) -> Option<u64> {
+    c.user_usec
+        .map(|u| u * 1000)
+        .or_else(|| c.user_ticks.map(|t| t * 1_000_000_000 / hz.max(1)))
+}
+
+fn system_ns(c: &CpuStats, hz: u64) -> Option<u64> {
+    c.system_usec
+        .map(|u| u * 1000)
+        .or_else(|| c.system_ticks.map(|t| t * 1_000_000_000 / hz.max(1)))
+}
+
+fn quota_cores(c: &CpuStats) -> Option<f64> {
+    match (c.quota_us, c.period_us) {
+        (Some(q), Some(p)) if p > 0 => Some(q as f64 / p as f64),
+        _ => None,
+    }
+}
+
+fn pressure(
+    c: &Cgroup,
+) -> [(
+    &'static str,
+    Option<&jitterscope_sources::system::pressure::Pressure>,
+); 4] {
+    [
+        ("cpu", c.pressure.cpu.as_ref()),
+        ("memory", c.pressure.memory.as_ref()),
+        ("io", c.pressure.io.as_ref()),
+        ("irq", None),
+    ]
+}
+
+pub(super) static DEFS: &[&MetricDef] = &[
+    def!("cgroup.<cgroup>.cpu.usage_pct", Percent, Rate, "CPU used by the cgroup as % of one CPU (v1 cpuacct.usage, v2 cpu.stat usage_usec)", |cx, out| cpu_rate(cx, out, |c| c.usage_ns, 1e-7)),
+    def!("cgroup.<cgroup>.cpu.user_pct", Percent, Rate, "User CPU of the cgroup as % of one CPU (v1 cpuacct.stat, v2 cpu.stat user_usec)", |cx, out| {
+        let hz = cx.cur.host.user_hz;
+        for (c, p) in each(cx) {
+            let cv = c.cpu.as_ref().and_then(|x| user_ns(x, hz));
+            let pv = p.and_then(|p| p.cpu.as_ref()).and_then(|x| user_ns(x, hz));
+            rate(cx, out, &[&c.path], cv, pv, 1e-7);
+        }
+    }),
+    def!("cgroup.<cgroup>.cpu.system_pct", Percent, Rate, "Kernel CPU of the cgroup as % of one CPU (v1 cpuacct.stat, v2 cpu.stat system_usec)", |cx, out| {
+        let hz = cx.cur.host.user_hz;
+        for (c, p) in each(cx) {
+            let cv = c.cpu.as_ref().and_then(|x| system_ns(x, hz));
+            let pv = p.and_then(|p| p.cpu.as_ref()).and_then(|x| system_ns(x, hz));
+            rate(cx, out, &[&c.path], cv, pv, 1e-7);
+        }
+    }),
+    def!("cgroup.<cgroup>.cpu.quota_cores", Ratio, Gauge, "CFS quota / period in CPUs; absent when unlimited (v1 cpu.cfs_quota_us, v2 cpu.max)", |cx, out| {
+        for (c, _) in each(cx) {
+            gauge(out, &[&c.path], c.cpu.as_ref().and_then(quota_cores));
+        }
+    }),
+    def!("cgroup.<cgroup>.cpu.burst_cores", Ratio, Gauge, "CFS burst / period in CPUs (v1 cpu.cfs_burst_us, v2 cpu.max.burst; 5.14+)", |cx, out| {
+        for (c, _) in each(cx) {
+            let b = c.cpu.as_ref().and_then(|c| match (c.burst_us, c.period_us) {
+                (Some(b), Some(p)) if p > 0 => Some(b as f64 / p as f64),
+                _ => None,
+            });
+            gauge(out, &[&c.path], b);
+        }
+    }),
+    def!("cgroup.<cgroup>.cpu.usage_of_quota_pct", Percent, Rate, "CPU usage as % of the CFS quota: throttling while this is low is the case-2 signature", |cx, out| {
+        for (c, p) in each(cx) {
+            let Some(cpu) = c.cpu.as_ref() else { continue };
+            let Some(q) = quota_cores(cpu) else { continue };
+            let pv = p.and_then(|p| p.cpu.as_ref()).and_then(|c| c.usage_ns);
+            match cx.rate(cpu.usage_ns, pv) {
+                crate::derive::Rate::Value(ns_per_s) if q > 0.0 => out(&[&c.path], Some(ns_per_s / 1e9 / q * 100.0)),
+                crate::derive::Rate::Unknown => out(&[&c.path], None),
+                _ => {}
+            }
+        }
+    }),
+    def!("cgroup.<cgroup>.cpu.throttled_pct", Percent, Rate, "Throttled share of enforcement periods: delta nr_throttled / delta nr_periods (cpu.stat)", |cx, out| {
+        for (c, p) in each(cx) {
+            let cc = c.cpu.as_ref();
+            let pc = p.and_then(|p| p.cpu.as_ref());
+            emit_delta_pct(
+                cx,
+                out,
+                &[&c.path],
+                (cc.and_then(|c| c.nr_throttled), pc.and_then(|c| c.nr_throttled)),
+                (cc.and_then(|c| c.nr_periods), pc.and_then(|c| c.nr_periods)),
+            );
+        }
+    }),
+    def!("cgroup.<cgroup>.cpu.throttled_ms_per_s", PerSecond, Rate, "Milliseconds of throttling per second, summed over the cgroup's CPUs (v1 throttled_time, v2 throttled_usec)", |cx, out| cpu_rate(cx, out, |c| c.throttled_ns, 1e-6)),
+    def!("cgroup.<cgroup>.cpu.nr_throttled_per_s", PerSecond, Rate, "Enforcement periods in which the cgroup was throttled, per second (cpu.stat nr_throttled)", |cx, out| cpu_rate(cx, out, |c| c.nr_throttled, 1.0)),
+    def!("cgroup.<cgroup>.cpu.nr_periods_per_s", PerSecond, Rate, "Enforcement periods with runnable tasks, per second (cpu.stat nr_periods)", |cx, out| cpu_rate(cx, out, |c| c.nr_periods, 1.0)),
+    def!("cgroup.<cgroup>.cpu.bursts_per_s", PerSecond, Rate, "Periods in which the cgroup used burst capacity, per second (cpu.stat nr_bursts; 5.14+)", |cx, out| cpu_rate(cx, out, |c| c.nr_bursts, 1.0)),
+    def!("cgroup.<cgroup>.memory.usage_bytes", Bytes, Gauge, "Memory charged to the cgroup (v1 memory.usage_in_bytes, v2 memory.current)", |cx, out| mem_gauge(cx, out, |m| m.usage_bytes)),
+    def!("cgroup.<cgroup>.memory.limit_bytes", Bytes, Gauge, "Hard memory limit; absent when unlimited (v1 memory.limit_in_bytes, v2 memory.max)", |cx, out| mem_gauge(cx, out, |m| m.limit_bytes)),
+    def!("cgroup.<cgroup>.memory.high_bytes", Bytes, Gauge, "v2 memory.high throttling threshold; absent when unlimited", |cx, out| mem_gauge(cx, out, |m| m.high_bytes)),
+    def!("cgroup.<cgroup>.memory.swap_bytes", Bytes, Gauge, "Swap used by the cgroup (v2 memory.swap.current)", |cx, out| mem_gauge(cx, out, |m| m.swap_bytes)),
+    def!("cgroup.<cgroup>.memory.usage_of_limit_pct", Percent, Gauge, "Memory usage as % of the hard limit", |cx, out| {
+        for (c, _) in each(cx) {
+            let v = c.memory.as_ref().and_then(|m| match (m.usage_bytes, m.limit_bytes) {
+                (Some(u), Some(l)) if l > 0 => Some(u as f64 / l as f64 * 100.0),
+                _ => None,
+            });
+            gauge(out, &[&c.path], v);
+        }
+    }),
+    def!("cgroup.<cgroup>.memory.stat.<field>", Count, Gauge, "Every memory.stat value of the cgroup as the kernel reports it (bytes or pages per the kernel docs)", |cx, out| {
+        for (c, _) in each(cx) {
+            for (k, v) in c.memory.iter().flat_map(|m| &m.stat) {
+                out(&[&c.path, k], Some(*v as f64));
+            }
+        }
+    }),
+    def!("cgroup.<cgroup>.memory.events.<event>_per_s", PerSecond, Rate, "memory.events counters per second: low, high (throttled), max (hit limit), oom, oom_kill (v2)", |cx, out| {
+        for (c, p) in each(cx) {
+            let Some(m) = c.memory.as_ref() else { continue };
+            let pm = p.and_then(|p| p.memory.as_ref());
+            for (k, v) in &m.events {
+                rate(cx, out, &[&c.path, k], Some(*v), pm.and_then(|pm| pm.event(k)), 1.0);
+            }
+        }
+    }),
+    def!("cgroup.<cgroup>.memory.failcnt_per_s", PerSecond, Rate, "Times the cgroup hit its v1 memory limit, per second (memory.failcnt)", |cx, out| {
+        for (c, p) in each(cx) {
+            let cv = c.memory.as_ref().and_then(|m| m.failcnt);
+            let pv = p.and_then(|p| p.memory.as_ref()).and_then(|m| m.failcnt);
+            rate(cx, out, &[&c.path], cv, pv, 1.0);
+        }
+    }),
+    def!("cgroup.<cgroup>.memory.oom_kill_per_s", PerSecond, Rate, "OOM kills inside the cgroup per second (v1 memory.oom_control, v2 memory.events oom_kill)", |cx, out| {
+        for (c, p) in each(cx) {
+            let f = |m: &MemoryStats| m.oom_kill.or_else(|| m.event("oom_kill"));
+            let cv = c.memory.as_ref().and_then(f);
+            let pv = p.and_then(|p| p.memory.as_ref()).and_then(f);
+            rate(cx, out, &[&c.path], cv, pv, 1.0);
+        }
+    }),
+    def!("cgroup.<cgroup>.pressure.<resource>.some_pct", Percent, Rate, "Share of the interval in which some task of the cgroup stalled (cgroup *.pressure total)", |cx, out| {
+        for (c, p) in each(cx) {
+            super::psi::stall_pct(cx, out, &[&c.path], pressure(c), p.map(pressure), |x| x.some.as_ref());
+        }
+    }),
+    def!("cgroup.<cgroup>.pressure.<resource>.full_pct", Percent, Rate, "Share of the interval in which all tasks of the cgroup stalled at once", |cx, out| {
+        for (c, p) in each(cx) {
+            super::psi::stall_pct(cx, out, &[&c.path], pressure(c), p.map(pressure), |x| x.full.as_ref());
+        }
+    }),
+    def!("cgroup.<cgroup>.pids", Count, Gauge, "Tasks in the cgroup (pids.current)", |cx, out| {
+        for (c, _) in each(cx) {
+            gauge(out, &[&c.path], c.pids_current.map(|v| v as f64));
+        }
+    }),
+];

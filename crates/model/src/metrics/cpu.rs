@@ -1,0 +1,272 @@
+//! CPU time (/proc/stat, host and per CPU), scheduler counters and load average.
+
+use jitterscope_sources::system::stat::{CpuTimes, Stat};
+
+use super::{def, gauge, rate};
+use crate::derive::Ctx;
+use crate::registry::{Emit, EvalFn, MetricDef};
+
+type Field = fn(&CpuTimes) -> Option<u64>;
+/// The host-wide and the per-CPU evaluation of one /proc/stat field.
+type HostAndPerCpu = (EvalFn, EvalFn);
+
+fn busy_total(t: &CpuTimes) -> u64 {
+    // guest time is already included in user time, so it is not added again.
+    t.user_ticks
+        + t.nice_ticks
+        + t.system_ticks
+        + t.idle_ticks
+        + t.iowait_ticks.unwrap_or(0)
+        + t.irq_ticks.unwrap_or(0)
+        + t.softirq_ticks.unwrap_or(0)
+        + t.steal_ticks.unwrap_or(0)
+}
+
+/// Share of one field in the interval's total ticks: exact however many CPUs and whatever the
+/// tick rate, and immune to the interval being a little longer or shorter than configured.
+fn share(cx: &Ctx, out: &mut Emit, labels: &[&str], cur: &CpuTimes, prev: &CpuTimes, f: Field) {
+    let (Some(c), Some(p)) = (f(cur), f(prev)) else {
+        return;
+    };
+    match (
+        cx.delta(Some(c), Some(p)),
+        cx.delta(Some(busy_total(cur)), Some(busy_total(prev))),
+    ) {
+        (_, Some(0)) => {}
+        (Some(n), Some(d)) => out(labels, Some(n as f64 / d as f64 * 100.0)),
+        _ => out(labels, None),
+    }
+}
+
+fn host(cx: &Ctx, out: &mut Emit, f: Field) {
+    if let (Some(c), Some(p)) = (&cx.cur.stat, cx.prev.and_then(|p| p.stat.as_ref())) {
+        share(cx, out, &[], &c.total, &p.total, f);
+    }
+}
+
+fn per_cpu(cx: &Ctx, out: &mut Emit, f: Field) {
+    let (Some(c), Some(p)) = (&cx.cur.stat, cx.prev.and_then(|p| p.stat.as_ref())) else {
+        return;
+    };
+    for cc in &c.cpus {
+        if let Some(pc) = p.cpus.iter().find(|x| x.cpu == cc.cpu) {
+            let id = cc.cpu.to_string();
+            share(cx, out, &[&id], &cc.times, &pc.times, f);
+        }
+    }
+}
+
+fn stat_rate(cx: &Ctx, out: &mut Emit, f: fn(&Stat) -> Option<u64>) {
+    let c = cx.cur.stat.as_ref().and_then(f);
+    let p = cx.prev.and_then(|p| p.stat.as_ref()).and_then(f);
+    rate(cx, out, &[], c, p, 1.0);
+}
+
+macro_rules! cpu_pair {
+    ($f:expr) => {
+        (
+            (|cx: &Ctx, out: &mut Emit| host(cx, out, $f)) as EvalFn,
+            (|cx: &Ctx, out: &mut Emit| per_cpu(cx, out, $f)) as EvalFn,
+        )
+    };
+}
+
+const USR: HostAndPerCpu = cpu_pair!(|t| Some(t.user_ticks));
+const NICE: HostAndPerCpu = cpu_pair!(|t| Some(t.nice_ticks));
+const SYS: HostAndPerCpu = cpu_pair!(|t| Some(t.system_ticks));
+const IDLE: HostAndPerCpu = cpu_pair!(|t| Some(t.idle_ticks));
+const IOWAIT: HostAndPerCpu = cpu_pair!(|t| t.iowait_ticks);
+const IRQ: HostAndPerCpu = cpu_pair!(|t| t.irq_ticks);
+const SOFTIRQ: HostAndPerCpu = cpu_pair!(|t| t.softirq_ticks);
+const STEAL: HostAndPerCpu = cpu_pair!(|t| t.steal_ticks);
+
+pub(super) static DEFS: &[&MetricDef] = &[
+    def!(
+        "cpu.usr_pct",
+        Percent,
+        Rate,
+        "User time (excluding nice) as % of all CPUs (/proc/stat)",
+        USR.0
+    ),
+    def!(
+        "cpu.nice_pct",
+        Percent,
+        Rate,
+        "Niced user time as % of all CPUs (/proc/stat)",
+        NICE.0
+    ),
+    def!(
+        "cpu.sys_pct",
+        Percent,
+        Rate,
+        "Kernel time as % of all CPUs: reclaim, lock contention, syscalls (/proc/stat)",
+        SYS.0
+    ),
+    def!(
+        "cpu.irq_pct",
+        Percent,
+        Rate,
+        "Hard-interrupt time as % of all CPUs (/proc/stat)",
+        IRQ.0
+    ),
+    def!(
+        "cpu.softirq_pct",
+        Percent,
+        Rate,
+        "Soft-interrupt time as % of all CPUs (/proc/stat)",
+        SOFTIRQ.0
+    ),
+    def!(
+        "cpu.iowait_pct",
+        Percent,
+        Rate,
+        "Idle time with I/O outstanding as % of all CPUs (/proc/stat)",
+        IOWAIT.0
+    ),
+    def!(
+        "cpu.steal_pct",
+        Percent,
+        Rate,
+        "Time stolen by the hypervisor as % of all CPUs (/proc/stat)",
+        STEAL.0
+    ),
+    def!(
+        "cpu.idle_pct",
+        Percent,
+        Rate,
+        "Idle time as % of all CPUs (/proc/stat)",
+        IDLE.0
+    ),
+    def!(
+        "cpu.<cpu>.usr_pct",
+        Percent,
+        Rate,
+        "User time of one CPU, % (/proc/stat cpuN)",
+        USR.1
+    ),
+    def!(
+        "cpu.<cpu>.nice_pct",
+        Percent,
+        Rate,
+        "Niced user time of one CPU, % (/proc/stat cpuN)",
+        NICE.1
+    ),
+    def!(
+        "cpu.<cpu>.sys_pct",
+        Percent,
+        Rate,
+        "Kernel time of one CPU, % (/proc/stat cpuN)",
+        SYS.1
+    ),
+    def!(
+        "cpu.<cpu>.irq_pct",
+        Percent,
+        Rate,
+        "Hard-interrupt time of one CPU, % (/proc/stat cpuN)",
+        IRQ.1
+    ),
+    def!(
+        "cpu.<cpu>.softirq_pct",
+        Percent,
+        Rate,
+        "Soft-interrupt time of one CPU, % (/proc/stat cpuN)",
+        SOFTIRQ.1
+    ),
+    def!(
+        "cpu.<cpu>.iowait_pct",
+        Percent,
+        Rate,
+        "I/O wait of one CPU, % (/proc/stat cpuN)",
+        IOWAIT.1
+    ),
+    def!(
+        "cpu.<cpu>.steal_pct",
+        Percent,
+        Rate,
+        "Steal time of one CPU, % (/proc/stat cpuN)",
+        STEAL.1
+    ),
+    def!(
+        "cpu.<cpu>.idle_pct",
+        Percent,
+        Rate,
+        "Idle time of one CPU, % (/proc/stat cpuN)",
+        IDLE.1
+    ),
+    def!(
+        "sched.ctxt_per_s",
+        PerSecond,
+        Rate,
+        "Context switches per second, all CPUs (/proc/stat ctxt)",
+        |cx, out| stat_rate(cx, out, |s| s.context_switches)
+    ),
+    def!(
+        "sched.forks_per_s",
+        PerSecond,
+        Rate,
+        "Processes and threads created per second (/proc/stat processes)",
+        |cx, out| stat_rate(cx, out, |s| s.forks)
+    ),
+    def!(
+        "sched.procs_running",
+        Count,
+        Gauge,
+        "Runnable tasks right now (/proc/stat procs_running)",
+        |cx, out| {
+            gauge(
+                out,
+                &[],
+                cx.cur
+                    .stat
+                    .as_ref()
+                    .and_then(|s| s.procs_running)
+                    .map(|v| v as f64),
+            )
+        }
+    ),
+    def!(
+        "sched.procs_blocked",
+        Count,
+        Gauge,
+        "Tasks blocked on I/O right now (/proc/stat procs_blocked)",
+        |cx, out| {
+            gauge(
+                out,
+                &[],
+                cx.cur
+                    .stat
+                    .as_ref()
+                    .and_then(|s| s.procs_blocked)
+                    .map(|v| v as f64),
+            )
+        }
+    ),
+    def!(
+        "load.avg1",
+        Ratio,
+        Gauge,
+        "1-minute load average (/proc/loadavg)",
+        |cx, out| gauge(out, &[], cx.cur.loadavg.as_ref().map(|l| l.load1))
+    ),
+    def!(
+        "load.avg5",
+        Ratio,
+        Gauge,
+        "5-minute load average (/proc/loadavg)",
+        |cx, out| gauge(out, &[], cx.cur.loadavg.as_ref().map(|l| l.load5))
+    ),
+    def!(
+        "load.avg15",
+        Ratio,
+        Gauge,
+        "15-minute load average (/proc/loadavg)",
+        |cx, out| gauge(out, &[], cx.cur.loadavg.as_ref().map(|l| l.load15))
+    ),
+    def!(
+        "load.threads",
+        Count,
+        Gauge,
+        "Threads on the system (/proc/loadavg)",
+        |cx, out| gauge(out, &[], cx.cur.loadavg.as_ref().map(|l| l.threads as f64))
+    ),
+];

@@ -1,0 +1,83 @@
+//! The metric definitions, one module per source. [`ALL`] is the registry's table.
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use crate::derive::Ctx;
+use crate::registry::{Emit, MetricDef};
+
+mod cgroup;
+mod cpu;
+mod disk;
+mod irq;
+mod mem;
+mod process;
+mod psi;
+mod recorder;
+
+/// Every metric, grouped by source in the order `dump --list` shows them.
+pub static ALL: LazyLock<Vec<&'static MetricDef>> = LazyLock::new(|| {
+    [
+        cpu::DEFS,
+        mem::DEFS,
+        irq::DEFS,
+        psi::DEFS,
+        disk::DEFS,
+        cgroup::DEFS,
+        process::DEFS,
+        recorder::DEFS,
+    ]
+    .concat()
+});
+
+/// Declares one metric.
+macro_rules! def {
+    ($name:literal, $unit:ident, $kind:ident, $help:literal, $eval:expr) => {
+        &$crate::registry::MetricDef {
+            name: $name,
+            unit: $crate::registry::Unit::$unit,
+            kind: $crate::registry::Kind::$kind,
+            help: $help,
+            eval: $eval,
+        }
+    };
+}
+pub(crate) use def;
+
+/// Emits a gauge value under `labels` when present.
+pub(crate) fn gauge(out: &mut Emit, labels: &[&str], v: Option<f64>) {
+    if let Some(v) = v {
+        out(labels, Some(v));
+    }
+}
+
+/// Emits the per-second rate of a counter, scaled by `k`.
+pub(crate) fn rate(
+    cx: &Ctx,
+    out: &mut Emit,
+    labels: &[&str],
+    cur: Option<u64>,
+    prev: Option<u64>,
+    k: f64,
+) {
+    cx.rate(cur, prev).emit(out, labels, k);
+}
+
+/// Pairs each current entity with the previous sample's entity of the same key.
+pub(crate) fn pairs<'a, T>(
+    cur: &'a [T],
+    prev: Option<&'a [T]>,
+    key: impl Fn(&T) -> &str,
+) -> Vec<(&'a T, Option<&'a T>)> {
+    let Some(prev) = prev else {
+        return cur.iter().map(|c| (c, None)).collect();
+    };
+    if prev.len() <= 16 {
+        return cur
+            .iter()
+            .map(|c| (c, prev.iter().find(|p| key(p) == key(c))))
+            .collect();
+    }
+    let idx: HashMap<&str, &T> = prev.iter().map(|p| (key(p), p)).collect();
+    cur.iter().map(|c| (c, idx.get(key(c)).copied())).collect()
+}

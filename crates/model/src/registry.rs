@@ -1,0 +1,224 @@
+//! Every metric described once: its name, unit, kind, help and how it is derived.
+//!
+//! A metric name is a template; `<placeholders>` name the instance it is about
+//! (`cgroup.<cgroup>.cpu.throttled_pct`, `proc.<pid>.<comm>.rss_bytes`). A series is a template
+//! with its placeholders filled in. `dump --list`, OpenMetrics names, the status line and (later)
+//! the rules' evidence ids and the views' columns all come from this one table; the definitions
+//! themselves live in [`crate::metrics`], one module per source.
+
+use crate::derive::Ctx;
+
+/// The unit of a metric, part of its name as a suffix too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    /// Percent (0–100; of one CPU for process and cgroup CPU, of all CPUs for host CPU).
+    Percent,
+    /// Events per second.
+    PerSecond,
+    /// Bytes.
+    Bytes,
+    /// Bytes per second.
+    BytesPerSecond,
+    /// Pages (of the kernel's page size).
+    Pages,
+    /// A plain count.
+    Count,
+    /// Milliseconds.
+    Milliseconds,
+    /// Microseconds.
+    Microseconds,
+    /// Nanoseconds.
+    Nanoseconds,
+    /// Seconds.
+    Seconds,
+    /// A ratio without unit (load average, CPU cores).
+    Ratio,
+}
+
+impl Unit {
+    /// Short text used by `dump --list` and OpenMetrics `# UNIT`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unit::Percent => "percent",
+            Unit::PerSecond => "per_second",
+            Unit::Bytes => "bytes",
+            Unit::BytesPerSecond => "bytes_per_second",
+            Unit::Pages => "pages",
+            Unit::Count => "count",
+            Unit::Milliseconds => "milliseconds",
+            Unit::Microseconds => "microseconds",
+            Unit::Nanoseconds => "nanoseconds",
+            Unit::Seconds => "seconds",
+            Unit::Ratio => "ratio",
+        }
+    }
+}
+
+/// How a metric's value relates to the raw data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A level read from one sample (memory in use, threads).
+    Gauge,
+    /// A raw cumulative counter as the kernel reports it.
+    Counter,
+    /// A per-second rate or a percentage of time derived from two consecutive samples; a counter
+    /// that went backwards (reset, wrap, pid reuse) yields "unknown", never a made-up value.
+    Rate,
+}
+
+impl Kind {
+    /// Text for `dump --list`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Gauge => "gauge",
+            Kind::Counter => "counter",
+            Kind::Rate => "rate",
+        }
+    }
+}
+
+/// Receives the values a metric produces for one sample: the placeholder values (in template
+/// order) and the value (`None` = unknown for this interval).
+pub type Emit<'e> = dyn FnMut(&[&str], Option<f64>) + 'e;
+
+/// How a metric produces its series for one sample.
+pub type EvalFn = fn(&Ctx, &mut Emit);
+
+/// One metric.
+pub struct MetricDef {
+    /// Name template, e.g. `cgroup.<cgroup>.cpu.throttled_pct`.
+    pub name: &'static str,
+    /// Unit.
+    pub unit: Unit,
+    /// Kind.
+    pub kind: Kind,
+    /// One-line help: what it measures, from which kernel file.
+    pub help: &'static str,
+    /// Produces the metric's series for one sample (with the previous one for rates).
+    pub eval: EvalFn,
+}
+
+impl std::fmt::Debug for MetricDef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MetricDef")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl MetricDef {
+    /// The placeholder names of the template, in order (`["cgroup"]`).
+    pub fn placeholders(&self) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        let mut rest = self.name;
+        while let Some(a) = rest.find('<') {
+            let Some(b) = rest[a..].find('>') else { break };
+            out.push(&rest[a + 1..a + b]);
+            rest = &rest[a + b + 1..];
+        }
+        out
+    }
+
+    /// The series name for placeholder values `labels`.
+    pub fn series_name(&self, labels: &[&str]) -> String {
+        let mut out = String::with_capacity(self.name.len() + 16);
+        let mut rest = self.name;
+        let mut i = 0;
+        while let Some(a) = rest.find('<') {
+            let Some(b) = rest[a..].find('>') else { break };
+            out.push_str(&rest[..a]);
+            out.push_str(labels.get(i).copied().unwrap_or(""));
+            i += 1;
+            rest = &rest[a + b + 1..];
+        }
+        out.push_str(rest);
+        out
+    }
+
+    /// The literal text before the first placeholder.
+    pub fn literal_prefix(&self) -> &'static str {
+        &self.name[..self.name.find('<').unwrap_or(self.name.len())]
+    }
+
+    /// Whether any series of this metric could match `p` (a cheap test on literal prefixes used
+    /// to skip evaluating metrics a selection cannot reach).
+    pub fn may_match(&self, p: &crate::glob::Pattern) -> bool {
+        let (a, b) = (self.literal_prefix(), p.literal_prefix());
+        if self.placeholders().is_empty() {
+            return p.matches(self.name);
+        }
+        a.starts_with(b) || b.starts_with(a)
+    }
+}
+
+/// The whole registry, in the order `dump --list` prints it.
+pub fn all() -> &'static [&'static MetricDef] {
+    crate::metrics::ALL.as_slice()
+}
+
+/// Looks a metric up by its template name.
+pub fn find(name: &str) -> Option<&'static MetricDef> {
+    all().iter().copied().find(|d| d.name == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_lowercase_dotted_with_units() {
+        let mut seen = std::collections::HashSet::new();
+        for d in all() {
+            assert!(seen.insert(d.name), "duplicate metric {}", d.name);
+            assert!(!d.help.is_empty(), "{} has no help", d.name);
+            let plain: String = {
+                let mut s = String::new();
+                let mut depth = 0;
+                for c in d.name.chars() {
+                    match c {
+                        '<' => depth += 1,
+                        '>' => depth -= 1,
+                        c if depth == 0 => s.push(c),
+                        _ => {}
+                    }
+                }
+                s
+            };
+            assert!(
+                plain
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '_'),
+                "{} is not lower-case dotted",
+                d.name
+            );
+            // The unit is visible in the name, never only in a comment.
+            let suffix_ok = match d.unit {
+                Unit::Percent => plain.ends_with("_pct"),
+                Unit::PerSecond => plain.ends_with("_per_s"),
+                Unit::Bytes => plain.ends_with("_bytes"),
+                Unit::BytesPerSecond => plain.ends_with("_bytes_per_s"),
+                Unit::Pages => plain.ends_with("_pages"),
+                Unit::Milliseconds => plain.ends_with("_ms"),
+                Unit::Microseconds => plain.ends_with("_usec"),
+                Unit::Nanoseconds => plain.ends_with("_ns"),
+                Unit::Seconds => plain.ends_with("_seconds"),
+                Unit::Count | Unit::Ratio => true,
+            };
+            assert!(suffix_ok, "{}: unit {:?} not in the name", d.name, d.unit);
+        }
+    }
+
+    #[test]
+    fn series_names_fill_placeholders() {
+        let d = find("cgroup.<cgroup>.cpu.throttled_pct").unwrap();
+        assert_eq!(d.placeholders(), vec!["cgroup"]);
+        assert_eq!(
+            d.series_name(&["/docker/abc"]),
+            "cgroup./docker/abc.cpu.throttled_pct"
+        );
+        let p = find("proc.<pid>.<comm>.rss_bytes").unwrap();
+        assert_eq!(p.series_name(&["12", "nginx"]), "proc.12.nginx.rss_bytes");
+        assert!(p.may_match(&crate::glob::Pattern::new("proc.*.rss_bytes")));
+        assert!(!p.may_match(&crate::glob::Pattern::new("cgroup.*")));
+    }
+}

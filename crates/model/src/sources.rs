@@ -1,0 +1,172 @@
+//! The one list of every source the recorder collects. A new source is a module in
+//! `jitterscope-sources`, a field in [`Sample`], and one line here.
+
+use jitterscope_sources::cgroup::{CgroupReader, CgroupVersion};
+use jitterscope_sources::process::{default_fd_budget, ProcessReader};
+use jitterscope_sources::system::{PressureResource, SystemReader};
+use jitterscope_sources::Root;
+
+use crate::collector::{Collector, Notes, SystemCollector};
+use crate::sample::Sample;
+
+/// Every collector, in collection order. System files first (cheap, and the ones a storm makes
+/// most urgent), then cgroups, then processes (the expensive part).
+pub fn collectors(root: &Root) -> Vec<Box<dyn Collector>> {
+    vec![
+        SystemCollector::boxed(root, "stat", SystemReader::stat, |s, v| s.stat = Some(v)),
+        SystemCollector::boxed(root, "loadavg", SystemReader::loadavg, |s, v| {
+            s.loadavg = Some(v)
+        }),
+        SystemCollector::boxed(root, "vmstat", SystemReader::vmstat, |s, v| {
+            s.vmstat = Some(v)
+        }),
+        SystemCollector::boxed(root, "meminfo", SystemReader::meminfo, |s, v| {
+            s.meminfo = Some(v)
+        }),
+        SystemCollector::boxed(root, "zoneinfo", SystemReader::zoneinfo, |s, v| {
+            s.zoneinfo = Some(v)
+        }),
+        SystemCollector::boxed(root, "buddyinfo", SystemReader::buddyinfo, |s, v| {
+            s.buddyinfo = Some(v)
+        }),
+        SystemCollector::boxed(root, "slabinfo", SystemReader::slabinfo, |s, v| {
+            s.slabinfo = Some(v)
+        }),
+        SystemCollector::boxed(root, "dentry-state", SystemReader::dentry_state, |s, v| {
+            s.dentry = Some(v)
+        }),
+        SystemCollector::boxed(root, "interrupts", SystemReader::interrupts, |s, v| {
+            s.interrupts = Some(v)
+        }),
+        SystemCollector::boxed(root, "softirqs", SystemReader::softirqs, |s, v| {
+            s.softirqs = Some(v)
+        }),
+        SystemCollector::boxed(
+            root,
+            "pressure.cpu",
+            |r| r.pressure(PressureResource::Cpu),
+            |s, v| s.pressure.cpu = Some(v),
+        ),
+        SystemCollector::boxed(
+            root,
+            "pressure.memory",
+            |r| r.pressure(PressureResource::Memory),
+            |s, v| s.pressure.memory = Some(v),
+        ),
+        SystemCollector::boxed(
+            root,
+            "pressure.io",
+            |r| r.pressure(PressureResource::Io),
+            |s, v| s.pressure.io = Some(v),
+        ),
+        SystemCollector::boxed(
+            root,
+            "pressure.irq",
+            |r| r.pressure(PressureResource::Irq),
+            |s, v| s.pressure.irq = Some(v),
+        ),
+        SystemCollector::boxed(root, "diskstats", SystemReader::diskstats, |s, v| {
+            s.diskstats = Some(v)
+        }),
+        SystemCollector::boxed(root, "netdev", SystemReader::net_dev, |s, v| {
+            s.netdev = Some(v)
+        }),
+        Box::new(CgroupCollector::new(root)),
+        Box::new(ProcessCollector::new(root)),
+    ]
+}
+
+/// Every cgroup of every hierarchy. Discovery (mountinfo) is retried once a minute when it
+/// fails, e.g. when cgroupfs is mounted after the recorder started.
+pub struct CgroupCollector {
+    root: Root,
+    reader: Option<CgroupReader>,
+    retry_in: u32,
+}
+
+impl CgroupCollector {
+    /// A collector of the cgroup hierarchies mounted under `root`.
+    pub fn new(root: &Root) -> Self {
+        CgroupCollector {
+            root: root.clone(),
+            reader: None,
+            retry_in: 0,
+        }
+    }
+}
+
+impl Collector for CgroupCollector {
+    fn name(&self) -> &'static str {
+        "cgroups"
+    }
+
+    fn collect(&mut self, sample: &mut Sample, notes: &mut Notes) {
+        if self.reader.is_none() {
+            if self.retry_in > 0 {
+                self.retry_in -= 1;
+                return;
+            }
+            self.reader = notes.handle("cgroups", sample, CgroupReader::new(self.root.clone()));
+            match &self.reader {
+                None => self.retry_in = 60,
+                Some(r) => {
+                    let v1 = r
+                        .hierarchies()
+                        .filter(|h| h.version == CgroupVersion::V1)
+                        .count();
+                    let v2 = r
+                        .hierarchies()
+                        .filter(|h| h.version == CgroupVersion::V2)
+                        .count();
+                    if v1 + v2 == 0 {
+                        notes.once("cgroups:none", || "cgroups: no cgroup hierarchy is mounted; per-cgroup data is not collected".into());
+                    } else if v2 == 0 {
+                        notes.once("cgroups:v1only", || format!("cgroups: cgroup v1 only ({v1} hierarchies); no per-cgroup pressure (PSI needs cgroup v2)"));
+                    }
+                }
+            }
+        }
+        let Some(r) = self.reader.as_mut() else {
+            return;
+        };
+        let cgs = r.read();
+        let w = r.last_walk();
+        if w.skipped_limit > 0 || w.skipped_depth > 0 {
+            let (l, d) = (w.skipped_limit, w.skipped_depth);
+            notes.once("cgroups:bounded", || {
+                format!("cgroups: walk bounded: {l} cgroups skipped over the count limit, {d} over the depth limit")
+            });
+        }
+        sample.cgroups = Some(cgs);
+    }
+}
+
+/// Every process under /proc.
+pub struct ProcessCollector {
+    reader: ProcessReader,
+    out: Vec<jitterscope_sources::process::Process>,
+}
+
+impl ProcessCollector {
+    /// A collector of `<root>/proc/<pid>`.
+    pub fn new(root: &Root) -> Self {
+        ProcessCollector {
+            reader: ProcessReader::new(root, default_fd_budget()),
+            out: Vec::new(),
+        }
+    }
+}
+
+impl Collector for ProcessCollector {
+    fn name(&self) -> &'static str {
+        "processes"
+    }
+
+    fn collect(&mut self, sample: &mut Sample, notes: &mut Notes) {
+        let r = self.reader.scan(&mut self.out);
+        if let Some(stats) = notes.handle("processes", sample, r) {
+            sample.processes = Some(std::mem::take(&mut self.out));
+            sample.process_scan = Some(stats);
+        }
+    }
+}
