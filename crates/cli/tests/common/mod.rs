@@ -1,0 +1,296 @@
+//! Helpers shared by the integration tests: running the binary with a deadline, guards that kill
+//! children on every exit path, skip reporting and small parsers for `dump` output.
+
+// Each test file is its own crate and uses only some of these helpers; without this, every file
+// would warn about the ones it does not use (and clippy runs with -D warnings).
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The binary under test.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_jitterscope")
+}
+
+/// A command for the binary with an environment that cannot leak into the test: no inherited
+/// store directory, and backtraces on so a panic would be unmistakable in stderr.
+pub fn cmd() -> Command {
+    let mut c = Command::new(bin());
+    c.env_remove("JITTERSCOPE_DIR")
+        .env("RUST_BACKTRACE", "1")
+        .stdin(Stdio::null());
+    c
+}
+
+/// Reports a skipped test. Written to the stderr handle rather than with `eprintln!` because
+/// libtest captures the macros' output of passing tests, and a skip must be visible in CI logs
+/// instead of looking like a pass.
+pub fn skip(reason: &str) {
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {reason}");
+}
+
+/// Whether the tests run as root (mounts, cgroups).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no failure mode.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// A child process killed and reaped when dropped, so a failed assertion never leaves a recorder
+/// or a busy loop running.
+pub struct ChildGuard {
+    child: Option<Child>,
+}
+
+impl ChildGuard {
+    /// Wraps a spawned child.
+    pub fn new(child: Child) -> Self {
+        ChildGuard { child: Some(child) }
+    }
+
+    /// The child's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("child present").id()
+    }
+
+    /// Exit status if it has exited, without blocking.
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        self.child
+            .as_mut()
+            .expect("child present")
+            .try_wait()
+            .expect("try_wait")
+    }
+
+    /// Sends `sig` to the child.
+    pub fn signal(&self, sig: libc::c_int) {
+        // SAFETY: kill(2) on the pid of a child we have not reaped yet, so it cannot be reused.
+        let r = unsafe { libc::kill(self.pid() as libc::pid_t, sig) };
+        assert_eq!(r, 0, "kill({}, {sig}) failed", self.pid());
+    }
+
+    /// Waits up to `timeout` for the child to exit; `None` if it is still running.
+    pub fn wait_timeout(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(s) = self.try_wait() {
+                return Some(s);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Takes the child out of the guard (the caller now owns its cleanup).
+    pub fn into_inner(mut self) -> Child {
+        self.child.take().expect("child present")
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // Already exited (and reaped by try_wait) is fine: kill then fails harmlessly.
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Runs the binary with `args`, capturing stdout and stderr; panics (after killing it) if it
+/// has not finished within `timeout`, so a hung command fails the test instead of hanging CI.
+pub fn run(args: &[&str], timeout: Duration) -> Output {
+    let child = cmd()
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn jitterscope");
+    let mut guard = ChildGuard::new(child);
+    let child = guard.child.as_mut().expect("child present");
+    // Drained on threads so a full pipe cannot block the child while we wait for it.
+    let mut out = child.stdout.take().expect("stdout piped");
+    let mut err = child.stderr.take().expect("stderr piped");
+    let t_out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out.read_to_end(&mut v);
+        v
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err.read_to_end(&mut v);
+        v
+    });
+    let status = guard.wait_timeout(timeout);
+    let Some(status) = status else {
+        drop(guard);
+        panic!("jitterscope {args:?} did not finish within {timeout:?}");
+    };
+    Output {
+        status,
+        stdout: t_out.join().expect("stdout reader"),
+        stderr: t_err.join().expect("stderr reader"),
+    }
+}
+
+/// Text of a captured stream.
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Now as an RFC 3339 argument for `--from`/`--to`, with nanoseconds so a boundary taken just
+/// before or after a run is exact.
+pub fn now_arg() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)
+}
+
+/// One CSV row of `dump`: `time,series,value,unit`.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub time: String,
+    pub series: String,
+    pub value: Option<f64>,
+    pub unit: String,
+}
+
+/// Parses `dump --format csv` output (header checked). Series names are the only field that can
+/// need quoting, so value and unit are split off the right and time off the left.
+pub fn parse_csv(out: &str) -> Vec<Row> {
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some("time,series,value,unit"), "csv header");
+    lines
+        .map(|l| {
+            let mut right = l.rsplitn(3, ',');
+            let unit = right.next().expect("unit").to_string();
+            let value = right.next().expect("value");
+            let rest = right.next().expect("time,series");
+            let (time, series) = rest.split_once(',').expect("time,series");
+            let series = series
+                .strip_prefix('"')
+                .and_then(|s| s.strip_suffix('"'))
+                .map_or_else(|| series.to_string(), |s| s.replace("\"\"", "\""));
+            Row {
+                time: time.to_string(),
+                series,
+                value: if value.is_empty() {
+                    None
+                } else {
+                    Some(value.parse().unwrap_or_else(|_| panic!("value in {l:?}")))
+                },
+                unit,
+            }
+        })
+        .collect()
+}
+
+/// Parses `dump --format json` output: one object per sample line.
+pub fn parse_json_lines(out: &str) -> Vec<serde_json::Value> {
+    out.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l:?}")))
+        .collect()
+}
+
+/// Known values of `series` across the JSON lines of a dump.
+pub fn json_values(lines: &[serde_json::Value], series: &str) -> Vec<f64> {
+    lines
+        .iter()
+        .filter_map(|l| l["values"].get(series))
+        .filter_map(|v| v.as_f64())
+        .collect()
+}
+
+/// Median of a non-empty list.
+pub fn median(v: &[f64]) -> f64 {
+    assert!(!v.is_empty(), "median of nothing");
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+/// Lines of a dump's stderr that suggest it read damaged or undecodable data.
+pub fn trouble_lines(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| {
+            let l = l.to_ascii_lowercase();
+            l.contains("undecodable") || l.contains("error") || l.contains("panicked")
+        })
+        .collect()
+}
+
+/// Counts samples in a store with `dump --format json` (one line per sample; every sample has
+/// the recorder's own `self.collect_ms`). Asserts the dump succeeded without complaints.
+pub fn count_samples(dir: &Path, from: &str, to: &str) -> usize {
+    let d = dir.to_str().expect("utf-8 path");
+    let o = run(
+        &[
+            "dump",
+            "--dir",
+            d,
+            "--from",
+            from,
+            "--to",
+            to,
+            "--select",
+            "self.collect_ms",
+            "--format",
+            "json",
+        ],
+        Duration::from_secs(30),
+    );
+    let err = text(&o.stderr);
+    assert!(o.status.success(), "dump failed: {err}");
+    assert!(trouble_lines(&err).is_empty(), "dump complained: {err}");
+    let lines = parse_json_lines(&text(&o.stdout));
+    for l in &lines {
+        assert!(
+            l["values"]["self.collect_ms"].is_number(),
+            "sample without self.collect_ms: {l}"
+        );
+    }
+    lines.len()
+}
+
+/// Store damage as seen by the store crate, after decoding every payload with the model codec.
+pub struct StoreCheck {
+    pub records: u64,
+    pub stats: jitterscope_store::RangeStats,
+}
+
+/// Reads the whole store with the store crate and decodes every payload; panics on a segment
+/// error or an undecodable payload.
+pub fn check_store(dir: &Path) -> StoreCheck {
+    let reader = jitterscope_store::Reader::open(dir).expect("open store");
+    let mut range = reader.range(i64::MIN, i64::MAX).expect("range");
+    let mut records = 0;
+    for rec in &mut range {
+        let rec = rec.expect("segment readable");
+        let s = jitterscope_model::codec::decode(&rec.payload)
+            .unwrap_or_else(|e| panic!("payload at {} undecodable: {e}", rec.ts_ns));
+        assert_eq!(s.ts_ns, rec.ts_ns, "payload and record disagree on time");
+        records += 1;
+    }
+    StoreCheck {
+        records,
+        stats: range.stats(),
+    }
+}
+
+/// A path as `&str` for arguments (test paths are always UTF-8).
+pub fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// The workspace root (the fixtures live under `tests/fixtures` there).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
