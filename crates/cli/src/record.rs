@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use jitterscope_model::codec;
-use jitterscope_model::collector::{collect_all, collectors, Notes};
+use jitterscope_model::collector::{collectors, Notes};
 use jitterscope_model::sample::{HostInfo, RecorderStats, Sample};
 use jitterscope_sources::Root;
 use jitterscope_store::{StoreConfig, Writer};
@@ -211,7 +211,7 @@ pub fn run(a: RecordArgs) -> Result<()> {
         next += (behind + 1) * interval_ns;
 
         let mut sample = Box::new(Sample::new(wall_ns(), now, interval_ns, host.clone()));
-        collect_all(&mut sources, &mut sample, &mut notes);
+        sources.collect(&mut sample, &mut notes);
         let (cpu_user_ns, cpu_system_ns) = self_cpu_ns();
         sample.recorder = Some(RecorderStats {
             lateness_ns,

@@ -2,7 +2,7 @@
 //! every source ([`collectors`]). Adding a source is one module and one line in that list.
 
 use std::collections::HashSet;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use jitterscope_sources::io::ReadError;
 use jitterscope_sources::system::SystemReader;
@@ -85,6 +85,11 @@ pub trait Collector: Send {
     fn name(&self) -> &'static str;
     /// Reads the source into its part of `sample`; failures go through `notes`.
     fn collect(&mut self, sample: &mut Sample, notes: &mut Notes);
+    /// How often to collect: `Duration::ZERO` (the default) means every interval. A source that
+    /// is expensive to read, or disturbs the host when read, can ask for less.
+    fn period(&self) -> Duration {
+        Duration::ZERO
+    }
 }
 
 /// A collector of one system file, read through the sources' [`SystemReader`] (which knows the
@@ -94,9 +99,27 @@ pub struct SystemCollector<T> {
     reader: SystemReader,
     read: fn(&mut SystemReader) -> Result<T, ReadError>,
     put: fn(&mut Sample, T),
+    period: Duration,
 }
 
 impl<T: Send + 'static> SystemCollector<T> {
+    /// Like [`SystemCollector::boxed`], collected at most once per `period`.
+    pub fn boxed_every(
+        root: &Root,
+        name: &'static str,
+        read: fn(&mut SystemReader) -> Result<T, ReadError>,
+        put: fn(&mut Sample, T),
+        period: Duration,
+    ) -> Box<dyn Collector> {
+        Box::new(SystemCollector {
+            name,
+            reader: SystemReader::new(root.clone()),
+            read,
+            put,
+            period,
+        })
+    }
+
     /// A collector named `name` that reads with `read` and stores with `put`.
     pub fn boxed(
         root: &Root,
@@ -104,12 +127,7 @@ impl<T: Send + 'static> SystemCollector<T> {
         read: fn(&mut SystemReader) -> Result<T, ReadError>,
         put: fn(&mut Sample, T),
     ) -> Box<dyn Collector> {
-        Box::new(SystemCollector {
-            name,
-            reader: SystemReader::new(root.clone()),
-            read,
-            put,
-        })
+        Self::boxed_every(root, name, read, put, Duration::ZERO)
     }
 }
 
@@ -124,15 +142,54 @@ impl<T: Send> Collector for SystemCollector<T> {
             (self.put)(sample, v);
         }
     }
+
+    fn period(&self) -> Duration {
+        self.period
+    }
 }
 
-/// Runs every collector into a fresh sample and records how long each took.
-pub fn collect_all(collectors: &mut [Box<dyn Collector>], sample: &mut Sample, notes: &mut Notes) {
-    for c in collectors.iter_mut() {
-        let t = Instant::now();
-        c.collect(sample, notes);
-        let ns = t.elapsed().as_nanos() as u64;
-        sample.collector_ns.push((c.name().to_string(), ns));
+/// The registered collectors with their schedule.
+pub struct CollectorSet {
+    items: Vec<(Box<dyn Collector>, Option<u64>)>,
+}
+
+impl CollectorSet {
+    /// A set of `collectors`, each first run at the next collection.
+    pub fn new(collectors: Vec<Box<dyn Collector>>) -> Self {
+        CollectorSet {
+            items: collectors.into_iter().map(|c| (c, None)).collect(),
+        }
+    }
+
+    /// Number of collectors.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Runs every collector that is due (by `sample.mono_ns`) into `sample`, recording how long
+    /// each took.
+    pub fn collect(&mut self, sample: &mut Sample, notes: &mut Notes) {
+        for (c, last) in self.items.iter_mut() {
+            let period = c.period().as_nanos() as u64;
+            // Half an interval of slack so a period of 5 s at 1 s intervals is every 5th sample
+            // even when a wake-up is a little early.
+            let slack = sample.interval_ns / 2;
+            if let Some(l) = *last {
+                if period > 0 && sample.mono_ns.saturating_sub(l) + slack < period {
+                    continue;
+                }
+            }
+            *last = Some(sample.mono_ns);
+            let t = Instant::now();
+            c.collect(sample, notes);
+            let ns = t.elapsed().as_nanos() as u64;
+            sample.collector_ns.push((c.name().to_string(), ns));
+        }
     }
 }
 

@@ -6,13 +6,13 @@ use jitterscope_sources::process::{default_fd_budget, ProcessReader};
 use jitterscope_sources::system::{PressureResource, SystemReader};
 use jitterscope_sources::Root;
 
-use crate::collector::{Collector, Notes, SystemCollector};
+use crate::collector::{Collector, CollectorSet, Notes, SystemCollector};
 use crate::sample::Sample;
 
 /// Every collector, in collection order. System files first (cheap, and the ones a storm makes
 /// most urgent), then cgroups, then processes (the expensive part).
-pub fn collectors(root: &Root) -> Vec<Box<dyn Collector>> {
-    vec![
+pub fn collectors(root: &Root) -> CollectorSet {
+    CollectorSet::new(vec![
         SystemCollector::boxed(root, "stat", SystemReader::stat, |s, v| s.stat = Some(v)),
         SystemCollector::boxed(root, "loadavg", SystemReader::loadavg, |s, v| {
             s.loadavg = Some(v)
@@ -73,8 +73,14 @@ pub fn collectors(root: &Root) -> Vec<Box<dyn Collector>> {
         }),
         Box::new(CgroupCollector::new(root)),
         Box::new(ProcessCollector::new(root)),
-    ]
+    ])
 }
+
+/// /proc/slabinfo is read every 5 s, not every second: on this kernel each read walks every
+/// cache's partial-slab lists under their spinlock (count_partial_free_approx), which was 9% of
+/// the recorder's CPU and holds locks the allocating workload needs. Slab size per second stays
+/// visible through meminfo (Slab, SReclaimable) and the dentry count through dentry-state.
+pub const SLABINFO_PERIOD: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Every cgroup of every hierarchy. Discovery (mountinfo) is retried once a minute when it
 /// fails, e.g. when cgroupfs is mounted after the recorder started.

@@ -16,8 +16,12 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::cgroup::{parse_proc_pid_cgroup, ProcCgroupPaths};
 use crate::io::{fields, lines, lossy, parse_i64, parse_u64, trim_ascii, ParseError, ReadError};
 use crate::Root;
+
+/// Scans between re-reads of a process's /proc/<pid>/cgroup once it has been seen twice.
+pub const CGROUP_REFRESH_SCANS: u32 = 10;
 
 /// `/proc/<pid>/stat`, the fields the recorder keeps (raw, as the kernel reports them).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -276,8 +280,11 @@ pub struct Process {
     pub io: Option<PidIo>,
     /// /proc/<pid>/schedstat (None when the kernel has no schedstats).
     pub schedstat: Option<PidSchedstat>,
-    /// /proc/<pid>/cgroup as read, trailing newline removed; parsed by the model.
-    pub cgroup: Option<String>,
+    /// The process's cgroups (v1 cpu/cpuacct/memory and v2 paths) from /proc/<pid>/cgroup.
+    /// Re-read on the first two scans of a process (launchers move a child right after fork)
+    /// and then every [`CGROUP_REFRESH_SCANS`] scans: membership rarely changes, and this file
+    /// was a sixth of the per-process kernel cost.
+    pub cgroup: Option<ProcCgroupPaths>,
     /// Command line, read once when the process is first seen (empty for kernel threads).
     pub cmdline: String,
 }
@@ -305,32 +312,51 @@ struct PidFile {
 }
 
 impl PidFile {
-    fn read(&mut self, buf: &mut Vec<u8>) -> Result<(), ReadError> {
+    /// Reads the file into `buf` and returns its length. `buf` only ever grows: re-zeroing a
+    /// 4 KiB buffer five times per process per second showed up in profiles.
+    fn read(&mut self, buf: &mut Vec<u8>) -> Result<usize, ReadError> {
         let err = |path: &PathBuf, source| ReadError::Io {
             path: path.clone(),
             source,
         };
         match &self.file {
             Some(f) => {
-                buf.clear();
-                // procfs text files of one process are small; grow only if a read fills the
-                // buffer (status is ~1.5 KB, cgroup can be long with deep paths).
-                let mut cap = 4096;
+                if buf.len() < 4096 {
+                    buf.resize(4096, 0);
+                }
                 loop {
-                    buf.resize(cap, 0);
                     let n = f.read_at(buf, 0).map_err(|e| err(&self.path, e))?;
-                    if n < cap {
-                        buf.truncate(n);
-                        return Ok(());
+                    // procfs text files of one process are small; grow only if a read fills
+                    // the buffer (cgroup can be long with deep paths).
+                    if n < buf.len() || buf.len() >= 1 << 20 {
+                        return Ok(n);
                     }
-                    if cap >= 1 << 20 {
-                        buf.truncate(n);
-                        return Ok(());
-                    }
-                    cap *= 4;
+                    let l = buf.len();
+                    buf.resize(l * 4, 0);
                 }
             }
-            None => crate::io::read_into(&self.path, buf),
+            None => {
+                crate::io::read_into(&self.path, buf)?;
+                Ok(buf.len())
+            }
+        }
+    }
+}
+
+/// Reads one optional file of a process; a vanished file is `None`, a malformed one is `None`
+/// and counted.
+fn read_part<T>(
+    f: &mut PidFile,
+    buf: &mut Vec<u8>,
+    parse: fn(&[u8]) -> Result<T, ParseError>,
+    errors: &mut u64,
+) -> Option<T> {
+    let n = f.read(buf).ok()?;
+    match parse(&buf[..n]) {
+        Ok(v) => Some(v),
+        Err(_) => {
+            *errors += 1;
+            None
         }
     }
 }
@@ -344,6 +370,8 @@ struct PidHandle {
     cgroup: PidFile,
     cmdline: String,
     io_denied: bool,
+    cgroup_paths: Option<ProcCgroupPaths>,
+    scans: u32,
 }
 
 /// Reads every process under `<root>/proc` each time [`ProcessReader::scan`] is called.
@@ -382,8 +410,8 @@ impl ProcessReader {
         };
         let mut stat = mk("stat");
         // The first read both validates the pid and records its start time.
-        stat.read(&mut self.buf)?;
-        let st = parse_pid_stat(&self.buf).map_err(|source| ReadError::Parse {
+        let n = stat.read(&mut self.buf)?;
+        let st = parse_pid_stat(&self.buf[..n]).map_err(|source| ReadError::Parse {
             path: stat.path.clone(),
             source,
         })?;
@@ -402,6 +430,8 @@ impl ProcessReader {
                 }
             },
             io_denied: false,
+            cgroup_paths: None,
+            scans: 0,
         };
         self.fds_open += h.open_count();
         Ok(h)
@@ -475,7 +505,7 @@ impl ProcessReader {
         }
         let buf = &mut self.buf;
         let stat = match h.stat.read(buf) {
-            Ok(()) => match parse_pid_stat(buf) {
+            Ok(n) => match parse_pid_stat(&buf[..n]) {
                 Ok(s) => s,
                 Err(_) => {
                     stats.parse_errors += 1;
@@ -504,36 +534,42 @@ impl ProcessReader {
                 Ok(None)
             };
         }
-        let part = |f: &mut PidFile, buf: &mut Vec<u8>| -> Option<()> { f.read(buf).ok() };
-        let status = part(&mut h.status, buf).and_then(|_| {
-            parse_pid_status(buf)
-                .map_err(|_| stats.parse_errors += 1)
-                .ok()
-        });
-        let io = if h.io_denied {
-            None
-        } else {
+        let mut parse_errors = 0;
+        let status = read_part(&mut h.status, buf, parse_pid_status, &mut parse_errors);
+        let mut io = None;
+        if !h.io_denied {
             match h.io.read(buf) {
-                Ok(()) => parse_pid_io(buf).map_err(|_| stats.parse_errors += 1).ok(),
-                Err(e) => {
-                    if e.is_permission() {
-                        // Do not retry a denied file every second for the process's lifetime.
-                        h.io_denied = true;
+                Ok(n) => {
+                    io = parse_pid_io(&buf[..n]).ok();
+                    if io.is_none() {
+                        parse_errors += 1;
                     }
-                    None
                 }
+                // Do not retry a denied file every second for the process's lifetime.
+                Err(e) if e.is_permission() => h.io_denied = true,
+                Err(_) => {}
             }
-        };
-        let schedstat = part(&mut h.schedstat, buf).and_then(|_| {
-            parse_pid_schedstat(buf)
-                .map_err(|_| stats.parse_errors += 1)
-                .ok()
-        });
-        let cgroup = part(&mut h.cgroup, buf).map(|_| {
-            let mut s = lossy(trim_ascii(buf));
-            s.shrink_to_fit();
-            s
-        });
+        }
+        let schedstat = read_part(
+            &mut h.schedstat,
+            buf,
+            parse_pid_schedstat,
+            &mut parse_errors,
+        );
+        if h.scans < 2 || h.scans.is_multiple_of(CGROUP_REFRESH_SCANS) {
+            let paths = read_part(
+                &mut h.cgroup,
+                buf,
+                |b| parse_proc_pid_cgroup(b).map(|c| c.to_paths()),
+                &mut parse_errors,
+            );
+            if paths.is_some() {
+                h.cgroup_paths = paths;
+            }
+        }
+        h.scans = h.scans.wrapping_add(1);
+        stats.parse_errors += parse_errors;
+        let cgroup = h.cgroup_paths.clone();
         Ok(Some(Process {
             stat,
             status,
@@ -648,7 +684,10 @@ mod tests {
         let st = r.scan(&mut out).unwrap();
         assert_eq!(st.listed as usize, fixture_pids().len());
         assert_eq!(out.len(), fixture_pids().len());
-        assert!(out.iter().any(|p| p.stat.pid == 1 && p.cgroup.is_some()));
+        assert!(out.iter().any(|p| p.stat.pid == 1
+            && p.cgroup
+                .as_ref()
+                .is_some_and(|c| c.cpu.as_deref() == Some("/"))));
         assert!(out.iter().any(|p| p.stat.comm == "kthreadd"));
     }
 

@@ -1,0 +1,42 @@
+# jitterscope — see README.md. Every target installs what it needs first (setup).
+SHELL := /bin/bash
+CARGO ?= cargo
+BIN := target/release/jitterscope
+DIR ?= ./data
+ARGS ?=
+
+.PHONY: all setup build run test lint bench fixtures clean
+
+all: build
+
+# Build prerequisites: a C toolchain (zstd is compiled from source by zstd-sys) and Rust stable.
+setup:
+	@bash scripts/setup.sh
+
+build: setup
+	$(CARGO) build --release --locked -p jitterscope
+
+# Record into $(DIR) (./data by default) with one status line per second, until Ctrl-C.
+# Run as root for everything (other users' /proc/<pid>/io, slabinfo, priority, mlock).
+run: build
+	$(BIN) record --dir $(DIR) --status $(ARGS)
+
+# The whole test suite: unit, fixture, property, store crash/full-disk, and root end-to-end tests.
+test: setup
+	$(CARGO) test --workspace --locked
+
+lint: setup
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+# Side-by-side measurement against atop and sysstat; writes docs/BENCHMARKS.md. Needs root.
+bench: build
+	JITTERSCOPE=$(BIN) bash bench/run.sh
+
+# Re-capture the fixture tree of this machine (see scripts/capture-fixtures.sh before using:
+# tests assert on the captured values).
+fixtures:
+	bash scripts/capture-fixtures.sh tests/fixtures/host --with-test-cgroups
+
+clean:
+	$(CARGO) clean
