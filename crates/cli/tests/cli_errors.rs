@@ -1,0 +1,212 @@
+//! Bad arguments end in a short error and a non-zero exit, never a panic or a backtrace: the
+//! recorder runs unattended and its errors end up in journald, one line each.
+
+mod common;
+
+use std::process::Output;
+use std::time::Duration;
+
+use common::{run, s, text};
+
+const TIMEOUT: Duration = Duration::from_secs(20);
+
+fn fixture_store() -> std::path::PathBuf {
+    common::workspace_root().join("tests/fixtures/store-v1")
+}
+
+/// Asserts a failed run with a usable message; `needle` must appear in it (the message names
+/// what was wrong). Returns stderr.
+fn assert_clean_failure(args: &[&str], needle: &str) -> String {
+    let o: Output = run(args, TIMEOUT);
+    let err = text(&o.stderr);
+    assert!(
+        !o.status.success(),
+        "{args:?} succeeded; stderr: {err}; stdout: {}",
+        text(&o.stdout)
+    );
+    // RUST_BACKTRACE=1 is set by `run`, so a panic anywhere would print these.
+    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+    assert!(!err.contains("stack backtrace"), "{args:?}: {err}");
+    assert!(
+        o.status.code().is_some(),
+        "{args:?} died of a signal: {:?}",
+        o.status
+    );
+    let first = err.lines().next().unwrap_or_default();
+    if first.starts_with("error:") {
+        // clap's own argument errors: first line names the problem; the usage hint that
+        // follows is clap's format, and the exit code is its usage-error code.
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            first.contains(needle),
+            "{args:?}: {needle:?} not in {first:?}"
+        );
+    } else {
+        // Our errors: notes may precede it, but the error itself is exactly one line, the last.
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        let lines: Vec<&str> = err.lines().collect();
+        assert!(
+            lines.iter().all(|l| l.starts_with("jitterscope: ")),
+            "{args:?}: stray stderr lines: {err}"
+        );
+        let errors: Vec<&&str> = lines
+            .iter()
+            .filter(|l| l.starts_with("jitterscope: error:"))
+            .collect();
+        assert_eq!(errors.len(), 1, "{args:?}: want one error line: {err}");
+        assert_eq!(
+            Some(errors[0]),
+            lines.last(),
+            "{args:?}: error not last: {err}"
+        );
+        assert!(
+            errors[0].contains(needle),
+            "{args:?}: {needle:?} not in {err}"
+        );
+    }
+    err
+}
+
+#[test]
+fn dump_bad_time() {
+    let d = fixture_store();
+    assert_clean_failure(
+        &["dump", "--dir", s(&d), "--from", "yesterday"],
+        "yesterday",
+    );
+}
+
+#[test]
+fn dump_from_after_to() {
+    let d = fixture_store();
+    assert_clean_failure(
+        &["dump", "--dir", s(&d), "--from", "now", "--to", "1h ago"],
+        "is after --to",
+    );
+}
+
+#[test]
+fn dump_missing_store() {
+    assert_clean_failure(&["dump", "--dir", "/nonexistent"], "/nonexistent");
+}
+
+#[test]
+fn dump_select_matching_nothing() {
+    // A valid store, so the only thing wrong is the selection.
+    let d = fixture_store();
+    assert_clean_failure(
+        &["dump", "--dir", s(&d), "--select", "nosuch.*"],
+        "nosuch.*",
+    );
+}
+
+#[test]
+fn dump_unknown_format() {
+    let d = fixture_store();
+    assert_clean_failure(&["dump", "--dir", s(&d), "--format", "xml"], "xml");
+}
+
+// The record cases pass --duration 1s so that, should validation ever let them through, the
+// test fails on "succeeded" instead of recording forever.
+
+#[test]
+fn record_interval_too_short() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("store");
+    assert_clean_failure(
+        &[
+            "record",
+            "--dir",
+            s(&d),
+            "--duration",
+            "1s",
+            "--interval",
+            "1ms",
+        ],
+        "--interval",
+    );
+}
+
+#[test]
+fn record_bad_size() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("store");
+    assert_clean_failure(
+        &[
+            "record",
+            "--dir",
+            s(&d),
+            "--duration",
+            "1s",
+            "--max-size",
+            "2parsecs",
+        ],
+        "2parsecs",
+    );
+}
+
+#[test]
+fn record_store_dir_cannot_be_created() {
+    // Nothing can be created in /proc, even by root.
+    assert_clean_failure(
+        &["record", "--dir", "/proc/forbidden", "--duration", "1s"],
+        "/proc/forbidden",
+    );
+}
+
+#[test]
+fn record_root_without_proc() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("empty-dir");
+    std::fs::create_dir(&root).unwrap();
+    let d = t.path().join("store");
+    assert_clean_failure(
+        &[
+            "record",
+            "--dir",
+            s(&d),
+            "--root",
+            s(&root),
+            "--duration",
+            "1s",
+        ],
+        "proc/stat",
+    );
+}
+
+#[test]
+fn dump_list_names_units() {
+    let o = run(&["dump", "--list"], TIMEOUT);
+    let out = text(&o.stdout);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let mut lines = out.lines();
+    let header: Vec<_> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "KIND", "UNIT", "HELP"]);
+    let row = lines
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.first() == Some(&"cgroup.<cgroup>.cpu.throttled_pct"))
+        .unwrap_or_else(|| panic!("throttled_pct not listed:\n{out}"));
+    assert_eq!(row[1], "rate");
+    assert_eq!(row[2], "percent");
+    assert!(row.len() > 3, "no help text: {row:?}");
+}
+
+#[test]
+fn dump_list_json() {
+    let o = run(&["dump", "--list", "--format", "json"], TIMEOUT);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("--list json parses");
+    let list = v.as_array().expect("a JSON array");
+    assert!(list.len() > 10, "suspiciously few metrics: {}", list.len());
+    for m in list {
+        for k in ["name", "kind", "unit", "help"] {
+            assert!(m[k].is_string(), "{k} missing in {m}");
+        }
+    }
+    let t = list
+        .iter()
+        .find(|m| m["name"] == "cgroup.<cgroup>.cpu.throttled_pct")
+        .expect("throttled_pct listed");
+    assert_eq!(t["unit"], "percent");
+    assert_eq!(t["kind"], "rate");
+}
