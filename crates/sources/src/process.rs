@@ -284,7 +284,10 @@ pub struct Process {
     /// Re-read on the first two scans of a process (launchers move a child right after fork)
     /// and then every [`CGROUP_REFRESH_SCANS`] scans: membership rarely changes, and this file
     /// was a sixth of the per-process kernel cost.
-    pub cgroup: Option<ProcCgroupPaths>,
+    ///
+    /// Named `cgroups` because recordings of the first development build stored the raw text
+    /// under `cgroup`; a new name lets those decode (the old field is ignored) instead of failing.
+    pub cgroups: Option<ProcCgroupPaths>,
     /// Command line, read once when the process is first seen (empty for kernel threads).
     pub cmdline: String,
 }
@@ -575,7 +578,7 @@ impl ProcessReader {
             status,
             io,
             schedstat,
-            cgroup,
+            cgroups: cgroup,
             cmdline: h.cmdline.clone(),
         }))
     }
@@ -685,7 +688,7 @@ mod tests {
         assert_eq!(st.listed as usize, fixture_pids().len());
         assert_eq!(out.len(), fixture_pids().len());
         assert!(out.iter().any(|p| p.stat.pid == 1
-            && p.cgroup
+            && p.cgroups
                 .as_ref()
                 .is_some_and(|c| c.cpu.as_deref() == Some("/"))));
         assert!(out.iter().any(|p| p.stat.comm == "kthreadd"));
