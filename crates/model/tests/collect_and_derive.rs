@@ -1,0 +1,274 @@
+//! Collection from recorded fixture trees and derivation of metrics from pairs of samples.
+
+use jitterscope_model::collector::{collectors, Notes};
+use jitterscope_model::derive::evaluate;
+use jitterscope_model::glob::Pattern;
+use jitterscope_model::registry::all;
+use jitterscope_model::sample::{HostInfo, Sample};
+use jitterscope_sources::Root;
+
+const FX: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures");
+
+fn collect(root: &str, mono_ns: u64) -> (Sample, Vec<String>) {
+    let root = Root::new(format!("{FX}/{root}"));
+    let mut set = collectors(&root);
+    let mut notes = Notes::default();
+    let host = HostInfo {
+        user_hz: 100,
+        page_size_bytes: 4096,
+        boot_id: "b".into(),
+        ..Default::default()
+    };
+    let mut s = Sample::new(1_795_348_800_000_000_000, mono_ns, 1_000_000_000, host);
+    set.collect(&mut s, &mut notes);
+    (s, notes.drain())
+}
+
+fn value(vals: &[jitterscope_model::derive::SeriesValue], series: &str) -> Option<Option<f64>> {
+    vals.iter().find(|v| v.series == series).map(|v| v.value)
+}
+
+#[test]
+fn captured_host_tree_fills_every_part() {
+    let (s, notes) = collect("host", 1);
+    assert!(s.stat.as_ref().unwrap().cpus.len() == 2);
+    for (name, present) in [
+        ("loadavg", s.loadavg.is_some()),
+        ("vmstat", s.vmstat.is_some()),
+        ("meminfo", s.meminfo.is_some()),
+        ("zoneinfo", s.zoneinfo.is_some()),
+        ("buddyinfo", s.buddyinfo.is_some()),
+        ("slabinfo", s.slabinfo.is_some()),
+        ("dentry", s.dentry.is_some()),
+        ("interrupts", s.interrupts.is_some()),
+        ("softirqs", s.softirqs.is_some()),
+        ("diskstats", s.diskstats.is_some()),
+        ("netdev", s.netdev.is_some()),
+        ("psi cpu", s.pressure.cpu.is_some()),
+        ("psi memory", s.pressure.memory.is_some()),
+    ] {
+        assert!(present, "{name} missing; notes: {notes:?}");
+    }
+    // This kernel has nr_negative (6.18) and no /proc/pressure/irq: said once, not an error.
+    assert!(s.dentry.as_ref().unwrap().nr_negative.is_some());
+    assert!(s.pressure.irq.is_none());
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("pressure.irq") && n.contains("does not exist")),
+        "{notes:?}"
+    );
+    assert!(s.errors.is_empty(), "{:?}", s.errors);
+    let cg = s.cgroups.as_ref().unwrap();
+    let fx = cg
+        .iter()
+        .find(|c| c.path == "/jitterscope-fixture")
+        .expect("fixture cgroup");
+    assert_eq!(fx.cpu.as_ref().unwrap().quota_us, Some(20_000));
+    let procs = s.processes.as_ref().unwrap();
+    assert!(procs.iter().any(|p| p.stat.pid == 1));
+    // Every collector timed itself.
+    assert!(s.collector_ns.iter().any(|(n, _)| n == "processes"));
+}
+
+#[test]
+fn edge_roots_degrade_to_missing_parts_with_one_note_each() {
+    // v2-only Kubernetes node: cgroups present, no /proc files at all in this tree.
+    let (s, notes) = collect("edge/cgroup-v2-only", 1);
+    let cg = s.cgroups.as_ref().expect("cgroups from a v2-only tree");
+    assert!(cg.iter().any(|c| c.path.contains("kubepods-burstable-pod")
+        && c.cpu.as_ref().is_some_and(|c| c.quota_us.is_some())));
+    assert!(s.stat.is_none() && s.pressure.cpu.is_none());
+    assert!(
+        notes.iter().any(|n| n.starts_with("stat: not collected")),
+        "{notes:?}"
+    );
+    // v1-only Docker host: cgroups without pressure, said once.
+    let (s, notes) = collect("edge/cgroup-v1-only", 1);
+    assert!(s
+        .cgroups
+        .as_ref()
+        .unwrap()
+        .iter()
+        .any(|c| c.path.starts_with("/docker/")));
+    assert!(
+        notes.iter().any(|n| n.contains("cgroup v1 only")),
+        "{notes:?}"
+    );
+    // Pre-5.0 kernel: the dentry-state dummy field is not reported as a negative dentry count.
+    let (s, _) = collect("edge/dentry-4.19", 1);
+    assert_eq!(s.dentry.as_ref().unwrap().nr_negative, None);
+    let vals = evaluate(all(), &s, None, &[Pattern::new("dentry.*")]);
+    assert!(value(&vals, "dentry.nr_dentry").is_some());
+    assert!(value(&vals, "dentry.nr_negative").is_none());
+}
+
+/// Two samples of the captured tree one second apart, with the fixture cgroup's counters moved.
+fn pair(throttled: u64, periods: u64) -> (Sample, Sample) {
+    let (prev, _) = collect("host", 1_000_000_000);
+    let mut cur = prev.clone();
+    cur.mono_ns += 1_000_000_000;
+    cur.ts_ns += 1_000_000_000;
+    let c = cur
+        .cgroups
+        .as_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|c| c.path == "/jitterscope-fixture")
+        .unwrap();
+    let cpu = c.cpu.as_mut().unwrap();
+    cpu.nr_throttled = Some(cpu.nr_throttled.unwrap() + throttled);
+    cpu.nr_periods = Some(cpu.nr_periods.unwrap() + periods);
+    cpu.usage_ns = Some(cpu.usage_ns.unwrap() + 200_000_000);
+    (prev, cur)
+}
+
+#[test]
+fn throttled_pct_is_delta_throttled_over_delta_periods() {
+    let (prev, cur) = pair(8, 10);
+    let sel = [Pattern::new("cgroup./jitterscope-fixture.cpu.*")];
+    let vals = evaluate(all(), &cur, Some(&prev), &sel);
+    assert_eq!(
+        value(&vals, "cgroup./jitterscope-fixture.cpu.throttled_pct"),
+        Some(Some(80.0))
+    );
+    // 200 ms of CPU in 1 s = 20% of one CPU = 100% of a 0.2-CPU quota.
+    let usage = value(&vals, "cgroup./jitterscope-fixture.cpu.usage_pct")
+        .unwrap()
+        .unwrap();
+    assert!((usage - 20.0).abs() < 1e-9, "{usage}");
+    let of_quota = value(&vals, "cgroup./jitterscope-fixture.cpu.usage_of_quota_pct")
+        .unwrap()
+        .unwrap();
+    assert!((of_quota - 100.0).abs() < 1e-9, "{of_quota}");
+    assert_eq!(
+        value(&vals, "cgroup./jitterscope-fixture.cpu.quota_cores"),
+        Some(Some(0.2))
+    );
+    // No periods elapsed: no throttled percentage at all (not 0, not unknown).
+    let (prev, cur) = pair(0, 0);
+    let vals = evaluate(all(), &cur, Some(&prev), &sel);
+    assert_eq!(
+        value(&vals, "cgroup./jitterscope-fixture.cpu.throttled_pct"),
+        None
+    );
+}
+
+#[test]
+fn counter_going_backwards_is_unknown_not_a_made_up_rate() {
+    let (prev, mut cur) = pair(1, 1);
+    let c = cur
+        .cgroups
+        .as_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|c| c.path == "/jitterscope-fixture")
+        .unwrap();
+    c.cpu.as_mut().unwrap().usage_ns = Some(0);
+    let vals = evaluate(
+        all(),
+        &cur,
+        Some(&prev),
+        &[Pattern::new("cgroup./jitterscope-fixture.cpu.usage_pct")],
+    );
+    assert_eq!(
+        value(&vals, "cgroup./jitterscope-fixture.cpu.usage_pct"),
+        Some(None)
+    );
+    // A vmstat counter reset likewise.
+    let mut cur2 = cur.clone();
+    for (k, v) in cur2.vmstat.as_mut().unwrap().counters.iter_mut() {
+        if k == "pgfault" {
+            *v = 0;
+        }
+    }
+    let vals = evaluate(
+        all(),
+        &cur2,
+        Some(&prev),
+        &[Pattern::new("vmstat.pgfault_per_s")],
+    );
+    assert_eq!(value(&vals, "vmstat.pgfault_per_s"), Some(None));
+}
+
+#[test]
+fn reused_pid_is_a_new_process_without_rates() {
+    let (prev, mut cur) = pair(0, 0);
+    let p = cur
+        .processes
+        .as_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|p| p.stat.pid == 1)
+        .unwrap();
+    p.stat.starttime_ticks += 1;
+    p.stat.utime_ticks = 0;
+    let vals = evaluate(all(), &cur, Some(&prev), &[Pattern::new("proc.1.*")]);
+    assert!(
+        vals.iter().all(|v| !v.series.ends_with("cpu_pct")),
+        "rate across pid reuse"
+    );
+    assert!(vals.iter().any(|v| v.series.ends_with("rss_bytes")));
+}
+
+#[test]
+fn no_rates_across_reboots_or_long_gaps() {
+    let (prev, mut cur) = pair(5, 10);
+    cur.host.boot_id = "other".into();
+    let vals = evaluate(
+        all(),
+        &cur,
+        Some(&prev),
+        &[Pattern::new("cgroup.*.cpu.throttled_pct")],
+    );
+    assert!(vals.is_empty());
+    let (prev, mut cur) = pair(5, 10);
+    cur.mono_ns += 3_600_000_000_000;
+    let vals = evaluate(
+        all(),
+        &cur,
+        Some(&prev),
+        &[Pattern::new("cgroup.*.cpu.throttled_pct")],
+    );
+    assert!(vals.is_empty());
+}
+
+#[test]
+fn host_cpu_shares_sum_to_100() {
+    let (prev, mut cur) = pair(0, 0);
+    let st = cur.stat.as_mut().unwrap();
+    st.total.user_ticks += 30;
+    st.total.system_ticks += 50;
+    st.total.idle_ticks += 120;
+    let vals = evaluate(all(), &cur, Some(&prev), &[Pattern::new("cpu.*_pct")]);
+    assert_eq!(value(&vals, "cpu.usr_pct"), Some(Some(15.0)));
+    assert_eq!(value(&vals, "cpu.sys_pct"), Some(Some(25.0)));
+    let sum: f64 = [
+        "usr", "nice", "sys", "irq", "softirq", "iowait", "steal", "idle",
+    ]
+    .iter()
+    .filter_map(|f| value(&vals, &format!("cpu.{f}_pct")).flatten())
+    .sum();
+    assert!((sum - 100.0).abs() < 1e-9, "{sum}");
+}
+
+#[test]
+fn every_metric_evaluates_on_real_data_without_panicking() {
+    let (prev, _) = collect("host", 1_000_000_000);
+    let (mut cur, _) = collect("host", 2_000_000_000);
+    cur.ts_ns += 1_000_000_000;
+    let vals = evaluate(all(), &cur, Some(&prev), &[]);
+    // Identical counters: rates are 0 (known), gauges present; CPU shares are absent because no
+    // tick elapsed (0 of 0 is not a percentage).
+    assert!(value(&vals, "cpu.sys_pct").is_none());
+    for name in [
+        "sched.ctxt_per_s",
+        "irq.tlb_per_s",
+        "mem.free_bytes",
+        "dentry.nr_negative",
+        "procs.count",
+    ] {
+        assert!(value(&vals, name).flatten().is_some(), "{name}");
+    }
+    assert!(vals.iter().all(|v| v.value.is_none_or(f64::is_finite)));
+}
