@@ -37,7 +37,9 @@ pub fn harden(nice: i32, lock_memory: bool) -> Hardening {
         }
     }
     if let Err(e) = std::fs::write("/proc/self/oom_score_adj", "-999") {
-        notes.push(format!("cannot protect from the OOM killer: {e}"));
+        notes.push(format!(
+            "cannot protect from the OOM killer: {e} (needs CAP_SYS_RESOURCE)"
+        ));
     }
     Hardening { notes }
 }

@@ -718,6 +718,32 @@ mod tests {
     }
 
     #[test]
+    fn process_vanishing_between_listing_and_reading_is_skipped_and_counted() {
+        // A pid directory that is listed but whose files are gone is what a process exiting
+        // between readdir and open looks like.
+        let dir = tempfile::tempdir().unwrap();
+        let root = Root::new(dir.path());
+        std::fs::create_dir_all(root.path("/proc/1")).unwrap();
+        std::fs::create_dir_all(root.path("/proc/777")).unwrap();
+        for f in ["stat", "status", "io", "schedstat", "cgroup", "cmdline"] {
+            if let Ok(b) = std::fs::read(format!("{FX}/proc/1/{f}")) {
+                std::fs::write(root.path(format!("/proc/1/{f}")), b).unwrap();
+            }
+        }
+        // A stat that is truncated mid-write by a dying process: counted as a parse error.
+        std::fs::create_dir_all(root.path("/proc/778")).unwrap();
+        std::fs::write(root.path("/proc/778/stat"), b"778 (half").unwrap();
+        let mut r = ProcessReader::new(&root, 100);
+        let mut out = Vec::new();
+        let st = r.scan(&mut out).unwrap();
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].stat.pid, 1);
+        assert_eq!(st.listed, 3);
+        assert_eq!(st.vanished, 2);
+        assert_eq!(st.parse_errors, 1);
+    }
+
+    #[test]
     fn fd_budget_zero_still_reads() {
         let mut r = ProcessReader::new(&Root::default(), 0);
         let mut out = Vec::new();
