@@ -483,6 +483,23 @@ impl ProcessReader {
         Ok(stats)
     }
 
+    /// Drops the handles of `pid` and, on the first attempt, reads it afresh.
+    fn reopen(
+        &mut self,
+        pid: u32,
+        retry: bool,
+        stats: &mut ProcessScanStats,
+    ) -> Result<Option<Process>, ReadError> {
+        if let Some(h) = self.handles.remove(&pid) {
+            self.fds_open -= h.open_count();
+        }
+        if retry {
+            self.read_one(pid, false, stats)
+        } else {
+            Ok(None)
+        }
+    }
+
     fn read_one(
         &mut self,
         pid: u32,
@@ -515,27 +532,13 @@ impl ProcessReader {
                     return Ok(None);
                 }
             },
-            Err(e) if e.is_missing() => {
-                // Exited, or exited and the pid was reused: reopen once if still listed.
-                let h = self.handles.remove(&pid).expect("present");
-                self.fds_open -= h.open_count();
-                return if retry {
-                    self.read_one(pid, false, stats)
-                } else {
-                    Ok(None)
-                };
-            }
+            // Exited, or exited and the pid was reused: reopen once if still listed.
+            Err(e) if e.is_missing() => return self.reopen(pid, retry, stats),
             Err(e) => return Err(e),
         };
         if stat.starttime_ticks != h.starttime_ticks {
             // Only reachable in open-per-read mode, where a path can reach a new process.
-            let h = self.handles.remove(&pid).expect("present");
-            self.fds_open -= h.open_count();
-            return if retry {
-                self.read_one(pid, false, stats)
-            } else {
-                Ok(None)
-            };
+            return self.reopen(pid, retry, stats);
         }
         let mut parse_errors = 0;
         let status = read_part(&mut h.status, buf, parse_pid_status, &mut parse_errors);

@@ -62,6 +62,10 @@ fn stat_rate(cx: &Ctx, out: &mut Emit, f: fn(&Stat) -> Option<u64>) {
     rate(cx, out, &[], c, p, 1.0);
 }
 
+fn stat_gauge(cx: &Ctx, out: &mut Emit, f: fn(&Stat) -> Option<u64>) {
+    gauge(out, &[], cx.cur.stat.as_ref().and_then(f).map(|v| v as f64));
+}
+
 macro_rules! cpu_pair {
     ($f:expr) => {
         (
@@ -212,34 +216,14 @@ pub(super) static DEFS: &[&MetricDef] = &[
         Count,
         Gauge,
         "Runnable tasks right now (/proc/stat procs_running)",
-        |cx, out| {
-            gauge(
-                out,
-                &[],
-                cx.cur
-                    .stat
-                    .as_ref()
-                    .and_then(|s| s.procs_running)
-                    .map(|v| v as f64),
-            )
-        }
+        |cx, out| stat_gauge(cx, out, |s| s.procs_running)
     ),
     def!(
         "sched.procs_blocked",
         Count,
         Gauge,
         "Tasks blocked on I/O right now (/proc/stat procs_blocked)",
-        |cx, out| {
-            gauge(
-                out,
-                &[],
-                cx.cur
-                    .stat
-                    .as_ref()
-                    .and_then(|s| s.procs_blocked)
-                    .map(|v| v as f64),
-            )
-        }
+        |cx, out| stat_gauge(cx, out, |s| s.procs_blocked)
     ),
     def!(
         "load.avg1",
