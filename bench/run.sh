@@ -185,6 +185,8 @@ for t in "${TOOLS[@]}"; do
 done
 HOSTCPU1=$(host_cpu)
 PROCS_END=$(nprocs)
+# Other `sleep` processes on the host (not started by this script) inflate the process count.
+OTHER_SLEEPS=$(ps -C sleep -o pid= | awk -v mine=" ${SLEEPERS[*]} " 'index(mine, " " $1 " ") == 0 {n++} END {print n + 0}')
 declare -A STOP_T
 stop_wait "${PID[js]}" INT;   STOP_T[js]=$(now_s)
 stop_wait "${PID[atop]}" TERM; STOP_T[atop]=$(now_s)
@@ -323,11 +325,12 @@ time_read() { # label, then command; prints the median ms
 say "timing one-minute reads from the middle of the store"
 READ_ALL_MS=$(time_read all "$JITTERSCOPE" dump --dir "$TMP/js24" --from "$MID" --to "$MID_TO" --format csv)
 READ_CG_MS=$(time_read cgroup "$JITTERSCOPE" dump --dir "$TMP/js24" --from "$MID" --to "$MID_TO" --format csv --select 'cgroup.*')
+READ_ONE_MS=$(time_read one "$JITTERSCOPE" dump --dir "$TMP/js24" --from "$MID" --to "$MID_TO" --format csv --select self.lateness_ms)
 READ_ALL_ROWS=$("$JITTERSCOPE" dump --dir "$TMP/js24" --from "$MID" --to "$MID_TO" --format csv | wc -l)
 READ_CG_ROWS=$("$JITTERSCOPE" dump --dir "$TMP/js24" --from "$MID" --to "$MID_TO" --format csv --select 'cgroup.*' | wc -l)
 READ_SAMPLES=$("$JITTERSCOPE" dump --dir "$TMP/js24" --from "$MID" --to "$MID_TO" --format json --select self.lateness_ms | wc -l)
 READ_METHOD=$([ "$HAVE_HYPERFINE" = 1 ] && echo "hyperfine -N, 1 warm-up + $READ_RUNS runs, median" || echo "date +%s%N around $READ_RUNS runs after 1 warm-up, median")
-say "read 1 min: all series ${READ_ALL_MS} ms ($READ_ALL_ROWS rows), cgroup.* ${READ_CG_MS} ms ($READ_CG_ROWS rows); 24 h store ${SYN_BYTES} bytes = ${SYN_MBH} MB/hour"
+say "read 1 min: all series ${READ_ALL_MS} ms ($READ_ALL_ROWS rows), cgroup.* ${READ_CG_MS} ms ($READ_CG_ROWS rows), one series ${READ_ONE_MS} ms; 24 h store ${SYN_BYTES} bytes = ${SYN_MBH} MB/hour"
 
 # ---------------------------------------------------------------------------------------------
 # 5. Report
@@ -344,6 +347,7 @@ OK_BYTES24=$(met "$R_BYTES24 <= 0.5")
 OK_READ=$(met "$READ_ALL_MS < 100 && $READ_CG_MS < 100")
 OK_GAP=$(met "$GAP_MAX_MS <= 1500")
 CPU_SHORT=$(awk -v a="${CPU[js]}" -v b="${CPU[atop]}" 'BEGIN { t = b / 4; if (a > t) printf "%.3f points (%.1fx the allowed %.3f%%)", a - t, a / t, t; else printf "within by %.3f points", t - a }')
+if [ -f /sys/fs/cgroup/memory/memory.limit_in_bytes ]; then ATOP_CG="v2 only (none here: this host's controllers are v1)"; else ATOP_CG="v2 only"; fi
 CGROUP_COUNT=$(find /sys/fs/cgroup -mindepth 1 -type d 2>/dev/null | wc -l)
 JS_VERSION=$("$JITTERSCOPE" --version 2>/dev/null | awk '{print $2}')
 GIT_REV=$(git -C "$REPO" describe --always --dirty 2>/dev/null || echo unknown)
@@ -405,7 +409,7 @@ removes everything it created (processes, the stress cgroup, temporary stores) o
 | kernel | $(uname -r) |
 | CPUs | $(nproc) ($CPU_MODEL) |
 | memory | $(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo) |
-| processes during the run | $PROCS_DURING at the start of the window, $PROCS_END at its end (incl. $EXTRA_PROCS extra sleepers) |
+| processes during the run | $PROCS_DURING at the start of the window, $PROCS_END at its end ($EXTRA_PROCS of them sleepers started by this script; $OTHER_SLEEPS other \`sleep\` processes were already on the host) |
 | cgroup directories | $CGROUP_COUNT under /sys/fs/cgroup |
 | host CPU busy during the window | $(f2 "$HOST_BUSY") % |
 | jitterscope | $JS_VERSION (git $GIT_REV) |
@@ -416,7 +420,7 @@ removes everything it created (processes, the stress cgroup, temporary stores) o
 | tool | CPU % of one core | (lifetime) | MB/hour | (steady growth) | CPU vs atop | bytes vs atop | samples | per-process | cgroups |
 |---|---:|---:|---:|---:|---:|---:|---:|---|---|
 | jitterscope record | $(f3 "${CPU[js]}") | $(f3 "${CPU_LIFE[js]}") | $(f2 "${MBH[js]}") | $(f2 "${MBH_GROWTH[js]}") | $R_CPU | $R_BYTES | $JS_SAMPLES | yes | yes (v1 and v2) |
-| atop -w | $(f3 "${CPU[atop]}") | $(f3 "${CPU_LIFE[atop]}") | $(f2 "${MBH[atop]}") | $(f2 "${MBH_GROWTH[atop]}") | 1.00 | 1.00 | $ATOP_SAMPLES | yes | v2 only (this host's controllers are v1) |
+| atop -w | $(f3 "${CPU[atop]}") | $(f3 "${CPU_LIFE[atop]}") | $(f2 "${MBH[atop]}") | $(f2 "${MBH_GROWTH[atop]}") | 1.00 | 1.00 | $ATOP_SAMPLES | yes | $ATOP_CG |
 | sadc -S XALL | $(f3 "${CPU[sadc]}") | $(f3 "${CPU_LIFE[sadc]}") | $(f2 "${MBH[sadc]}") | $(f2 "${MBH_GROWTH[sadc]}") | $R_CPU_SADC | $R_BYTES_SADC | $SADC_SAMPLES | no | no |
 
 Bytes written: jitterscope ${BYTES[js]}, atop ${BYTES[atop]}, sadc ${BYTES[sadc]}
@@ -449,6 +453,7 @@ $JS_COLLECTORS
 | **bytes/hour of the format at scale** | **$SYN_MBH MB/hour** (compression ${SYN_RATIO}x; $R_BYTES24 of atop's) |
 | **one minute, all series, CSV** | **$READ_ALL_MS ms** ($READ_ALL_ROWS lines, $READ_SAMPLES samples) |
 | **one minute, \`--select 'cgroup.*'\`, CSV** | **$READ_CG_MS ms** ($READ_CG_ROWS lines) |
+| one minute, \`--select self.lateness_ms\` (decompress + decode every sample, almost no output) | $READ_ONE_MS ms |
 
 ## Targets
 
