@@ -51,8 +51,12 @@ fn main() -> ExitCode {
             // One line, no backtrace: the chain of causes joined.
             let mut msg = e.to_string();
             for cause in e.chain().skip(1) {
-                msg.push_str(": ");
-                msg.push_str(&cause.to_string());
+                // Errors that already print their source would otherwise say it twice.
+                let c = cause.to_string();
+                if !msg.ends_with(&c) {
+                    msg.push_str(": ");
+                    msg.push_str(&c);
+                }
             }
             eprintln!("jitterscope: error: {}", msg.replace('\n', " "));
             ExitCode::from(1)

@@ -147,8 +147,7 @@ pub fn run(a: RecordArgs) -> Result<()> {
     let mut cfg = StoreConfig::new(&dir);
     cfg.retain = a.retain;
     cfg.max_bytes = a.max_size;
-    let writer =
-        Writer::open(cfg).with_context(|| format!("cannot open store {}", dir.display()))?;
+    // Validate the root before touching the store: opening the writer applies retention.
     let root = Root::new(&a.root);
     if !root.path("/proc/stat").exists() {
         bail!(
@@ -156,6 +155,8 @@ pub fn run(a: RecordArgs) -> Result<()> {
             a.root.display()
         );
     }
+    let writer =
+        Writer::open(cfg).with_context(|| format!("cannot open store {}", dir.display()))?;
 
     install_signal_handlers();
     for n in crate::prio::harden(a.nice, !a.no_mlock).notes {
@@ -261,6 +262,8 @@ fn write_loop(
     let mut prev: Option<Box<Sample>> = None;
     let mut last_error_log: Option<Instant> = None;
     let mut written_before = w.bytes_written();
+    // One pause spans every sample that waits for space, so it is announced once.
+    let mut paused_since: Option<Instant> = None;
     while let Ok(sample) = rx.recv() {
         shared.queued.fetch_sub(1, Ordering::Relaxed);
         if let Err(e) = codec::encode_into(&sample, &mut buf) {
@@ -268,11 +271,10 @@ fn write_loop(
             shared.dropped.fetch_add(1, Ordering::Relaxed);
             continue;
         }
-        let mut paused_since: Option<Instant> = None;
         loop {
             match w.append(sample.ts_ns, &buf) {
                 Ok(()) => {
-                    if let Some(t) = paused_since {
+                    if let Some(t) = paused_since.take() {
                         log(&format!(
                             "store has space again after {:.0?}; writing resumed ({} samples dropped so far)",
                             t.elapsed(),
@@ -285,7 +287,7 @@ fn write_loop(
                     if paused_since.is_none() {
                         paused_since = Some(Instant::now());
                         log(&format!(
-                            "{e}; oldest data deleted where possible; pausing writes until space returns (new samples queue, then are dropped and counted)"
+                            "{e}; pausing writes until space returns (new samples queue, then are dropped and counted)"
                         ));
                     }
                     if STOP.load(Ordering::SeqCst) {
