@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -22,6 +23,11 @@ use crate::Root;
 
 /// Scans between re-reads of a process's /proc/<pid>/cgroup once it has been seen twice.
 pub const CGROUP_REFRESH_SCANS: u32 = 10;
+
+/// Scans after which status and io are re-read even for a process that has not run: a safety
+/// net for anything that changes those files without the process running (e.g. swap-out
+/// moving RSS between counters while the total stays put).
+pub const FULL_REFRESH_SCANS: u32 = 30;
 
 /// `/proc/<pid>/stat`, the fields the recorder keeps (raw, as the kernel reports them).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -287,9 +293,11 @@ pub struct Process {
     ///
     /// Named `cgroups` because recordings of the first development build stored the raw text
     /// under `cgroup`; a new name lets those decode (the old field is ignored) instead of failing.
-    pub cgroups: Option<ProcCgroupPaths>,
+    /// Shared with the reader's cache: cloning it per sample is a reference count, not four
+    /// string copies.
+    pub cgroups: Option<Arc<ProcCgroupPaths>>,
     /// Command line, read once when the process is first seen (empty for kernel threads).
-    pub cmdline: String,
+    pub cmdline: Arc<str>,
 }
 
 /// What one pass over /proc cost and skipped, for the recorder's self-metrics.
@@ -306,6 +314,9 @@ pub struct ProcessScanStats {
     pub unkept: u64,
     /// Open descriptors held for processes after the pass.
     pub open_fds: u64,
+    /// Processes that had not run since the previous pass, whose status and io were carried
+    /// forward instead of re-read.
+    pub carried_forward: u64,
 }
 
 /// A file of one process: kept open when the budget allows, else reopened for each read.
@@ -371,10 +382,15 @@ struct PidHandle {
     io: PidFile,
     schedstat: PidFile,
     cgroup: PidFile,
-    cmdline: String,
+    cmdline: Arc<str>,
     io_denied: bool,
-    cgroup_paths: Option<ProcCgroupPaths>,
+    cgroup_paths: Option<Arc<ProcCgroupPaths>>,
     scans: u32,
+    /// status and io as last read, with the run time and RSS they were read at.
+    last_status: Option<PidStatus>,
+    last_io: Option<PidIo>,
+    last_run_ns: Option<u64>,
+    last_rss_pages: u64,
 }
 
 /// Reads every process under `<root>/proc` each time [`ProcessReader::scan`] is called.
@@ -428,13 +444,17 @@ impl ProcessReader {
             cmdline: {
                 let p = dir.join("cmdline");
                 match crate::io::read_into(&p, &mut self.buf) {
-                    Ok(()) => format_cmdline(&self.buf, self.max_cmdline),
-                    Err(_) => String::new(),
+                    Ok(()) => format_cmdline(&self.buf, self.max_cmdline).into(),
+                    Err(_) => Arc::from(""),
                 }
             },
             io_denied: false,
             cgroup_paths: None,
             scans: 0,
+            last_status: None,
+            last_io: None,
+            last_run_ns: None,
+            last_rss_pages: 0,
         };
         self.fds_open += h.open_count();
         Ok(h)
@@ -541,35 +561,56 @@ impl ProcessReader {
             return self.reopen(pid, retry, stats);
         }
         let mut parse_errors = 0;
-        let status = read_part(&mut h.status, buf, parse_pid_status, &mut parse_errors);
-        let mut io = None;
-        if !h.io_denied {
-            match h.io.read(buf) {
-                Ok(n) => {
-                    io = parse_pid_io(&buf[..n]).ok();
-                    if io.is_none() {
-                        parse_errors += 1;
-                    }
-                }
-                // Do not retry a denied file every second for the process's lifetime.
-                Err(e) if e.is_permission() => h.io_denied = true,
-                Err(_) => {}
-            }
-        }
         let schedstat = read_part(
             &mut h.schedstat,
             buf,
             parse_pid_schedstat,
             &mut parse_errors,
         );
+        // A process that has not run since the last scan cannot have switched context or done
+        // I/O, and with an unchanged RSS its memory split is unchanged too: its last status and
+        // io are still exact, so re-reading them is skipped. On a typical host most processes
+        // sleep through any given second, and status is the most expensive file to generate.
+        // schedstat's run time is exact to the nanosecond (utime/stime are 10 ms ticks).
+        let run_ns = schedstat.as_ref().map(|s| s.run_ns);
+        let unchanged = run_ns.is_some()
+            && run_ns == h.last_run_ns
+            && stat.rss_pages == h.last_rss_pages
+            && !h.scans.is_multiple_of(FULL_REFRESH_SCANS);
+        let (status, io) = if unchanged {
+            stats.carried_forward += 1;
+            (h.last_status.clone(), h.last_io.clone())
+        } else {
+            let status = read_part(&mut h.status, buf, parse_pid_status, &mut parse_errors);
+            let mut io = None;
+            if !h.io_denied {
+                match h.io.read(buf) {
+                    Ok(n) => {
+                        io = parse_pid_io(&buf[..n]).ok();
+                        if io.is_none() {
+                            parse_errors += 1;
+                        }
+                    }
+                    // Do not retry a denied file every second for the process's lifetime.
+                    Err(e) if e.is_permission() => h.io_denied = true,
+                    Err(_) => {}
+                }
+            }
+            h.last_status = status.clone();
+            h.last_io = io.clone();
+            h.last_run_ns = run_ns;
+            h.last_rss_pages = stat.rss_pages;
+            (status, io)
+        };
         if h.scans < 2 || h.scans.is_multiple_of(CGROUP_REFRESH_SCANS) {
             let paths = read_part(
                 &mut h.cgroup,
                 buf,
-                |b| parse_proc_pid_cgroup(b).map(|c| c.to_paths()),
+                |b| parse_proc_pid_cgroup(b).map(|c| Arc::new(c.to_paths())),
                 &mut parse_errors,
             );
-            if paths.is_some() {
+            // Keep the shared copy when nothing changed, so consecutive samples share it.
+            if paths.is_some() && paths != h.cgroup_paths {
                 h.cgroup_paths = paths;
             }
         }
@@ -712,7 +753,7 @@ mod tests {
         assert!(mine.stat.num_threads >= 1);
         assert!(out
             .iter()
-            .any(|p| p.stat.pid == cpid && p.cmdline == "sleep 30"));
+            .any(|p| p.stat.pid == cpid && &*p.cmdline == "sleep 30"));
         child.kill().unwrap();
         child.wait().unwrap();
         // The kept descriptors of the reaped child now answer ESRCH: skipped, not an error.
@@ -744,6 +785,37 @@ mod tests {
         assert_eq!(st.listed, 3);
         assert_eq!(st.vanished, 2);
         assert_eq!(st.parse_errors, 1);
+    }
+
+    #[test]
+    fn sleeping_process_status_is_carried_forward_busy_one_is_reread() {
+        let mut r = ProcessReader::new(&Root::default(), 100_000);
+        let mut sleeper = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let mut busy = std::process::Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .spawn()
+            .unwrap();
+        let mut first = Vec::new();
+        r.scan(&mut first).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let mut second = Vec::new();
+        let st = r.scan(&mut second).unwrap();
+        let find = |v: &[Process], pid: u32| v.iter().find(|p| p.stat.pid == pid).cloned().unwrap();
+        let (s1, s2) = (find(&first, sleeper.id()), find(&second, sleeper.id()));
+        let (b1, b2) = (find(&first, busy.id()), find(&second, busy.id()));
+        sleeper.kill().unwrap();
+        busy.kill().unwrap();
+        sleeper.wait().unwrap();
+        busy.wait().unwrap();
+        assert!(st.carried_forward >= 1, "{st:?}");
+        assert!(st.carried_forward < st.listed);
+        assert_eq!(s1.status, s2.status);
+        assert!(s1.status.is_some());
+        // The busy loop ran, so its files were read again: its run time moved.
+        assert!(b2.schedstat.unwrap().run_ns > b1.schedstat.unwrap().run_ns);
     }
 
     #[test]
