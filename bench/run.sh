@@ -37,6 +37,9 @@ die() { say "error: $*"; exit 1; }
 case $JITTERSCOPE in /*) ;; *) [ -e "$JITTERSCOPE" ] || JITTERSCOPE=$REPO/$JITTERSCOPE ;; esac
 [ -x "$JITTERSCOPE" ] || die "no executable at $JITTERSCOPE (build with: cargo build --release -p jitterscope)"
 JITTERSCOPE=$(realpath "$JITTERSCOPE")
+# The tree as of the start (others may commit while this runs); the binary's own build time too.
+GIT_REV=$(git -C "$REPO" describe --always --dirty 2>/dev/null || echo unknown)
+BIN_MTIME=$(date -u -r "$JITTERSCOPE" '+%Y-%m-%d %H:%M:%S UTC')
 
 # ---------------------------------------------------------------------------------------------
 # Tools
@@ -350,7 +353,6 @@ CPU_SHORT=$(awk -v a="${CPU[js]}" -v b="${CPU[atop]}" 'BEGIN { t = b / 4; if (a 
 if [ -f /sys/fs/cgroup/memory/memory.limit_in_bytes ]; then ATOP_CG="v2 only (none here: this host's controllers are v1)"; else ATOP_CG="v2 only"; fi
 CGROUP_COUNT=$(find /sys/fs/cgroup -mindepth 1 -type d 2>/dev/null | wc -l)
 JS_VERSION=$("$JITTERSCOPE" --version 2>/dev/null | awk '{print $2}')
-GIT_REV=$(git -C "$REPO" describe --always --dirty 2>/dev/null || echo unknown)
 CPU_MODEL=$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)
 
 mkdir -p "$(dirname "$OUT")"
@@ -412,7 +414,7 @@ removes everything it created (processes, the stress cgroup, temporary stores) o
 | processes during the run | $PROCS_DURING at the start of the window, $PROCS_END at its end ($EXTRA_PROCS of them sleepers started by this script; $OTHER_SLEEPS other \`sleep\` processes were already on the host) |
 | cgroup directories | $CGROUP_COUNT under /sys/fs/cgroup |
 | host CPU busy during the window | $(f2 "$HOST_BUSY") % |
-| jitterscope | $JS_VERSION (git $GIT_REV) |
+| jitterscope | $JS_VERSION (tree at git $GIT_REV when the run started; binary built $BIN_MTIME) |
 | peers | atop $ATOP_VERSION, sysstat $SYSSTAT_VERSION, stress-ng $STRESS_VERSION |
 
 ## Side by side, 1 s interval, ${BENCH_SECONDS} s window
