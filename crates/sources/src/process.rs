@@ -314,8 +314,8 @@ pub struct ProcessScanStats {
     pub unkept: u64,
     /// Open descriptors held for processes after the pass.
     pub open_fds: u64,
-    /// Processes that had not run since the previous pass, whose status and io were carried
-    /// forward instead of re-read.
+    /// Processes whose leader thread had not run since the previous pass, whose status (and,
+    /// when single-threaded, io) were carried forward instead of re-read.
     pub carried_forward: u64,
 }
 
@@ -567,41 +567,48 @@ impl ProcessReader {
             parse_pid_schedstat,
             &mut parse_errors,
         );
-        // A process that has not run since the last scan cannot have switched context or done
-        // I/O, and with an unchanged RSS its memory split is unchanged too: its last status and
-        // io are still exact, so re-reading them is skipped. On a typical host most processes
-        // sleep through any given second, and status is the most expensive file to generate.
-        // schedstat's run time is exact to the nanosecond (utime/stime are 10 ms ticks).
+        // schedstat and status's context-switch counts are the thread-group leader's; stat's
+        // rss and io are the whole process's. A leader that has not run since the last scan
+        // cannot have switched context, and with an unchanged RSS the memory split is unchanged
+        // too, so its last status is still exact and is not re-read. io is carried forward only
+        // for single-threaded processes, where the leader is the whole process. On a typical
+        // host most processes sleep through any given second, and status is the most expensive
+        // file to generate. schedstat's run time is exact to the nanosecond.
         let run_ns = schedstat.as_ref().map(|s| s.run_ns);
-        let unchanged = run_ns.is_some()
+        let idle = run_ns.is_some()
             && run_ns == h.last_run_ns
             && stat.rss_pages == h.last_rss_pages
             && !h.scans.is_multiple_of(FULL_REFRESH_SCANS);
-        let (status, io) = if unchanged {
+        let status = if idle {
             stats.carried_forward += 1;
-            (h.last_status.clone(), h.last_io.clone())
+            h.last_status.clone()
         } else {
             let status = read_part(&mut h.status, buf, parse_pid_status, &mut parse_errors);
-            let mut io = None;
-            if !h.io_denied {
-                match h.io.read(buf) {
-                    Ok(n) => {
-                        io = parse_pid_io(&buf[..n]).ok();
-                        if io.is_none() {
-                            parse_errors += 1;
-                        }
-                    }
-                    // Do not retry a denied file every second for the process's lifetime.
-                    Err(e) if e.is_permission() => h.io_denied = true,
-                    Err(_) => {}
-                }
-            }
             h.last_status = status.clone();
-            h.last_io = io.clone();
-            h.last_run_ns = run_ns;
-            h.last_rss_pages = stat.rss_pages;
-            (status, io)
+            status
         };
+        let io = if idle && stat.num_threads == 1 {
+            h.last_io.clone()
+        } else if h.io_denied {
+            None
+        } else {
+            let mut io = None;
+            match h.io.read(buf) {
+                Ok(n) => {
+                    io = parse_pid_io(&buf[..n]).ok();
+                    if io.is_none() {
+                        parse_errors += 1;
+                    }
+                }
+                // Do not retry a denied file every second for the process's lifetime.
+                Err(e) if e.is_permission() => h.io_denied = true,
+                Err(_) => {}
+            }
+            h.last_io = io.clone();
+            io
+        };
+        h.last_run_ns = run_ns;
+        h.last_rss_pages = stat.rss_pages;
         if h.scans < 2 || h.scans.is_multiple_of(CGROUP_REFRESH_SCANS) {
             let paths = read_part(
                 &mut h.cgroup,
