@@ -17,6 +17,7 @@ use clap::Args;
 use jitterscope_model::codec;
 use jitterscope_model::collector::{collectors, Notes};
 use jitterscope_model::sample::{HostInfo, RecorderStats, Sample};
+use jitterscope_model::sources::CollectConfig;
 use jitterscope_sources::Root;
 use jitterscope_store::{StoreConfig, Writer};
 
@@ -52,6 +53,10 @@ pub struct RecordArgs {
     /// Do not lock the recorder's memory (mlockall).
     #[arg(long)]
     no_mlock: bool,
+    /// How often to read /proc/slabinfo, which holds slab locks while it is read (at most once
+    /// per interval).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    slabinfo_interval: Duration,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -168,7 +173,12 @@ pub fn run(a: RecordArgs) -> Result<()> {
     }
 
     let host = HostInfo::read(&root);
-    let mut sources = collectors(&root);
+    let mut sources = collectors(
+        &root,
+        &CollectConfig {
+            slabinfo_period: a.slabinfo_interval,
+        },
+    );
     let mut notes = Notes::default();
     let shared = Arc::new(Shared::default());
     // Five minutes of one-second samples: enough to ride out a stalled or full disk.

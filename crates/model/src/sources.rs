@@ -5,13 +5,14 @@ use jitterscope_sources::cgroup::{CgroupReader, CgroupVersion};
 use jitterscope_sources::process::{default_fd_budget, ProcessReader};
 use jitterscope_sources::system::{PressureResource, SystemReader};
 use jitterscope_sources::Root;
+use std::time::Duration;
 
 use crate::collector::{Collector, CollectorSet, Notes, SystemCollector};
 use crate::sample::Sample;
 
 /// Every collector, in collection order. System files first (cheap, and the ones a storm makes
 /// most urgent), then cgroups, then processes (the expensive part).
-pub fn collectors(root: &Root) -> CollectorSet {
+pub fn collectors(root: &Root, cfg: &CollectConfig) -> CollectorSet {
     CollectorSet::new(vec![
         SystemCollector::boxed(root, "stat", SystemReader::stat, |s, v| s.stat = Some(v)),
         SystemCollector::boxed(root, "loadavg", SystemReader::loadavg, |s, v| {
@@ -29,9 +30,13 @@ pub fn collectors(root: &Root) -> CollectorSet {
         SystemCollector::boxed(root, "buddyinfo", SystemReader::buddyinfo, |s, v| {
             s.buddyinfo = Some(v)
         }),
-        SystemCollector::boxed(root, "slabinfo", SystemReader::slabinfo, |s, v| {
-            s.slabinfo = Some(v)
-        }),
+        SystemCollector::boxed_every(
+            root,
+            "slabinfo",
+            SystemReader::slabinfo,
+            |s, v| s.slabinfo = Some(v),
+            cfg.slabinfo_period,
+        ),
         SystemCollector::boxed(root, "dentry-state", SystemReader::dentry_state, |s, v| {
             s.dentry = Some(v)
         }),
@@ -76,11 +81,27 @@ pub fn collectors(root: &Root) -> CollectorSet {
     ])
 }
 
-/// /proc/slabinfo is read every 5 s, not every second: on this kernel each read walks every
-/// cache's partial-slab lists under their spinlock (count_partial_free_approx), which was 9% of
-/// the recorder's CPU and holds locks the allocating workload needs. Slab size per second stays
-/// visible through meminfo (Slab, SReclaimable) and the dentry count through dentry-state.
-pub const SLABINFO_PERIOD: std::time::Duration = std::time::Duration::from_secs(5);
+/// Settings of the collectors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CollectConfig {
+    /// How often /proc/slabinfo is read (at most once per interval).
+    pub slabinfo_period: Duration,
+}
+
+/// Default [`CollectConfig::slabinfo_period`]: 10 s. Each read of /proc/slabinfo walks every
+/// cache's partial-slab lists under their spinlock with interrupts off
+/// (count_partial_free_approx): read every second it was 9–15% of the recorder's CPU here, and
+/// on a host with a bloated dentry cache it is itself a source of jitter. Slab size per second
+/// stays visible through meminfo (Slab, SReclaimable) and the dentry count through dentry-state.
+pub const DEFAULT_SLABINFO_PERIOD: Duration = Duration::from_secs(10);
+
+impl Default for CollectConfig {
+    fn default() -> Self {
+        CollectConfig {
+            slabinfo_period: DEFAULT_SLABINFO_PERIOD,
+        }
+    }
+}
 
 /// Every cgroup of every hierarchy. Discovery (mountinfo) is retried once a minute when it
 /// fails, e.g. when cgroupfs is mounted after the recorder started.

@@ -5,13 +5,14 @@ use jitterscope_model::derive::evaluate;
 use jitterscope_model::glob::Pattern;
 use jitterscope_model::registry::all;
 use jitterscope_model::sample::{HostInfo, Sample};
+use jitterscope_model::sources::CollectConfig;
 use jitterscope_sources::Root;
 
 const FX: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures");
 
 fn collect(root: &str, mono_ns: u64) -> (Sample, Vec<String>) {
     let root = Root::new(format!("{FX}/{root}"));
-    let mut set = collectors(&root);
+    let mut set = collectors(&root, &CollectConfig::default());
     let mut notes = Notes::default();
     let host = HostInfo {
         user_hz: 100,
@@ -271,4 +272,31 @@ fn every_metric_evaluates_on_real_data_without_panicking() {
         assert!(value(&vals, name).flatten().is_some(), "{name}");
     }
     assert!(vals.iter().all(|v| v.value.is_none_or(f64::is_finite)));
+}
+
+#[test]
+fn slow_sources_are_collected_at_their_own_period() {
+    let root = Root::new(format!("{FX}/host"));
+    let cfg = CollectConfig {
+        slabinfo_period: std::time::Duration::from_secs(5),
+    };
+    let mut set = collectors(&root, &cfg);
+    let mut notes = Notes::default();
+    let mut with_slab = Vec::new();
+    for i in 0..12u64 {
+        // Wake-ups a little early or late must not shift the cadence.
+        let jitter = if i % 2 == 0 { 3_000_000 } else { 0 };
+        let mut s = Sample::new(
+            0,
+            10_000_000_000 + i * 1_000_000_000 - jitter,
+            1_000_000_000,
+            HostInfo::default(),
+        );
+        set.collect(&mut s, &mut notes);
+        assert!(s.stat.is_some());
+        if s.slabinfo.is_some() {
+            with_slab.push(i);
+        }
+    }
+    assert_eq!(with_slab, vec![0, 5, 10]);
 }
