@@ -91,6 +91,7 @@ pub fn run(a: DumpArgs) -> Result<()> {
     let range = reader.range(from.saturating_sub(LOOKBACK_NS), to)?;
 
     let defs = all();
+    let parts = jitterscope_model::registry::parts_for(&select);
     let mut prev: Option<Sample> = None;
     let mut undecodable = 0u64;
     let mut om: BTreeMap<&'static str, Vec<(i64, SeriesValue)>> = BTreeMap::new();
@@ -99,7 +100,7 @@ pub fn run(a: DumpArgs) -> Result<()> {
     }
     for rec in range {
         let rec = rec?;
-        let sample = match codec::decode(&rec.payload) {
+        let sample = match codec::decode_parts(&rec.payload, parts) {
             Ok(s) => s,
             Err(e) => {
                 if undecodable == 0 {

@@ -7,7 +7,82 @@
 //! store recorded by an earlier build. The repeated names cost nothing after zstd compresses a
 //! run of samples together in the store.
 
+use std::cell::Cell;
+
+use serde::{Deserialize, Deserializer};
+
 use crate::sample::Sample;
+
+/// The large parts of a sample a reader may leave undecoded (bit set).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Parts(u8);
+
+impl Parts {
+    /// No optional part: system-wide data only.
+    pub const NONE: Parts = Parts(0);
+    /// Every process.
+    pub const PROCESSES: Parts = Parts(1);
+    /// Every cgroup.
+    pub const CGROUPS: Parts = Parts(2);
+    /// Every slab cache.
+    pub const SLABINFO: Parts = Parts(4);
+    /// Everything.
+    pub const ALL: Parts = Parts(7);
+
+    /// Both sets.
+    pub fn union(self, o: Parts) -> Parts {
+        Parts(self.0 | o.0)
+    }
+
+    /// Whether every part of `o` is in `self`.
+    pub fn contains(self, o: Parts) -> bool {
+        self.0 & o.0 == o.0
+    }
+}
+
+thread_local! {
+    static WANTED: Cell<Parts> = const { Cell::new(Parts::ALL) };
+}
+
+/// Deserializes a large part only when the current decode wants it; otherwise walks over its
+/// bytes without building anything (reading one series over a minute of a busy host's samples
+/// should not allocate every process of every sample).
+fn part<'de, D, T>(d: D, p: Parts) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    if WANTED.with(|w| w.get().contains(p)) {
+        Option::<T>::deserialize(d)
+    } else {
+        serde::de::IgnoredAny::deserialize(d)?;
+        Ok(None)
+    }
+}
+
+pub(crate) fn de_processes<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    part(d, Parts::PROCESSES)
+}
+
+pub(crate) fn de_cgroups<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    part(d, Parts::CGROUPS)
+}
+
+pub(crate) fn de_slabinfo<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    part(d, Parts::SLABINFO)
+}
 
 /// Codec byte of MessagePack-with-field-names payloads.
 pub const CODEC_MSGPACK_NAMED: u8 = 1;
@@ -47,9 +122,19 @@ pub fn encode(sample: &Sample) -> Result<Vec<u8>, CodecError> {
 
 /// Decodes a payload written by this or any earlier (or later, same codec) build.
 pub fn decode(payload: &[u8]) -> Result<Sample, CodecError> {
+    decode_parts(payload, Parts::ALL)
+}
+
+/// Decodes a payload leaving out the large parts not in `wanted` (they come back `None`).
+pub fn decode_parts(payload: &[u8], wanted: Parts) -> Result<Sample, CodecError> {
     match payload.split_first() {
         None => Err(CodecError::Empty),
-        Some((&CODEC_MSGPACK_NAMED, rest)) => Ok(rmp_serde::from_slice(rest)?),
+        Some((&CODEC_MSGPACK_NAMED, rest)) => {
+            let before = WANTED.with(|w| w.replace(wanted));
+            let r = rmp_serde::from_slice(rest);
+            WANTED.with(|w| w.set(before));
+            Ok(r?)
+        }
         Some((&c, _)) => Err(CodecError::UnknownCodec(c)),
     }
 }

@@ -140,6 +140,19 @@ impl MetricDef {
         &self.name[..self.name.find('<').unwrap_or(self.name.len())]
     }
 
+    /// The large sample parts this metric reads (by its name's first component: `proc.` and
+    /// `procs.` read processes, `cgroup.` cgroups, `slab.` slab caches). A test checks every
+    /// metric gives the same values when only these parts are decoded.
+    pub fn parts(&self) -> crate::codec::Parts {
+        use crate::codec::Parts;
+        match self.name.split('.').next() {
+            Some("proc" | "procs") => Parts::PROCESSES,
+            Some("cgroup") => Parts::CGROUPS,
+            Some("slab") => Parts::SLABINFO,
+            _ => Parts::NONE,
+        }
+    }
+
     /// Whether any series of this metric could match `p` (a cheap test on literal prefixes used
     /// to skip evaluating metrics a selection cannot reach).
     pub fn may_match(&self, p: &crate::glob::Pattern) -> bool {
@@ -154,6 +167,15 @@ impl MetricDef {
 /// The whole registry, in the order `dump --list` prints it.
 pub fn all() -> &'static [&'static MetricDef] {
     crate::metrics::ALL.as_slice()
+}
+
+/// The sample parts needed to evaluate every metric that may match `select` (all metrics when
+/// `select` is empty).
+pub fn parts_for(select: &[crate::glob::Pattern]) -> crate::codec::Parts {
+    all()
+        .iter()
+        .filter(|d| select.is_empty() || select.iter().any(|p| d.may_match(p)))
+        .fold(crate::codec::Parts::NONE, |acc, d| acc.union(d.parts()))
 }
 
 /// Looks a metric up by its template name.

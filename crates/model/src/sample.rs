@@ -145,6 +145,7 @@ pub struct Sample {
     /// /proc/buddyinfo.
     pub buddyinfo: Option<BuddyInfo>,
     /// /proc/slabinfo (all caches).
+    #[serde(deserialize_with = "crate::codec::de_slabinfo")]
     pub slabinfo: Option<SlabInfo>,
     /// /proc/sys/fs/dentry-state.
     pub dentry: Option<DentryState>,
@@ -159,8 +160,10 @@ pub struct Sample {
     /// /proc/net/dev.
     pub netdev: Option<NetDevs>,
     /// Every cgroup of every v1 (cpu, cpuacct, memory) and v2 hierarchy, merged by path.
+    #[serde(deserialize_with = "crate::codec::de_cgroups")]
     pub cgroups: Option<Vec<Cgroup>>,
     /// Every process.
+    #[serde(deserialize_with = "crate::codec::de_processes")]
     pub processes: Option<Vec<Process>>,
     /// What the process scan skipped (vanished processes, parse errors, descriptor use).
     pub process_scan: Option<ProcessScanStats>,

@@ -300,3 +300,35 @@ fn slow_sources_are_collected_at_their_own_period() {
     }
     assert_eq!(with_slab, vec![0, 5, 10]);
 }
+
+#[test]
+fn each_metric_reads_only_the_parts_it_declares() {
+    use jitterscope_model::codec::{decode_parts, encode};
+    let (prev, _) = collect("host", 1_000_000_000);
+    let (_, cur) = pair(3, 10);
+    let (pb, cb) = (encode(&prev).unwrap(), encode(&cur).unwrap());
+    for &d in all() {
+        let full = evaluate(&[d], &cur, Some(&prev), &[]);
+        let (p2, c2) = (
+            decode_parts(&pb, d.parts()).unwrap(),
+            decode_parts(&cb, d.parts()).unwrap(),
+        );
+        let part = evaluate(&[d], &c2, Some(&p2), &[]);
+        let key = |v: &[jitterscope_model::derive::SeriesValue]| {
+            v.iter()
+                .map(|s| (s.series.clone(), s.value.map(f64::to_bits)))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            key(&full),
+            key(&part),
+            "{} needs more than {:?}",
+            d.name,
+            d.parts()
+        );
+    }
+    // And the projection really leaves the heavy parts out.
+    let s = decode_parts(&cb, jitterscope_model::codec::Parts::NONE).unwrap();
+    assert!(s.processes.is_none() && s.cgroups.is_none() && s.slabinfo.is_none());
+    assert!(s.stat.is_some() && s.process_scan.is_some());
+}
