@@ -317,6 +317,9 @@ pub struct ProcessScanStats {
     /// Processes whose leader thread had not run since the previous pass, whose status (and,
     /// when single-threaded, io) were carried forward instead of re-read.
     pub carried_forward: u64,
+    /// Single-threaded processes that had not run and whose RSS (from statm) was unchanged,
+    /// whose stat was carried forward instead of re-read.
+    pub stat_carried_forward: u64,
 }
 
 /// A file of one process: kept open when the budget allows, else reopened for each read.
@@ -357,6 +360,19 @@ impl PidFile {
     }
 }
 
+/// Reads a command line, empty when unreadable (kernel threads have none).
+fn read_cmdline(path: &std::path::Path, buf: &mut Vec<u8>, max: usize) -> Arc<str> {
+    match crate::io::read_into(path, buf) {
+        Ok(()) => format_cmdline(buf, max).into(),
+        Err(_) => Arc::from(""),
+    }
+}
+
+/// The resident-pages field (the second) of `/proc/<pid>/statm`.
+pub fn parse_statm_resident(buf: &[u8]) -> Result<u64, ParseError> {
+    parse_u64(fields(buf).nth(1).unwrap_or_default(), 1, "statm resident")
+}
+
 /// Reads one optional file of a process; a vanished file is `None`, a malformed one is `None`
 /// and counted.
 fn read_part<T>(
@@ -378,11 +394,14 @@ fn read_part<T>(
 struct PidHandle {
     starttime_ticks: u64,
     stat: PidFile,
+    statm: PidFile,
     status: PidFile,
     io: PidFile,
     schedstat: PidFile,
     cgroup: PidFile,
     cmdline: Arc<str>,
+    cmdline_path: PathBuf,
+    last_stat: Option<PidStat>,
     io_denied: bool,
     cgroup_paths: Option<Arc<ProcCgroupPaths>>,
     scans: u32,
@@ -403,7 +422,7 @@ pub struct ProcessReader {
     max_cmdline: usize,
 }
 
-const FILES_PER_PID: u64 = 5;
+const FILES_PER_PID: u64 = 6;
 
 impl ProcessReader {
     /// A reader of `<root>/proc`. `fd_budget` bounds the descriptors kept open (use
@@ -441,13 +460,10 @@ impl ProcessReader {
             io: mk("io"),
             schedstat: mk("schedstat"),
             cgroup: mk("cgroup"),
-            cmdline: {
-                let p = dir.join("cmdline");
-                match crate::io::read_into(&p, &mut self.buf) {
-                    Ok(()) => format_cmdline(&self.buf, self.max_cmdline).into(),
-                    Err(_) => Arc::from(""),
-                }
-            },
+            statm: mk("statm"),
+            cmdline: read_cmdline(&dir.join("cmdline"), &mut self.buf, self.max_cmdline),
+            cmdline_path: dir.join("cmdline"),
+            last_stat: Some(st.clone()),
             io_denied: false,
             cgroup_paths: None,
             scans: 0,
@@ -544,29 +560,63 @@ impl ProcessReader {
             stats.unkept += 1;
         }
         let buf = &mut self.buf;
-        let stat = match h.stat.read(buf) {
-            Ok(n) => match parse_pid_stat(&buf[..n]) {
-                Ok(s) => s,
+        let mut parse_errors = 0;
+        let refresh = h.scans.is_multiple_of(FULL_REFRESH_SCANS);
+        let schedstat = match h.schedstat.read(buf) {
+            Ok(n) => match parse_pid_schedstat(&buf[..n]) {
+                Ok(s) => Some(s),
                 Err(_) => {
-                    stats.parse_errors += 1;
-                    return Ok(None);
+                    parse_errors += 1;
+                    None
                 }
             },
             // Exited, or exited and the pid was reused: reopen once if still listed.
             Err(e) if e.is_missing() => return self.reopen(pid, retry, stats),
-            Err(e) => return Err(e),
+            Err(_) => None,
         };
-        if stat.starttime_ticks != h.starttime_ticks {
-            // Only reachable in open-per-read mode, where a path can reach a new process.
-            return self.reopen(pid, retry, stats);
+        let run_ns = schedstat.as_ref().map(|s| s.run_ns);
+        let leader_idle = run_ns.is_some() && run_ns == h.last_run_ns && !refresh;
+        // A single-threaded process whose thread has not run since the last scan has the same
+        // CPU times, faults, threads, comm (exec needs to run) and exit state as then; only its
+        // RSS can move (reclaim, swap-out), which statm shows at a fifth of stat's cost
+        // (do_task_stat was the largest kernel cost of a scan).
+        let mut stat = None;
+        if leader_idle {
+            if let Some(last) = h.last_stat.as_ref().filter(|l| l.num_threads == 1) {
+                if let Ok(n) = h.statm.read(buf) {
+                    if parse_statm_resident(&buf[..n]).ok() == Some(last.rss_pages) {
+                        stat = Some(last.clone());
+                        stats.stat_carried_forward += 1;
+                    }
+                }
+            }
         }
-        let mut parse_errors = 0;
-        let schedstat = read_part(
-            &mut h.schedstat,
-            buf,
-            parse_pid_schedstat,
-            &mut parse_errors,
-        );
+        let stat = match stat {
+            Some(s) => s,
+            None => {
+                let s = match h.stat.read(buf) {
+                    Ok(n) => match parse_pid_stat(&buf[..n]) {
+                        Ok(s) => s,
+                        Err(_) => {
+                            stats.parse_errors += 1;
+                            return Ok(None);
+                        }
+                    },
+                    Err(e) if e.is_missing() => return self.reopen(pid, retry, stats),
+                    Err(e) => return Err(e),
+                };
+                if s.starttime_ticks != h.starttime_ticks {
+                    // Only reachable in open-per-read mode, where a path can reach a new process.
+                    return self.reopen(pid, retry, stats);
+                }
+                if h.last_stat.as_ref().is_some_and(|l| l.comm != s.comm) {
+                    // The process exec'd: its command line changed too.
+                    h.cmdline = read_cmdline(&h.cmdline_path, buf, self.max_cmdline);
+                }
+                h.last_stat = Some(s.clone());
+                s
+            }
+        };
         // schedstat and status's context-switch counts are the thread-group leader's; stat's
         // rss and io are the whole process's. A leader that has not run since the last scan
         // cannot have switched context, and with an unchanged RSS the memory split is unchanged
@@ -574,11 +624,7 @@ impl ProcessReader {
         // for single-threaded processes, where the leader is the whole process. On a typical
         // host most processes sleep through any given second, and status is the most expensive
         // file to generate. schedstat's run time is exact to the nanosecond.
-        let run_ns = schedstat.as_ref().map(|s| s.run_ns);
-        let idle = run_ns.is_some()
-            && run_ns == h.last_run_ns
-            && stat.rss_pages == h.last_rss_pages
-            && !h.scans.is_multiple_of(FULL_REFRESH_SCANS);
+        let idle = leader_idle && stat.rss_pages == h.last_rss_pages;
         let status = if idle {
             stats.carried_forward += 1;
             h.last_status.clone()
@@ -639,6 +685,7 @@ impl PidHandle {
     fn open_count(&self) -> u64 {
         [
             &self.stat,
+            &self.statm,
             &self.status,
             &self.io,
             &self.schedstat,
@@ -818,11 +865,35 @@ mod tests {
         sleeper.wait().unwrap();
         busy.wait().unwrap();
         assert!(st.carried_forward >= 1, "{st:?}");
+        // The sleeper is single-threaded and did not run: even its stat was carried forward.
+        assert!(st.stat_carried_forward >= 1, "{st:?}");
+        assert_eq!(s1.stat, s2.stat);
         assert!(st.carried_forward < st.listed);
         assert_eq!(s1.status, s2.status);
         assert!(s1.status.is_some());
         // The busy loop ran, so its files were read again: its run time moved.
         assert!(b2.schedstat.unwrap().run_ns > b1.schedstat.unwrap().run_ns);
+    }
+
+    #[test]
+    fn exec_refreshes_comm_and_cmdline() {
+        let mut r = ProcessReader::new(&Root::default(), 100_000);
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 0.3; exec sleep 30"])
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let mut out = Vec::new();
+        r.scan(&mut out).unwrap();
+        let before = out.iter().find(|p| p.stat.pid == pid).cloned().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(700));
+        r.scan(&mut out).unwrap();
+        let after = out.iter().find(|p| p.stat.pid == pid).cloned().unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(before.stat.comm, "sh");
+        assert_eq!(after.stat.comm, "sleep");
+        assert_eq!(&*after.cmdline, "sleep 30");
     }
 
     #[test]
