@@ -402,6 +402,7 @@ struct PidHandle {
     cmdline: Arc<str>,
     cmdline_path: PathBuf,
     last_stat: Option<PidStat>,
+    last_statm_resident: Option<u64>,
     io_denied: bool,
     cgroup_paths: Option<Arc<ProcCgroupPaths>>,
     scans: u32,
@@ -464,6 +465,7 @@ impl ProcessReader {
             cmdline: read_cmdline(&dir.join("cmdline"), &mut self.buf, self.max_cmdline),
             cmdline_path: dir.join("cmdline"),
             last_stat: Some(st.clone()),
+            last_statm_resident: None,
             io_denied: false,
             cgroup_paths: None,
             scans: 0,
@@ -580,16 +582,22 @@ impl ProcessReader {
         // CPU times, faults, threads, comm (exec needs to run) and exit state as then; only its
         // RSS can move (reclaim, swap-out), which statm shows at a fifth of stat's cost
         // (do_task_stat was the largest kernel cost of a scan).
+        // statm's resident count is exact while stat's rss is an approximate per-CPU counter
+        // sum on current kernels, so statm is compared with its own previous value.
         let mut stat = None;
         if leader_idle {
             if let Some(last) = h.last_stat.as_ref().filter(|l| l.num_threads == 1) {
                 if let Ok(n) = h.statm.read(buf) {
-                    if parse_statm_resident(&buf[..n]).ok() == Some(last.rss_pages) {
+                    let resident = parse_statm_resident(&buf[..n]).ok();
+                    if resident.is_some() && resident == h.last_statm_resident {
                         stat = Some(last.clone());
                         stats.stat_carried_forward += 1;
                     }
+                    h.last_statm_resident = resident;
                 }
             }
+        } else {
+            h.last_statm_resident = None;
         }
         let stat = match stat {
             Some(s) => s,
@@ -856,6 +864,8 @@ mod tests {
         r.scan(&mut first).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(200));
         let mut second = Vec::new();
+        // The first idle scan records statm's resident count; the next one can compare it.
+        r.scan(&mut second).unwrap();
         let st = r.scan(&mut second).unwrap();
         let find = |v: &[Process], pid: u32| v.iter().find(|p| p.stat.pid == pid).cloned().unwrap();
         let (s1, s2) = (find(&first, sleeper.id()), find(&second, sleeper.id()));

@@ -15,6 +15,14 @@ fn counter_rate(cx: &Ctx, out: &mut Emit, f: fn(&RecorderStats) -> u64, k: f64) 
     rate(cx, out, &[], c, p, k);
 }
 
+fn scan_stat(
+    cx: &Ctx,
+    out: &mut Emit,
+    f: fn(&jitterscope_sources::process::ProcessScanStats) -> u64,
+) {
+    gauge(out, &[], cx.cur.process_scan.as_ref().map(|s| f(s) as f64));
+}
+
 pub(super) static DEFS: &[&MetricDef] = &[
     def!(
         "self.collect_ms",
@@ -89,6 +97,20 @@ pub(super) static DEFS: &[&MetricDef] = &[
                 out(&[name], Some(*ns as f64 / 1e6));
             }
         }
+    ),
+    def!(
+        "self.processes_carried_forward",
+        Count,
+        Gauge,
+        "Processes whose main thread had not run since the previous sample: status (and io when single-threaded) carried forward, not re-read",
+        |cx, out| scan_stat(cx, out, |s| s.carried_forward)
+    ),
+    def!(
+        "self.processes_stat_carried_forward",
+        Count,
+        Gauge,
+        "Single-threaded processes that had not run and kept their RSS: stat carried forward, not re-read",
+        |cx, out| scan_stat(cx, out, |s| s.stat_carried_forward)
     ),
     def!(
         "self.processes_vanished",
