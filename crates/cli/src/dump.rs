@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
-use jitterscope_model::derive::{evaluate, SeriesValue};
+use jitterscope_model::derive::{evaluate, for_each_series, SeriesValue};
 use jitterscope_model::glob::Pattern;
 use jitterscope_model::registry::{all, Kind, MetricDef};
 use jitterscope_model::{codec, Sample};
@@ -52,8 +52,20 @@ pub struct DumpArgs {
 /// Samples before `--from` read only to compute the first sample's rates.
 const LOOKBACK_NS: i64 = 3_000_000_000;
 
-/// Runs `dump`.
+/// Runs `dump`. A reader that closes the pipe early (`| head`) ends the dump quietly.
 pub fn run(a: DumpArgs) -> Result<()> {
+    match dump(a) {
+        Err(e)
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) =>
+        {
+            Ok(())
+        }
+        r => r,
+    }
+}
+
+fn dump(a: DumpArgs) -> Result<()> {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     if a.list {
@@ -114,12 +126,11 @@ pub fn run(a: DumpArgs) -> Result<()> {
             }
         };
         if sample.ts_ns >= from {
-            let vals = evaluate(defs, &sample, prev.as_ref(), &select);
             match a.format {
-                Format::Csv => write_csv(&mut out, sample.ts_ns, &vals)?,
-                Format::Json => write_json(&mut out, sample.ts_ns, &vals)?,
+                Format::Csv => write_csv(&mut out, defs, &sample, prev.as_ref(), &select)?,
+                Format::Json => write_json(&mut out, defs, &sample, prev.as_ref(), &select)?,
                 Format::Openmetrics => {
-                    for v in vals {
+                    for v in evaluate(defs, &sample, prev.as_ref(), &select) {
                         om.entry(v.def.name).or_default().push((sample.ts_ns, v));
                     }
                 }
@@ -145,46 +156,73 @@ fn finish(mut out: impl Write) -> Result<()> {
 }
 
 fn num(v: f64) -> String {
-    if v.fract() == 0.0 && v.abs() < 1e15 {
-        format!("{}", v as i64)
-    } else {
-        let s = format!("{v:.4}");
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
-    }
+    let mut s = String::new();
+    write_num(&mut s, v);
+    s
 }
 
-fn csv_field(s: &str) -> String {
+fn write_num(out: &mut impl std::fmt::Write, v: f64) {
+    use std::fmt::Write as _;
+    let _ = if v.fract() == 0.0 && v.abs() < 1e15 {
+        write!(out, "{}", v as i64)
+    } else {
+        let mut buf = String::with_capacity(24);
+        let _ = write!(buf, "{v:.4}");
+        out.write_str(buf.trim_end_matches('0').trim_end_matches('.'))
+    };
+}
+
+fn csv_field(s: &str) -> std::borrow::Cow<'_, str> {
     if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
+        format!("\"{}\"", s.replace('"', "\"\"")).into()
     } else {
-        s.to_string()
+        s.into()
     }
 }
 
-fn write_csv(out: &mut impl Write, ts: i64, vals: &[SeriesValue]) -> Result<()> {
-    let t = fmt_ns(ts);
-    for v in vals {
-        let value = v.value.map(num).unwrap_or_default();
-        writeln!(
-            out,
-            "{t},{},{value},{}",
-            csv_field(&v.series),
-            v.def.unit.as_str()
-        )?;
-    }
-    Ok(())
+fn write_csv(
+    out: &mut impl Write,
+    defs: &[&'static MetricDef],
+    sample: &Sample,
+    prev: Option<&Sample>,
+    select: &[Pattern],
+) -> Result<()> {
+    let t = fmt_ns(sample.ts_ns);
+    let mut line = String::with_capacity(256);
+    let mut err = Ok(());
+    for_each_series(defs, sample, prev, select, |def, _, series, value| {
+        use std::fmt::Write as _;
+        line.clear();
+        let _ = write!(line, "{t},{},", csv_field(series));
+        if let Some(v) = value {
+            write_num(&mut line, v);
+        }
+        line.push(',');
+        line.push_str(def.unit.as_str());
+        line.push('\n');
+        if err.is_ok() {
+            err = out.write_all(line.as_bytes());
+        }
+    });
+    Ok(err?)
 }
 
-fn write_json(out: &mut impl Write, ts: i64, vals: &[SeriesValue]) -> Result<()> {
+fn write_json(
+    out: &mut impl Write,
+    defs: &[&'static MetricDef],
+    sample: &Sample,
+    prev: Option<&Sample>,
+    select: &[Pattern],
+) -> Result<()> {
     let mut m = serde_json::Map::new();
-    for v in vals {
-        let val = v
-            .value
+    for_each_series(defs, sample, prev, select, |_, _, series, value| {
+        let val = value
             .and_then(serde_json::Number::from_f64)
             .map_or(serde_json::Value::Null, serde_json::Value::Number);
-        m.insert(v.series.clone(), val);
-    }
-    let line = serde_json::json!({"time": fmt_ns(ts), "ts_ns": ts, "values": m});
+        m.insert(series.to_string(), val);
+    });
+    let line =
+        serde_json::json!({"time": fmt_ns(sample.ts_ns), "ts_ns": sample.ts_ns, "values": m});
     writeln!(out, "{line}")?;
     Ok(())
 }

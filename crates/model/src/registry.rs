@@ -122,6 +122,12 @@ impl MetricDef {
     /// The series name for placeholder values `labels`.
     pub fn series_name(&self, labels: &[&str]) -> String {
         let mut out = String::with_capacity(self.name.len() + 16);
+        self.write_series_name(labels, &mut out);
+        out
+    }
+
+    /// Appends the series name for `labels` to `out`.
+    pub fn write_series_name(&self, labels: &[&str], out: &mut String) {
         let mut rest = self.name;
         let mut i = 0;
         while let Some(a) = rest.find('<') {
@@ -132,7 +138,6 @@ impl MetricDef {
             rest = &rest[a + b + 1..];
         }
         out.push_str(rest);
-        out
     }
 
     /// The literal text before the first placeholder.
