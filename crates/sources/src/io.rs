@@ -1,7 +1,6 @@
 //! File access shared by every reader: the root directory, a buffer-reusing read, and the error
 //! type with the single missing-data policy.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// The directory every kernel path is resolved under: `/` on a live host, a fixture tree in tests.
@@ -118,33 +117,41 @@ pub fn optional<T>(r: Result<T, ReadError>) -> Result<Option<T>, ReadError> {
 /// sampling loop does not allocate per file.
 pub fn read_into(path: &Path, buf: &mut Vec<u8>) -> Result<(), ReadError> {
     buf.clear();
-    let mut f = std::fs::File::open(path).map_err(|source| ReadError::Io {
+    let f = std::fs::File::open(path).map_err(|source| ReadError::Io {
         path: path.to_path_buf(),
         source,
     })?;
-    // A plain read loop rather than read_to_end: read_to_end asks for the file size first
-    // (statx + lseek), two wasted syscalls per file on procfs/cgroupfs where the size is 0,
-    // and the cgroup walk reads ~6 files per cgroup every second.
-    let mut len = 0;
+    // A plain read loop into the buffer's spare capacity rather than read_to_end: read_to_end
+    // asks for the file size first (statx + lseek), two wasted syscalls per file on procfs and
+    // cgroupfs where the size is 0, and zero-filling the buffer before each read showed up as
+    // 3% of the recorder's CPU; the cgroup walk alone reads ~6 files per cgroup every second.
+    use std::os::fd::AsRawFd;
+    let fd = f.as_raw_fd();
     loop {
-        if buf.len() - len < 1024 {
-            buf.resize((len + 1024).max(buf.capacity()).max(4096), 0);
+        if buf.capacity() - buf.len() < 1024 {
+            buf.reserve(buf.capacity().max(4096));
         }
-        match f.read(&mut buf[len..]) {
-            Ok(0) => break,
-            Ok(n) => len += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(source) => {
-                buf.truncate(0);
-                return Err(ReadError::Io {
-                    path: path.to_path_buf(),
-                    source,
-                });
+        let spare = buf.spare_capacity_mut();
+        // SAFETY: read(2) writes at most `spare.len()` bytes into the spare capacity, which is
+        // valid for writes, and returns how many it wrote; only those are exposed by set_len.
+        let n = unsafe { libc::read(fd, spare.as_mut_ptr().cast(), spare.len()) };
+        if n < 0 {
+            let source = std::io::Error::last_os_error();
+            if source.kind() == std::io::ErrorKind::Interrupted {
+                continue;
             }
+            buf.clear();
+            return Err(ReadError::Io {
+                path: path.to_path_buf(),
+                source,
+            });
         }
+        if n == 0 {
+            return Ok(());
+        }
+        // SAFETY: the kernel initialised the first `n` bytes of the spare capacity.
+        unsafe { buf.set_len(buf.len() + n as usize) };
     }
-    buf.truncate(len);
-    Ok(())
 }
 
 /// Reads `path` and parses it with `parse`, attaching the path to any error.
@@ -266,6 +273,23 @@ mod tests {
             Root::default().path("/proc/stat"),
             PathBuf::from("/proc/stat")
         );
+    }
+
+    #[test]
+    fn reads_procfs_and_large_files_whole() {
+        let mut buf = Vec::new();
+        // procfs reports size 0; the content must still come back whole.
+        read_into(Path::new("/proc/self/status"), &mut buf).unwrap();
+        assert!(buf.starts_with(b"Name:") && buf.ends_with(b"\n"));
+        let dir = tempfile::tempdir().unwrap();
+        let big: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(dir.path().join("big"), &big).unwrap();
+        read_into(&dir.path().join("big"), &mut buf).unwrap();
+        assert_eq!(buf, big);
+        // Reuse keeps nothing of the previous content.
+        std::fs::write(dir.path().join("small"), b"abc").unwrap();
+        read_into(&dir.path().join("small"), &mut buf).unwrap();
+        assert_eq!(buf, b"abc");
     }
 
     #[test]
