@@ -23,7 +23,9 @@ run: build
 
 # The whole test suite: unit, fixture, property, store crash/full-disk, and root end-to-end tests.
 test: setup
-	$(CARGO) test --workspace --locked
+	@mkdir -p target
+	set -o pipefail; $(CARGO) test --workspace --locked 2>&1 | tee target/test.log
+	@bash scripts/test-summary.sh target/test.log
 
 lint: setup
 	$(CARGO) fmt --all --check
