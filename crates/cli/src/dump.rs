@@ -173,7 +173,7 @@ fn write_num(out: &mut impl std::fmt::Write, v: f64) {
 }
 
 fn csv_field(s: &str) -> std::borrow::Cow<'_, str> {
-    if s.contains([',', '"', '\n', '\r']) {
+    if s.bytes().any(|b| matches!(b, b',' | b'"' | b'\n' | b'\r')) {
         format!("\"{}\"", s.replace('"', "\"\"")).into()
     } else {
         s.into()

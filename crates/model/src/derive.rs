@@ -206,9 +206,10 @@ pub fn for_each_series(
         if !select.is_empty() && !select.iter().any(|p| def.may_match(p)) {
             continue;
         }
+        let literals = def.literals();
         let mut emit = |labels: &[&str], value: Option<f64>| {
             name.clear();
-            def.write_series_name(labels, &mut name);
+            crate::registry::write_series_name(&literals, labels, &mut name);
             if select.is_empty() || select.iter().any(|p| p.matches(&name)) {
                 f(def, labels, &name, value);
             }

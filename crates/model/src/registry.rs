@@ -128,16 +128,21 @@ impl MetricDef {
 
     /// Appends the series name for `labels` to `out`.
     pub fn write_series_name(&self, labels: &[&str], out: &mut String) {
+        write_series_name(&self.literals(), labels, out);
+    }
+
+    /// The literal pieces of the template around its placeholders (`["cgroup.", ".cpu.x"]`
+    /// for `cgroup.<cgroup>.cpu.x`): split once, then joined with label values per series.
+    pub fn literals(&self) -> Vec<&'static str> {
+        let mut out = Vec::with_capacity(3);
         let mut rest = self.name;
-        let mut i = 0;
         while let Some(a) = rest.find('<') {
             let Some(b) = rest[a..].find('>') else { break };
-            out.push_str(&rest[..a]);
-            out.push_str(labels.get(i).copied().unwrap_or(""));
-            i += 1;
+            out.push(&rest[..a]);
             rest = &rest[a + b + 1..];
         }
-        out.push_str(rest);
+        out.push(rest);
+        out
     }
 
     /// The literal text before the first placeholder.
@@ -166,6 +171,17 @@ impl MetricDef {
             return p.matches(self.name);
         }
         a.starts_with(b) || b.starts_with(a)
+    }
+}
+
+/// Appends the series name made of template `literals` (see [`MetricDef::literals`]) and
+/// placeholder values `labels` to `out`.
+pub fn write_series_name(literals: &[&str], labels: &[&str], out: &mut String) {
+    for (i, lit) in literals.iter().enumerate() {
+        out.push_str(lit);
+        if i + 1 < literals.len() {
+            out.push_str(labels.get(i).copied().unwrap_or(""));
+        }
     }
 }
 
