@@ -190,7 +190,10 @@ impl Collector for ProcessCollector {
     }
 
     fn collect(&mut self, sample: &mut Sample, notes: &mut Notes) {
-        let r = self.reader.scan(&mut self.out);
+        // The stat collector ran first in this sample: its fork counter tells whether /proc
+        // needs listing at all.
+        let forks = sample.stat.as_ref().and_then(|s| s.forks);
+        let r = self.reader.scan(&mut self.out, forks);
         if let Some(stats) = notes.handle("processes", sample, r) {
             sample.processes = Some(std::mem::take(&mut self.out));
             sample.process_scan = Some(stats);

@@ -320,6 +320,8 @@ pub struct ProcessScanStats {
     /// Single-threaded processes that had not run and whose RSS (from statm) was unchanged,
     /// whose stat was carried forward instead of re-read.
     pub stat_carried_forward: u64,
+    /// /proc was not listed because no fork happened since the last listing.
+    pub listing_skipped: bool,
 }
 
 /// A file of one process: kept open when the budget allows, else reopened for each read.
@@ -421,9 +423,17 @@ pub struct ProcessReader {
     fd_budget: u64,
     fds_open: u64,
     max_cmdline: usize,
+    /// Pids read by the last scan, sorted.
+    known: Vec<u32>,
+    /// The fork counter when /proc was last listed.
+    listed_at_forks: Option<u64>,
+    scans_since_listing: u32,
 }
 
 const FILES_PER_PID: u64 = 6;
+
+/// Scans after which /proc is listed even if the fork counter has not moved.
+pub const RELIST_SCANS: u32 = 60;
 
 impl ProcessReader {
     /// A reader of `<root>/proc`. `fd_budget` bounds the descriptors kept open (use
@@ -436,6 +446,9 @@ impl ProcessReader {
             fd_budget,
             fds_open: 0,
             max_cmdline: 4096,
+            known: Vec::new(),
+            listed_at_forks: None,
+            scans_since_listing: 0,
         }
     }
 
@@ -480,43 +493,65 @@ impl ProcessReader {
 
     /// Reads every process. Processes that vanish mid-read are skipped and counted; a pid reused
     /// by a new process gets fresh handles (its old descriptors answer ESRCH).
-    pub fn scan(&mut self, out: &mut Vec<Process>) -> Result<ProcessScanStats, ReadError> {
+    pub fn scan(
+        &mut self,
+        out: &mut Vec<Process>,
+        forks: Option<u64>,
+    ) -> Result<ProcessScanStats, ReadError> {
         let mut stats = ProcessScanStats::default();
-        let rd = std::fs::read_dir(&self.proc_dir).map_err(|source| ReadError::Io {
-            path: self.proc_dir.clone(),
-            source,
-        })?;
-        let mut pids: Vec<u32> = rd
-            .filter_map(|e| e.ok())
-            .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
-            .collect();
-        pids.sort_unstable();
-        stats.listed = pids.len() as u64;
-
-        // Drop handles of processes no longer listed.
-        if self.handles.len() > pids.len() / 2 {
-            let mut gone = Vec::new();
-            for pid in self.handles.keys() {
-                if pids.binary_search(pid).is_err() {
-                    gone.push(*pid);
-                }
-            }
+        // /proc/stat's `processes` counts every fork on the host. If it has not moved since the
+        // last listing, no process can have appeared, so the known pids are read without
+        // listing /proc (13% of the recorder's CPU on a quiet host); exits still show as ESRCH
+        // on the kept descriptors. Listed anyway every RELIST_SCANS scans.
+        let skip_listing = forks.is_some()
+            && forks == self.listed_at_forks
+            && !self.known.is_empty()
+            && self.scans_since_listing < RELIST_SCANS;
+        let pids = if skip_listing {
+            self.scans_since_listing += 1;
+            stats.listing_skipped = true;
+            std::mem::take(&mut self.known)
+        } else {
+            let rd = std::fs::read_dir(&self.proc_dir).map_err(|source| ReadError::Io {
+                path: self.proc_dir.clone(),
+                source,
+            })?;
+            let mut pids: Vec<u32> = rd
+                .filter_map(|e| e.ok())
+                .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
+                .collect();
+            pids.sort_unstable();
+            self.listed_at_forks = forks;
+            self.scans_since_listing = 0;
+            // Drop handles of processes no longer listed.
+            let gone: Vec<u32> = self
+                .handles
+                .keys()
+                .filter(|pid| pids.binary_search(pid).is_err())
+                .copied()
+                .collect();
             for pid in gone {
                 if let Some(h) = self.handles.remove(&pid) {
                     self.fds_open -= h.open_count();
                 }
             }
-        }
+            pids
+        };
+        stats.listed = pids.len() as u64;
 
         out.clear();
         out.reserve(pids.len());
         for pid in pids {
             match self.read_one(pid, true, &mut stats) {
                 Ok(Some(p)) => out.push(p),
+                // Without a listing, a gone pid exited since the last scan; it did not vanish
+                // between listing and reading.
+                Ok(None) if skip_listing => {}
                 Ok(None) => stats.vanished += 1,
                 Err(e) => return Err(e),
             }
         }
+        self.known = out.iter().map(|p| p.stat.pid).collect();
         stats.open_fds = self.fds_open;
         Ok(stats)
     }
@@ -790,7 +825,7 @@ mod tests {
     fn reader_on_fixture_root() {
         let mut r = ProcessReader::new(&Root::new(FX), 1000);
         let mut out = Vec::new();
-        let st = r.scan(&mut out).unwrap();
+        let st = r.scan(&mut out, None).unwrap();
         assert_eq!(st.listed as usize, fixture_pids().len());
         assert_eq!(out.len(), fixture_pids().len());
         assert!(out.iter().any(|p| p.stat.pid == 1
@@ -810,7 +845,7 @@ mod tests {
             .spawn()
             .unwrap();
         let cpid = child.id();
-        r.scan(&mut out).unwrap();
+        r.scan(&mut out, None).unwrap();
         let mine = out.iter().find(|p| p.stat.pid == me).expect("self listed");
         assert!(mine.stat.num_threads >= 1);
         assert!(out
@@ -819,7 +854,7 @@ mod tests {
         child.kill().unwrap();
         child.wait().unwrap();
         // The kept descriptors of the reaped child now answer ESRCH: skipped, not an error.
-        r.scan(&mut out).unwrap();
+        r.scan(&mut out, None).unwrap();
         assert!(!out.iter().any(|p| p.stat.pid == cpid));
     }
 
@@ -841,7 +876,7 @@ mod tests {
         std::fs::write(root.path("/proc/778/stat"), b"778 (half").unwrap();
         let mut r = ProcessReader::new(&root, 100);
         let mut out = Vec::new();
-        let st = r.scan(&mut out).unwrap();
+        let st = r.scan(&mut out, None).unwrap();
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].stat.pid, 1);
         assert_eq!(st.listed, 3);
@@ -862,14 +897,14 @@ mod tests {
             .unwrap();
         let pause = || std::thread::sleep(std::time::Duration::from_millis(200));
         let mut first = Vec::new();
-        r.scan(&mut first).unwrap();
+        r.scan(&mut first, None).unwrap();
         pause();
         // The first idle scan records statm's resident count; the next one can compare it.
         let mut second = Vec::new();
-        r.scan(&mut second).unwrap();
+        r.scan(&mut second, None).unwrap();
         pause();
         let mut third = Vec::new();
-        let st = r.scan(&mut third).unwrap();
+        let st = r.scan(&mut third, None).unwrap();
         let find = |v: &[Process], pid: u32| v.iter().find(|p| p.stat.pid == pid).cloned().unwrap();
         let (s1, s3) = (find(&first, sleeper.id()), find(&third, sleeper.id()));
         let (b2, b3) = (find(&second, busy.id()), find(&third, busy.id()));
@@ -891,6 +926,33 @@ mod tests {
     }
 
     #[test]
+    fn listing_is_skipped_only_while_the_fork_counter_stands_still() {
+        let mut r = ProcessReader::new(&Root::default(), 100_000);
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let cpid = child.id();
+        let mut out = Vec::new();
+        assert!(!r.scan(&mut out, Some(7)).unwrap().listing_skipped);
+        let st = r.scan(&mut out, Some(7)).unwrap();
+        assert!(st.listing_skipped);
+        assert!(out.iter().any(|p| p.stat.pid == cpid));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // An exit needs no listing: the kept descriptors answer ESRCH.
+        let st = r.scan(&mut out, Some(7)).unwrap();
+        assert!(st.listing_skipped);
+        assert!(!out.iter().any(|p| p.stat.pid == cpid));
+        assert_eq!(st.vanished, 0);
+        // A fork happened: list again.
+        assert!(!r.scan(&mut out, Some(8)).unwrap().listing_skipped);
+        // Without a counter, always list.
+        assert!(!r.scan(&mut out, None).unwrap().listing_skipped);
+        assert!(!r.scan(&mut out, None).unwrap().listing_skipped);
+    }
+
+    #[test]
     fn exec_refreshes_comm_and_cmdline() {
         let mut r = ProcessReader::new(&Root::default(), 100_000);
         let mut child = std::process::Command::new("sh")
@@ -899,13 +961,13 @@ mod tests {
             .unwrap();
         let pid = child.id();
         let mut out = Vec::new();
-        r.scan(&mut out).unwrap();
+        r.scan(&mut out, None).unwrap();
         let before = out.iter().find(|p| p.stat.pid == pid).cloned().unwrap();
         // Poll rather than sleep a fixed time: on a loaded CI machine the exec may be late.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         let after = loop {
             std::thread::sleep(std::time::Duration::from_millis(100));
-            r.scan(&mut out).unwrap();
+            r.scan(&mut out, None).unwrap();
             let p = out.iter().find(|p| p.stat.pid == pid).cloned().unwrap();
             if p.stat.comm != "sh" || std::time::Instant::now() > deadline {
                 break p;
@@ -922,7 +984,7 @@ mod tests {
     fn fd_budget_zero_still_reads() {
         let mut r = ProcessReader::new(&Root::default(), 0);
         let mut out = Vec::new();
-        let st = r.scan(&mut out).unwrap();
+        let st = r.scan(&mut out, None).unwrap();
         assert!(!out.is_empty());
         assert_eq!(st.open_fds, 0);
         assert!(st.unkept > 0);

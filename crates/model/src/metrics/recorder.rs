@@ -113,6 +113,13 @@ pub(super) static DEFS: &[&MetricDef] = &[
         |cx, out| scan_stat(cx, out, |s| s.stat_carried_forward)
     ),
     def!(
+        "self.proc_listing_skipped",
+        Count,
+        Gauge,
+        "1 when /proc was not listed in this sample because no fork happened since the last listing",
+        |cx, out| scan_stat(cx, out, |s| s.listing_skipped as u64)
+    ),
+    def!(
         "self.processes_vanished",
         Count,
         Gauge,
