@@ -213,10 +213,16 @@ HOST_BUSY=$(calc "(($u1+$n1+$s1+$q1+$sq1+$st1)-($u0+$n0+$s0+$q0+$sq0+$st0)) / ((
 # Samples each tool wrote, and what our recorder says about itself.
 JS_FROM=${START[js]%.*}
 "$JITTERSCOPE" dump --dir "$TMP/js" --from "$JS_FROM" --to now --format csv \
-    --select 'self.cpu_pct,self.collect_ms,self.collector.*' >"$TMP/js-self.csv"
+    --select 'self.cpu_pct,self.collect_ms,self.collector.*,self.proc_listing_skipped,self.processes_carried_forward,self.processes_stat_carried_forward,procs.count' >"$TMP/js-self.csv"
 JS_SAMPLES=$("$JITTERSCOPE" dump --dir "$TMP/js" --from "$JS_FROM" --to now --select self.lateness_ms --format json | wc -l)
 JS_SELF_CPU=$(awk -F, '$2 == "self.cpu_pct" && $3 != "" {s += $3; n++} END {printf "%.3f", n ? s / n : 0}' "$TMP/js-self.csv")
 JS_COLLECT_MS=$(awk -F, '$2 == "self.collect_ms" && $3 != "" {s += $3; n++} END {printf "%.2f", n ? s / n : 0}' "$TMP/js-self.csv")
+# How much of the per-process work the recorder could skip in this run (it depends on the host:
+# a host that forks every second always lists /proc, busy processes are always read afresh).
+JS_SKIPPED=$(awk -F, '$2 == "self.proc_listing_skipped" && $3 != "" {s += $3; n++} END {printf "%d of %d", s, n}' "$TMP/js-self.csv")
+JS_CARRIED=$(awk -F, '$2 == "self.processes_carried_forward" && $3 != "" {s += $3; n++} END {printf "%.0f", n ? s / n : 0}' "$TMP/js-self.csv")
+JS_STAT_CARRIED=$(awk -F, '$2 == "self.processes_stat_carried_forward" && $3 != "" {s += $3; n++} END {printf "%.0f", n ? s / n : 0}' "$TMP/js-self.csv")
+JS_PROCS=$(awk -F, '$2 == "procs.count" && $3 != "" {s += $3; n++} END {printf "%.0f", n ? s / n : 0}' "$TMP/js-self.csv")
 JS_COLLECTORS=$(awk -F, '$2 ~ /^self\.collector\./ && $3 != "" {s[$2] += $3; n[$2]++}
     END {for (k in s) printf "%.3f %s\n", s[k] / n[k], k}' "$TMP/js-self.csv" | sort -rn | head -8)
 JS_SERIES=$("$JITTERSCOPE" dump --dir "$TMP/js" --from "$JS_FROM" --to now --format csv | awk -F, 'NR > 1 {t[$1]++} END {for (k in t) if (t[k] > m) m = t[k]; print m + 0}')
@@ -429,7 +435,12 @@ Bytes written: jitterscope ${BYTES[js]}, atop ${BYTES[atop]}, sadc ${BYTES[sadc]
 (jitterscope: $(f2 "$BYTES_PER_SAMPLE_JS") bytes per stored sample of ${JS_SERIES} series each).
 
 jitterscope's own view of the same run: \`self.cpu_pct\` mean $JS_SELF_CPU %, \`self.collect_ms\` mean
-$JS_COLLECT_MS ms per sample. Costliest collectors (mean ms per sample, \`self.collector.<name>_ms\`):
+$JS_COLLECT_MS ms per sample. Work it could skip, which depends on the host (see README): the /proc
+listing was skipped in $JS_SKIPPED samples (no fork on the host since the previous sample); of
+$JS_PROCS processes per sample on average, $JS_CARRIED had a main thread that had not run (status
+carried forward) and $JS_STAT_CARRIED were single-threaded, idle and unchanged in RSS (stat carried
+forward too). A host that forks every second, or whose processes are busy, does not get these
+savings. Costliest collectors (mean ms per sample, \`self.collector.<name>_ms\`):
 
 \`\`\`
 $JS_COLLECTORS
