@@ -334,24 +334,20 @@ fn missing_mountinfo_is_an_error_at_construction() {
     assert!(e.is_missing());
 }
 
-/// Smoke test on the live host: run with `cargo test -p jitterscope-sources live_host -- --ignored
-/// --nocapture` (e.g. after creating many cgroups) to see the walk's cost.
+/// The walk on the live host's real cgroupfs (v1 and v2 on this kind of machine) reads every
+/// file it tries without an error.
 #[test]
-#[ignore = "reads the live host's cgroupfs"]
-fn live_host() {
-    let mut r = CgroupReader::new(Root::default()).unwrap();
-    let t = std::time::Instant::now();
+fn live_host_walk_reads_without_errors() {
+    let mut r = match CgroupReader::new(Root::default()) {
+        Ok(r) if r.hierarchies().next().is_some() => r,
+        _ => {
+            eprintln!("SKIPPED: live_host_walk_reads_without_errors: no cgroup hierarchy mounted");
+            return;
+        }
+    };
     let cgs = r.read();
-    let first = t.elapsed();
-    let t = std::time::Instant::now();
     let again = r.read();
-    let second = t.elapsed();
     let w = r.last_walk();
-    eprintln!(
-        "{} cgroups, {} dirs: first walk {first:?}, second {second:?}; {w:?}",
-        cgs.len(),
-        w.dirs_read
-    );
     assert!(cgs.iter().any(|c| c.path == "/"));
     assert_eq!(w.read_errors, 0, "{:?}", w.first_error);
     assert!(!again.is_empty());
