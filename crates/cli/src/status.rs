@@ -63,3 +63,71 @@ pub fn line(prev: Option<&Sample>, cur: &Sample) -> String {
         lag
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use jitterscope_model::collector::{collectors, Notes};
+    use jitterscope_model::sample::HostInfo;
+    use jitterscope_model::sources::CollectConfig;
+    use jitterscope_model::Sample;
+    use jitterscope_sources::Root;
+
+    #[test]
+    fn names_cpu_reclaim_tlb_and_the_worst_throttled_cgroup() {
+        let root = Root::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/fixtures/host"
+        ));
+        let mut set = collectors(&root, &CollectConfig::default());
+        let host = HostInfo {
+            user_hz: 100,
+            boot_id: "b".into(),
+            ..Default::default()
+        };
+        let mut prev = Sample::new(0, 1_000_000_000, 1_000_000_000, host);
+        set.collect(&mut prev, &mut Notes::default());
+        let mut cur = prev.clone();
+        cur.mono_ns += 1_000_000_000;
+        let st = cur.stat.as_mut().unwrap();
+        st.total.user_ticks += 30;
+        st.total.system_ticks += 50;
+        st.total.idle_ticks += 120;
+        for (k, v) in cur.vmstat.as_mut().unwrap().counters.iter_mut() {
+            if k == "pgscan_direct" {
+                *v += 1000;
+            }
+        }
+        let tlb = cur
+            .interrupts
+            .as_mut()
+            .unwrap()
+            .irqs
+            .iter_mut()
+            .find(|i| i.name == "TLB")
+            .unwrap();
+        tlb.total += 42;
+        let cg = cur
+            .cgroups
+            .as_mut()
+            .unwrap()
+            .iter_mut()
+            .find(|c| c.path == "/jitterscope-fixture")
+            .unwrap();
+        let cpu = cg.cpu.as_mut().unwrap();
+        cpu.nr_periods = Some(cpu.nr_periods.unwrap() + 10);
+        cpu.nr_throttled = Some(cpu.nr_throttled.unwrap() + 8);
+        let line = super::line(Some(&prev), &cur);
+        assert!(line.contains("usr 15.0% sys 25.0%"), "{line}");
+        assert!(
+            line.contains("scan 1000/s (kswapd 0 direct 1000)"),
+            "{line}"
+        );
+        assert!(line.contains("tlb 42/s"), "{line}");
+        assert!(
+            line.contains("worst throttled 80.0% /jitterscope-fixture"),
+            "{line}"
+        );
+        // Without a previous sample, rates are unknown, not zero.
+        assert!(super::line(None, &cur).contains("usr - sys -"));
+    }
+}
