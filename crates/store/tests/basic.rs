@@ -5,6 +5,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use jitterscope_store::{Reader, Record, StoreConfig, StoreError, Writer};
 
+mod common;
+use common::noise;
+
 const SEC: i64 = 1_000_000_000;
 
 fn now_ns() -> i64 {
@@ -21,22 +24,6 @@ fn payload(i: i64, len: usize) -> Vec<u8> {
     let at = (i as usize).wrapping_mul(97) % len;
     p[at] = p[at].wrapping_add(1);
     p
-}
-
-/// Bytes zstd cannot compress.
-fn noise(seed: u64, len: usize) -> Vec<u8> {
-    // splitmix64: distinct seeds give unrelated streams, so zstd finds nothing to share.
-    (0..len.div_ceil(8) as u64)
-        .flat_map(|i| {
-            let mut z = seed
-                .wrapping_add(i.wrapping_add(1).wrapping_mul(0x9E3779B97F4A7C15))
-                .wrapping_add(seed.rotate_left(29));
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58476D1CE4E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D049BB133111EB);
-            (z ^ (z >> 31)).to_le_bytes()
-        })
-        .take(len)
-        .collect()
 }
 
 fn config(dir: &Path) -> StoreConfig {
