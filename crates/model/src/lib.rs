@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod registry;
 pub mod sample;
 pub mod sources;
+pub mod tracers;
 
 pub use registry::{Kind, MetricDef, Unit};
 pub use sample::Sample;

@@ -167,6 +167,8 @@ pub struct Sample {
     pub processes: Option<Vec<Process>>,
     /// What the process scan skipped (vanished processes, parse errors, descriptor use).
     pub process_scan: Option<ProcessScanStats>,
+    /// What the in-kernel tracers saw this interval (absent when no tracer runs).
+    pub tracers: Option<crate::tracers::Tracers>,
     /// The recorder's own cost.
     pub recorder: Option<RecorderStats>,
     /// Time each collector took this interval, ns.

@@ -1,0 +1,187 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/*
+ * Shared declarations of the jitterscope BPF programs.
+ *
+ * Instead of a generated vmlinux.h (2.8 MB, and it needs the build machine's BTF) this header
+ * declares only the kernel types the programs touch, with preserve_access_index so libbpf
+ * relocates every field access against the running kernel's BTF (CO-RE). Types are named as in
+ * the kernel so the relocations find them; our own types carry a js_ prefix so they never clash.
+ */
+#ifndef JITTERSCOPE_H
+#define JITTERSCOPE_H
+
+typedef unsigned char __u8;
+typedef short int __s16;
+typedef short unsigned int __u16;
+typedef int __s32;
+typedef unsigned int __u32;
+typedef long long int __s64;
+typedef long long unsigned int __u64;
+typedef __u16 __be16;
+typedef __u32 __be32;
+typedef __u32 __wsum;
+typedef __u8 u8;
+typedef __u16 u16;
+typedef __u32 u32;
+typedef __s32 s32;
+typedef __u64 u64;
+typedef __s64 s64;
+typedef _Bool bool;
+typedef int pid_t;
+#define true 1
+#define false 0
+#define NULL ((void *)0)
+
+enum bpf_map_type {
+	BPF_MAP_TYPE_HASH = 1,
+	BPF_MAP_TYPE_ARRAY = 2,
+	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
+	BPF_MAP_TYPE_LRU_HASH = 9,
+};
+
+enum {
+	BPF_ANY = 0,
+	BPF_NOEXIST = 1,
+	BPF_EXIST = 2,
+};
+
+#ifndef __always_inline
+#define __always_inline inline __attribute__((always_inline))
+#endif
+
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
+
+/* Kernel types, only the members read here. */
+struct kernfs_node {
+	u64 id;
+} __attribute__((preserve_access_index));
+
+struct cgroup {
+	struct kernfs_node *kn;
+} __attribute__((preserve_access_index));
+
+struct cgroup_subsys_state {
+	struct cgroup *cgroup;
+} __attribute__((preserve_access_index));
+
+enum cgroup_subsys_id {
+	cpu_cgrp_id = 1,
+	memory_cgrp_id = 4,
+};
+
+struct css_set {
+	struct cgroup_subsys_state *subsys[14];
+	struct cgroup *dfl_cgrp;
+} __attribute__((preserve_access_index));
+
+struct task_struct {
+	pid_t pid;
+	pid_t tgid;
+	char comm[16];
+	struct css_set *cgroups;
+} __attribute__((preserve_access_index));
+
+struct trace_entry {
+	unsigned short type;
+	unsigned char flags;
+	unsigned char preempt_count;
+	int pid;
+};
+
+/* Bounded-map conventions. Every per-key map has a fixed size; an event whose key does not fit
+ * goes to the key JS_OTHER (pre-created by user space, never deleted) and counts in the
+ * tracer's `dropped` counter only when even that is impossible. */
+#define JS_OTHER 0xffffffffu
+#define JS_SLOTS 32 /* log2 histogram slots, microseconds: slot i holds [2^i, 2^(i+1)) us */
+
+struct js_hist {
+	u64 slots[JS_SLOTS];
+	u64 count;
+	u64 sum_ns;
+	u64 max_ns;
+	u64 max_gen; /* js_gen when max_ns was last set */
+};
+
+/* Read generation: user space bumps it just before it reads the maps, so a maximum stamped with
+ * the previous generation is the maximum of the interval that just ended. Counters are
+ * cumulative and turned into per-interval deltas in user space; a maximum cannot be, hence this. */
+u64 js_gen = 0;
+
+static __always_inline u32 js_log2(u64 v)
+{
+	u32 r = 0;
+	/* Unrolled binary search: the verifier accepts it without loops. */
+	if (v >= (1ULL << 32)) { v >>= 32; r += 32; }
+	if (v >= (1ULL << 16)) { v >>= 16; r += 16; }
+	if (v >= (1ULL << 8)) { v >>= 8; r += 8; }
+	if (v >= (1ULL << 4)) { v >>= 4; r += 4; }
+	if (v >= (1ULL << 2)) { v >>= 2; r += 2; }
+	if (v >= (1ULL << 1)) { r += 1; }
+	return r;
+}
+
+static __always_inline void js_hist_add(struct js_hist *h, u64 ns)
+{
+	u32 slot = js_log2(ns / 1000);
+	if (slot >= JS_SLOTS)
+		slot = JS_SLOTS - 1;
+	__sync_fetch_and_add(&h->slots[slot], 1);
+	__sync_fetch_and_add(&h->count, 1);
+	__sync_fetch_and_add(&h->sum_ns, ns);
+	/* A lost race here under-reports one maximum by a little. */
+	u64 gen = js_gen;
+	if (h->max_gen != gen) {
+		h->max_gen = gen;
+		h->max_ns = ns;
+	} else if (ns > h->max_ns) {
+		h->max_ns = ns;
+	}
+}
+
+/* Whether cgroup ids are taken from a v1 hierarchy (the controller's own) or the v2 one. Set by
+ * user space before load from what is mounted. */
+const volatile bool js_cgroup_v1 = false;
+
+/* The kernfs id (= inode number of its cgroupfs directory) of the cgroup `t` is in, for the
+ * controller `subsys` when cgroups are v1, else on the unified hierarchy. 0 when unreadable. */
+static __always_inline u64 js_task_cgroup(struct task_struct *t, int subsys)
+{
+	if (js_cgroup_v1) {
+		if (!bpf_core_enum_value_exists(enum cgroup_subsys_id, memory_cgrp_id) ||
+		    !bpf_core_enum_value_exists(enum cgroup_subsys_id, cpu_cgrp_id))
+			return 0;
+		if (subsys == memory_cgrp_id)
+			return BPF_CORE_READ(t, cgroups, subsys[bpf_core_enum_value(enum cgroup_subsys_id, memory_cgrp_id)], cgroup, kn, id);
+		return BPF_CORE_READ(t, cgroups, subsys[bpf_core_enum_value(enum cgroup_subsys_id, cpu_cgrp_id)], cgroup, kn, id);
+	}
+	return BPF_CORE_READ(t, cgroups, dfl_cgrp, kn, id);
+}
+
+static __always_inline u64 js_current_cgroup(int subsys)
+{
+	return js_task_cgroup((struct task_struct *)bpf_get_current_task(), subsys);
+}
+
+/* Finds `key` in `map`, creating it zeroed if absent; when the map is full, the JS_OTHER entry.
+ * NULL only if even that is missing (counted by the caller as dropped). */
+static __always_inline void *js_lookup_or_init(void *map, u32 *key, const void *zero, bool *fresh)
+{
+	void *v = bpf_map_lookup_elem(map, key);
+	if (v)
+		return v;
+	/* EEXIST (another CPU created it first) is as good as success. */
+	bpf_map_update_elem(map, key, zero, BPF_NOEXIST);
+	v = bpf_map_lookup_elem(map, key);
+	if (v) {
+		*fresh = true;
+		return v;
+	}
+	*key = JS_OTHER;
+	return bpf_map_lookup_elem(map, key);
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+#endif

@@ -1,0 +1,150 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/* Path look-ups that failed with ENOENT (stat, access, open families) per process, with a
+ * bounded random sample of the failing names each interval: the producers of negative dentries
+ * and their name patterns (case 1: NSS probing `.<N>_dOeSnotExist_.db` filled the dcache). */
+#include "jitterscope.h"
+
+#define ENOENT 2
+enum { FAM_STAT, FAM_ACCESS, FAM_OPEN, FAM_N };
+#define NAME_SLOTS 64
+#define NAME_LEN 256
+
+struct js_lookup_proc {
+	char comm[16];
+	u64 cgroup;
+	u64 calls[FAM_N];  /* all calls of the traced syscalls */
+	u64 enoent[FAM_N]; /* of which failed with ENOENT */
+};
+
+struct js_lookup_pending {
+	u64 name;   /* user pointer to the path */
+	u32 family;
+};
+
+struct js_lookup_name {
+	u32 tgid;
+	u32 family;
+	char comm[16];
+	char name[NAME_LEN];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, u32);
+	__type(value, struct js_lookup_proc);
+} lookup_procs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u32);
+	__type(value, struct js_lookup_pending);
+} lookup_pending SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NAME_SLOTS);
+	__type(key, u32);
+	__type(value, struct js_lookup_name);
+} lookup_names SEC(".maps");
+
+/* Failures seen since user space last read the name sample; it resets this to 0. */
+u64 names_seen = 0;
+u64 dropped = 0;
+static const struct js_lookup_proc zero_proc;
+
+struct sys_enter_args {
+	struct trace_entry ent;
+	int nr;
+	unsigned long args[6];
+};
+
+struct sys_exit_args {
+	struct trace_entry ent;
+	int nr;
+	long ret;
+};
+
+static __always_inline int on_enter(unsigned long name, u32 family)
+{
+	u32 tid = (u32)bpf_get_current_pid_tgid();
+	struct js_lookup_pending p = { .name = name, .family = family };
+	if (bpf_map_update_elem(&lookup_pending, &tid, &p, BPF_ANY))
+		__sync_fetch_and_add(&dropped, 1);
+	return 0;
+}
+
+static __always_inline int on_exit(long ret)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	u32 tid = (u32)id;
+	struct js_lookup_pending *pend = bpf_map_lookup_elem(&lookup_pending, &tid);
+	if (!pend)
+		return 0;
+	u64 name = pend->name;
+	u32 fam = pend->family;
+	bpf_map_delete_elem(&lookup_pending, &tid);
+	if (fam >= FAM_N)
+		return 0;
+
+	u32 tgid = id >> 32;
+	bool fresh = false;
+	struct js_lookup_proc *p = js_lookup_or_init(&lookup_procs, &tgid, &zero_proc, &fresh);
+	if (!p) {
+		__sync_fetch_and_add(&dropped, 1);
+		return 0;
+	}
+	if (fresh && tgid != JS_OTHER) {
+		bpf_get_current_comm(p->comm, sizeof(p->comm));
+		p->cgroup = js_current_cgroup(cpu_cgrp_id);
+	}
+	__sync_fetch_and_add(&p->calls[fam], 1);
+	if (ret != -ENOENT)
+		return 0;
+	__sync_fetch_and_add(&p->enoent[fam], 1);
+
+	/* Reservoir sample: the k-th failure of the interval replaces a random slot with
+	 * probability NAME_SLOTS/k, so every failure is equally likely to be kept. */
+	u64 k = __sync_fetch_and_add(&names_seen, 1);
+	u32 slot;
+	if (k < NAME_SLOTS) {
+		slot = (u32)k;
+	} else {
+		u64 r = bpf_get_prandom_u32() % (k + 1);
+		if (r >= NAME_SLOTS)
+			return 0;
+		slot = (u32)r;
+	}
+	struct js_lookup_name *n = bpf_map_lookup_elem(&lookup_names, &slot);
+	if (!n)
+		return 0;
+	n->tgid = tgid;
+	n->family = fam;
+	bpf_get_current_comm(n->comm, sizeof(n->comm));
+	bpf_probe_read_user_str(n->name, sizeof(n->name), (void *)name);
+	return 0;
+}
+
+#define ENTER(sc, argi, fam)                                   \
+	SEC("tracepoint/syscalls/sys_enter_" #sc)              \
+	int enter_##sc(struct sys_enter_args *ctx)             \
+	{                                                      \
+		return on_enter(ctx->args[argi], fam);         \
+	}                                                      \
+	SEC("tracepoint/syscalls/sys_exit_" #sc)               \
+	int exit_##sc(struct sys_exit_args *ctx)               \
+	{                                                      \
+		return on_exit(ctx->ret);                      \
+	}
+
+ENTER(newstat, 0, FAM_STAT)
+ENTER(newlstat, 0, FAM_STAT)
+ENTER(newfstatat, 1, FAM_STAT)
+ENTER(statx, 1, FAM_STAT)
+ENTER(access, 0, FAM_ACCESS)
+ENTER(faccessat, 1, FAM_ACCESS)
+ENTER(faccessat2, 1, FAM_ACCESS)
+ENTER(open, 0, FAM_OPEN)
+ENTER(openat, 1, FAM_OPEN)
+ENTER(openat2, 1, FAM_OPEN)

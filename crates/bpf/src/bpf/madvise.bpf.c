@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/* madvise() calls and bytes per process and advice: the allocator purges (MADV_DONTNEED,
+ * MADV_FREE) behind case 4's TLB-shootdown storm. */
+#include "jitterscope.h"
+
+#define MADV_DONTNEED 4
+#define MADV_FREE 8
+enum { ADV_DONTNEED, ADV_FREE, ADV_OTHER, ADV_N };
+
+struct js_madvise_proc {
+	char comm[16];
+	u64 cgroup;
+	u64 calls[ADV_N];
+	u64 bytes[ADV_N];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, u32);
+	__type(value, struct js_madvise_proc);
+} madvise_procs SEC(".maps");
+
+u64 dropped = 0;
+static const struct js_madvise_proc zero_proc;
+
+struct sys_enter_madvise_args {
+	struct trace_entry ent;
+	int nr;
+	unsigned long start;
+	unsigned long len;
+	long behavior;
+};
+
+SEC("tracepoint/syscalls/sys_enter_madvise")
+int sys_enter_madvise(struct sys_enter_madvise_args *ctx)
+{
+	u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	bool fresh = false;
+	struct js_madvise_proc *p = js_lookup_or_init(&madvise_procs, &tgid, &zero_proc, &fresh);
+	if (!p) {
+		__sync_fetch_and_add(&dropped, 1);
+		return 0;
+	}
+	if (fresh && tgid != JS_OTHER) {
+		bpf_get_current_comm(p->comm, sizeof(p->comm));
+		p->cgroup = js_current_cgroup(cpu_cgrp_id);
+	}
+	int adv = (int)ctx->behavior;
+	u32 i = adv == MADV_DONTNEED ? ADV_DONTNEED : adv == MADV_FREE ? ADV_FREE : ADV_OTHER;
+	__sync_fetch_and_add(&p->calls[i], 1);
+	__sync_fetch_and_add(&p->bytes[i], ctx->len);
+	return 0;
+}

@@ -1,0 +1,146 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/* Run-queue latency (wake-up to running) as a log2 histogram for the host and per CPU cgroup:
+ * the delay a throttled or crowded container's threads see before they get a CPU (case 2).
+ *
+ * The tp_btf programs get the task pointers, so the latency is charged to the woken task's own
+ * cgroup. Where BTF-typed tracepoints are unavailable user space loads the classic-tracepoint
+ * programs instead, which see only pids: they fill the host histogram alone. */
+#include "jitterscope.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u32);
+	__type(value, u64);
+} wakeup_ts SEC(".maps");
+
+/* Keyed by the low 32 bits of the cgroup's kernfs id; JS_OTHER when the map is full. */
+struct js_rq_stat {
+	u64 cgroup;
+	struct js_hist hist;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 2048);
+	__type(key, u32);
+	__type(value, struct js_rq_stat);
+} runq_cgroups SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct js_hist);
+} runq_host SEC(".maps");
+
+u64 dropped = 0;
+static const struct js_rq_stat zero_stat;
+
+static __always_inline void mark(u32 pid)
+{
+	if (!pid)
+		return; /* the idle task */
+	u64 ts = bpf_ktime_get_ns();
+	if (bpf_map_update_elem(&wakeup_ts, &pid, &ts, BPF_ANY))
+		__sync_fetch_and_add(&dropped, 1);
+}
+
+/* `next` is the task switched in (NULL in the classic fallback). */
+static __always_inline void on_switch(u32 next_pid, struct task_struct *next)
+{
+	u64 *tsp = bpf_map_lookup_elem(&wakeup_ts, &next_pid);
+	if (!tsp)
+		return;
+	u64 ns = bpf_ktime_get_ns() - *tsp;
+	bpf_map_delete_elem(&wakeup_ts, &next_pid);
+	u32 zero = 0;
+	struct js_hist *h = bpf_map_lookup_elem(&runq_host, &zero);
+	if (h)
+		js_hist_add(h, ns);
+	if (!next)
+		return;
+	u64 cg = js_task_cgroup(next, cpu_cgrp_id);
+	u32 key = (u32)cg;
+	bool fresh = false;
+	struct js_rq_stat *c = js_lookup_or_init(&runq_cgroups, &key, &zero_stat, &fresh);
+	if (!c) {
+		__sync_fetch_and_add(&dropped, 1);
+		return;
+	}
+	if (fresh && key != JS_OTHER)
+		c->cgroup = cg;
+	js_hist_add(&c->hist, ns);
+}
+
+/* A task preempted while runnable goes straight back to the run queue: its wait starts now. */
+#define TASK_RUNNING 0
+
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(btf_wakeup, struct task_struct *p)
+{
+	mark(BPF_CORE_READ(p, pid));
+	return 0;
+}
+
+SEC("tp_btf/sched_wakeup_new")
+int BPF_PROG(btf_wakeup_new, struct task_struct *p)
+{
+	mark(BPF_CORE_READ(p, pid));
+	return 0;
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(btf_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	if (preempt || prev_state == TASK_RUNNING)
+		mark(BPF_CORE_READ(prev, pid));
+	on_switch(BPF_CORE_READ(next, pid), next);
+	return 0;
+}
+
+struct sched_wakeup_args {
+	struct trace_entry ent;
+	char comm[16];
+	pid_t pid;
+	int prio;
+	int target_cpu;
+};
+
+struct sched_switch_args {
+	struct trace_entry ent;
+	char prev_comm[16];
+	pid_t prev_pid;
+	int prev_prio;
+	long prev_state;
+	char next_comm[16];
+	pid_t next_pid;
+	int next_prio;
+};
+
+SEC("tracepoint/sched/sched_wakeup")
+int tp_wakeup(struct sched_wakeup_args *ctx)
+{
+	mark(ctx->pid);
+	return 0;
+}
+
+SEC("tracepoint/sched/sched_wakeup_new")
+int tp_wakeup_new(struct sched_wakeup_args *ctx)
+{
+	mark(ctx->pid);
+	return 0;
+}
+
+SEC("tracepoint/sched/sched_switch")
+int tp_switch(struct sched_switch_args *ctx)
+{
+	/* The classic record's prev_state carries TASK_REPORT_MAX for a preempted task on some
+	 * kernels and 0 on others; both mean "still runnable". */
+	long st = ctx->prev_state;
+	if (st == TASK_RUNNING || (st & 0x100))
+		mark(ctx->prev_pid);
+	on_switch(ctx->next_pid, NULL);
+	return 0;
+}

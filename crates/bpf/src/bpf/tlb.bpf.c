@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/* TLB flushes by reason per process, and TLB-shootdown IPIs attributed to the process that sent
+ * them (case 4: jemalloc purging with madvise(DONTNEED) made every thread's CPU flush). */
+#include "jitterscope.h"
+
+#define TLB_REASONS 6 /* TLB_FLUSH_ON_TASK_SWITCH .. TLB_REMOTE_WRONG_CPU; more go to the last */
+
+struct js_tlb_proc {
+	char comm[16];
+	u64 cgroup;
+	u64 flushes[TLB_REASONS];
+	/* Sum of pages of ranged flushes; a full flush (pages = -1) counts in full_flushes. */
+	u64 pages;
+	u64 full_flushes;
+	u64 ipis_sent;       /* ipi_send_cpumask calls with the TLB-flush callback */
+	u64 ipi_targets;     /* CPUs those IPIs were sent to */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, u32);
+	__type(value, struct js_tlb_proc);
+} tlb_procs SEC(".maps");
+
+/* Address of flush_tlb_func (from kallsyms), set by user space; 0 = IPIs not attributed. */
+const volatile u64 flush_tlb_func_addr = 0;
+u64 dropped = 0;
+
+static const struct js_tlb_proc zero_proc;
+
+static __always_inline struct js_tlb_proc *proc_entry(void)
+{
+	u64 id = bpf_get_current_pid_tgid();
+	u32 tgid = id >> 32;
+	bool fresh = false;
+	struct js_tlb_proc *p = js_lookup_or_init(&tlb_procs, &tgid, &zero_proc, &fresh);
+	if (!p) {
+		__sync_fetch_and_add(&dropped, 1);
+		return NULL;
+	}
+	if (fresh && tgid != JS_OTHER) {
+		bpf_get_current_comm(p->comm, sizeof(p->comm));
+		p->cgroup = js_current_cgroup(cpu_cgrp_id);
+	}
+	return p;
+}
+
+static __always_inline int on_flush(int reason, unsigned long pages)
+{
+	struct js_tlb_proc *p = proc_entry();
+	if (!p)
+		return 0;
+	u32 r = reason < 0 ? 0 : (u32)reason;
+	if (r >= TLB_REASONS)
+		r = TLB_REASONS - 1;
+	__sync_fetch_and_add(&p->flushes[r], 1);
+	if (pages == (unsigned long)-1)
+		__sync_fetch_and_add(&p->full_flushes, 1);
+	else
+		__sync_fetch_and_add(&p->pages, pages);
+	return 0;
+}
+
+struct tlb_flush_args {
+	struct trace_entry ent;
+	int reason;
+	unsigned long pages;
+};
+
+SEC("tracepoint/tlb/tlb_flush")
+int tlb_flush(struct tlb_flush_args *ctx)
+{
+	return on_flush(ctx->reason, ctx->pages);
+}
+
+struct ipi_send_cpumask_args {
+	struct trace_entry ent;
+	u32 cpumask_loc; /* __data_loc: offset in the low 16 bits, length in the high 16 */
+	void *callsite;
+	void *callback;
+};
+
+SEC("tracepoint/ipi/ipi_send_cpumask")
+int ipi_send_cpumask(struct ipi_send_cpumask_args *ctx)
+{
+	if (!flush_tlb_func_addr || (u64)ctx->callback != flush_tlb_func_addr)
+		return 0;
+	struct js_tlb_proc *p = proc_entry();
+	if (!p)
+		return 0;
+	u32 off = ctx->cpumask_loc & 0xffff;
+	u32 len = ctx->cpumask_loc >> 16;
+	u64 targets = 0;
+	/* Up to 512 CPUs; a larger mask counts its first 512. */
+	for (int i = 0; i < 8; i++) {
+		u64 word = 0;
+		if ((u32)(i + 1) * 8 > len)
+			break;
+		if (bpf_probe_read_kernel(&word, sizeof(word), (void *)ctx + off + i * 8))
+			break;
+		targets += __builtin_popcountll(word);
+	}
+	__sync_fetch_and_add(&p->ipis_sent, 1);
+	__sync_fetch_and_add(&p->ipi_targets, targets);
+	return 0;
+}

@@ -1,0 +1,260 @@
+//! What the tracers need from the host besides BPF: tracefs (classic tracepoints are attached by
+//! id, which only tracefs tells), kernel symbols, and the cgroup hierarchy the kernel ids point at.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use jitterscope_sources::cgroup::{discover, CgroupVersion, Hierarchy};
+use jitterscope_sources::Root;
+
+/// Where tracefs is (or was made) available.
+pub fn tracefs() -> Result<PathBuf, String> {
+    for p in ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"] {
+        if Path::new(p).join("events").is_dir() {
+            return Ok(PathBuf::from(p));
+        }
+    }
+    // Mounting tracefs at its standard place changes nothing else on the host, and it is what
+    // perf and bpftrace do too; libbpf then finds tracepoint ids there.
+    let target = c"/sys/kernel/tracing";
+    // SAFETY: both strings are NUL-terminated and outlive the call.
+    let r = unsafe {
+        libc::mount(
+            c"nodev".as_ptr(),
+            target.as_ptr(),
+            c"tracefs".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if r == 0 && Path::new("/sys/kernel/tracing/events").is_dir() {
+        return Ok(PathBuf::from("/sys/kernel/tracing"));
+    }
+    Err(format!(
+        "tracefs is not mounted and mounting it at /sys/kernel/tracing failed ({}); mount it with `mount -t tracefs nodev /sys/kernel/tracing`",
+        std::io::Error::last_os_error()
+    ))
+}
+
+/// Whether the classic tracepoint `category/name` exists on this kernel.
+pub fn has_tracepoint(tracefs: &Path, category: &str, name: &str) -> bool {
+    tracefs.join("events").join(category).join(name).is_dir()
+}
+
+/// Whether the kernel exposes its BTF (needed by CO-RE relocations and BTF-typed tracepoints).
+pub fn has_btf() -> bool {
+    Path::new("/sys/kernel/btf/vmlinux").exists()
+}
+
+/// Kernel text symbols, looked up on demand: /proc/kallsyms is streamed for the wanted
+/// addresses only (≈30 ms here) instead of keeping its 120k symbols (≈3 MB) in the recorder.
+#[derive(Debug, Default)]
+pub struct Kallsyms {
+    names: HashMap<u64, String>,
+    last_scan: Option<Instant>,
+    /// Whether addresses are hidden (kptr_restrict): every address reads 0.
+    pub restricted: bool,
+}
+
+impl Kallsyms {
+    /// The address of the text symbol `name`, if kallsyms shows it.
+    pub fn address_of(name: &str) -> Option<u64> {
+        let f = fs::File::open("/proc/kallsyms").ok()?;
+        for line in BufReader::new(f).lines().map_while(Result::ok) {
+            let mut it = line.split_ascii_whitespace();
+            let (Some(a), Some(t), Some(n)) = (it.next(), it.next(), it.next()) else {
+                continue;
+            };
+            if n == name && matches!(t, "t" | "T") {
+                return u64::from_str_radix(a, 16).ok().filter(|&a| a != 0);
+            }
+        }
+        None
+    }
+
+    /// The names of `addrs` (exact symbol starts), scanning kallsyms at most once per 10 s for
+    /// addresses not seen before; unresolved ones come back as hex.
+    pub fn resolve(&mut self, addrs: &[u64]) -> Vec<String> {
+        let missing: Vec<u64> = addrs
+            .iter()
+            .copied()
+            .filter(|a| !self.names.contains_key(a))
+            .collect();
+        let due = self
+            .last_scan
+            .is_none_or(|t| t.elapsed() >= Duration::from_secs(10));
+        if !missing.is_empty() && due {
+            self.last_scan = Some(Instant::now());
+            if let Ok(f) = fs::File::open("/proc/kallsyms") {
+                self.scan(BufReader::new(f), &missing);
+            }
+        }
+        addrs
+            .iter()
+            .map(|a| {
+                self.names
+                    .get(a)
+                    .cloned()
+                    .unwrap_or_else(|| format!("0x{a:x}"))
+            })
+            .collect()
+    }
+
+    fn scan(&mut self, r: impl BufRead, want: &[u64]) {
+        let mut zeros = 0usize;
+        let mut lines = 0usize;
+        for line in r.lines().map_while(Result::ok) {
+            lines += 1;
+            let mut it = line.split_ascii_whitespace();
+            let (Some(a), Some(_t), Some(n)) = (it.next(), it.next(), it.next()) else {
+                continue;
+            };
+            let Ok(a) = u64::from_str_radix(a, 16) else {
+                continue;
+            };
+            if a == 0 {
+                zeros += 1;
+                continue;
+            }
+            if want.contains(&a) {
+                self.names.entry(a).or_insert_with(|| n.to_string());
+            }
+        }
+        self.restricted = lines > 0 && zeros * 2 > lines;
+    }
+}
+
+/// Maps the kernel's cgroup ids (kernfs node ids, which are the inode numbers of the cgroupfs
+/// directories) to cgroup paths, for one hierarchy.
+#[derive(Debug)]
+pub struct CgroupIds {
+    hierarchy: Option<Hierarchy>,
+    paths: HashMap<u64, String>,
+    last_walk: Option<Instant>,
+}
+
+/// Most cgroups walked when refreshing the id map.
+const MAX_CGROUPS: usize = 100_000;
+
+impl CgroupIds {
+    /// The map for the hierarchy that holds `controller` (`cpu`, `memory`) on v1, else the v2 one.
+    pub fn new(root: &Root, controller: &str) -> Self {
+        let hs = discover(root).unwrap_or_default();
+        let h = hs
+            .iter()
+            .find(|h| h.version == CgroupVersion::V1 && h.has(controller))
+            .or_else(|| hs.iter().find(|h| h.version == CgroupVersion::V2))
+            .cloned();
+        CgroupIds {
+            hierarchy: h,
+            paths: HashMap::new(),
+            last_walk: None,
+        }
+    }
+
+    /// Whether ids are for a v1 hierarchy (the BPF side must then read the controller's css).
+    pub fn is_v1(&self) -> bool {
+        self.hierarchy
+            .as_ref()
+            .is_some_and(|h| h.version == CgroupVersion::V1)
+    }
+
+    /// The path of cgroup `id`; walks the hierarchy again (at most every 10 s) when `id` is new.
+    /// Empty when unknown (removed, or no hierarchy).
+    pub fn path(&mut self, id: u64) -> String {
+        if id == 0 {
+            return String::new();
+        }
+        if let Some(p) = self.paths.get(&id) {
+            return p.clone();
+        }
+        let due = self
+            .last_walk
+            .is_none_or(|t| t.elapsed() >= Duration::from_secs(10));
+        if due {
+            self.walk();
+        }
+        self.paths.get(&id).cloned().unwrap_or_default()
+    }
+
+    /// Whether `id` is a cgroup that existed at the last walk.
+    pub fn known(&self, id: u64) -> bool {
+        self.paths.contains_key(&id)
+    }
+
+    fn walk(&mut self) {
+        self.last_walk = Some(Instant::now());
+        let Some(h) = &self.hierarchy else { return };
+        let mut paths = HashMap::new();
+        let base = h.mount_root.trim_end_matches('/').to_string();
+        let mut stack = vec![(h.mount_point.clone(), base)];
+        while let Some((dir, rel)) = stack.pop() {
+            if paths.len() >= MAX_CGROUPS {
+                break;
+            }
+            let Ok(md) = fs::metadata(&dir) else { continue };
+            paths.insert(
+                md.ino(),
+                if rel.is_empty() {
+                    "/".into()
+                } else {
+                    rel.clone()
+                },
+            );
+            let Ok(rd) = fs::read_dir(&dir) else { continue };
+            for e in rd.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    let name = e.file_name();
+                    stack.push((e.path(), format!("{rel}/{}", name.to_string_lossy())));
+                }
+            }
+        }
+        self.paths = paths;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kallsyms_scan_finds_wanted_and_detects_restriction() {
+        let text = "ffffffff8134ae80 t flush_tlb_func\nffffffff816da060 t super_cache_scan\nffffffff816da100 T other [mod]\n";
+        let mut k = Kallsyms::default();
+        k.scan(text.as_bytes(), &[0xffffffff816da060]);
+        assert_eq!(
+            k.names.get(&0xffffffff816da060).map(String::as_str),
+            Some("super_cache_scan")
+        );
+        assert!(!k.restricted);
+        let mut k = Kallsyms::default();
+        k.scan(
+            "0000000000000000 t a\n0000000000000000 t b\n".as_bytes(),
+            &[1],
+        );
+        assert!(k.restricted);
+        // Garbage lines are skipped.
+        k.scan("zz\n\n1 2\nxyz t q\n".as_bytes(), &[1]);
+    }
+
+    #[test]
+    fn cgroup_ids_resolve_on_this_host() {
+        let mut ids = CgroupIds::new(&Root::new("/"), "cpu");
+        let Some(h) = ids.hierarchy.clone() else {
+            println!("SKIPPED: no cgroup hierarchy mounted");
+            return;
+        };
+        let ino = fs::metadata(&h.mount_point).unwrap().ino();
+        let want = if h.mount_root == "/" {
+            "/".to_string()
+        } else {
+            h.mount_root.clone()
+        };
+        assert_eq!(ids.path(ino), want);
+        assert_eq!(ids.path(u64::MAX - 5), "", "an id no cgroup has");
+    }
+}

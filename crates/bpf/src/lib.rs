@@ -1,0 +1,353 @@
+//! In-kernel tracers: BPF programs that aggregate in the kernel, read once per interval into the
+//! sample's [`Tracers`] part.
+//!
+//! Each tracer is one `src/bpf/<name>.bpf.c` (CO-RE, classic tracepoints, BTF-typed tracepoints
+//! where they add something) and one module here that loads it, reads its maps and turns the
+//! kernel's cumulative counters into the interval's counts ([`delta`]). A tracer that cannot load
+//! says why in one line and the others go on.
+
+use std::mem::MaybeUninit;
+use std::time::Duration;
+
+use jitterscope_model::collector::{Collector, Notes};
+use jitterscope_model::sample::Sample;
+use jitterscope_model::tracers::Tracers;
+use jitterscope_sources::Root;
+use libbpf_rs::{MapCore, MapFlags, OpenObject};
+
+pub mod delta;
+pub mod env;
+mod lookups;
+mod madvise;
+mod reclaim;
+mod runqlat;
+mod shrinker;
+mod tlb;
+
+/// One tracer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Name {
+    /// Direct reclaim stalls and kswapd.
+    Reclaim,
+    /// Slab shrinker calls.
+    Shrinker,
+    /// TLB flushes and shootdown IPIs.
+    Tlb,
+    /// madvise() by advice.
+    Madvise,
+    /// Run-queue latency.
+    Runqlat,
+    /// Failed path look-ups.
+    Lookups,
+}
+
+impl Name {
+    /// Every tracer, in the order they are loaded and listed.
+    pub const ALL: [Name; 6] = [
+        Name::Reclaim,
+        Name::Shrinker,
+        Name::Tlb,
+        Name::Madvise,
+        Name::Runqlat,
+        Name::Lookups,
+    ];
+
+    /// The tracer's name on the command line and in messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Name::Reclaim => "reclaim",
+            Name::Shrinker => "shrinker",
+            Name::Tlb => "tlb",
+            Name::Madvise => "madvise",
+            Name::Runqlat => "runqlat",
+            Name::Lookups => "lookups",
+        }
+    }
+
+    /// What it traces, for `tracers --check`.
+    pub fn what(self) -> &'static str {
+        match self {
+            Name::Reclaim => "direct/memcg reclaim stalls per process and cgroup, kswapd wake-ups",
+            Name::Shrinker => "slab shrinker calls, objects and latency per shrinker",
+            Name::Tlb => "TLB flushes by reason per process, shootdown IPIs by sender",
+            Name::Madvise => "madvise() calls and bytes per process and advice",
+            Name::Runqlat => "run-queue latency histograms, host and per CPU cgroup",
+            Name::Lookups => "stat/access/open failing with ENOENT per process, sampled names",
+        }
+    }
+
+    /// Parses a tracer name.
+    pub fn parse(s: &str) -> Result<Name, String> {
+        Name::ALL
+            .into_iter()
+            .find(|n| n.as_str() == s)
+            .ok_or_else(|| {
+                let all: Vec<_> = Name::ALL.iter().map(|n| n.as_str()).collect();
+                format!("unknown tracer '{s}' (known: {})", all.join(", "))
+            })
+    }
+}
+
+/// Host facts every tracer's load needs, found once.
+pub struct Env {
+    /// tracefs, or why it is unavailable.
+    pub tracefs: Result<std::path::PathBuf, String>,
+    /// CPU-controller cgroup ids.
+    pub cpu_cgroups: env::CgroupIds,
+    /// Memory-controller cgroup ids.
+    pub mem_cgroups: env::CgroupIds,
+    /// Kernel symbols.
+    pub kallsyms: env::Kallsyms,
+}
+
+impl Env {
+    /// Looks at the host under `root` (cgroups) and the running kernel (tracefs, kallsyms).
+    pub fn new(root: &Root) -> Self {
+        Env {
+            tracefs: env::tracefs(),
+            cpu_cgroups: env::CgroupIds::new(root, "cpu"),
+            mem_cgroups: env::CgroupIds::new(root, "memory"),
+            kallsyms: env::Kallsyms::default(),
+        }
+    }
+
+    /// Whether cgroup ids must be read from v1 controllers.
+    fn cgroup_v1(&self) -> bool {
+        self.cpu_cgroups.is_v1() || self.mem_cgroups.is_v1()
+    }
+}
+
+/// A loaded, attached tracer.
+trait Tracer: Send {
+    /// Reads the interval's counts into `out`.
+    fn read(&mut self, env: &mut Env, out: &mut Tracers);
+    /// Bytes of kernel memory its maps may use at most.
+    fn map_bytes(&self) -> u64;
+    /// How it attached (e.g. which tracepoint flavour), for `--check`.
+    fn how(&self) -> String;
+}
+
+/// The result of starting one tracer.
+#[derive(Debug, Clone)]
+pub struct Started {
+    /// Which.
+    pub name: Name,
+    /// How it runs, or why it does not.
+    pub outcome: Result<String, String>,
+    /// Most kernel memory its maps can use, bytes (0 when it did not load).
+    pub map_bytes: u64,
+}
+
+/// Storage for a skeleton's object that lives as long as the process: a skeleton borrows it,
+/// and tracers run until the recorder exits. A failed load leaks one small allocation, once.
+fn object_storage() -> &'static mut MaybeUninit<OpenObject> {
+    Box::leak(Box::new(MaybeUninit::uninit()))
+}
+
+fn load_one(name: Name, env: &mut Env) -> Result<Box<dyn Tracer>, String> {
+    if !env::has_btf() {
+        return Err("the kernel exposes no BTF (/sys/kernel/btf/vmlinux); CO-RE programs cannot be relocated".into());
+    }
+    let tracefs = env.tracefs.clone()?;
+    let r: Result<Box<dyn Tracer>, String> = match name {
+        Name::Reclaim => reclaim::load(env, &tracefs).map(|t| Box::new(t) as _),
+        Name::Shrinker => shrinker::load(env, &tracefs).map(|t| Box::new(t) as _),
+        Name::Tlb => tlb::load(env, &tracefs).map(|t| Box::new(t) as _),
+        Name::Madvise => madvise::load(env, &tracefs).map(|t| Box::new(t) as _),
+        Name::Runqlat => runqlat::load(env, &tracefs).map(|t| Box::new(t) as _),
+        Name::Lookups => lookups::load(env, &tracefs).map(|t| Box::new(t) as _),
+    };
+    r.map_err(|e: String| explain(e.as_str()))
+}
+
+/// Turns libbpf's errors into the remedy an operator needs.
+fn explain(e: &str) -> String {
+    if e.contains("Operation not permitted") || e.contains("EPERM") {
+        format!("{e} (loading BPF needs root or CAP_BPF + CAP_PERFMON)")
+    } else {
+        e.to_string()
+    }
+}
+
+/// Collects every started tracer's interval into the sample.
+pub struct TracerCollector {
+    env: Env,
+    tracers: Vec<Box<dyn Tracer>>,
+    last_mono: Option<u64>,
+}
+
+impl TracerCollector {
+    /// Loads and attaches `names` (in [`Name::ALL`] order), saying for each how it runs or why
+    /// it cannot.
+    pub fn start(root: &Root, names: &[Name]) -> (Self, Vec<Started>) {
+        let mut env = Env::new(root);
+        let mut tracers = Vec::new();
+        let mut report = Vec::new();
+        for n in Name::ALL.into_iter().filter(|n| names.contains(n)) {
+            match load_one(n, &mut env) {
+                Ok(t) => {
+                    report.push(Started {
+                        name: n,
+                        outcome: Ok(t.how()),
+                        map_bytes: t.map_bytes(),
+                    });
+                    tracers.push(t);
+                }
+                Err(e) => report.push(Started {
+                    name: n,
+                    outcome: Err(e),
+                    map_bytes: 0,
+                }),
+            }
+        }
+        (
+            TracerCollector {
+                env,
+                tracers,
+                last_mono: None,
+            },
+            report,
+        )
+    }
+
+    /// Tracers running.
+    pub fn len(&self) -> usize {
+        self.tracers.len()
+    }
+
+    /// Whether none runs.
+    pub fn is_empty(&self) -> bool {
+        self.tracers.is_empty()
+    }
+
+    /// Reads every tracer's counts for the interval ending at monotonic time `mono_ns`.
+    pub fn read(&mut self, mono_ns: u64) -> Tracers {
+        let mut out = Tracers {
+            span_ns: self
+                .last_mono
+                .map(|l| mono_ns.saturating_sub(l))
+                .unwrap_or(0),
+            ..Default::default()
+        };
+        self.last_mono = Some(mono_ns);
+        for t in self.tracers.iter_mut() {
+            t.read(&mut self.env, &mut out);
+        }
+        out
+    }
+}
+
+impl Collector for TracerCollector {
+    fn name(&self) -> &'static str {
+        "tracers"
+    }
+
+    fn collect(&mut self, sample: &mut Sample, _notes: &mut Notes) {
+        if self.tracers.is_empty() {
+            return;
+        }
+        let first = self.last_mono.is_none();
+        let t = self.read(sample.mono_ns);
+        // The first read only sets the baseline: its counts cover the time since load, not an
+        // interval.
+        if !first {
+            sample.tracers = Some(t);
+        }
+    }
+
+    fn period(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
+/// Every entry of a map as (key, value) bytes.
+fn entries(map: &dyn MapCore) -> Vec<(Vec<u8>, Vec<u8>)> {
+    map.keys()
+        .filter_map(|k| {
+            let v = map.lookup(&k, MapFlags::ANY).ok().flatten()?;
+            Some((k, v))
+        })
+        .collect()
+}
+
+/// Creates the overflow entry of a u32-keyed map so the kernel side always finds it.
+fn create_other(map: &dyn MapCore) -> Result<(), String> {
+    let zero = vec![0u8; map.value_size() as usize];
+    map.update(&u32::MAX.to_ne_bytes(), &zero, MapFlags::NO_EXIST)
+        .map_err(|e| format!("creating the overflow entry: {e}"))
+}
+
+/// Upper bound of kernel memory of a hash/array map: entries × (key + value + per-entry overhead
+/// of about 64 bytes for hash maps).
+fn map_bytes(map: &dyn MapCore, max_entries: u32) -> u64 {
+    max_entries as u64 * (map.key_size() as u64 + map.value_size() as u64 + 64)
+}
+
+/// A histogram from its 36 words (32 slots, count, sum, max, max generation); `gen` is the
+/// generation in effect during the interval just read.
+fn hist(w: &[u64], gen: u64) -> jitterscope_model::tracers::Hist {
+    use jitterscope_model::tracers::HIST_SLOTS;
+    let mut slots: Vec<u64> = w.iter().take(HIST_SLOTS).copied().collect();
+    while slots.last() == Some(&0) {
+        slots.pop();
+    }
+    let at = |i: usize| w.get(i).copied().unwrap_or(0);
+    let count = at(HIST_SLOTS);
+    jitterscope_model::tracers::Hist {
+        slots,
+        count,
+        sum_ns: at(HIST_SLOTS + 1),
+        max_ns: if count > 0 && at(HIST_SLOTS + 3) >= gen {
+            at(HIST_SLOTS + 2)
+        } else {
+            0
+        },
+    }
+}
+
+/// Words of a histogram; the last two (max, its generation) are not counters.
+const HIST_WORDS: usize = 36;
+
+/// Checks that each named classic tracepoint exists; the first missing one is the error.
+fn need_tracepoints(tracefs: &std::path::Path, tps: &[(&str, &str)]) -> Result<(), String> {
+    for (c, n) in tps {
+        if !env::has_tracepoint(tracefs, c, n) {
+            return Err(format!("tracepoint {c}:{n} does not exist on this kernel"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_reject_unknown() {
+        for n in Name::ALL {
+            assert_eq!(Name::parse(n.as_str()), Ok(n));
+        }
+        let e = Name::parse("kprobe").unwrap_err();
+        assert!(
+            e.contains("unknown tracer 'kprobe'") && e.contains("runqlat"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn hist_words_trim_and_take_the_interval_max() {
+        let mut w = vec![0u64; HIST_WORDS];
+        w[0] = 3;
+        w[5] = 1;
+        w[32] = 4;
+        w[33] = 100_000;
+        w[34] = 40_000;
+        w[35] = 7;
+        let h = hist(&w, 7);
+        assert_eq!(h.slots, vec![3, 0, 0, 0, 0, 1]);
+        assert_eq!((h.count, h.sum_ns, h.max_ns), (4, 100_000, 40_000));
+        // A maximum stamped in an older generation belongs to an older interval.
+        assert_eq!(hist(&w, 8).max_ns, 0);
+        assert!(hist(&[], 0).is_empty());
+    }
+}

@@ -1,0 +1,290 @@
+//! Path look-ups failing with ENOENT per process, with sampled names (lookups.bpf.c).
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use jitterscope_model::tracers::{
+    path_pattern, LookupName, LookupPattern, LookupProc, Lookups, Tracers, OTHER_PID,
+};
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags};
+
+use crate::delta::{comm, pid_alive, words, Deltas, Layout};
+use crate::env::has_tracepoint;
+use crate::{create_other, entries, map_bytes, object_storage, Env, Tracer};
+
+#[allow(clippy::all, clippy::pedantic, non_camel_case_types, dead_code, unused)]
+mod skel {
+    include!(concat!(env!("OUT_DIR"), "/lookups.skel.rs"));
+}
+use skel::*;
+
+/// js_lookup_proc: comm (2 words), cgroup, calls[3], enoent[3] (stat, access, open).
+const LAYOUT: Layout = Layout {
+    words: 9,
+    keep: &[0, 1, 2],
+};
+const _: () = assert!(std::mem::size_of::<types::js_lookup_proc>() == LAYOUT.words * 8);
+const NAME_SLOTS: u32 = 64;
+/// Patterns and raw names kept per interval: enough to see who probes what, small enough that
+/// a storm of unique names does not bloat the store.
+const MAX_PATTERNS: usize = 8;
+const MAX_NAMES: usize = 16;
+
+pub(crate) struct LookupsTracer {
+    skel: LookupsSkel<'static>,
+    procs: Deltas<u32>,
+    syscalls: Vec<&'static str>,
+    dropped: u64,
+}
+
+pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<LookupsTracer, String> {
+    let mut open = LookupsSkelBuilder::default()
+        .open(object_storage())
+        .map_err(|e| format!("opening the BPF object: {e}"))?;
+    let ro = open
+        .maps
+        .rodata_data
+        .as_deref_mut()
+        .ok_or("the BPF object has no read-only data")?;
+    ro.js_cgroup_v1 = env.cgroup_v1();
+    // Which of these syscalls exist depends on the architecture (arm64 has no stat, access or
+    // open): load only the pairs whose tracepoints exist.
+    let mut syscalls = Vec::new();
+    for mut prog in open.open_object_mut().progs_mut() {
+        let sec = prog.section().to_string_lossy().into_owned();
+        let Some(tp) = sec.strip_prefix("tracepoint/syscalls/") else {
+            continue;
+        };
+        let present = has_tracepoint(tracefs, "syscalls", tp);
+        prog.set_autoload(present);
+        if present {
+            if let Some(sc) = tp.strip_prefix("sys_enter_") {
+                syscalls.push(match sc {
+                    "newstat" => "stat",
+                    "newlstat" => "lstat",
+                    "newfstatat" => "newfstatat",
+                    "statx" => "statx",
+                    "access" => "access",
+                    "faccessat" => "faccessat",
+                    "faccessat2" => "faccessat2",
+                    "open" => "open",
+                    "openat" => "openat",
+                    "openat2" => "openat2",
+                    _ => "?",
+                });
+            }
+        }
+    }
+    if syscalls.is_empty() {
+        return Err(
+            "none of the stat/access/open syscall tracepoints exists on this kernel".into(),
+        );
+    }
+    let mut skel = open
+        .load()
+        .map_err(|e| format!("loading into the kernel: {e}"))?;
+    create_other(&skel.maps.lookup_procs)?;
+    skel.attach()
+        .map_err(|e| format!("attaching to syscall tracepoints: {e}"))?;
+    Ok(LookupsTracer {
+        skel,
+        procs: Deltas::new(LAYOUT),
+        syscalls,
+        dropped: 0,
+    })
+}
+
+fn family(f: u32) -> &'static str {
+    match f {
+        0 => "stat",
+        1 => "access",
+        _ => "open",
+    }
+}
+
+/// Groups sampled names by [`path_pattern`], most frequent first.
+pub(crate) fn patterns(names: &[LookupName]) -> Vec<LookupPattern> {
+    let mut by: HashMap<String, LookupPattern> = HashMap::new();
+    for n in names {
+        let p = by
+            .entry(path_pattern(&n.path))
+            .or_insert_with_key(|k| LookupPattern {
+                pattern: k.clone(),
+                example: n.path.clone(),
+                ..Default::default()
+            });
+        p.samples += 1;
+        if p.comms.len() < 4 && !p.comms.contains(&n.comm) {
+            p.comms.push(n.comm.clone());
+        }
+    }
+    let mut v: Vec<_> = by.into_values().collect();
+    v.sort_by(|a, b| {
+        b.samples
+            .cmp(&a.samples)
+            .then_with(|| a.pattern.cmp(&b.pattern))
+    });
+    v.truncate(MAX_PATTERNS);
+    v
+}
+
+impl Tracer for LookupsTracer {
+    fn how(&self) -> String {
+        format!("syscall tracepoints ({})", self.syscalls.join(", "))
+    }
+
+    fn map_bytes(&self) -> u64 {
+        map_bytes(&self.skel.maps.lookup_procs, 4096)
+            + map_bytes(&self.skel.maps.lookup_pending, 16384)
+            + map_bytes(&self.skel.maps.lookup_names, NAME_SLOTS)
+    }
+
+    fn read(&mut self, env: &mut Env, out: &mut Tracers) {
+        let mut t = Lookups::default();
+        let mut seen = 0;
+        if let Some(bss) = self.skel.maps.bss_data.as_deref_mut() {
+            t.dropped = bss.dropped.saturating_sub(self.dropped);
+            self.dropped = bss.dropped;
+            seen = bss.names_seen;
+            bss.names_seen = 0;
+        }
+        t.failures_sampled_from = seen;
+        let mut names = Vec::new();
+        for slot in 0..(seen.min(NAME_SLOTS as u64) as u32) {
+            let Ok(Some(v)) = self
+                .skel
+                .maps
+                .lookup_names
+                .lookup(&slot.to_ne_bytes(), MapFlags::ANY)
+            else {
+                continue;
+            };
+            if let Some(n) = parse_name(&v) {
+                names.push(n);
+            }
+        }
+        t.patterns = patterns(&names);
+        names.truncate(MAX_NAMES);
+        t.names = names;
+        let map = &self.skel.maps.lookup_procs;
+        for (k, v) in entries(map) {
+            let Ok(k4) = <[u8; 4]>::try_from(k.as_slice()) else {
+                continue;
+            };
+            let pid = u32::from_ne_bytes(k4);
+            if let Some(d) = self.procs.update(pid, words(&v, LAYOUT.words)) {
+                let other = pid == OTHER_PID;
+                t.procs.push(LookupProc {
+                    pid,
+                    comm: if other { "(other)".into() } else { comm(&d) },
+                    cgroup: env.cpu_cgroups.path(d[2]),
+                    stat_calls: d[3],
+                    access_calls: d[4],
+                    open_calls: d[5],
+                    stat_enoent: d[6],
+                    access_enoent: d[7],
+                    open_enoent: d[8],
+                });
+            }
+            if pid != OTHER_PID && !pid_alive(pid) {
+                let _ = map.delete(&k);
+                self.procs.forget(&pid);
+            }
+        }
+        out.lookups = Some(t);
+    }
+}
+
+/// One js_lookup_name slot: tgid, family, comm[16], name[256].
+pub(crate) fn parse_name(v: &[u8]) -> Option<LookupName> {
+    let u32_at = |o: usize| Some(u32::from_ne_bytes(v.get(o..o + 4)?.try_into().ok()?));
+    let text = |b: &[u8]| {
+        let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+        String::from_utf8_lossy(&b[..end]).into_owned()
+    };
+    let pid = u32_at(0)?;
+    let fam = u32_at(4)?;
+    let comm = text(v.get(8..24)?);
+    let path = text(v.get(24..)?);
+    if path.is_empty() {
+        return None;
+    }
+    Some(LookupName {
+        pid,
+        comm,
+        family: family(fam).into(),
+        path,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(pid: u32, fam: u32, comm: &str, path: &str) -> Vec<u8> {
+        let mut v = Vec::new();
+        v.extend_from_slice(&pid.to_ne_bytes());
+        v.extend_from_slice(&fam.to_ne_bytes());
+        let mut c = [0u8; 16];
+        c[..comm.len()].copy_from_slice(comm.as_bytes());
+        v.extend_from_slice(&c);
+        let mut n = [0u8; 256];
+        n[..path.len()].copy_from_slice(path.as_bytes());
+        v.extend_from_slice(&n);
+        v
+    }
+
+    #[test]
+    fn slot_layout_matches_the_kernel_struct() {
+        assert_eq!(
+            std::mem::size_of::<types::js_lookup_name>(),
+            slot(0, 0, "", "").len()
+        );
+        let n = parse_name(&slot(
+            42,
+            1,
+            "certutil",
+            "/etc/pki/nssdb/.17_dOeSnotExist_.db",
+        ))
+        .unwrap();
+        assert_eq!(
+            (n.pid, n.comm.as_str(), n.family.as_str()),
+            (42, "certutil", "access")
+        );
+        assert_eq!(n.path, "/etc/pki/nssdb/.17_dOeSnotExist_.db");
+        assert!(
+            parse_name(&slot(1, 0, "x", "")).is_none(),
+            "an empty slot is skipped"
+        );
+        assert!(parse_name(&[1, 2, 3]).is_none());
+    }
+
+    #[test]
+    fn names_group_into_patterns() {
+        let mk = |c: &str, p: &str| LookupName {
+            pid: 1,
+            comm: c.into(),
+            family: "access".into(),
+            path: p.into(),
+        };
+        let names = vec![
+            mk("certutil", "/db/.1_dOeSnotExist_.db"),
+            mk("certutil", "/db/.22_dOeSnotExist_.db"),
+            mk("curl", "/db/.333_dOeSnotExist_.db"),
+            mk("python3", "/usr/lib/python3.11/foo.py"),
+        ];
+        let p = patterns(&names);
+        assert_eq!(p[0].pattern, "/db/.*_dOeSnotExist_.db");
+        assert_eq!(p[0].samples, 3);
+        assert_eq!(p[0].comms, vec!["certutil", "curl"]);
+        assert_eq!(p[1].samples, 1);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn parse_name_never_panics(v in proptest::collection::vec(proptest::num::u8::ANY, 0..400)) {
+            let _ = parse_name(&v);
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! Run-queue latency, host and per CPU cgroup (runqlat.bpf.c).
+
+use std::path::Path;
+
+use jitterscope_model::tracers::{RunqCgroup, Runqlat, Tracers, OTHER_PID};
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags};
+
+use crate::delta::{words, Deltas, Layout};
+use crate::{
+    create_other, entries, hist, map_bytes, need_tracepoints, object_storage, Env, Tracer,
+    HIST_WORDS,
+};
+
+#[allow(clippy::all, clippy::pedantic, non_camel_case_types, dead_code, unused)]
+mod skel {
+    include!(concat!(env!("OUT_DIR"), "/runqlat.skel.rs"));
+}
+use skel::*;
+
+/// js_rq_stat: cgroup id, histogram.
+const LAYOUT: Layout = Layout {
+    words: 1 + HIST_WORDS,
+    keep: &[0, HIST_WORDS - 1, HIST_WORDS],
+};
+const _: () = assert!(std::mem::size_of::<types::js_rq_stat>() == LAYOUT.words * 8);
+const HOST: Layout = Layout {
+    words: HIST_WORDS,
+    keep: &[HIST_WORDS - 2, HIST_WORDS - 1],
+};
+
+pub(crate) struct RunqlatTracer {
+    skel: RunqlatSkel<'static>,
+    btf: bool,
+    host: Deltas<u32>,
+    cgroups: Deltas<u32>,
+    dropped: u64,
+}
+
+fn open_and_load(env: &Env, btf: bool) -> Result<RunqlatSkel<'static>, String> {
+    let mut open = RunqlatSkelBuilder::default()
+        .open(object_storage())
+        .map_err(|e| format!("opening the BPF object: {e}"))?;
+    let ro = open
+        .maps
+        .rodata_data
+        .as_deref_mut()
+        .ok_or("the BPF object has no read-only data")?;
+    ro.js_cgroup_v1 = env.cgroup_v1();
+    let p = &mut open.progs;
+    for prog in [&mut p.btf_wakeup, &mut p.btf_wakeup_new, &mut p.btf_switch] {
+        prog.set_autoload(btf);
+    }
+    for prog in [&mut p.tp_wakeup, &mut p.tp_wakeup_new, &mut p.tp_switch] {
+        prog.set_autoload(!btf);
+    }
+    let mut skel = open
+        .load()
+        .map_err(|e| format!("loading into the kernel: {e}"))?;
+    create_other(&skel.maps.runq_cgroups)?;
+    skel.attach().map_err(|e| format!("attaching: {e}"))?;
+    Ok(skel)
+}
+
+pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<RunqlatTracer, String> {
+    // BTF-typed tracepoints see the woken task and so its cgroup; the classic ones see only
+    // pids, so they are the fallback that keeps the host histogram.
+    let (skel, btf) = match open_and_load(env, true) {
+        Ok(s) => (s, true),
+        Err(btf_err) => {
+            need_tracepoints(
+                tracefs,
+                &[
+                    ("sched", "sched_wakeup"),
+                    ("sched", "sched_wakeup_new"),
+                    ("sched", "sched_switch"),
+                ],
+            )
+            .map_err(|e| format!("tp_btf: {btf_err}; classic: {e}"))?;
+            let s = open_and_load(env, false)
+                .map_err(|e| format!("tp_btf: {btf_err}; classic: {e}"))?;
+            (s, false)
+        }
+    };
+    Ok(RunqlatTracer {
+        skel,
+        btf,
+        host: Deltas::new(HOST),
+        cgroups: Deltas::new(LAYOUT),
+        dropped: 0,
+    })
+}
+
+impl Tracer for RunqlatTracer {
+    fn how(&self) -> String {
+        if self.btf {
+            "BTF-typed tracepoints sched_wakeup, sched_wakeup_new, sched_switch (host and per cgroup)".into()
+        } else {
+            "classic tracepoints sched:sched_wakeup/_new/switch (fallback: host histogram only, no per-cgroup latency)".into()
+        }
+    }
+
+    fn map_bytes(&self) -> u64 {
+        map_bytes(&self.skel.maps.wakeup_ts, 16384) + map_bytes(&self.skel.maps.runq_cgroups, 2048)
+    }
+
+    fn read(&mut self, env: &mut Env, out: &mut Tracers) {
+        let mut t = Runqlat::default();
+        let mut gen = 0;
+        if let Some(bss) = self.skel.maps.bss_data.as_deref_mut() {
+            gen = bss.js_gen;
+            bss.js_gen = gen + 1;
+            t.dropped = bss.dropped.saturating_sub(self.dropped);
+            self.dropped = bss.dropped;
+        }
+        if let Ok(Some(v)) = self
+            .skel
+            .maps
+            .runq_host
+            .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
+        {
+            if let Some(d) = self.host.update(0, words(&v, HOST.words)) {
+                t.host = hist(&d, gen);
+            }
+        }
+        let map = &self.skel.maps.runq_cgroups;
+        for (k, v) in entries(map) {
+            let Ok(k4) = <[u8; 4]>::try_from(k.as_slice()) else {
+                continue;
+            };
+            let key = u32::from_ne_bytes(k4);
+            let w = words(&v, LAYOUT.words);
+            let id = w[0];
+            if let Some(d) = self.cgroups.update(key, w) {
+                t.cgroups.push(RunqCgroup {
+                    cgroup: if key == OTHER_PID {
+                        "(other)".into()
+                    } else {
+                        env.cpu_cgroups.path(id)
+                    },
+                    latency: hist(&d[1..], gen),
+                });
+            }
+            if key != OTHER_PID && env.cpu_cgroups.path(id).is_empty() {
+                let _ = map.delete(&k);
+                self.cgroups.forget(&key);
+            }
+        }
+        out.runqlat = Some(t);
+    }
+}

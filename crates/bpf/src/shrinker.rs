@@ -1,0 +1,115 @@
+//! Slab shrinker calls per shrinker scan function (shrinker.bpf.c).
+
+use std::path::Path;
+
+use jitterscope_model::tracers::{ShrinkerStat, Shrinkers, Tracers};
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags};
+
+use crate::delta::{words, Deltas, Layout};
+use crate::{entries, hist, map_bytes, need_tracepoints, object_storage, Env, Tracer, HIST_WORDS};
+
+#[allow(clippy::all, clippy::pedantic, non_camel_case_types, dead_code, unused)]
+mod skel {
+    include!(concat!(env!("OUT_DIR"), "/shrinker.skel.rs"));
+}
+use skel::*;
+
+/// js_shrink_stat: calls, zero_freed, to_scan, scanned, freed, cache_items, histogram.
+const LAYOUT: Layout = Layout {
+    words: 6 + HIST_WORDS,
+    keep: &[6 + HIST_WORDS - 2, 6 + HIST_WORDS - 1],
+};
+const _: () = assert!(std::mem::size_of::<types::js_shrink_stat>() == LAYOUT.words * 8);
+
+/// Key of the overflow entry (no function lives at the last address).
+const OTHER_FN: u64 = u64::MAX;
+
+pub(crate) struct ShrinkerTracer {
+    skel: ShrinkerSkel<'static>,
+    fns: Deltas<u64>,
+    dropped: u64,
+}
+
+pub(crate) fn load(_env: &mut Env, tracefs: &Path) -> Result<ShrinkerTracer, String> {
+    need_tracepoints(
+        tracefs,
+        &[
+            ("vmscan", "mm_shrink_slab_start"),
+            ("vmscan", "mm_shrink_slab_end"),
+        ],
+    )?;
+    let open = ShrinkerSkelBuilder::default()
+        .open(object_storage())
+        .map_err(|e| format!("opening the BPF object: {e}"))?;
+    let mut skel = open
+        .load()
+        .map_err(|e| format!("loading into the kernel: {e}"))?;
+    let zero = vec![0u8; skel.maps.shrinkers.value_size() as usize];
+    skel.maps
+        .shrinkers
+        .update(&OTHER_FN.to_ne_bytes(), &zero, MapFlags::NO_EXIST)
+        .map_err(|e| format!("creating the overflow entry: {e}"))?;
+    skel.attach()
+        .map_err(|e| format!("attaching to vmscan:mm_shrink_slab_start/end: {e}"))?;
+    Ok(ShrinkerTracer {
+        skel,
+        fns: Deltas::new(LAYOUT),
+        dropped: 0,
+    })
+}
+
+impl Tracer for ShrinkerTracer {
+    fn how(&self) -> String {
+        "tracepoints vmscan:mm_shrink_slab_start/end, shrinkers named by their scan function (kallsyms)".into()
+    }
+
+    fn map_bytes(&self) -> u64 {
+        map_bytes(&self.skel.maps.shrinkers, 1024) + map_bytes(&self.skel.maps.shrink_start, 8192)
+    }
+
+    fn read(&mut self, env: &mut Env, out: &mut Tracers) {
+        let mut t = Shrinkers::default();
+        let mut gen = 0;
+        if let Some(bss) = self.skel.maps.bss_data.as_deref_mut() {
+            gen = bss.js_gen;
+            bss.js_gen = gen + 1;
+            t.dropped = bss.dropped.saturating_sub(self.dropped);
+            self.dropped = bss.dropped;
+        }
+        let mut moved = Vec::new();
+        for (k, v) in entries(&self.skel.maps.shrinkers) {
+            let Ok(k8) = <[u8; 8]>::try_from(k.as_slice()) else {
+                continue;
+            };
+            let addr = u64::from_ne_bytes(k8);
+            if let Some(d) = self.fns.update(addr, words(&v, LAYOUT.words)) {
+                moved.push((addr, d));
+            }
+        }
+        let addrs: Vec<u64> = moved
+            .iter()
+            .map(|(a, _)| *a)
+            .filter(|&a| a != OTHER_FN)
+            .collect();
+        let mut names = env.kallsyms.resolve(&addrs).into_iter();
+        for (addr, d) in moved {
+            let function = if addr == OTHER_FN {
+                "(other)".into()
+            } else {
+                names.next().unwrap_or_else(|| format!("0x{addr:x}"))
+            };
+            t.shrinkers.push(ShrinkerStat {
+                function,
+                calls: d[0],
+                zero_freed: d[1],
+                to_scan: d[2],
+                scanned: d[3],
+                freed: d[4],
+                cache_items: d[5],
+                latency: hist(&d[6..], gen),
+            });
+        }
+        out.shrinker = Some(t);
+    }
+}

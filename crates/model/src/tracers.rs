@@ -1,0 +1,440 @@
+//! What the in-kernel tracers saw in one interval.
+//!
+//! The BPF programs keep cumulative counters; the tracer collector turns them into counts for the
+//! interval (so a process that started and exited within one second is still counted), keeps
+//! only the entries that moved, and stamps the span they cover. Per-second rates are those counts
+//! over [`Tracers::span_ns`]. Entries whose key did not fit a bounded kernel map are folded into
+//! one entry with `pid` [`OTHER_PID`] (or `cgroup`/`function` `"(other)"`); events that could
+//! not be recorded at all count in each tracer's `dropped`.
+
+use serde::{Deserialize, Serialize};
+
+/// The pid of the entry that collects events of processes that did not fit the kernel map.
+pub const OTHER_PID: u32 = u32::MAX;
+
+/// Slots of a [`Hist`]: slot `i` counts latencies in `[2^i, 2^(i+1))` microseconds (slot 0 also
+/// holds everything under 1 µs).
+pub const HIST_SLOTS: usize = 32;
+
+/// A log2 latency histogram of one interval.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Hist {
+    /// Counts per log2-microsecond slot, trailing empty slots trimmed.
+    pub slots: Vec<u64>,
+    /// Events.
+    pub count: u64,
+    /// Sum of latencies, ns.
+    pub sum_ns: u64,
+    /// Largest latency of the interval, ns (0 when not known).
+    pub max_ns: u64,
+}
+
+impl Hist {
+    /// The latency below which a fraction `q` (0–1) of the events fall, in microseconds, read
+    /// from the histogram: the upper edge of the slot holding that rank, capped at the maximum
+    /// seen. `None` for an empty histogram.
+    pub fn quantile_us(&self, q: f64) -> Option<f64> {
+        let total: u64 = self.slots.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+        let mut seen = 0u64;
+        for (i, &n) in self.slots.iter().enumerate() {
+            seen += n;
+            if seen >= rank {
+                let upper = (1u64 << (i + 1).min(63)) as f64;
+                let max_us = self.max_ns as f64 / 1000.0;
+                return Some(if self.max_ns > 0 {
+                    upper.min(max_us.max(1.0))
+                } else {
+                    upper
+                });
+            }
+        }
+        None
+    }
+
+    /// Mean latency, microseconds.
+    pub fn mean_us(&self) -> Option<f64> {
+        (self.count > 0).then(|| self.sum_ns as f64 / self.count as f64 / 1000.0)
+    }
+
+    /// Whether nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+}
+
+/// Direct-reclaim stalls of one process or one memory cgroup.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ReclaimStat {
+    /// Process id (0 for a cgroup entry; [`OTHER_PID`] for the overflow entry).
+    pub pid: u32,
+    /// Command name when the process first stalled (empty for a cgroup entry).
+    pub comm: String,
+    /// Memory cgroup path (`/` root; empty when unknown).
+    pub cgroup: String,
+    /// Global direct-reclaim stalls (try_to_free_pages).
+    pub direct_stalls: u64,
+    /// Memory-cgroup reclaim stalls (try_to_free_mem_cgroup_pages: the cgroup hit its limit).
+    pub memcg_stalls: u64,
+    /// Pages the stalls reclaimed.
+    pub reclaimed_pages: u64,
+    /// Stall latency, both kinds.
+    pub latency: Hist,
+}
+
+/// Reclaim tracer: who was made to reclaim memory, and for how long.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Reclaim {
+    /// Per process.
+    pub procs: Vec<ReclaimStat>,
+    /// Per memory cgroup.
+    pub cgroups: Vec<ReclaimStat>,
+    /// Requests to wake kswapd (mm_vmscan_wakeup_kswapd).
+    pub kswapd_wakeups: u64,
+    /// kswapd wake-ups (mm_vmscan_kswapd_wake).
+    pub kswapd_wakes: u64,
+    /// Events not recorded (kernel maps full).
+    pub dropped: u64,
+}
+
+/// One shrinker, by its scan function.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ShrinkerStat {
+    /// The scan function (`super_cache_scan`...), resolved through kallsyms; the address in hex
+    /// when unresolved; `(other)` for the overflow entry.
+    pub function: String,
+    /// do_shrink_slab calls that got past the count (mm_shrink_slab_start/end pairs).
+    pub calls: u64,
+    /// Calls that freed nothing.
+    pub zero_freed: u64,
+    /// Objects the kernel asked it to scan.
+    pub to_scan: u64,
+    /// Objects it scanned.
+    pub scanned: u64,
+    /// Objects it freed.
+    pub freed: u64,
+    /// Sum over calls of the freeable objects it reported.
+    pub cache_items: u64,
+    /// Call latency.
+    pub latency: Hist,
+}
+
+/// Shrinker tracer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Shrinkers {
+    /// Per shrinker function.
+    pub shrinkers: Vec<ShrinkerStat>,
+    /// Events not recorded.
+    pub dropped: u64,
+}
+
+/// TLB flushes of one process, by reason (tlb:tlb_flush), and the shootdown IPIs it sent.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TlbProc {
+    /// Process id ([`OTHER_PID`] for the overflow entry).
+    pub pid: u32,
+    /// Command name.
+    pub comm: String,
+    /// CPU cgroup path.
+    pub cgroup: String,
+    /// Reason 0: flush on task switch.
+    pub task_switch: u64,
+    /// Reason 1: remote shootdown (this CPU flushed because another asked).
+    pub remote_shootdown: u64,
+    /// Reason 2: local shootdown.
+    pub local_shootdown: u64,
+    /// Reason 3: local mm shootdown.
+    pub local_mm_shootdown: u64,
+    /// Reason 4: remote IPI send.
+    pub remote_send_ipi: u64,
+    /// Reason 5 (remote, wrong CPU) and any newer reason.
+    pub other: u64,
+    /// Pages of ranged flushes.
+    pub pages: u64,
+    /// Full flushes (pages = -1).
+    pub full_flushes: u64,
+    /// TLB-shootdown IPIs it sent (ipi_send_cpumask with the flush_tlb_func callback).
+    pub ipis_sent: u64,
+    /// CPUs those IPIs targeted.
+    pub ipi_targets: u64,
+}
+
+impl TlbProc {
+    /// Flushes of every reason.
+    pub fn flushes(&self) -> u64 {
+        self.task_switch
+            + self.remote_shootdown
+            + self.local_shootdown
+            + self.local_mm_shootdown
+            + self.remote_send_ipi
+            + self.other
+    }
+}
+
+/// TLB tracer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Tlb {
+    /// Per process.
+    pub procs: Vec<TlbProc>,
+    /// Whether shootdown IPIs are attributed (flush_tlb_func found in kallsyms).
+    pub ipis_attributed: bool,
+    /// Events not recorded.
+    pub dropped: u64,
+}
+
+/// madvise() calls of one process.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MadviseProc {
+    /// Process id ([`OTHER_PID`] for the overflow entry).
+    pub pid: u32,
+    /// Command name.
+    pub comm: String,
+    /// CPU cgroup path.
+    pub cgroup: String,
+    /// MADV_DONTNEED (4) calls.
+    pub dontneed_calls: u64,
+    /// Bytes passed to MADV_DONTNEED.
+    pub dontneed_bytes: u64,
+    /// MADV_FREE (8) calls.
+    pub free_calls: u64,
+    /// Bytes passed to MADV_FREE.
+    pub free_bytes: u64,
+    /// Calls with any other advice.
+    pub other_calls: u64,
+    /// Bytes passed with any other advice.
+    pub other_bytes: u64,
+}
+
+/// madvise tracer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Madvise {
+    /// Per process.
+    pub procs: Vec<MadviseProc>,
+    /// Events not recorded.
+    pub dropped: u64,
+}
+
+/// Run-queue latency of one CPU cgroup.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RunqCgroup {
+    /// CPU cgroup path (`(other)` for the overflow entry, empty when unknown).
+    pub cgroup: String,
+    /// Wake-up (or preemption) to running.
+    pub latency: Hist,
+}
+
+/// Run-queue latency tracer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Runqlat {
+    /// The whole host.
+    pub host: Hist,
+    /// Per CPU cgroup (empty when the kernel lacks BTF-typed tracepoints: the classic ones
+    /// cannot name the woken task's cgroup).
+    pub cgroups: Vec<RunqCgroup>,
+    /// Events not recorded.
+    pub dropped: u64,
+}
+
+/// Path look-ups of one process.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LookupProc {
+    /// Process id ([`OTHER_PID`] for the overflow entry).
+    pub pid: u32,
+    /// Command name.
+    pub comm: String,
+    /// CPU cgroup path.
+    pub cgroup: String,
+    /// stat, lstat, newfstatat, statx calls.
+    pub stat_calls: u64,
+    /// ... that failed with ENOENT.
+    pub stat_enoent: u64,
+    /// access, faccessat, faccessat2 calls.
+    pub access_calls: u64,
+    /// ... that failed with ENOENT.
+    pub access_enoent: u64,
+    /// open, openat, openat2 calls.
+    pub open_calls: u64,
+    /// ... that failed with ENOENT.
+    pub open_enoent: u64,
+}
+
+impl LookupProc {
+    /// Failed look-ups of every family.
+    pub fn enoent(&self) -> u64 {
+        self.stat_enoent + self.access_enoent + self.open_enoent
+    }
+}
+
+/// One sampled failing path.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LookupName {
+    /// Process id.
+    pub pid: u32,
+    /// Command name.
+    pub comm: String,
+    /// `stat`, `access` or `open`.
+    pub family: String,
+    /// The path as passed to the syscall (truncated to 255 bytes).
+    pub path: String,
+}
+
+/// A name pattern of the sampled failures: the path with runs of digits and hex replaced by `*`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LookupPattern {
+    /// The pattern (`/etc/pki/nssdb/.*_dOeSnotExist_.db`).
+    pub pattern: String,
+    /// Sampled failures with this pattern.
+    pub samples: u64,
+    /// Processes they came from (`comm` names, up to 4).
+    pub comms: Vec<String>,
+    /// One real path of the pattern.
+    pub example: String,
+}
+
+/// Failed-look-up tracer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Lookups {
+    /// Per process (only processes with at least one traced call in the interval).
+    pub procs: Vec<LookupProc>,
+    /// ENOENT failures the kernel sampled names from (all of them this interval).
+    pub failures_sampled_from: u64,
+    /// Patterns of the sampled names, most frequent first (at most 8).
+    pub patterns: Vec<LookupPattern>,
+    /// A few of the sampled names themselves (at most 16).
+    pub names: Vec<LookupName>,
+    /// Events not recorded.
+    pub dropped: u64,
+}
+
+/// Every tracer's data for one interval; a tracer that is not running is `None`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Tracers {
+    /// Time these counts cover (since the previous read), ns.
+    pub span_ns: u64,
+    /// Direct reclaim and kswapd.
+    pub reclaim: Option<Reclaim>,
+    /// Slab shrinkers.
+    pub shrinker: Option<Shrinkers>,
+    /// TLB flushes and shootdown IPIs.
+    pub tlb: Option<Tlb>,
+    /// madvise().
+    pub madvise: Option<Madvise>,
+    /// Run-queue latency.
+    pub runqlat: Option<Runqlat>,
+    /// Failed path look-ups.
+    pub lookups: Option<Lookups>,
+}
+
+impl Tracers {
+    /// Per-second factor for counts of this interval (0 when the span is unknown).
+    pub fn per_s(&self) -> f64 {
+        if self.span_ns == 0 {
+            0.0
+        } else {
+            1e9 / self.span_ns as f64
+        }
+    }
+}
+
+/// Replaces every run of digits (and of hex digits mixed with at least one digit) in `path` by
+/// `*`, so `/tmp/.1234_dOeSnotExist_.db` and `/tmp/.99_dOeSnotExist_.db` share one pattern
+/// while words made only of letters a–f (`dead`, `cafe`) stay.
+pub fn path_pattern(path: &str) -> String {
+    let b = path.as_bytes();
+    let mut out = String::with_capacity(path.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i].is_ascii_hexdigit() {
+            let mut j = i;
+            let mut digit = false;
+            while j < b.len() && b[j].is_ascii_hexdigit() {
+                digit |= b[j].is_ascii_digit();
+                j += 1;
+            }
+            if digit {
+                out.push('*');
+            } else {
+                out.push_str(&path[i..j]);
+            }
+            i = j;
+        } else {
+            // Multi-byte characters are never hex digits: copy the whole character.
+            let ch = path[i..].chars().next().unwrap_or('\u{fffd}');
+            out.push(ch);
+            i += ch.len_utf8().max(1);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pattern_collapses_numbers_and_hex() {
+        assert_eq!(
+            path_pattern("/etc/pki/nssdb/.4242_dOeSnotExist_.db"),
+            "/etc/pki/nssdb/.*_dOeSnotExist_.db"
+        );
+        assert_eq!(path_pattern("/x/3fa9c0/y"), "/x/*/y");
+        assert_eq!(path_pattern("/x/dead/beef"), "/x/dead/beef");
+        assert_eq!(path_pattern("/é1/ü"), "/é*/ü");
+        assert_eq!(path_pattern(""), "");
+    }
+
+    #[test]
+    fn quantiles_from_slots() {
+        // 90 events in [1,2) us... slot 0, 10 events in slot 10 ([1024, 2048) us).
+        let mut h = Hist {
+            slots: vec![0; 11],
+            count: 100,
+            sum_ns: 0,
+            max_ns: 1_500_000,
+        };
+        h.slots[0] = 90;
+        h.slots[10] = 10;
+        assert_eq!(h.quantile_us(0.5), Some(2.0));
+        assert_eq!(h.quantile_us(0.9), Some(2.0));
+        // p99 falls in slot 10: its upper edge 2048 us, capped at the max seen (1500 us).
+        assert_eq!(h.quantile_us(0.99), Some(1500.0));
+        assert_eq!(Hist::default().quantile_us(0.99), None);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn pattern_never_panics(s in ".*") {
+            let p = path_pattern(&s);
+            proptest::prop_assert!(p.chars().count() <= s.chars().count());
+            proptest::prop_assert_eq!(path_pattern(&p), p.clone());
+        }
+
+        #[test]
+        fn quantile_within_slots(slots in proptest::collection::vec(0u64..1000, 0..32), q in 0.0f64..1.0) {
+            let count = slots.iter().sum();
+            let h = Hist { slots, count, sum_ns: 0, max_ns: 0 };
+            if let Some(v) = h.quantile_us(q) {
+                proptest::prop_assert!(v >= 2.0 && v <= 2f64.powi(32));
+            }
+        }
+    }
+}
