@@ -148,14 +148,22 @@ fn load_one(name: Name, env: &mut Env) -> Result<Box<dyn Tracer>, String> {
     if !env::has_btf() {
         return Err("the kernel exposes no BTF (/sys/kernel/btf/vmlinux); CO-RE programs cannot be relocated".into());
     }
-    let tracefs = env.tracefs.clone()?;
+    // SAFETY: geteuid has no failure mode.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(
+            "not root: loading BPF tracers needs root (CAP_BPF, CAP_PERFMON and tracefs access)"
+                .into(),
+        );
+    }
+    // BTF-typed tracepoints (runqlat) attach by name without tracefs; the others need it.
+    let tracefs = env.tracefs.clone();
     let r: Result<Box<dyn Tracer>, String> = match name {
-        Name::Reclaim => reclaim::load(env, &tracefs).map(|t| Box::new(t) as _),
-        Name::Shrinker => shrinker::load(env, &tracefs).map(|t| Box::new(t) as _),
-        Name::Tlb => tlb::load(env, &tracefs).map(|t| Box::new(t) as _),
-        Name::Madvise => madvise::load(env, &tracefs).map(|t| Box::new(t) as _),
-        Name::Runqlat => runqlat::load(env, &tracefs).map(|t| Box::new(t) as _),
-        Name::Lookups => lookups::load(env, &tracefs).map(|t| Box::new(t) as _),
+        Name::Reclaim => reclaim::load(env, &tracefs?).map(|t| Box::new(t) as _),
+        Name::Shrinker => shrinker::load(env, &tracefs?).map(|t| Box::new(t) as _),
+        Name::Tlb => tlb::load(env, &tracefs?).map(|t| Box::new(t) as _),
+        Name::Madvise => madvise::load(env, &tracefs?).map(|t| Box::new(t) as _),
+        Name::Runqlat => runqlat::load(env, tracefs.as_deref().ok()).map(|t| Box::new(t) as _),
+        Name::Lookups => lookups::load(env, &tracefs?).map(|t| Box::new(t) as _),
     };
     r.map_err(|e: String| explain(e.as_str()))
 }

@@ -62,12 +62,17 @@ fn open_and_load(env: &Env, btf: bool) -> Result<RunqlatSkel<'static>, String> {
     Ok(skel)
 }
 
-pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<RunqlatTracer, String> {
+pub(crate) fn load(env: &mut Env, tracefs: Option<&Path>) -> Result<RunqlatTracer, String> {
     // BTF-typed tracepoints see the woken task and so its cgroup; the classic ones see only
     // pids, so they are the fallback that keeps the host histogram.
     let (skel, btf) = match open_and_load(env, true) {
         Ok(s) => (s, true),
         Err(btf_err) => {
+            let Some(tracefs) = tracefs else {
+                return Err(format!(
+                    "tp_btf: {btf_err}; classic tracepoints: no tracefs"
+                ));
+            };
             need_tracepoints(
                 tracefs,
                 &[

@@ -5,6 +5,7 @@ mod prio;
 mod record;
 mod status;
 mod timearg;
+mod tracers;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -31,6 +32,8 @@ enum Cmd {
     Record(record::RecordArgs),
     /// Print recorded metrics for a time range (CSV, JSON lines or OpenMetrics), or list them.
     Dump(dump::DumpArgs),
+    /// List the BPF tracers; with --check, load each on this kernel and say which work and why not.
+    Tracers(tracers::TracersArgs),
 }
 
 /// The store directory: `--dir`, else `$JITTERSCOPE_DIR`, else [`DEFAULT_DIR`].
@@ -44,6 +47,7 @@ fn main() -> ExitCode {
     let r = match cli.cmd {
         Cmd::Record(a) => record::run(a),
         Cmd::Dump(a) => dump::run(a),
+        Cmd::Tracers(a) => tracers::run(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

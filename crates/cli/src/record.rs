@@ -57,6 +57,17 @@ pub struct RecordArgs {
     /// per interval).
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     slabinfo_interval: Duration,
+    /// BPF tracers to run, comma-separated (reclaim, shrinker, tlb, madvise, runqlat, lookups)
+    /// [default: all].
+    #[arg(long, value_delimiter = ',', value_parser = parse_tracer, conflicts_with = "no_tracers")]
+    tracers: Option<Vec<jitterscope_bpf::Name>>,
+    /// Run no BPF tracer.
+    #[arg(long)]
+    no_tracers: bool,
+}
+
+fn parse_tracer(s: &str) -> Result<jitterscope_bpf::Name, String> {
+    jitterscope_bpf::Name::parse(s.trim())
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -179,6 +190,37 @@ pub fn run(a: RecordArgs) -> Result<()> {
             slabinfo_period: a.slabinfo_interval,
         },
     );
+    let tracers: Vec<jitterscope_bpf::Name> = if a.no_tracers {
+        Vec::new()
+    } else if a.root != std::path::Path::new("/") {
+        // The tracers watch the running kernel, which a recorded tree under --root is not.
+        if a.tracers.is_some() {
+            log("tracers: not started: they trace the running kernel, not the tree under --root");
+        }
+        Vec::new()
+    } else {
+        a.tracers
+            .clone()
+            .unwrap_or_else(|| jitterscope_bpf::Name::ALL.to_vec())
+    };
+    if !tracers.is_empty() {
+        let (c, started) = jitterscope_bpf::TracerCollector::start(&root, &tracers);
+        for s in &started {
+            match &s.outcome {
+                Ok(_) => {}
+                Err(why) => log(&format!("tracer {}: not running: {why}", s.name.as_str())),
+            }
+        }
+        let up: Vec<&str> = started
+            .iter()
+            .filter(|s| s.outcome.is_ok())
+            .map(|s| s.name.as_str())
+            .collect();
+        if !up.is_empty() {
+            log(&format!("tracers running: {}", up.join(", ")));
+            sources.push(Box::new(c));
+        }
+    }
     let mut notes = Notes::default();
     let shared = Arc::new(Shared::default());
     // Five minutes of one-second samples: enough to ride out a stalled or full disk.

@@ -161,6 +161,12 @@ impl CollectorSet {
         }
     }
 
+    /// Adds a collector after the others (sources that live outside this crate, like the BPF
+    /// tracers).
+    pub fn push(&mut self, c: Box<dyn Collector>) {
+        self.items.push((c, None));
+    }
+
     /// Number of collectors.
     pub fn len(&self) -> usize {
         self.items.len()

@@ -14,6 +14,7 @@ mod mem;
 mod process;
 mod psi;
 mod recorder;
+mod tracer;
 
 /// Every metric, grouped by source in the order `dump --list` shows them.
 pub static ALL: LazyLock<Vec<&'static MetricDef>> = LazyLock::new(|| {
@@ -25,6 +26,7 @@ pub static ALL: LazyLock<Vec<&'static MetricDef>> = LazyLock::new(|| {
         disk::DEFS,
         cgroup::DEFS,
         process::DEFS,
+        tracer::DEFS,
         recorder::DEFS,
     ]
     .concat()

@@ -1,0 +1,79 @@
+//! `jitterscope tracers [--check]`: which in-kernel tracers exist and whether they load here.
+
+use anyhow::{bail, Result};
+use clap::Args;
+use jitterscope_bpf::{Name, TracerCollector};
+use jitterscope_sources::Root;
+
+/// Arguments of `tracers`.
+#[derive(Args, Debug)]
+pub struct TracersArgs {
+    /// Load and attach each tracer on this kernel, then detach, and say which work and why not.
+    /// Exits non-zero when any tracer cannot run.
+    #[arg(long)]
+    check: bool,
+    /// Print JSON (one object per tracer) instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `tracers`.
+pub fn run(a: TracersArgs) -> Result<()> {
+    if !a.check {
+        for n in Name::ALL {
+            if a.json {
+                println!(
+                    "{}",
+                    serde_json::json!({"tracer": n.as_str(), "traces": n.what()})
+                );
+            } else {
+                println!("{:<9} {}", n.as_str(), n.what());
+            }
+        }
+        return Ok(());
+    }
+    let (collector, started) = TracerCollector::start(&Root::new("/"), &Name::ALL);
+    drop(collector);
+    let mut failed = 0;
+    let mut total = 0;
+    for s in &started {
+        total += s.map_bytes;
+        if a.json {
+            let (ok, detail) = match &s.outcome {
+                Ok(how) => (true, how.as_str()),
+                Err(why) => (false, why.as_str()),
+            };
+            println!(
+                "{}",
+                serde_json::json!({
+                    "tracer": s.name.as_str(),
+                    "loads": ok,
+                    "detail": detail,
+                    "map_bytes_max": s.map_bytes,
+                })
+            );
+        } else {
+            match &s.outcome {
+                Ok(how) => println!(
+                    "{:<9} ok      {how}; maps ≤ {:.1} MiB",
+                    s.name.as_str(),
+                    s.map_bytes as f64 / 1048576.0
+                ),
+                Err(why) => println!("{:<9} FAILED  {why}", s.name.as_str()),
+            }
+        }
+        failed += usize::from(s.outcome.is_err());
+    }
+    if !a.json {
+        println!(
+            "{} of {} tracers load; their maps use at most {:.1} MiB of kernel memory",
+            started.len() - failed,
+            started.len(),
+            total as f64 / 1048576.0
+        );
+    }
+    if failed > 0 {
+        bail!("{failed} tracer(s) cannot run on this kernel (see above)");
+    }
+    Ok(())
+}

@@ -1,0 +1,194 @@
+//! Metrics of the in-kernel tracers. Their counts cover one interval (see
+//! [`crate::tracers`]), so rates need no previous sample: count / span.
+
+use super::{def, gauge};
+use crate::derive::Ctx;
+use crate::registry::{Emit, MetricDef};
+use crate::tracers::{
+    Hist, LookupProc, MadviseProc, ReclaimStat, ShrinkerStat, TlbProc, Tracers, OTHER_PID,
+};
+
+/// The tracers' part with its per-second factor, when it covers a known span.
+fn tr<'a>(cx: &Ctx<'a>) -> Option<(&'a Tracers, f64)> {
+    let t = cx.cur.tracers.as_ref()?;
+    let k = t.per_s();
+    (k > 0.0).then_some((t, k))
+}
+
+fn pid_label(pid: u32) -> String {
+    if pid == OTHER_PID {
+        "other".into()
+    } else {
+        pid.to_string()
+    }
+}
+
+/// One series per process entry of a tracer: `f` gets the entry and the per-second factor.
+fn per_proc<T>(
+    cx: &Ctx,
+    out: &mut Emit,
+    list: fn(&Tracers) -> Option<&Vec<T>>,
+    id: fn(&T) -> (u32, &str),
+    f: fn(&T, f64) -> Option<f64>,
+) {
+    let Some((t, k)) = tr(cx) else { return };
+    for e in list(t).into_iter().flatten() {
+        let (pid, comm) = id(e);
+        gauge(out, &[&pid_label(pid), comm], f(e, k));
+    }
+}
+
+/// One host-wide series: `f` gets the tracers and the per-second factor.
+fn host(cx: &Ctx, out: &mut Emit, f: fn(&Tracers, f64) -> Option<f64>) {
+    if let Some((t, k)) = tr(cx) {
+        gauge(out, &[], f(t, k));
+    }
+}
+
+fn sum<T>(v: Option<&Vec<T>>, f: fn(&T) -> u64) -> Option<u64> {
+    v.map(|v| v.iter().map(f).sum())
+}
+
+fn us(ns: u64) -> f64 {
+    ns as f64 / 1000.0
+}
+
+/// Time spent as % of the interval (summed over threads: can exceed 100).
+fn pct(ns: u64, k: f64) -> f64 {
+    ns as f64 * k / 1e7
+}
+
+fn reclaim_proc(t: &Tracers) -> Option<&Vec<ReclaimStat>> {
+    t.reclaim.as_ref().map(|r| &r.procs)
+}
+fn reclaim_id(s: &ReclaimStat) -> (u32, &str) {
+    (s.pid, &s.comm)
+}
+fn reclaim_cgroup(cx: &Ctx, out: &mut Emit, f: fn(&ReclaimStat, f64) -> Option<f64>) {
+    let Some((t, k)) = tr(cx) else { return };
+    for c in t.reclaim.iter().flat_map(|r| &r.cgroups) {
+        gauge(out, &[&c.cgroup], f(c, k));
+    }
+}
+fn stalls(s: &ReclaimStat) -> u64 {
+    s.direct_stalls + s.memcg_stalls
+}
+
+fn shrinker(cx: &Ctx, out: &mut Emit, f: fn(&ShrinkerStat, f64) -> Option<f64>) {
+    let Some((t, k)) = tr(cx) else { return };
+    for s in t.shrinker.iter().flat_map(|s| &s.shrinkers) {
+        gauge(out, &[&s.function], f(s, k));
+    }
+}
+
+fn tlb_proc(t: &Tracers) -> Option<&Vec<TlbProc>> {
+    t.tlb.as_ref().map(|r| &r.procs)
+}
+fn tlb_id(s: &TlbProc) -> (u32, &str) {
+    (s.pid, &s.comm)
+}
+
+fn madv_proc(t: &Tracers) -> Option<&Vec<MadviseProc>> {
+    t.madvise.as_ref().map(|r| &r.procs)
+}
+fn madv_id(s: &MadviseProc) -> (u32, &str) {
+    (s.pid, &s.comm)
+}
+
+fn look_proc(t: &Tracers) -> Option<&Vec<LookupProc>> {
+    t.lookups.as_ref().map(|r| &r.procs)
+}
+fn look_id(s: &LookupProc) -> (u32, &str) {
+    (s.pid, &s.comm)
+}
+
+fn runq_cgroup(cx: &Ctx, out: &mut Emit, f: fn(&Hist) -> Option<f64>) {
+    let Some((t, _)) = tr(cx) else { return };
+    for c in t.runqlat.iter().flat_map(|r| &r.cgroups) {
+        gauge(out, &[&c.cgroup], f(&c.latency));
+    }
+}
+fn runq_host(cx: &Ctx, out: &mut Emit, f: fn(&Hist) -> Option<f64>) {
+    let Some((t, _)) = tr(cx) else { return };
+    if let Some(r) = &t.runqlat {
+        gauge(out, &[], f(&r.host));
+    }
+}
+fn max_us(h: &Hist) -> Option<f64> {
+    (h.count > 0).then(|| us(h.max_ns))
+}
+
+fn dropped(cx: &Ctx, out: &mut Emit) {
+    let Some((t, k)) = tr(cx) else { return };
+    let d = [
+        ("reclaim", t.reclaim.as_ref().map(|x| x.dropped)),
+        ("shrinker", t.shrinker.as_ref().map(|x| x.dropped)),
+        ("tlb", t.tlb.as_ref().map(|x| x.dropped)),
+        ("madvise", t.madvise.as_ref().map(|x| x.dropped)),
+        ("runqlat", t.runqlat.as_ref().map(|x| x.dropped)),
+        ("lookups", t.lookups.as_ref().map(|x| x.dropped)),
+    ];
+    for (name, v) in d {
+        gauge(out, &[name], v.map(|v| v as f64 * k));
+    }
+}
+
+fn patterns(cx: &Ctx, out: &mut Emit) {
+    let Some((t, _)) = tr(cx) else { return };
+    for p in t.lookups.iter().flat_map(|l| &l.patterns) {
+        gauge(out, &[&p.pattern], Some(p.samples as f64));
+    }
+}
+
+pub(super) static DEFS: &[&MetricDef] = &[
+    def!("reclaim.stalls_per_s", PerSecond, Rate, "Direct + memcg reclaim stalls per second, all processes (BPF: vmscan reclaim begin/end)", |cx, out| host(cx, out, |t, k| sum(reclaim_proc(t), stalls).map(|v| v as f64 * k))),
+    def!("reclaim.stall_pct", Percent, Rate, "Time processes spent stalled in direct/memcg reclaim, % of the interval summed over threads", |cx, out| host(cx, out, |t, k| sum(reclaim_proc(t), |s| s.latency.sum_ns).map(|v| pct(v, k)))),
+    def!("reclaim.stall_max_us", Microseconds, Gauge, "Longest reclaim stall of the interval", |cx, out| host(cx, out, |t, _| reclaim_proc(t).map(|v| us(v.iter().map(|s| s.latency.max_ns).max().unwrap_or(0))))),
+    def!("reclaim.kswapd_wakes_per_s", PerSecond, Rate, "kswapd wake-ups per second (vmscan:mm_vmscan_kswapd_wake)", |cx, out| host(cx, out, |t, k| t.reclaim.as_ref().map(|r| r.kswapd_wakes as f64 * k))),
+    def!("reclaim.kswapd_wakeups_per_s", PerSecond, Rate, "Requests to wake kswapd per second: allocations that found free memory below the low watermark (vmscan:mm_vmscan_wakeup_kswapd)", |cx, out| host(cx, out, |t, k| t.reclaim.as_ref().map(|r| r.kswapd_wakeups as f64 * k))),
+    def!("reclaim.proc.<pid>.<comm>.stalls_per_s", PerSecond, Rate, "Reclaim stalls of this process per second (direct + memcg)", |cx, out| per_proc(cx, out, reclaim_proc, reclaim_id, |s, k| Some(stalls(s) as f64 * k))),
+    def!("reclaim.proc.<pid>.<comm>.memcg_stalls_per_s", PerSecond, Rate, "Memory-cgroup reclaim stalls of this process per second (its cgroup hit its limit)", |cx, out| per_proc(cx, out, reclaim_proc, reclaim_id, |s, k| Some(s.memcg_stalls as f64 * k))),
+    def!("reclaim.proc.<pid>.<comm>.stall_pct", Percent, Rate, "Time this process spent stalled in reclaim, % of the interval summed over its threads", |cx, out| per_proc(cx, out, reclaim_proc, reclaim_id, |s, k| Some(pct(s.latency.sum_ns, k)))),
+    def!("reclaim.proc.<pid>.<comm>.stall_max_us", Microseconds, Gauge, "Longest reclaim stall of this process in the interval", |cx, out| per_proc(cx, out, reclaim_proc, reclaim_id, |s, _| max_us(&s.latency))),
+    def!("reclaim.proc.<pid>.<comm>.reclaimed_pages_per_s", PerSecond, Rate, "Pages this process reclaimed in its stalls per second", |cx, out| per_proc(cx, out, reclaim_proc, reclaim_id, |s, k| Some(s.reclaimed_pages as f64 * k))),
+    def!("reclaim.cgroup.<cgroup>.stalls_per_s", PerSecond, Rate, "Reclaim stalls of tasks in this memory cgroup per second", |cx, out| reclaim_cgroup(cx, out, |s, k| Some(stalls(s) as f64 * k))),
+    def!("reclaim.cgroup.<cgroup>.stall_pct", Percent, Rate, "Time tasks of this memory cgroup spent stalled in reclaim, % of the interval summed over threads", |cx, out| reclaim_cgroup(cx, out, |s, k| Some(pct(s.latency.sum_ns, k)))),
+    def!("reclaim.cgroup.<cgroup>.stall_p99_us", Microseconds, Gauge, "99th percentile reclaim stall of this memory cgroup (log2 histogram upper bound)", |cx, out| reclaim_cgroup(cx, out, |s, _| s.latency.quantile_us(0.99))),
+    def!("reclaim.cgroup.<cgroup>.stall_max_us", Microseconds, Gauge, "Longest reclaim stall in this memory cgroup", |cx, out| reclaim_cgroup(cx, out, |s, _| max_us(&s.latency))),
+    def!("shrinker.<function>.calls_per_s", PerSecond, Rate, "Shrinker calls per second, by scan function (vmscan:mm_shrink_slab_start/end)", |cx, out| shrinker(cx, out, |s, k| Some(s.calls as f64 * k))),
+    def!("shrinker.<function>.zero_freed_per_s", PerSecond, Rate, "Shrinker calls per second that freed nothing: wasted work", |cx, out| shrinker(cx, out, |s, k| Some(s.zero_freed as f64 * k))),
+    def!("shrinker.<function>.scanned_per_s", PerSecond, Rate, "Objects the shrinker scanned per second", |cx, out| shrinker(cx, out, |s, k| Some(s.scanned as f64 * k))),
+    def!("shrinker.<function>.freed_per_s", PerSecond, Rate, "Objects the shrinker freed per second", |cx, out| shrinker(cx, out, |s, k| Some(s.freed as f64 * k))),
+    def!("shrinker.<function>.time_pct", Percent, Rate, "Time spent in this shrinker, % of the interval summed over CPUs", |cx, out| shrinker(cx, out, |s, k| Some(pct(s.latency.sum_ns, k)))),
+    def!("shrinker.<function>.max_us", Microseconds, Gauge, "Longest call of this shrinker in the interval", |cx, out| shrinker(cx, out, |s, _| max_us(&s.latency))),
+    def!("tlb.shootdown_ipis_sent_per_s", PerSecond, Rate, "TLB-shootdown IPIs sent per second, all processes (ipi:ipi_send_cpumask to flush_tlb_func)", |cx, out| host(cx, out, |t, k| t.tlb.as_ref().filter(|t| t.ipis_attributed).map(|x| x.procs.iter().map(|p| p.ipis_sent).sum::<u64>() as f64 * k))),
+    def!("tlb.proc.<pid>.<comm>.flushes_per_s", PerSecond, Rate, "TLB flushes per second in this process's context, every reason (tlb:tlb_flush)", |cx, out| per_proc(cx, out, tlb_proc, tlb_id, |s, k| Some(s.flushes() as f64 * k))),
+    def!("tlb.proc.<pid>.<comm>.task_switch_per_s", PerSecond, Rate, "TLB flushes on task switch per second (reason 0)", |cx, out| per_proc(cx, out, tlb_proc, tlb_id, |s, k| Some(s.task_switch as f64 * k))),
+    def!("tlb.proc.<pid>.<comm>.remote_shootdown_per_s", PerSecond, Rate, "Flushes done because another CPU asked, per second (reason 1)", |cx, out| per_proc(cx, out, tlb_proc, tlb_id, |s, k| Some(s.remote_shootdown as f64 * k))),
+    def!("tlb.proc.<pid>.<comm>.local_shootdown_per_s", PerSecond, Rate, "Local shootdowns per second (reason 2)", |cx, out| per_proc(cx, out, tlb_proc, tlb_id, |s, k| Some(s.local_shootdown as f64 * k))),
+    def!("tlb.proc.<pid>.<comm>.local_mm_shootdown_per_s", PerSecond, Rate, "Local mm shootdowns per second (reason 3)", |cx, out| per_proc(cx, out, tlb_proc, tlb_id, |s, k| Some(s.local_mm_shootdown as f64 * k))),
+    def!("tlb.proc.<pid>.<comm>.remote_send_ipi_per_s", PerSecond, Rate, "Flushes that sent IPIs to other CPUs per second (reason 4)", |cx, out| per_proc(cx, out, tlb_proc, tlb_id, |s, k| Some(s.remote_send_ipi as f64 * k))),
+    def!("tlb.proc.<pid>.<comm>.shootdown_ipis_sent_per_s", PerSecond, Rate, "TLB-shootdown IPIs this process sent per second", |cx, out| per_proc(cx, out, tlb_proc, tlb_id, |s, k| Some(s.ipis_sent as f64 * k))),
+    def!("tlb.proc.<pid>.<comm>.shootdown_ipi_cpus_per_s", PerSecond, Rate, "CPUs interrupted by this process's TLB shootdowns per second", |cx, out| per_proc(cx, out, tlb_proc, tlb_id, |s, k| Some(s.ipi_targets as f64 * k))),
+    def!("madvise.dontneed_per_s", PerSecond, Rate, "madvise(MADV_DONTNEED) calls per second, all processes (syscalls:sys_enter_madvise)", |cx, out| host(cx, out, |t, k| sum(madv_proc(t), |s| s.dontneed_calls).map(|v| v as f64 * k))),
+    def!("madvise.proc.<pid>.<comm>.dontneed_per_s", PerSecond, Rate, "madvise(MADV_DONTNEED) calls of this process per second", |cx, out| per_proc(cx, out, madv_proc, madv_id, |s, k| Some(s.dontneed_calls as f64 * k))),
+    def!("madvise.proc.<pid>.<comm>.dontneed_bytes_per_s", BytesPerSecond, Rate, "Bytes this process released with MADV_DONTNEED per second", |cx, out| per_proc(cx, out, madv_proc, madv_id, |s, k| Some(s.dontneed_bytes as f64 * k))),
+    def!("madvise.proc.<pid>.<comm>.free_per_s", PerSecond, Rate, "madvise(MADV_FREE) calls of this process per second", |cx, out| per_proc(cx, out, madv_proc, madv_id, |s, k| Some(s.free_calls as f64 * k))),
+    def!("madvise.proc.<pid>.<comm>.free_bytes_per_s", BytesPerSecond, Rate, "Bytes this process released with MADV_FREE per second", |cx, out| per_proc(cx, out, madv_proc, madv_id, |s, k| Some(s.free_bytes as f64 * k))),
+    def!("madvise.proc.<pid>.<comm>.other_per_s", PerSecond, Rate, "madvise calls with any other advice per second", |cx, out| per_proc(cx, out, madv_proc, madv_id, |s, k| Some(s.other_calls as f64 * k))),
+    def!("runqlat.events_per_s", PerSecond, Rate, "Wake-ups and preemptions that waited in a run queue, per second (sched_wakeup/sched_switch)", |cx, out| host(cx, out, |t, k| t.runqlat.as_ref().map(|r| r.host.count as f64 * k))),
+    def!("runqlat.mean_us", Microseconds, Gauge, "Mean run-queue latency (wake-up to running), host", |cx, out| runq_host(cx, out, Hist::mean_us)),
+    def!("runqlat.p50_us", Microseconds, Gauge, "Median run-queue latency, host (log2 histogram upper bound)", |cx, out| runq_host(cx, out, |h| h.quantile_us(0.5))),
+    def!("runqlat.p99_us", Microseconds, Gauge, "99th percentile run-queue latency, host (log2 histogram upper bound)", |cx, out| runq_host(cx, out, |h| h.quantile_us(0.99))),
+    def!("runqlat.max_us", Microseconds, Gauge, "Longest run-queue wait of the interval, host", |cx, out| runq_host(cx, out, max_us)),
+    def!("runqlat.cgroup.<cgroup>.p50_us", Microseconds, Gauge, "Median run-queue latency of tasks in this CPU cgroup", |cx, out| runq_cgroup(cx, out, |h| h.quantile_us(0.5))),
+    def!("runqlat.cgroup.<cgroup>.p99_us", Microseconds, Gauge, "99th percentile run-queue latency of tasks in this CPU cgroup", |cx, out| runq_cgroup(cx, out, |h| h.quantile_us(0.99))),
+    def!("runqlat.cgroup.<cgroup>.max_us", Microseconds, Gauge, "Longest run-queue wait of a task in this CPU cgroup", |cx, out| runq_cgroup(cx, out, max_us)),
+    def!("lookups.enoent_per_s", PerSecond, Rate, "Path look-ups failing with ENOENT per second (stat/access/open families): negative dentries created", |cx, out| host(cx, out, |t, k| sum(look_proc(t), LookupProc::enoent).map(|v| v as f64 * k))),
+    def!("lookups.proc.<pid>.<comm>.enoent_per_s", PerSecond, Rate, "Failed (ENOENT) path look-ups of this process per second", |cx, out| per_proc(cx, out, look_proc, look_id, |s, k| Some(s.enoent() as f64 * k))),
+    def!("lookups.proc.<pid>.<comm>.stat_enoent_per_s", PerSecond, Rate, "stat/lstat/newfstatat/statx failing with ENOENT per second", |cx, out| per_proc(cx, out, look_proc, look_id, |s, k| Some(s.stat_enoent as f64 * k))),
+    def!("lookups.proc.<pid>.<comm>.access_enoent_per_s", PerSecond, Rate, "access/faccessat failing with ENOENT per second", |cx, out| per_proc(cx, out, look_proc, look_id, |s, k| Some(s.access_enoent as f64 * k))),
+    def!("lookups.proc.<pid>.<comm>.open_enoent_per_s", PerSecond, Rate, "open/openat failing with ENOENT per second", |cx, out| per_proc(cx, out, look_proc, look_id, |s, k| Some(s.open_enoent as f64 * k))),
+    def!("lookups.pattern.<pattern>.samples", Count, Gauge, "Sampled failing paths with this name pattern (digit runs as *) in the interval, of at most 64 sampled", |cx, out| patterns(cx, out)),
+    def!("tracer.<tracer>.dropped_per_s", PerSecond, Rate, "Tracer events not recorded per second (bounded kernel maps full)", |cx, out| dropped(cx, out)),
+];
