@@ -143,24 +143,24 @@ fn patterns(cx: &Ctx, out: &mut Emit) {
 pub(super) static DEFS: &[&MetricDef] = &[
     def!("reclaim.stalls_per_s", PerSecond, Rate, "Direct + memcg reclaim stalls per second, all processes (BPF: vmscan reclaim begin/end)", |cx, out| host(cx, out, |t, k| sum(reclaim_proc(t), stalls).map(|v| v as f64 * k))),
     def!("reclaim.stall_pct", Percent, Rate, "Time processes spent stalled in direct/memcg reclaim, % of the interval summed over threads", |cx, out| host(cx, out, |t, k| sum(reclaim_proc(t), |s| s.latency.sum_ns).map(|v| pct(v, k)))),
-    def!("reclaim.stall_max_us", Microseconds, Gauge, "Longest reclaim stall of the interval", |cx, out| host(cx, out, |t, _| reclaim_proc(t).map(|v| us(v.iter().map(|s| s.latency.max_ns).max().unwrap_or(0))))),
+    def!("reclaim.stall_max_usec", Microseconds, Gauge, "Longest reclaim stall of the interval", |cx, out| host(cx, out, |t, _| reclaim_proc(t).map(|v| us(v.iter().map(|s| s.latency.max_ns).max().unwrap_or(0))))),
     def!("reclaim.kswapd_wakes_per_s", PerSecond, Rate, "kswapd wake-ups per second (vmscan:mm_vmscan_kswapd_wake)", |cx, out| host(cx, out, |t, k| t.reclaim.as_ref().map(|r| r.kswapd_wakes as f64 * k))),
-    def!("reclaim.kswapd_wakeups_per_s", PerSecond, Rate, "Requests to wake kswapd per second: allocations that found free memory below the low watermark (vmscan:mm_vmscan_wakeup_kswapd)", |cx, out| host(cx, out, |t, k| t.reclaim.as_ref().map(|r| r.kswapd_wakeups as f64 * k))),
+    def!("reclaim.kswapd_wake_requests_per_s", PerSecond, Rate, "Requests to wake kswapd per second: allocations that found free memory below the low watermark (vmscan:mm_vmscan_wakeup_kswapd)", |cx, out| host(cx, out, |t, k| t.reclaim.as_ref().map(|r| r.kswapd_wakeups as f64 * k))),
     def!("reclaim.proc.<pid>.<comm>.stalls_per_s", PerSecond, Rate, "Reclaim stalls of this process per second (direct + memcg)", |cx, out| per_proc(cx, out, reclaim_proc, reclaim_id, |s, k| Some(stalls(s) as f64 * k))),
     def!("reclaim.proc.<pid>.<comm>.memcg_stalls_per_s", PerSecond, Rate, "Memory-cgroup reclaim stalls of this process per second (its cgroup hit its limit)", |cx, out| per_proc(cx, out, reclaim_proc, reclaim_id, |s, k| Some(s.memcg_stalls as f64 * k))),
     def!("reclaim.proc.<pid>.<comm>.stall_pct", Percent, Rate, "Time this process spent stalled in reclaim, % of the interval summed over its threads", |cx, out| per_proc(cx, out, reclaim_proc, reclaim_id, |s, k| Some(pct(s.latency.sum_ns, k)))),
-    def!("reclaim.proc.<pid>.<comm>.stall_max_us", Microseconds, Gauge, "Longest reclaim stall of this process in the interval", |cx, out| per_proc(cx, out, reclaim_proc, reclaim_id, |s, _| max_us(&s.latency))),
+    def!("reclaim.proc.<pid>.<comm>.stall_max_usec", Microseconds, Gauge, "Longest reclaim stall of this process in the interval", |cx, out| per_proc(cx, out, reclaim_proc, reclaim_id, |s, _| max_us(&s.latency))),
     def!("reclaim.proc.<pid>.<comm>.reclaimed_pages_per_s", PerSecond, Rate, "Pages this process reclaimed in its stalls per second", |cx, out| per_proc(cx, out, reclaim_proc, reclaim_id, |s, k| Some(s.reclaimed_pages as f64 * k))),
     def!("reclaim.cgroup.<cgroup>.stalls_per_s", PerSecond, Rate, "Reclaim stalls of tasks in this memory cgroup per second", |cx, out| reclaim_cgroup(cx, out, |s, k| Some(stalls(s) as f64 * k))),
     def!("reclaim.cgroup.<cgroup>.stall_pct", Percent, Rate, "Time tasks of this memory cgroup spent stalled in reclaim, % of the interval summed over threads", |cx, out| reclaim_cgroup(cx, out, |s, k| Some(pct(s.latency.sum_ns, k)))),
-    def!("reclaim.cgroup.<cgroup>.stall_p99_us", Microseconds, Gauge, "99th percentile reclaim stall of this memory cgroup (log2 histogram upper bound)", |cx, out| reclaim_cgroup(cx, out, |s, _| s.latency.quantile_us(0.99))),
-    def!("reclaim.cgroup.<cgroup>.stall_max_us", Microseconds, Gauge, "Longest reclaim stall in this memory cgroup", |cx, out| reclaim_cgroup(cx, out, |s, _| max_us(&s.latency))),
+    def!("reclaim.cgroup.<cgroup>.stall_p99_usec", Microseconds, Gauge, "99th percentile reclaim stall of this memory cgroup (log2 histogram upper bound)", |cx, out| reclaim_cgroup(cx, out, |s, _| s.latency.quantile_us(0.99))),
+    def!("reclaim.cgroup.<cgroup>.stall_max_usec", Microseconds, Gauge, "Longest reclaim stall in this memory cgroup", |cx, out| reclaim_cgroup(cx, out, |s, _| max_us(&s.latency))),
     def!("shrinker.<function>.calls_per_s", PerSecond, Rate, "Shrinker calls per second, by scan function (vmscan:mm_shrink_slab_start/end)", |cx, out| shrinker(cx, out, |s, k| Some(s.calls as f64 * k))),
     def!("shrinker.<function>.zero_freed_per_s", PerSecond, Rate, "Shrinker calls per second that freed nothing: wasted work", |cx, out| shrinker(cx, out, |s, k| Some(s.zero_freed as f64 * k))),
     def!("shrinker.<function>.scanned_per_s", PerSecond, Rate, "Objects the shrinker scanned per second", |cx, out| shrinker(cx, out, |s, k| Some(s.scanned as f64 * k))),
     def!("shrinker.<function>.freed_per_s", PerSecond, Rate, "Objects the shrinker freed per second", |cx, out| shrinker(cx, out, |s, k| Some(s.freed as f64 * k))),
     def!("shrinker.<function>.time_pct", Percent, Rate, "Time spent in this shrinker, % of the interval summed over CPUs", |cx, out| shrinker(cx, out, |s, k| Some(pct(s.latency.sum_ns, k)))),
-    def!("shrinker.<function>.max_us", Microseconds, Gauge, "Longest call of this shrinker in the interval", |cx, out| shrinker(cx, out, |s, _| max_us(&s.latency))),
+    def!("shrinker.<function>.max_usec", Microseconds, Gauge, "Longest call of this shrinker in the interval", |cx, out| shrinker(cx, out, |s, _| max_us(&s.latency))),
     def!("tlb.shootdown_ipis_sent_per_s", PerSecond, Rate, "TLB-shootdown IPIs sent per second, all processes (ipi:ipi_send_cpumask to flush_tlb_func)", |cx, out| host(cx, out, |t, k| t.tlb.as_ref().filter(|t| t.ipis_attributed).map(|x| x.procs.iter().map(|p| p.ipis_sent).sum::<u64>() as f64 * k))),
     def!("tlb.proc.<pid>.<comm>.flushes_per_s", PerSecond, Rate, "TLB flushes per second in this process's context, every reason (tlb:tlb_flush)", |cx, out| per_proc(cx, out, tlb_proc, tlb_id, |s, k| Some(s.flushes() as f64 * k))),
     def!("tlb.proc.<pid>.<comm>.task_switch_per_s", PerSecond, Rate, "TLB flushes on task switch per second (reason 0)", |cx, out| per_proc(cx, out, tlb_proc, tlb_id, |s, k| Some(s.task_switch as f64 * k))),
@@ -177,13 +177,13 @@ pub(super) static DEFS: &[&MetricDef] = &[
     def!("madvise.proc.<pid>.<comm>.free_bytes_per_s", BytesPerSecond, Rate, "Bytes this process released with MADV_FREE per second", |cx, out| per_proc(cx, out, madv_proc, madv_id, |s, k| Some(s.free_bytes as f64 * k))),
     def!("madvise.proc.<pid>.<comm>.other_per_s", PerSecond, Rate, "madvise calls with any other advice per second", |cx, out| per_proc(cx, out, madv_proc, madv_id, |s, k| Some(s.other_calls as f64 * k))),
     def!("runqlat.events_per_s", PerSecond, Rate, "Wake-ups and preemptions that waited in a run queue, per second (sched_wakeup/sched_switch)", |cx, out| host(cx, out, |t, k| t.runqlat.as_ref().map(|r| r.host.count as f64 * k))),
-    def!("runqlat.mean_us", Microseconds, Gauge, "Mean run-queue latency (wake-up to running), host", |cx, out| runq_host(cx, out, Hist::mean_us)),
-    def!("runqlat.p50_us", Microseconds, Gauge, "Median run-queue latency, host (log2 histogram upper bound)", |cx, out| runq_host(cx, out, |h| h.quantile_us(0.5))),
-    def!("runqlat.p99_us", Microseconds, Gauge, "99th percentile run-queue latency, host (log2 histogram upper bound)", |cx, out| runq_host(cx, out, |h| h.quantile_us(0.99))),
-    def!("runqlat.max_us", Microseconds, Gauge, "Longest run-queue wait of the interval, host", |cx, out| runq_host(cx, out, max_us)),
-    def!("runqlat.cgroup.<cgroup>.p50_us", Microseconds, Gauge, "Median run-queue latency of tasks in this CPU cgroup", |cx, out| runq_cgroup(cx, out, |h| h.quantile_us(0.5))),
-    def!("runqlat.cgroup.<cgroup>.p99_us", Microseconds, Gauge, "99th percentile run-queue latency of tasks in this CPU cgroup", |cx, out| runq_cgroup(cx, out, |h| h.quantile_us(0.99))),
-    def!("runqlat.cgroup.<cgroup>.max_us", Microseconds, Gauge, "Longest run-queue wait of a task in this CPU cgroup", |cx, out| runq_cgroup(cx, out, max_us)),
+    def!("runqlat.mean_usec", Microseconds, Gauge, "Mean run-queue latency (wake-up to running), host", |cx, out| runq_host(cx, out, Hist::mean_us)),
+    def!("runqlat.p50_usec", Microseconds, Gauge, "Median run-queue latency, host (log2 histogram upper bound)", |cx, out| runq_host(cx, out, |h| h.quantile_us(0.5))),
+    def!("runqlat.p99_usec", Microseconds, Gauge, "99th percentile run-queue latency, host (log2 histogram upper bound)", |cx, out| runq_host(cx, out, |h| h.quantile_us(0.99))),
+    def!("runqlat.max_usec", Microseconds, Gauge, "Longest run-queue wait of the interval, host", |cx, out| runq_host(cx, out, max_us)),
+    def!("runqlat.cgroup.<cgroup>.p50_usec", Microseconds, Gauge, "Median run-queue latency of tasks in this CPU cgroup", |cx, out| runq_cgroup(cx, out, |h| h.quantile_us(0.5))),
+    def!("runqlat.cgroup.<cgroup>.p99_usec", Microseconds, Gauge, "99th percentile run-queue latency of tasks in this CPU cgroup", |cx, out| runq_cgroup(cx, out, |h| h.quantile_us(0.99))),
+    def!("runqlat.cgroup.<cgroup>.max_usec", Microseconds, Gauge, "Longest run-queue wait of a task in this CPU cgroup", |cx, out| runq_cgroup(cx, out, max_us)),
     def!("lookups.enoent_per_s", PerSecond, Rate, "Path look-ups failing with ENOENT per second (stat/access/open families): negative dentries created", |cx, out| host(cx, out, |t, k| sum(look_proc(t), LookupProc::enoent).map(|v| v as f64 * k))),
     def!("lookups.proc.<pid>.<comm>.enoent_per_s", PerSecond, Rate, "Failed (ENOENT) path look-ups of this process per second", |cx, out| per_proc(cx, out, look_proc, look_id, |s, k| Some(s.enoent() as f64 * k))),
     def!("lookups.proc.<pid>.<comm>.stat_enoent_per_s", PerSecond, Rate, "stat/lstat/newfstatat/statx failing with ENOENT per second", |cx, out| per_proc(cx, out, look_proc, look_id, |s, k| Some(s.stat_enoent as f64 * k))),
@@ -192,3 +192,171 @@ pub(super) static DEFS: &[&MetricDef] = &[
     def!("lookups.pattern.<pattern>.samples", Count, Gauge, "Sampled failing paths with this name pattern (digit runs as *) in the interval, of at most 64 sampled", |cx, out| patterns(cx, out)),
     def!("tracer.<tracer>.dropped_per_s", PerSecond, Rate, "Tracer events not recorded per second (bounded kernel maps full)", |cx, out| dropped(cx, out)),
 ];
+
+#[cfg(test)]
+mod tests {
+    use crate::derive::evaluate;
+    use crate::registry::all;
+    use crate::sample::Sample;
+    use crate::tracers::*;
+
+    /// A stored-sample shape of case 4 (jemalloc purging) and case 1 (NSS probing) over a 2 s
+    /// span, with an overflow entry.
+    fn sample() -> Sample {
+        let mut s = Sample::default();
+        let mut rq = Hist {
+            slots: vec![0; 14],
+            count: 100,
+            sum_ns: 100 * 50_000,
+            max_ns: 9_000_000,
+        };
+        rq.slots[2] = 98;
+        rq.slots[13] = 2;
+        s.tracers = Some(Tracers {
+            span_ns: 2_000_000_000,
+            madvise: Some(Madvise {
+                procs: vec![
+                    MadviseProc {
+                        pid: 42,
+                        comm: "java".into(),
+                        dontneed_calls: 34_000,
+                        dontneed_bytes: 34_000 * 8192,
+                        ..Default::default()
+                    },
+                    MadviseProc {
+                        pid: OTHER_PID,
+                        comm: "(other)".into(),
+                        dontneed_calls: 6,
+                        ..Default::default()
+                    },
+                ],
+                dropped: 4,
+            }),
+            tlb: Some(Tlb {
+                procs: vec![TlbProc {
+                    pid: 42,
+                    comm: "java".into(),
+                    remote_shootdown: 100,
+                    local_shootdown: 300,
+                    ipis_sent: 4_000,
+                    ipi_targets: 4_000,
+                    ..Default::default()
+                }],
+                ipis_attributed: true,
+                dropped: 0,
+            }),
+            runqlat: Some(Runqlat {
+                host: rq.clone(),
+                cgroups: vec![RunqCgroup {
+                    cgroup: "/docker/abc".into(),
+                    latency: rq,
+                }],
+                dropped: 0,
+            }),
+            reclaim: Some(Reclaim {
+                procs: vec![ReclaimStat {
+                    pid: 7,
+                    comm: "certutil".into(),
+                    direct_stalls: 3,
+                    memcg_stalls: 1,
+                    latency: Hist {
+                        slots: vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4],
+                        count: 4,
+                        sum_ns: 500_000_000,
+                        max_ns: 1_800_000,
+                    },
+                    ..Default::default()
+                }],
+                kswapd_wakes: 10,
+                ..Default::default()
+            }),
+            lookups: Some(Lookups {
+                procs: vec![LookupProc {
+                    pid: 7,
+                    comm: "certutil".into(),
+                    access_enoent: 10_400,
+                    ..Default::default()
+                }],
+                patterns: vec![LookupPattern {
+                    pattern: "/etc/pki/nssdb/.*_dOeSnotExist_.db".into(),
+                    samples: 60,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            shrinker: None,
+        });
+        s
+    }
+
+    fn value(s: &Sample, series: &str) -> Option<f64> {
+        let v = evaluate(all(), s, None, &[]);
+        v.iter().find(|v| v.series == series).and_then(|v| v.value)
+    }
+
+    #[test]
+    fn tracer_counts_become_rates_over_their_span() {
+        let s = sample();
+        assert_eq!(
+            value(&s, "madvise.proc.42.java.dontneed_per_s"),
+            Some(17_000.0)
+        );
+        assert_eq!(
+            value(&s, "madvise.proc.42.java.dontneed_bytes_per_s"),
+            Some(17_000.0 * 8192.0)
+        );
+        assert_eq!(
+            value(&s, "madvise.proc.other.(other).dontneed_per_s"),
+            Some(3.0)
+        );
+        assert_eq!(value(&s, "madvise.dontneed_per_s"), Some(17_003.0));
+        assert_eq!(value(&s, "tracer.madvise.dropped_per_s"), Some(2.0));
+        assert_eq!(
+            value(&s, "tlb.proc.42.java.shootdown_ipis_sent_per_s"),
+            Some(2_000.0)
+        );
+        assert_eq!(value(&s, "tlb.shootdown_ipis_sent_per_s"), Some(2_000.0));
+        assert_eq!(value(&s, "tlb.proc.42.java.flushes_per_s"), Some(200.0));
+        assert_eq!(
+            value(&s, "lookups.proc.7.certutil.enoent_per_s"),
+            Some(5_200.0)
+        );
+        assert_eq!(
+            value(
+                &s,
+                "lookups.pattern./etc/pki/nssdb/.*_dOeSnotExist_.db.samples"
+            ),
+            Some(60.0)
+        );
+        assert_eq!(value(&s, "reclaim.stalls_per_s"), Some(2.0));
+        // 0.5 s stalled over a 2 s span = 25 %.
+        assert_eq!(value(&s, "reclaim.stall_pct"), Some(25.0));
+        assert_eq!(value(&s, "reclaim.stall_max_usec"), Some(1_800.0));
+        assert_eq!(value(&s, "reclaim.kswapd_wakes_per_s"), Some(5.0));
+    }
+
+    #[test]
+    fn run_queue_percentiles_come_from_the_histogram() {
+        let s = sample();
+        assert_eq!(value(&s, "runqlat.p50_usec"), Some(8.0));
+        // p99 falls in slot 13 ([8192, 16384) us), capped at the 9 ms maximum seen.
+        assert_eq!(value(&s, "runqlat.p99_usec"), Some(9_000.0));
+        assert_eq!(
+            value(&s, "runqlat.cgroup./docker/abc.p99_usec"),
+            Some(9_000.0)
+        );
+        assert_eq!(value(&s, "runqlat.max_usec"), Some(9_000.0));
+        assert_eq!(value(&s, "runqlat.events_per_s"), Some(50.0));
+    }
+
+    #[test]
+    fn no_span_or_no_tracers_gives_no_series() {
+        let mut s = sample();
+        s.tracers.as_mut().unwrap().span_ns = 0;
+        assert_eq!(value(&s, "madvise.dontneed_per_s"), None);
+        let v = evaluate(all(), &Sample::default(), None, &[]);
+        assert!(!v
+            .iter()
+            .any(|v| v.series.starts_with("madvise.") || v.series.starts_with("runqlat.")));
+    }
+}
