@@ -1,0 +1,213 @@
+//! The tracers through the command line: `tracers --check` says what loads and why not, and
+//! `record` stores tracer data that `dump` shows under the registry's names, attributed to the
+//! process that caused it.
+//!
+//! Loading BPF needs root; without it the record test prints `SKIPPED:` and the check test
+//! verifies the refusal instead.
+
+mod common;
+
+use std::os::unix::process::CommandExt;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{cmd, is_root, now_arg, parse_csv, run, s, skip, text};
+
+#[test]
+fn check_lists_every_tracer_and_refuses_without_root() {
+    let o = run(&["tracers"], Duration::from_secs(10));
+    assert!(o.status.success());
+    let out = text(&o.stdout);
+    for t in [
+        "reclaim", "shrinker", "tlb", "madvise", "runqlat", "lookups",
+    ] {
+        assert!(out.lines().any(|l| l.starts_with(t)), "{t} missing:\n{out}");
+    }
+
+    // As an unprivileged user every tracer must fail with the reason, and the exit code say so.
+    let mut c = cmd();
+    c.args(["tracers", "--check"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if is_root() {
+        c.uid(65534).gid(65534);
+    }
+    let o = c.output().expect("run tracers --check");
+    let out = text(&o.stdout);
+    assert!(!o.status.success(), "must fail unprivileged:\n{out}");
+    assert_eq!(out.matches("FAILED").count(), 6, "{out}");
+    assert!(out.contains("not root"), "{out}");
+    let err = text(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "one-line error: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+
+    if !is_root() {
+        skip("tracers --check as root: not root");
+        return;
+    }
+    let o = run(&["tracers", "--check", "--json"], Duration::from_secs(30));
+    let out = text(&o.stdout);
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect();
+    assert_eq!(lines.len(), 6, "{out}");
+    let failed: Vec<_> = lines.iter().filter(|l| l["loads"] != true).collect();
+    if !failed.is_empty() {
+        // A kernel without some tracepoint is a capability gap, not a test failure; say which.
+        skip(&format!(
+            "tracers --check as root: some tracers do not load here: {failed:?}"
+        ));
+        return;
+    }
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let total: u64 = lines
+        .iter()
+        .map(|l| l["map_bytes_max"].as_u64().unwrap())
+        .sum();
+    assert!(
+        total > 0 && total <= 16 << 20,
+        "maps {total} bytes, target <= 16 MiB"
+    );
+}
+
+#[test]
+fn unknown_tracer_is_a_one_line_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = run(
+        &[
+            "record",
+            "--dir",
+            s(tmp.path()),
+            "--tracers",
+            "tlb,kprobes",
+            "--duration",
+            "1s",
+        ],
+        Duration::from_secs(10),
+    );
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(err.contains("unknown tracer 'kprobes'"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn recorded_lookups_are_attributed_to_the_process_and_its_pattern() {
+    if !is_root() {
+        skip("recorded_lookups_are_attributed: not root (BPF)");
+        return;
+    }
+    let probe = run(&["tracers", "--check"], Duration::from_secs(30));
+    let check = text(&probe.stdout);
+    if !check
+        .lines()
+        .any(|l| l.starts_with("lookups") && l.contains(" ok "))
+    {
+        skip(&format!(
+            "recorded_lookups_are_attributed: lookups tracer does not load:\n{check}"
+        ));
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let probe_dir = tmp.path().join("nssdb");
+    std::fs::create_dir(&probe_dir).unwrap();
+
+    // This test process is the producer: a thread stats missing names until told to stop.
+    let stop = Arc::new(AtomicBool::new(false));
+    let worker = {
+        let stop = stop.clone();
+        let dir = probe_dir.clone();
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let _ = std::fs::metadata(dir.join(format!(".{n}_dOeSnotExist_.db")));
+                n += 1;
+                if n % 500 == 0 {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+            n
+        })
+    };
+    let from = now_arg();
+    let o = run(
+        &[
+            "record",
+            "--dir",
+            s(&store),
+            "--duration",
+            "5s",
+            "--tracers",
+            "lookups,madvise",
+        ],
+        Duration::from_secs(40),
+    );
+    let to = now_arg();
+    stop.store(true, Ordering::Relaxed);
+    let calls = worker.join().unwrap();
+    assert!(o.status.success(), "record failed: {}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(err.contains("tracers running: madvise, lookups"), "{err}");
+
+    let me = std::process::id();
+    let d = run(
+        &[
+            "dump",
+            "--dir",
+            s(&store),
+            "--from",
+            &from,
+            "--to",
+            &to,
+            "--format",
+            "csv",
+            "--select",
+            "lookups.*",
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(d.status.success(), "{}", text(&d.stderr));
+    let rows = parse_csv(&text(&d.stdout));
+    let mine: Vec<f64> = rows
+        .iter()
+        .filter(|r| {
+            r.series.starts_with(&format!("lookups.proc.{me}."))
+                && r.series.ends_with(".stat_enoent_per_s")
+        })
+        .filter_map(|r| r.value)
+        .collect();
+    assert!(
+        mine.len() >= 3,
+        "want >= 3 intervals for pid {me}: {rows:?}"
+    );
+    let max = mine.iter().cloned().fold(0.0, f64::max);
+    // The worker managed `calls` in ~5 s; the busiest interval must show a large share of its rate.
+    assert!(
+        max >= 1000.0,
+        "stat ENOENT rate {max}/s for pid {me} ({calls} calls made)"
+    );
+    // The temporary directory's own name may hold digits, which the pattern collapses too.
+    let pattern = format!(
+        "lookups.pattern.{}.samples",
+        jitterscope_model::tracers::path_pattern(&format!(
+            "{}/.0_dOeSnotExist_.db",
+            probe_dir.display()
+        ))
+    );
+    let samples: f64 = rows
+        .iter()
+        .filter(|r| r.series == pattern)
+        .filter_map(|r| r.value)
+        .fold(0.0, f64::max);
+    assert!(
+        samples >= 32.0,
+        "pattern {pattern} sampled {samples} times; rows: {:?}",
+        rows.iter()
+            .filter(|r| r.series.starts_with("lookups.pattern"))
+            .collect::<Vec<_>>()
+    );
+}
