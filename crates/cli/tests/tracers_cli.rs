@@ -126,7 +126,7 @@ fn recorded_lookups_are_attributed_to_the_process_and_its_pattern() {
             while !stop.load(Ordering::Relaxed) {
                 let _ = std::fs::metadata(dir.join(format!(".{n}_dOeSnotExist_.db")));
                 n += 1;
-                if n % 500 == 0 {
+                if n.is_multiple_of(500) {
                     std::thread::sleep(Duration::from_millis(5));
                 }
             }
