@@ -70,6 +70,11 @@ for p in $pids; do
   for f in stat status io schedstat cgroup cmdline comm statm; do grab /proc/$p/$f; done
 done
 
+# The record formats of the tracepoints the BPF tracers use (root only).
+if [ "$(id -u)" -eq 0 ]; then
+  "$(dirname "$0")/capture-tracepoint-formats.sh" "$out"
+fi
+
 uname -r > "$out/KERNEL"
 date -u +%Y-%m-%dT%H:%M:%SZ > "$out/CAPTURED"
 echo "captured into $out (pids: $pids)"

@@ -17,6 +17,7 @@ use libbpf_rs::{MapCore, MapFlags, OpenObject};
 
 pub mod delta;
 pub mod env;
+pub mod format;
 mod lookups;
 mod madvise;
 mod reclaim;
@@ -326,9 +327,51 @@ fn need_tracepoints(tracefs: &std::path::Path, tps: &[(&str, &str)]) -> Result<(
     Ok(())
 }
 
+/// Every record field every tracer reads, for the layout tests.
+pub fn all_records() -> Vec<format::Record> {
+    [
+        reclaim::records(),
+        shrinker::records(),
+        tlb::records(),
+        madvise::records(),
+        runqlat::records(),
+        lookups::records(),
+    ]
+    .concat()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn fixture_tracefs() -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/fixtures/host/sys/kernel/tracing")
+    }
+
+    #[test]
+    fn record_layouts_match_the_captured_formats() {
+        let root = fixture_tracefs();
+        let records = all_records();
+        assert!(records.len() >= 30);
+        for r in &records {
+            assert!(
+                root.join("events").join(&r.event).join("format").exists(),
+                "no captured format for {} (scripts/capture-tracepoint-formats.sh)",
+                r.event
+            );
+        }
+        assert_eq!(format::check(&root, &records), Ok(()));
+    }
+
+    #[test]
+    fn record_layouts_match_the_running_kernel() {
+        let Ok(tracefs) = env::tracefs() else {
+            println!("SKIPPED: no tracefs (not root, or it cannot be mounted)");
+            return;
+        };
+        assert_eq!(format::check(&tracefs, &all_records()), Ok(()));
+    }
 
     #[test]
     fn names_round_trip_and_reject_unknown() {

@@ -11,6 +11,7 @@ use libbpf_rs::{MapCore, MapFlags};
 
 use crate::delta::{comm, pid_alive, words, Deltas, Layout};
 use crate::env::has_tracepoint;
+use crate::format::{check, field, Record};
 use crate::{create_other, entries, map_bytes, object_storage, Env, Tracer};
 
 #[allow(clippy::all, clippy::pedantic, non_camel_case_types, dead_code, unused)]
@@ -38,7 +39,39 @@ pub(crate) struct LookupsTracer {
     dropped: u64,
 }
 
+/// The traced syscalls and which argument is the path, as in lookups.bpf.c's ENTER list.
+const SYSCALLS: &[(&str, usize)] = &[
+    ("newstat", 0),
+    ("newlstat", 0),
+    ("newfstatat", 1),
+    ("statx", 1),
+    ("access", 0),
+    ("faccessat", 1),
+    ("faccessat2", 1),
+    ("open", 0),
+    ("openat", 1),
+    ("openat2", 1),
+];
+
+/// The record fields the programs read: the path argument at entry, the result at exit.
+pub(crate) fn records() -> Vec<Record> {
+    let args = std::mem::offset_of!(types::sys_enter_args, args);
+    let mut v = Vec::new();
+    for &(sc, argi) in SYSCALLS {
+        v.push(Record {
+            event: format!("syscalls/sys_enter_{sc}"),
+            fields: vec![("filename", args + 8 * argi, 8)],
+        });
+        v.push(Record {
+            event: format!("syscalls/sys_exit_{sc}"),
+            fields: vec![field!(types::sys_exit_args, ret, "ret")],
+        });
+    }
+    v
+}
+
 pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<LookupsTracer, String> {
+    check(tracefs, &records())?;
     let mut open = LookupsSkelBuilder::default()
         .open(object_storage())
         .map_err(|e| format!("opening the BPF object: {e}"))?;

@@ -7,6 +7,7 @@ use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::MapCore;
 
 use crate::delta::{comm, pid_alive, words, Deltas, Layout};
+use crate::format::{check, field, Record};
 use crate::{create_other, entries, map_bytes, need_tracepoints, object_storage, Env, Tracer};
 
 #[allow(clippy::all, clippy::pedantic, non_camel_case_types, dead_code, unused)]
@@ -28,8 +29,20 @@ pub(crate) struct MadviseTracer {
     dropped: u64,
 }
 
+/// The record fields the program reads.
+pub(crate) fn records() -> Vec<Record> {
+    vec![Record {
+        event: "syscalls/sys_enter_madvise".into(),
+        fields: vec![
+            field!(types::sys_enter_madvise_args, len, "len_in"),
+            field!(types::sys_enter_madvise_args, behavior, "behavior"),
+        ],
+    }]
+}
+
 pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<MadviseTracer, String> {
     need_tracepoints(tracefs, &[("syscalls", "sys_enter_madvise")])?;
+    check(tracefs, &records())?;
     let mut open = MadviseSkelBuilder::default()
         .open(object_storage())
         .map_err(|e| format!("opening the BPF object: {e}"))?;

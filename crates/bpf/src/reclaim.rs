@@ -8,6 +8,7 @@ use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::MapCore;
 
 use crate::delta::{comm, pid_alive, words, Deltas, Layout};
+use crate::format::{check, field, Record};
 use crate::{
     create_other, entries, hist, map_bytes, need_tracepoints, object_storage, Env, Tracer,
     HIST_WORDS,
@@ -43,8 +44,27 @@ pub(crate) struct ReclaimTracer {
     prev: [u64; 3],
 }
 
+/// The record fields the programs read (the begin events are only timestamps).
+pub(crate) fn records() -> Vec<Record> {
+    [
+        "vmscan/mm_vmscan_direct_reclaim_end",
+        "vmscan/mm_vmscan_memcg_reclaim_end",
+    ]
+    .into_iter()
+    .map(|event| Record {
+        event: event.into(),
+        fields: vec![field!(
+            types::reclaim_end_args,
+            nr_reclaimed,
+            "nr_reclaimed"
+        )],
+    })
+    .collect()
+}
+
 pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<ReclaimTracer, String> {
     need_tracepoints(tracefs, TRACEPOINTS)?;
+    check(tracefs, &records())?;
     let mut open = ReclaimSkelBuilder::default()
         .open(object_storage())
         .map_err(|e| format!("opening the BPF object: {e}"))?;

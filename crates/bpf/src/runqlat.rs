@@ -7,6 +7,7 @@ use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags};
 
 use crate::delta::{words, Deltas, Layout};
+use crate::format::{check, field, Record};
 use crate::{
     create_other, entries, hist, map_bytes, need_tracepoints, object_storage, Env, Tracer,
     HIST_WORDS,
@@ -62,6 +63,26 @@ fn open_and_load(env: &Env, btf: bool) -> Result<RunqlatSkel<'static>, String> {
     Ok(skel)
 }
 
+/// The record fields the classic (fallback) programs read.
+pub(crate) fn records() -> Vec<Record> {
+    let wakeup = |event: &str| Record {
+        event: event.into(),
+        fields: vec![field!(types::sched_wakeup_args, pid, "pid")],
+    };
+    vec![
+        wakeup("sched/sched_wakeup"),
+        wakeup("sched/sched_wakeup_new"),
+        Record {
+            event: "sched/sched_switch".into(),
+            fields: vec![
+                field!(types::sched_switch_args, prev_pid, "prev_pid"),
+                field!(types::sched_switch_args, prev_state, "prev_state"),
+                field!(types::sched_switch_args, next_pid, "next_pid"),
+            ],
+        },
+    ]
+}
+
 pub(crate) fn load(env: &mut Env, tracefs: Option<&Path>) -> Result<RunqlatTracer, String> {
     // BTF-typed tracepoints see the woken task and so its cgroup; the classic ones see only
     // pids, so they are the fallback that keeps the host histogram.
@@ -82,6 +103,7 @@ pub(crate) fn load(env: &mut Env, tracefs: Option<&Path>) -> Result<RunqlatTrace
                 ],
             )
             .map_err(|e| format!("tp_btf: {btf_err}; classic: {e}"))?;
+            check(tracefs, &records()).map_err(|e| format!("tp_btf: {btf_err}; classic: {e}"))?;
             let s = open_and_load(env, false)
                 .map_err(|e| format!("tp_btf: {btf_err}; classic: {e}"))?;
             (s, false)

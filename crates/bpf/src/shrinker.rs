@@ -7,6 +7,7 @@ use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags};
 
 use crate::delta::{words, Deltas, Layout};
+use crate::format::{check, field, Record};
 use crate::{entries, hist, map_bytes, need_tracepoints, object_storage, Env, Tracer, HIST_WORDS};
 
 #[allow(clippy::all, clippy::pedantic, non_camel_case_types, dead_code, unused)]
@@ -31,6 +32,27 @@ pub(crate) struct ShrinkerTracer {
     dropped: u64,
 }
 
+/// The record fields the programs read.
+pub(crate) fn records() -> Vec<Record> {
+    vec![
+        Record {
+            event: "vmscan/mm_shrink_slab_start".into(),
+            fields: vec![
+                field!(types::shrink_slab_start_args, shrink, "shrink"),
+                field!(types::shrink_slab_start_args, cache_items, "cache_items"),
+                field!(types::shrink_slab_start_args, total_scan, "total_scan"),
+            ],
+        },
+        Record {
+            event: "vmscan/mm_shrink_slab_end".into(),
+            fields: vec![
+                field!(types::shrink_slab_end_args, retval, "retval"),
+                field!(types::shrink_slab_end_args, total_scan, "total_scan"),
+            ],
+        },
+    ]
+}
+
 pub(crate) fn load(_env: &mut Env, tracefs: &Path) -> Result<ShrinkerTracer, String> {
     need_tracepoints(
         tracefs,
@@ -39,6 +61,7 @@ pub(crate) fn load(_env: &mut Env, tracefs: &Path) -> Result<ShrinkerTracer, Str
             ("vmscan", "mm_shrink_slab_end"),
         ],
     )?;
+    check(tracefs, &records())?;
     let open = ShrinkerSkelBuilder::default()
         .open(object_storage())
         .map_err(|e| format!("opening the BPF object: {e}"))?;

@@ -8,6 +8,7 @@ use libbpf_rs::MapCore;
 
 use crate::delta::{comm, pid_alive, words, Deltas, Layout};
 use crate::env::{has_tracepoint, Kallsyms};
+use crate::format::{check, field, Record};
 use crate::{create_other, entries, map_bytes, need_tracepoints, object_storage, Env, Tracer};
 
 #[allow(clippy::all, clippy::pedantic, non_camel_case_types, dead_code, unused)]
@@ -30,8 +31,29 @@ pub(crate) struct TlbTracer {
     dropped: u64,
 }
 
+/// The record fields the programs read.
+pub(crate) fn records() -> Vec<Record> {
+    vec![
+        Record {
+            event: "tlb/tlb_flush".into(),
+            fields: vec![
+                field!(types::tlb_flush_args, reason, "reason"),
+                field!(types::tlb_flush_args, pages, "pages"),
+            ],
+        },
+        Record {
+            event: "ipi/ipi_send_cpumask".into(),
+            fields: vec![
+                field!(types::ipi_send_cpumask_args, cpumask_loc, "cpumask"),
+                field!(types::ipi_send_cpumask_args, callback, "callback"),
+            ],
+        },
+    ]
+}
+
 pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<TlbTracer, String> {
     need_tracepoints(tracefs, &[("tlb", "tlb_flush")])?;
+    check(tracefs, &records())?;
     let flush = Kallsyms::address_of("flush_tlb_func");
     let ipis = if !has_tracepoint(tracefs, "ipi", "ipi_send_cpumask") {
         Err("no ipi:ipi_send_cpumask tracepoint (kernel < 6.6)")

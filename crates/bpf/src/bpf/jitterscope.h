@@ -92,7 +92,9 @@ struct trace_entry {
 
 /* Bounded-map conventions. Every per-key map has a fixed size; an event whose key does not fit
  * goes to the key JS_OTHER (pre-created by user space, never deleted) and counts in the
- * tracer's `dropped` counter only when even that is impossible. */
+ * tracer's `dropped` counter only when even that is impossible. Maps of in-flight start times
+ * (by thread) are LRU: an entry whose end never comes (the thread died mid-stall) must age out
+ * instead of filling the map. */
 #define JS_OTHER 0xffffffffu
 #define JS_SLOTS 32 /* log2 histogram slots, microseconds: slot i holds [2^i, 2^(i+1)) us */
 

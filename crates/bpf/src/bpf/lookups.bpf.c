@@ -36,7 +36,7 @@ struct {
 } lookup_procs SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, u32);
 	__type(value, struct js_lookup_pending);

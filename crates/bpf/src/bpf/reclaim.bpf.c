@@ -36,7 +36,7 @@ struct {
 
 /* Stalls in progress, by thread. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 8192);
 	__type(key, u32);
 	__type(value, struct js_reclaim_start);

@@ -8,7 +8,7 @@
 #include "jitterscope.h"
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, u32);
 	__type(value, u64);

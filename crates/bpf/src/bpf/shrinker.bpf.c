@@ -29,7 +29,7 @@ struct {
 } shrinkers SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 8192);
 	__type(key, u32);
 	__type(value, struct js_shrink_start);
