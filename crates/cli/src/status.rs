@@ -5,13 +5,16 @@ use jitterscope_model::derive::evaluate;
 use jitterscope_model::registry::find;
 use jitterscope_model::Sample;
 
-const METRICS: [&str; 6] = [
+const METRICS: [&str; 9] = [
     "cpu.usr_pct",
     "cpu.sys_pct",
     "reclaim.pgscan_kswapd_per_s",
     "reclaim.pgscan_direct_per_s",
     "irq.tlb_per_s",
     "cgroup.<cgroup>.cpu.throttled_pct",
+    "reclaim.stalls_per_s",
+    "runqlat.p99_usec",
+    "lookups.enoent_per_s",
 ];
 
 fn fmt(v: Option<f64>, unit: &str) -> String {
@@ -47,19 +50,34 @@ pub fn line(prev: Option<&Sample>, cur: &Sample) -> String {
         Some((v, path)) => format!("{} {path}", fmt(Some(v), "%")),
         None => "-".into(),
     };
+    // Only when the tracers ran: reclaim stalls, run-queue p99 and failed look-ups.
+    let traced = if cur.tracers.is_some() {
+        format!(
+            " | stalls {} | runq p99 {} | enoent {}",
+            fmt(get("reclaim.stalls_per_s"), "/s"),
+            match get("runqlat.p99_usec") {
+                Some(us) => format!("{:.1}ms", us / 1000.0),
+                None => "-".into(),
+            },
+            fmt(get("lookups.enoent_per_s"), "/s"),
+        )
+    } else {
+        String::new()
+    };
     let lag = cur
         .recorder
         .as_ref()
         .map(|r| format!(" | lag {:.1}ms", r.lateness_ns as f64 / 1e6))
         .unwrap_or_default();
     format!(
-        "{} usr {} sys {} | scan {} | tlb {} | worst throttled {}{}",
+        "{} usr {} sys {} | scan {} | tlb {} | worst throttled {}{}{}",
         crate::timearg::fmt_ns(cur.ts_ns),
         fmt(get("cpu.usr_pct"), "%"),
         fmt(get("cpu.sys_pct"), "%"),
         scan,
         fmt(get("irq.tlb_per_s"), "/s"),
         throttled,
+        traced,
         lag
     )
 }
@@ -127,7 +145,40 @@ mod tests {
             line.contains("worst throttled 80.0% /jitterscope-fixture"),
             "{line}"
         );
+        assert!(
+            !line.contains("runq"),
+            "no tracer part without tracers: {line}"
+        );
         // Without a previous sample, rates are unknown, not zero.
         assert!(super::line(None, &cur).contains("usr - sys -"));
+
+        // With tracers: stalls and failed look-ups per second, run-queue p99.
+        use jitterscope_model::tracers::*;
+        cur.tracers = Some(Tracers {
+            span_ns: 1_000_000_000,
+            reclaim: Some(Reclaim {
+                procs: vec![ReclaimStat {
+                    pid: 9,
+                    direct_stalls: 12,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            runqlat: Some(Runqlat {
+                host: Hist {
+                    slots: vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5],
+                    count: 5,
+                    sum_ns: 1,
+                    max_ns: 6_500_000,
+                },
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let line = super::line(Some(&prev), &cur);
+        assert!(
+            line.contains("| stalls 12/s | runq p99 6.5ms | enoent -"),
+            "{line}"
+        );
     }
 }
