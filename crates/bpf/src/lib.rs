@@ -269,6 +269,125 @@ impl Collector for TracerCollector {
     }
 }
 
+/// Opens a tracer's skeleton and tells its programs which cgroup hierarchy the ids come from.
+macro_rules! open_skel {
+    ($builder:ty, $env:expr) => {{
+        let mut open = <$builder>::default()
+            .open($crate::object_storage())
+            .map_err(|e| format!("opening the BPF object: {e}"))?;
+        let ro = open
+            .maps
+            .rodata_data
+            .as_deref_mut()
+            .ok_or("the BPF object has no read-only data")?;
+        ro.js_cgroup_v1 = $env.cgroup_v1();
+        open
+    }};
+}
+pub(crate) use open_skel;
+
+/// Loads an opened skeleton, lets `prepare` fill maps before any program runs (the overflow
+/// entries), then attaches every program left to autoload.
+fn load_and_attach<'o, O>(
+    open: O,
+    prepare: impl FnOnce(&O::Output) -> Result<(), String>,
+    attach_what: &str,
+) -> Result<O::Output, String>
+where
+    O: libbpf_rs::skel::OpenSkel<'o>,
+{
+    use libbpf_rs::skel::Skel;
+    let mut skel = open
+        .load()
+        .map_err(|e| format!("loading into the kernel: {e}"))?;
+    prepare(&skel)?;
+    skel.attach()
+        .map_err(|e| format!("attaching to {attach_what}: {e}"))?;
+    Ok(skel)
+}
+
+/// The increase of a cumulative counter since the last call, remembering it in `prev`.
+fn since(cur: u64, prev: &mut u64) -> u64 {
+    let d = cur.saturating_sub(*prev);
+    *prev = cur;
+    d
+}
+
+/// One moved entry of a per-process map: every value struct starts with the command name
+/// (2 words) and the cgroup id (1 word).
+struct ProcEntry {
+    pid: u32,
+    comm: String,
+    cgroup_id: u64,
+    /// The value's change in the interval, as words.
+    d: Vec<u64>,
+}
+
+/// Reads a map keyed by tgid: the change of each entry that moved, then removes the entries of
+/// processes that have exited (this was their last read; pid reuse restarts them at zero).
+fn drain_procs(map: &dyn MapCore, deltas: &mut delta::Deltas<u32>, words: usize) -> Vec<ProcEntry> {
+    use jitterscope_model::tracers::OTHER_PID;
+    let mut out = Vec::new();
+    for (k, v) in entries(map) {
+        let Ok(k4) = <[u8; 4]>::try_from(k.as_slice()) else {
+            continue;
+        };
+        let pid = u32::from_ne_bytes(k4);
+        if let Some(d) = deltas.update(pid, delta::words(&v, words)) {
+            out.push(ProcEntry {
+                pid,
+                comm: if pid == OTHER_PID {
+                    "(other)".into()
+                } else {
+                    delta::comm(&d)
+                },
+                cgroup_id: d.get(2).copied().unwrap_or(0),
+                d,
+            });
+        }
+        if pid != OTHER_PID && !delta::pid_alive(pid) {
+            let _ = map.delete(&k);
+            deltas.forget(&pid);
+        }
+    }
+    out
+}
+
+/// Reads a map keyed by (the low half of) a cgroup id whose full id is word `id_word` of the
+/// value: each moved entry's cgroup path and change; entries of removed cgroups are read one
+/// last time, then deleted.
+fn drain_cgroups(
+    map: &dyn MapCore,
+    deltas: &mut delta::Deltas<u32>,
+    words: usize,
+    id_word: usize,
+    ids: &mut env::CgroupIds,
+) -> Vec<(String, Vec<u64>)> {
+    use jitterscope_model::tracers::OTHER_PID;
+    let mut out = Vec::new();
+    for (k, v) in entries(map) {
+        let Ok(k4) = <[u8; 4]>::try_from(k.as_slice()) else {
+            continue;
+        };
+        let key = u32::from_ne_bytes(k4);
+        let w = delta::words(&v, words);
+        let id = w.get(id_word).copied().unwrap_or(0);
+        let path = if key == OTHER_PID {
+            "(other)".to_string()
+        } else {
+            ids.path(id)
+        };
+        if let Some(d) = deltas.update(key, w) {
+            out.push((path.clone(), d));
+        }
+        if path.is_empty() {
+            let _ = map.delete(&k);
+            deltas.forget(&key);
+        }
+    }
+    out
+}
+
 /// Every entry of a map as (key, value) bytes.
 fn entries(map: &dyn MapCore) -> Vec<(Vec<u8>, Vec<u8>)> {
     map.keys()

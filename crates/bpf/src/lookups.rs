@@ -4,15 +4,17 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use jitterscope_model::tracers::{
-    path_pattern, LookupName, LookupPattern, LookupProc, Lookups, Tracers, OTHER_PID,
+    path_pattern, LookupName, LookupPattern, LookupProc, Lookups, Tracers,
 };
-use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags};
 
-use crate::delta::{comm, pid_alive, words, Deltas, Layout};
+use crate::delta::{Deltas, Layout};
 use crate::env::has_tracepoint;
 use crate::format::{check, field, Record};
-use crate::{create_other, entries, map_bytes, object_storage, Env, Tracer};
+use crate::{create_other, map_bytes, Env, Tracer};
+
+use crate::{drain_procs, load_and_attach, open_skel, since};
 
 #[allow(clippy::all, clippy::pedantic, non_camel_case_types, dead_code, unused)]
 mod skel {
@@ -72,15 +74,7 @@ pub(crate) fn records() -> Vec<Record> {
 
 pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<LookupsTracer, String> {
     check(tracefs, &records())?;
-    let mut open = LookupsSkelBuilder::default()
-        .open(object_storage())
-        .map_err(|e| format!("opening the BPF object: {e}"))?;
-    let ro = open
-        .maps
-        .rodata_data
-        .as_deref_mut()
-        .ok_or("the BPF object has no read-only data")?;
-    ro.js_cgroup_v1 = env.cgroup_v1();
+    let mut open = open_skel!(LookupsSkelBuilder, env);
     // Which of these syscalls exist depends on the architecture (arm64 has no stat, access or
     // open): load only the pairs whose tracepoints exist.
     let mut syscalls = Vec::new();
@@ -114,12 +108,11 @@ pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<LookupsTracer, Strin
             "none of the stat/access/open syscall tracepoints exists on this kernel".into(),
         );
     }
-    let mut skel = open
-        .load()
-        .map_err(|e| format!("loading into the kernel: {e}"))?;
-    create_other(&skel.maps.lookup_procs)?;
-    skel.attach()
-        .map_err(|e| format!("attaching to syscall tracepoints: {e}"))?;
+    let skel = load_and_attach(
+        open,
+        |s| create_other(&s.maps.lookup_procs),
+        "syscall tracepoints",
+    )?;
     Ok(LookupsTracer {
         skel,
         procs: Deltas::new(LAYOUT),
@@ -177,8 +170,7 @@ impl Tracer for LookupsTracer {
         let mut t = Lookups::default();
         let mut seen = 0;
         if let Some(bss) = self.skel.maps.bss_data.as_deref_mut() {
-            t.dropped = bss.dropped.saturating_sub(self.dropped);
-            self.dropped = bss.dropped;
+            t.dropped = since(bss.dropped, &mut self.dropped);
             seen = bss.names_seen;
             bss.names_seen = 0;
         }
@@ -200,30 +192,19 @@ impl Tracer for LookupsTracer {
         t.patterns = patterns(&names);
         names.truncate(MAX_NAMES);
         t.names = names;
-        let map = &self.skel.maps.lookup_procs;
-        for (k, v) in entries(map) {
-            let Ok(k4) = <[u8; 4]>::try_from(k.as_slice()) else {
-                continue;
-            };
-            let pid = u32::from_ne_bytes(k4);
-            if let Some(d) = self.procs.update(pid, words(&v, LAYOUT.words)) {
-                let other = pid == OTHER_PID;
-                t.procs.push(LookupProc {
-                    pid,
-                    comm: if other { "(other)".into() } else { comm(&d) },
-                    cgroup: env.cpu_cgroups.path(d[2]),
-                    stat_calls: d[3],
-                    access_calls: d[4],
-                    open_calls: d[5],
-                    stat_enoent: d[6],
-                    access_enoent: d[7],
-                    open_enoent: d[8],
-                });
-            }
-            if pid != OTHER_PID && !pid_alive(pid) {
-                let _ = map.delete(&k);
-                self.procs.forget(&pid);
-            }
+        for e in drain_procs(&self.skel.maps.lookup_procs, &mut self.procs, LAYOUT.words) {
+            let d = &e.d;
+            t.procs.push(LookupProc {
+                pid: e.pid,
+                comm: e.comm,
+                cgroup: env.cpu_cgroups.path(e.cgroup_id),
+                stat_calls: d[3],
+                access_calls: d[4],
+                open_calls: d[5],
+                stat_enoent: d[6],
+                access_enoent: d[7],
+                open_enoent: d[8],
+            });
         }
         out.lookups = Some(t);
     }

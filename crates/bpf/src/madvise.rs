@@ -2,13 +2,14 @@
 
 use std::path::Path;
 
-use jitterscope_model::tracers::{Madvise, MadviseProc, Tracers, OTHER_PID};
-use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
-use libbpf_rs::MapCore;
+use jitterscope_model::tracers::{Madvise, MadviseProc, Tracers};
+use libbpf_rs::skel::SkelBuilder;
 
-use crate::delta::{comm, pid_alive, words, Deltas, Layout};
+use crate::delta::{Deltas, Layout};
 use crate::format::{check, field, Record};
-use crate::{create_other, entries, map_bytes, need_tracepoints, object_storage, Env, Tracer};
+use crate::{create_other, map_bytes, need_tracepoints, Env, Tracer};
+
+use crate::{drain_procs, load_and_attach, open_skel, since};
 
 #[allow(clippy::all, clippy::pedantic, non_camel_case_types, dead_code, unused)]
 mod skel {
@@ -43,21 +44,12 @@ pub(crate) fn records() -> Vec<Record> {
 pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<MadviseTracer, String> {
     need_tracepoints(tracefs, &[("syscalls", "sys_enter_madvise")])?;
     check(tracefs, &records())?;
-    let mut open = MadviseSkelBuilder::default()
-        .open(object_storage())
-        .map_err(|e| format!("opening the BPF object: {e}"))?;
-    let ro = open
-        .maps
-        .rodata_data
-        .as_deref_mut()
-        .ok_or("the BPF object has no read-only data")?;
-    ro.js_cgroup_v1 = env.cgroup_v1();
-    let mut skel = open
-        .load()
-        .map_err(|e| format!("loading into the kernel: {e}"))?;
-    create_other(&skel.maps.madvise_procs)?;
-    skel.attach()
-        .map_err(|e| format!("attaching to syscalls:sys_enter_madvise: {e}"))?;
+    let open = open_skel!(MadviseSkelBuilder, env);
+    let skel = load_and_attach(
+        open,
+        |s| create_other(&s.maps.madvise_procs),
+        "syscalls:sys_enter_madvise",
+    )?;
     Ok(MadviseTracer {
         skel,
         procs: Deltas::new(LAYOUT),
@@ -77,33 +69,21 @@ impl Tracer for MadviseTracer {
     fn read(&mut self, env: &mut Env, out: &mut Tracers) {
         let mut t = Madvise::default();
         if let Some(bss) = self.skel.maps.bss_data.as_deref() {
-            t.dropped = bss.dropped.saturating_sub(self.dropped);
-            self.dropped = bss.dropped;
+            t.dropped = since(bss.dropped, &mut self.dropped);
         }
-        let map = &self.skel.maps.madvise_procs;
-        for (k, v) in entries(map) {
-            let Ok(k4) = <[u8; 4]>::try_from(k.as_slice()) else {
-                continue;
-            };
-            let pid = u32::from_ne_bytes(k4);
-            if let Some(d) = self.procs.update(pid, words(&v, LAYOUT.words)) {
-                let other = pid == OTHER_PID;
-                t.procs.push(MadviseProc {
-                    pid,
-                    comm: if other { "(other)".into() } else { comm(&d) },
-                    cgroup: env.cpu_cgroups.path(d[2]),
-                    dontneed_calls: d[3],
-                    free_calls: d[4],
-                    other_calls: d[5],
-                    dontneed_bytes: d[6],
-                    free_bytes: d[7],
-                    other_bytes: d[8],
-                });
-            }
-            if pid != OTHER_PID && !pid_alive(pid) {
-                let _ = map.delete(&k);
-                self.procs.forget(&pid);
-            }
+        for e in drain_procs(&self.skel.maps.madvise_procs, &mut self.procs, LAYOUT.words) {
+            let d = &e.d;
+            t.procs.push(MadviseProc {
+                pid: e.pid,
+                comm: e.comm,
+                cgroup: env.cpu_cgroups.path(e.cgroup_id),
+                dontneed_calls: d[3],
+                free_calls: d[4],
+                other_calls: d[5],
+                dontneed_bytes: d[6],
+                free_bytes: d[7],
+                other_bytes: d[8],
+            });
         }
         out.madvise = Some(t);
     }

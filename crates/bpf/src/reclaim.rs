@@ -3,16 +3,14 @@
 
 use std::path::Path;
 
-use jitterscope_model::tracers::{Reclaim, ReclaimStat, Tracers, OTHER_PID};
-use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
-use libbpf_rs::MapCore;
+use jitterscope_model::tracers::{Reclaim, ReclaimStat, Tracers};
+use libbpf_rs::skel::SkelBuilder;
 
-use crate::delta::{comm, pid_alive, words, Deltas, Layout};
+use crate::delta::{Deltas, Layout};
 use crate::format::{check, field, Record};
-use crate::{
-    create_other, entries, hist, map_bytes, need_tracepoints, object_storage, Env, Tracer,
-    HIST_WORDS,
-};
+use crate::{create_other, hist, map_bytes, need_tracepoints, Env, Tracer, HIST_WORDS};
+
+use crate::{drain_cgroups, drain_procs, load_and_attach, open_skel};
 
 #[allow(clippy::all, clippy::pedantic, non_camel_case_types, dead_code, unused)]
 mod skel {
@@ -65,22 +63,15 @@ pub(crate) fn records() -> Vec<Record> {
 pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<ReclaimTracer, String> {
     need_tracepoints(tracefs, TRACEPOINTS)?;
     check(tracefs, &records())?;
-    let mut open = ReclaimSkelBuilder::default()
-        .open(object_storage())
-        .map_err(|e| format!("opening the BPF object: {e}"))?;
-    let ro = open
-        .maps
-        .rodata_data
-        .as_deref_mut()
-        .ok_or("the BPF object has no read-only data")?;
-    ro.js_cgroup_v1 = env.cgroup_v1();
-    let mut skel = open
-        .load()
-        .map_err(|e| format!("loading into the kernel: {e}"))?;
-    create_other(&skel.maps.reclaim_procs)?;
-    create_other(&skel.maps.reclaim_cgroups)?;
-    skel.attach()
-        .map_err(|e| format!("attaching to vmscan tracepoints: {e}"))?;
+    let open = open_skel!(ReclaimSkelBuilder, env);
+    let skel = load_and_attach(
+        open,
+        |s| {
+            create_other(&s.maps.reclaim_procs)?;
+            create_other(&s.maps.reclaim_cgroups)
+        },
+        "vmscan tracepoints",
+    )?;
     Ok(ReclaimTracer {
         skel,
         procs: Deltas::new(LAYOUT),
@@ -122,49 +113,26 @@ impl Tracer for ReclaimTracer {
             t.dropped = cur[2].saturating_sub(self.prev[2]);
             self.prev = cur;
         }
-        let map = &self.skel.maps.reclaim_procs;
-        for (k, v) in entries(map) {
-            let Ok(k4) = <[u8; 4]>::try_from(k.as_slice()) else {
-                continue;
-            };
-            let pid = u32::from_ne_bytes(k4);
-            if let Some(d) = self.procs.update(pid, words(&v, LAYOUT.words)) {
-                let other = pid == OTHER_PID;
-                t.procs.push(ReclaimStat {
-                    pid,
-                    comm: if other { "(other)".into() } else { comm(&d) },
-                    cgroup: env.mem_cgroups.path(d[2]),
-                    ..stat(&d, gen)
-                });
-            }
-            if pid != OTHER_PID && !pid_alive(pid) {
-                let _ = map.delete(&k);
-                self.procs.forget(&pid);
-            }
+        for e in drain_procs(&self.skel.maps.reclaim_procs, &mut self.procs, LAYOUT.words) {
+            t.procs.push(ReclaimStat {
+                pid: e.pid,
+                comm: e.comm,
+                cgroup: env.mem_cgroups.path(e.cgroup_id),
+                ..stat(&e.d, gen)
+            });
         }
-        let map = &self.skel.maps.reclaim_cgroups;
-        for (k, v) in entries(map) {
-            let Ok(k4) = <[u8; 4]>::try_from(k.as_slice()) else {
-                continue;
-            };
-            let key = u32::from_ne_bytes(k4);
-            let w = words(&v, LAYOUT.words);
-            let id = w[2];
-            if let Some(d) = self.cgroups.update(key, w) {
-                t.cgroups.push(ReclaimStat {
-                    cgroup: if key == OTHER_PID {
-                        "(other)".into()
-                    } else {
-                        env.mem_cgroups.path(id)
-                    },
-                    ..stat(&d, gen)
-                });
-            }
-            // A removed cgroup's entry is read one last time, then dropped.
-            if key != OTHER_PID && env.mem_cgroups.path(id).is_empty() {
-                let _ = map.delete(&k);
-                self.cgroups.forget(&key);
-            }
+        let maps = &self.skel.maps;
+        for (cgroup, d) in drain_cgroups(
+            &maps.reclaim_cgroups,
+            &mut self.cgroups,
+            LAYOUT.words,
+            2,
+            &mut env.mem_cgroups,
+        ) {
+            t.cgroups.push(ReclaimStat {
+                cgroup,
+                ..stat(&d, gen)
+            });
         }
         out.reclaim = Some(t);
     }

@@ -2,16 +2,15 @@
 
 use std::path::Path;
 
-use jitterscope_model::tracers::{RunqCgroup, Runqlat, Tracers, OTHER_PID};
-use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use jitterscope_model::tracers::{RunqCgroup, Runqlat, Tracers};
+use libbpf_rs::skel::SkelBuilder;
 use libbpf_rs::{MapCore, MapFlags};
 
 use crate::delta::{words, Deltas, Layout};
 use crate::format::{check, field, Record};
-use crate::{
-    create_other, entries, hist, map_bytes, need_tracepoints, object_storage, Env, Tracer,
-    HIST_WORDS,
-};
+use crate::{create_other, hist, map_bytes, need_tracepoints, Env, Tracer, HIST_WORDS};
+
+use crate::{drain_cgroups, load_and_attach, open_skel};
 
 #[allow(clippy::all, clippy::pedantic, non_camel_case_types, dead_code, unused)]
 mod skel {
@@ -39,15 +38,7 @@ pub(crate) struct RunqlatTracer {
 }
 
 fn open_and_load(env: &Env, btf: bool) -> Result<RunqlatSkel<'static>, String> {
-    let mut open = RunqlatSkelBuilder::default()
-        .open(object_storage())
-        .map_err(|e| format!("opening the BPF object: {e}"))?;
-    let ro = open
-        .maps
-        .rodata_data
-        .as_deref_mut()
-        .ok_or("the BPF object has no read-only data")?;
-    ro.js_cgroup_v1 = env.cgroup_v1();
+    let mut open = open_skel!(RunqlatSkelBuilder, env);
     let p = &mut open.progs;
     for prog in [&mut p.btf_wakeup, &mut p.btf_wakeup_new, &mut p.btf_switch] {
         prog.set_autoload(btf);
@@ -55,11 +46,11 @@ fn open_and_load(env: &Env, btf: bool) -> Result<RunqlatSkel<'static>, String> {
     for prog in [&mut p.tp_wakeup, &mut p.tp_wakeup_new, &mut p.tp_switch] {
         prog.set_autoload(!btf);
     }
-    let mut skel = open
-        .load()
-        .map_err(|e| format!("loading into the kernel: {e}"))?;
-    create_other(&skel.maps.runq_cgroups)?;
-    skel.attach().map_err(|e| format!("attaching: {e}"))?;
+    let skel = load_and_attach(
+        open,
+        |s| create_other(&s.maps.runq_cgroups),
+        "sched tracepoints",
+    )?;
     Ok(skel)
 }
 
@@ -150,28 +141,18 @@ impl Tracer for RunqlatTracer {
                 t.host = hist(&d, gen);
             }
         }
-        let map = &self.skel.maps.runq_cgroups;
-        for (k, v) in entries(map) {
-            let Ok(k4) = <[u8; 4]>::try_from(k.as_slice()) else {
-                continue;
-            };
-            let key = u32::from_ne_bytes(k4);
-            let w = words(&v, LAYOUT.words);
-            let id = w[0];
-            if let Some(d) = self.cgroups.update(key, w) {
-                t.cgroups.push(RunqCgroup {
-                    cgroup: if key == OTHER_PID {
-                        "(other)".into()
-                    } else {
-                        env.cpu_cgroups.path(id)
-                    },
-                    latency: hist(&d[1..], gen),
-                });
-            }
-            if key != OTHER_PID && env.cpu_cgroups.path(id).is_empty() {
-                let _ = map.delete(&k);
-                self.cgroups.forget(&key);
-            }
+        let maps = &self.skel.maps;
+        for (cgroup, d) in drain_cgroups(
+            &maps.runq_cgroups,
+            &mut self.cgroups,
+            LAYOUT.words,
+            0,
+            &mut env.cpu_cgroups,
+        ) {
+            t.cgroups.push(RunqCgroup {
+                cgroup,
+                latency: hist(&d[1..], gen),
+            });
         }
         out.runqlat = Some(t);
     }

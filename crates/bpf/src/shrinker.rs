@@ -3,12 +3,14 @@
 use std::path::Path;
 
 use jitterscope_model::tracers::{ShrinkerStat, Shrinkers, Tracers};
-use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::skel::SkelBuilder;
 use libbpf_rs::{MapCore, MapFlags};
 
 use crate::delta::{words, Deltas, Layout};
 use crate::format::{check, field, Record};
 use crate::{entries, hist, map_bytes, need_tracepoints, object_storage, Env, Tracer, HIST_WORDS};
+
+use crate::load_and_attach;
 
 #[allow(clippy::all, clippy::pedantic, non_camel_case_types, dead_code, unused)]
 mod skel {
@@ -65,16 +67,17 @@ pub(crate) fn load(_env: &mut Env, tracefs: &Path) -> Result<ShrinkerTracer, Str
     let open = ShrinkerSkelBuilder::default()
         .open(object_storage())
         .map_err(|e| format!("opening the BPF object: {e}"))?;
-    let mut skel = open
-        .load()
-        .map_err(|e| format!("loading into the kernel: {e}"))?;
-    let zero = vec![0u8; skel.maps.shrinkers.value_size() as usize];
-    skel.maps
-        .shrinkers
-        .update(&OTHER_FN.to_ne_bytes(), &zero, MapFlags::NO_EXIST)
-        .map_err(|e| format!("creating the overflow entry: {e}"))?;
-    skel.attach()
-        .map_err(|e| format!("attaching to vmscan:mm_shrink_slab_start/end: {e}"))?;
+    let skel = load_and_attach(
+        open,
+        |s| {
+            let zero = vec![0u8; s.maps.shrinkers.value_size() as usize];
+            s.maps
+                .shrinkers
+                .update(&OTHER_FN.to_ne_bytes(), &zero, MapFlags::NO_EXIST)
+                .map_err(|e| format!("creating the overflow entry: {e}"))
+        },
+        "vmscan:mm_shrink_slab_start/end",
+    )?;
     Ok(ShrinkerTracer {
         skel,
         fns: Deltas::new(LAYOUT),

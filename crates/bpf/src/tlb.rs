@@ -2,14 +2,15 @@
 
 use std::path::Path;
 
-use jitterscope_model::tracers::{Tlb, TlbProc, Tracers, OTHER_PID};
-use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
-use libbpf_rs::MapCore;
+use jitterscope_model::tracers::{Tlb, TlbProc, Tracers};
+use libbpf_rs::skel::SkelBuilder;
 
-use crate::delta::{comm, pid_alive, words, Deltas, Layout};
+use crate::delta::{Deltas, Layout};
 use crate::env::{has_tracepoint, Kallsyms};
 use crate::format::{check, field, Record};
-use crate::{create_other, entries, map_bytes, need_tracepoints, object_storage, Env, Tracer};
+use crate::{create_other, map_bytes, need_tracepoints, Env, Tracer};
+
+use crate::{drain_procs, load_and_attach, open_skel, since};
 
 #[allow(clippy::all, clippy::pedantic, non_camel_case_types, dead_code, unused)]
 mod skel {
@@ -62,25 +63,17 @@ pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<TlbTracer, String> {
     } else {
         Ok(())
     };
-    let mut open = TlbSkelBuilder::default()
-        .open(object_storage())
-        .map_err(|e| format!("opening the BPF object: {e}"))?;
+    let mut open = open_skel!(TlbSkelBuilder, env);
     let ro = open
         .maps
         .rodata_data
         .as_deref_mut()
         .ok_or("the BPF object has no read-only data")?;
-    ro.js_cgroup_v1 = env.cgroup_v1();
     ro.flush_tlb_func_addr = flush.unwrap_or(0);
     if ipis.is_err() {
         open.progs.ipi_send_cpumask.set_autoload(false);
     }
-    let mut skel = open
-        .load()
-        .map_err(|e| format!("loading into the kernel: {e}"))?;
-    create_other(&skel.maps.tlb_procs)?;
-    skel.attach()
-        .map_err(|e| format!("attaching to tlb:tlb_flush: {e}"))?;
+    let skel = load_and_attach(open, |s| create_other(&s.maps.tlb_procs), "tlb:tlb_flush")?;
     Ok(TlbTracer {
         skel,
         procs: Deltas::new(LAYOUT),
@@ -109,37 +102,25 @@ impl Tracer for TlbTracer {
             ..Default::default()
         };
         if let Some(bss) = self.skel.maps.bss_data.as_deref() {
-            t.dropped = bss.dropped.saturating_sub(self.dropped);
-            self.dropped = bss.dropped;
+            t.dropped = since(bss.dropped, &mut self.dropped);
         }
-        let map = &self.skel.maps.tlb_procs;
-        for (k, v) in entries(map) {
-            let Ok(k4) = <[u8; 4]>::try_from(k.as_slice()) else {
-                continue;
-            };
-            let pid = u32::from_ne_bytes(k4);
-            if let Some(d) = self.procs.update(pid, words(&v, LAYOUT.words)) {
-                let other = pid == OTHER_PID;
-                t.procs.push(TlbProc {
-                    pid,
-                    comm: if other { "(other)".into() } else { comm(&d) },
-                    cgroup: env.cpu_cgroups.path(d[2]),
-                    task_switch: d[3],
-                    remote_shootdown: d[4],
-                    local_shootdown: d[5],
-                    local_mm_shootdown: d[6],
-                    remote_send_ipi: d[7],
-                    other: d[8],
-                    pages: d[9],
-                    full_flushes: d[10],
-                    ipis_sent: d[11],
-                    ipi_targets: d[12],
-                });
-            }
-            if pid != OTHER_PID && !pid_alive(pid) {
-                let _ = map.delete(&k);
-                self.procs.forget(&pid);
-            }
+        for e in drain_procs(&self.skel.maps.tlb_procs, &mut self.procs, LAYOUT.words) {
+            let d = &e.d;
+            t.procs.push(TlbProc {
+                pid: e.pid,
+                comm: e.comm,
+                cgroup: env.cpu_cgroups.path(e.cgroup_id),
+                task_switch: d[3],
+                remote_shootdown: d[4],
+                local_shootdown: d[5],
+                local_mm_shootdown: d[6],
+                remote_send_ipi: d[7],
+                other: d[8],
+                pages: d[9],
+                full_flushes: d[10],
+                ipis_sent: d[11],
+                ipi_targets: d[12],
+            });
         }
         out.tlb = Some(t);
     }

@@ -80,6 +80,7 @@ struct task_struct {
 	pid_t pid;
 	pid_t tgid;
 	char comm[16];
+	struct task_struct *group_leader;
 	struct css_set *cgroups;
 } __attribute__((preserve_access_index));
 
@@ -164,6 +165,16 @@ static __always_inline u64 js_task_cgroup(struct task_struct *t, int subsys)
 static __always_inline u64 js_current_cgroup(int subsys)
 {
 	return js_task_cgroup((struct task_struct *)bpf_get_current_task(), subsys);
+}
+
+/* The process's name: its main thread's comm. Entries are per process, and the thread that
+ * happened to cause the first event (`store-writer`, `jemalloc_bg_thd`) would misname it. */
+static __always_inline void js_process_comm(char *buf)
+{
+	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+	struct task_struct *leader = BPF_CORE_READ(t, group_leader);
+	if (!leader || bpf_core_read_str(buf, 16, &leader->comm) < 0)
+		bpf_get_current_comm(buf, 16);
 }
 
 /* Finds `key` in `map`, creating it zeroed if absent; when the map is full, the JS_OTHER entry.

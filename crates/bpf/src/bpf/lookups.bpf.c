@@ -96,7 +96,7 @@ static __always_inline int on_exit(long ret)
 		return 0;
 	}
 	if (fresh && tgid != JS_OTHER) {
-		bpf_get_current_comm(p->comm, sizeof(p->comm));
+		js_process_comm(p->comm);
 		p->cgroup = js_current_cgroup(cpu_cgrp_id);
 	}
 	__sync_fetch_and_add(&p->calls[fam], 1);
@@ -121,7 +121,7 @@ static __always_inline int on_exit(long ret)
 		return 0;
 	n->tgid = tgid;
 	n->family = fam;
-	bpf_get_current_comm(n->comm, sizeof(n->comm));
+	js_process_comm(n->comm);
 	bpf_probe_read_user_str(n->name, sizeof(n->name), (void *)name);
 	return 0;
 }

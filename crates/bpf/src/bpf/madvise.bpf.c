@@ -43,7 +43,7 @@ int sys_enter_madvise(struct sys_enter_madvise_args *ctx)
 		return 0;
 	}
 	if (fresh && tgid != JS_OTHER) {
-		bpf_get_current_comm(p->comm, sizeof(p->comm));
+		js_process_comm(p->comm);
 		p->cgroup = js_current_cgroup(cpu_cgrp_id);
 	}
 	int adv = (int)ctx->behavior;

@@ -80,7 +80,7 @@ static __always_inline int on_end(u64 pages)
 	struct js_reclaim_stat *p = js_lookup_or_init(&reclaim_procs, &tgid, &zero_stat, &fresh);
 	if (p) {
 		if (fresh && tgid != JS_OTHER) {
-			bpf_get_current_comm(p->comm, sizeof(p->comm));
+			js_process_comm(p->comm);
 			p->cgroup = cg;
 		}
 		account(p, kind, ns, pages);

@@ -40,7 +40,7 @@ static __always_inline struct js_tlb_proc *proc_entry(void)
 		return NULL;
 	}
 	if (fresh && tgid != JS_OTHER) {
-		bpf_get_current_comm(p->comm, sizeof(p->comm));
+		js_process_comm(p->comm);
 		p->cgroup = js_current_cgroup(cpu_cgrp_id);
 	}
 	return p;
