@@ -306,6 +306,22 @@ where
     Ok(skel)
 }
 
+/// Starts a read of a tracer whose `.bss` has `js_gen` and `dropped`: bumps the histogram
+/// generation and yields (the generation of the interval just ended, events dropped in it).
+macro_rules! begin_read {
+    ($skel:expr, $prev_dropped:expr) => {{
+        match $skel.maps.bss_data.as_deref_mut() {
+            Some(bss) => {
+                let gen = bss.js_gen;
+                bss.js_gen = gen + 1;
+                (gen, $crate::since(bss.dropped, &mut $prev_dropped))
+            }
+            None => (0, 0),
+        }
+    }};
+}
+pub(crate) use begin_read;
+
 /// The increase of a cumulative counter since the last call, remembering it in `prev`.
 fn since(cur: u64, prev: &mut u64) -> u64 {
     let d = cur.saturating_sub(*prev);

@@ -8,7 +8,9 @@ use libbpf_rs::skel::SkelBuilder;
 
 use crate::delta::{Deltas, Layout};
 use crate::format::{check, field, Record};
-use crate::{create_other, hist, map_bytes, need_tracepoints, Env, Tracer, HIST_WORDS};
+use crate::{
+    begin_read, create_other, hist, map_bytes, need_tracepoints, since, Env, Tracer, HIST_WORDS,
+};
 
 use crate::{drain_cgroups, drain_procs, load_and_attach, open_skel};
 
@@ -39,6 +41,7 @@ pub(crate) struct ReclaimTracer {
     skel: ReclaimSkel<'static>,
     procs: Deltas<u32>,
     cgroups: Deltas<u32>,
+    /// kswapd wake-up requests, kswapd wakes, dropped: as last read.
     prev: [u64; 3],
 }
 
@@ -103,15 +106,11 @@ impl Tracer for ReclaimTracer {
 
     fn read(&mut self, env: &mut Env, out: &mut Tracers) {
         let mut t = Reclaim::default();
-        let mut gen = 0;
-        if let Some(bss) = self.skel.maps.bss_data.as_deref_mut() {
-            gen = bss.js_gen;
-            bss.js_gen = gen + 1;
-            let cur = [bss.kswapd[0], bss.kswapd[1], bss.dropped];
-            t.kswapd_wakeups = cur[0].saturating_sub(self.prev[0]);
-            t.kswapd_wakes = cur[1].saturating_sub(self.prev[1]);
-            t.dropped = cur[2].saturating_sub(self.prev[2]);
-            self.prev = cur;
+        let (gen, dropped) = begin_read!(self.skel, self.prev[2]);
+        t.dropped = dropped;
+        if let Some(bss) = self.skel.maps.bss_data.as_deref() {
+            t.kswapd_wakeups = since(bss.kswapd[0], &mut self.prev[0]);
+            t.kswapd_wakes = since(bss.kswapd[1], &mut self.prev[1]);
         }
         for e in drain_procs(&self.skel.maps.reclaim_procs, &mut self.procs, LAYOUT.words) {
             t.procs.push(ReclaimStat {

@@ -8,7 +8,7 @@ use libbpf_rs::{MapCore, MapFlags};
 
 use crate::delta::{words, Deltas, Layout};
 use crate::format::{check, field, Record};
-use crate::{create_other, hist, map_bytes, need_tracepoints, Env, Tracer, HIST_WORDS};
+use crate::{begin_read, create_other, hist, map_bytes, need_tracepoints, Env, Tracer, HIST_WORDS};
 
 use crate::{drain_cgroups, load_and_attach, open_skel};
 
@@ -124,13 +124,8 @@ impl Tracer for RunqlatTracer {
 
     fn read(&mut self, env: &mut Env, out: &mut Tracers) {
         let mut t = Runqlat::default();
-        let mut gen = 0;
-        if let Some(bss) = self.skel.maps.bss_data.as_deref_mut() {
-            gen = bss.js_gen;
-            bss.js_gen = gen + 1;
-            t.dropped = bss.dropped.saturating_sub(self.dropped);
-            self.dropped = bss.dropped;
-        }
+        let (gen, dropped) = begin_read!(self.skel, self.dropped);
+        t.dropped = dropped;
         if let Ok(Some(v)) = self
             .skel
             .maps

@@ -8,7 +8,9 @@ use libbpf_rs::{MapCore, MapFlags};
 
 use crate::delta::{words, Deltas, Layout};
 use crate::format::{check, field, Record};
-use crate::{entries, hist, map_bytes, need_tracepoints, object_storage, Env, Tracer, HIST_WORDS};
+use crate::{
+    begin_read, entries, hist, map_bytes, need_tracepoints, object_storage, Env, Tracer, HIST_WORDS,
+};
 
 use crate::load_and_attach;
 
@@ -96,13 +98,8 @@ impl Tracer for ShrinkerTracer {
 
     fn read(&mut self, env: &mut Env, out: &mut Tracers) {
         let mut t = Shrinkers::default();
-        let mut gen = 0;
-        if let Some(bss) = self.skel.maps.bss_data.as_deref_mut() {
-            gen = bss.js_gen;
-            bss.js_gen = gen + 1;
-            t.dropped = bss.dropped.saturating_sub(self.dropped);
-            self.dropped = bss.dropped;
-        }
+        let (gen, dropped) = begin_read!(self.skel, self.dropped);
+        t.dropped = dropped;
         let mut moved = Vec::new();
         for (k, v) in entries(&self.skel.maps.shrinkers) {
             let Ok(k8) = <[u8; 8]>::try_from(k.as_slice()) else {

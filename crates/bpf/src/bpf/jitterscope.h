@@ -177,6 +177,12 @@ static __always_inline void js_process_comm(char *buf)
 		bpf_get_current_comm(buf, 16);
 }
 
+/* The first members of every per-process value. */
+struct js_proc_head {
+	char comm[16];
+	u64 cgroup;
+};
+
 /* Finds `key` in `map`, creating it zeroed if absent; when the map is full, the JS_OTHER entry.
  * NULL only if even that is missing (counted by the caller as dropped). */
 static __always_inline void *js_lookup_or_init(void *map, u32 *key, const void *zero, bool *fresh)
@@ -196,5 +202,24 @@ static __always_inline void *js_lookup_or_init(void *map, u32 *key, const void *
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* The current process's entry of per-process `map` (values start with struct js_proc_head),
+ * named and placed in its `subsys` cgroup when created; the overflow entry when the map is full;
+ * NULL (counted in `*dropped`) when even that is missing. */
+static __always_inline void *js_proc_entry(void *map, const void *zero, int subsys, u64 *dropped)
+{
+	u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	bool fresh = false;
+	struct js_proc_head *p = js_lookup_or_init(map, &tgid, zero, &fresh);
+	if (!p) {
+		__sync_fetch_and_add(dropped, 1);
+		return NULL;
+	}
+	if (fresh && tgid != JS_OTHER) {
+		js_process_comm(p->comm);
+		p->cgroup = js_current_cgroup(subsys);
+	}
+	return p;
+}
 
 #endif

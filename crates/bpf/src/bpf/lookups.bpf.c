@@ -10,8 +10,7 @@ enum { FAM_STAT, FAM_ACCESS, FAM_OPEN, FAM_N };
 #define NAME_LEN 256
 
 struct js_lookup_proc {
-	char comm[16];
-	u64 cgroup;
+	struct js_proc_head head;
 	u64 calls[FAM_N];  /* all calls of the traced syscalls */
 	u64 enoent[FAM_N]; /* of which failed with ENOENT */
 };
@@ -89,16 +88,9 @@ static __always_inline int on_exit(long ret)
 		return 0;
 
 	u32 tgid = id >> 32;
-	bool fresh = false;
-	struct js_lookup_proc *p = js_lookup_or_init(&lookup_procs, &tgid, &zero_proc, &fresh);
-	if (!p) {
-		__sync_fetch_and_add(&dropped, 1);
+	struct js_lookup_proc *p = js_proc_entry(&lookup_procs, &zero_proc, cpu_cgrp_id, &dropped);
+	if (!p)
 		return 0;
-	}
-	if (fresh && tgid != JS_OTHER) {
-		js_process_comm(p->comm);
-		p->cgroup = js_current_cgroup(cpu_cgrp_id);
-	}
 	__sync_fetch_and_add(&p->calls[fam], 1);
 	if (ret != -ENOENT)
 		return 0;

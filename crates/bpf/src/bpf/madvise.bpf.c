@@ -8,8 +8,7 @@
 enum { ADV_DONTNEED, ADV_FREE, ADV_OTHER, ADV_N };
 
 struct js_madvise_proc {
-	char comm[16];
-	u64 cgroup;
+	struct js_proc_head head;
 	u64 calls[ADV_N];
 	u64 bytes[ADV_N];
 };
@@ -35,17 +34,9 @@ struct sys_enter_madvise_args {
 SEC("tracepoint/syscalls/sys_enter_madvise")
 int sys_enter_madvise(struct sys_enter_madvise_args *ctx)
 {
-	u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	bool fresh = false;
-	struct js_madvise_proc *p = js_lookup_or_init(&madvise_procs, &tgid, &zero_proc, &fresh);
-	if (!p) {
-		__sync_fetch_and_add(&dropped, 1);
+	struct js_madvise_proc *p = js_proc_entry(&madvise_procs, &zero_proc, cpu_cgrp_id, &dropped);
+	if (!p)
 		return 0;
-	}
-	if (fresh && tgid != JS_OTHER) {
-		js_process_comm(p->comm);
-		p->cgroup = js_current_cgroup(cpu_cgrp_id);
-	}
 	int adv = (int)ctx->behavior;
 	u32 i = adv == MADV_DONTNEED ? ADV_DONTNEED : adv == MADV_FREE ? ADV_FREE : ADV_OTHER;
 	__sync_fetch_and_add(&p->calls[i], 1);

@@ -6,8 +6,7 @@
 enum { KIND_DIRECT, KIND_MEMCG, KIND_N };
 
 struct js_reclaim_stat {
-	char comm[16];
-	u64 cgroup;
+	struct js_proc_head head; /* comm empty for a cgroup entry */
 	u64 stalls[KIND_N];
 	u64 reclaimed_pages;
 	struct js_hist hist; /* all stalls, both kinds */
@@ -74,25 +73,16 @@ static __always_inline int on_end(u64 pages)
 	u32 kind = s->kind;
 	bpf_map_delete_elem(&reclaim_start, &tid);
 
-	u64 cg = js_current_cgroup(memory_cgrp_id);
-	u32 tgid = id >> 32;
-	bool fresh = false;
-	struct js_reclaim_stat *p = js_lookup_or_init(&reclaim_procs, &tgid, &zero_stat, &fresh);
-	if (p) {
-		if (fresh && tgid != JS_OTHER) {
-			js_process_comm(p->comm);
-			p->cgroup = cg;
-		}
+	struct js_reclaim_stat *p = js_proc_entry(&reclaim_procs, &zero_stat, memory_cgrp_id, &dropped);
+	if (p)
 		account(p, kind, ns, pages);
-	} else {
-		__sync_fetch_and_add(&dropped, 1);
-	}
+	u64 cg = js_current_cgroup(memory_cgrp_id);
 	u32 ckey = (u32)cg;
-	fresh = false;
+	bool fresh = false;
 	struct js_reclaim_stat *c = js_lookup_or_init(&reclaim_cgroups, &ckey, &zero_stat, &fresh);
 	if (c) {
 		if (fresh && ckey != JS_OTHER)
-			c->cgroup = cg;
+			c->head.cgroup = cg;
 		account(c, kind, ns, pages);
 	} else {
 		__sync_fetch_and_add(&dropped, 1);

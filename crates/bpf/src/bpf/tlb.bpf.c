@@ -6,8 +6,7 @@
 #define TLB_REASONS 6 /* TLB_FLUSH_ON_TASK_SWITCH .. TLB_REMOTE_WRONG_CPU; more go to the last */
 
 struct js_tlb_proc {
-	char comm[16];
-	u64 cgroup;
+	struct js_proc_head head;
 	u64 flushes[TLB_REASONS];
 	/* Sum of pages of ranged flushes; a full flush (pages = -1) counts in full_flushes. */
 	u64 pages;
@@ -29,26 +28,9 @@ u64 dropped = 0;
 
 static const struct js_tlb_proc zero_proc;
 
-static __always_inline struct js_tlb_proc *proc_entry(void)
-{
-	u64 id = bpf_get_current_pid_tgid();
-	u32 tgid = id >> 32;
-	bool fresh = false;
-	struct js_tlb_proc *p = js_lookup_or_init(&tlb_procs, &tgid, &zero_proc, &fresh);
-	if (!p) {
-		__sync_fetch_and_add(&dropped, 1);
-		return NULL;
-	}
-	if (fresh && tgid != JS_OTHER) {
-		js_process_comm(p->comm);
-		p->cgroup = js_current_cgroup(cpu_cgrp_id);
-	}
-	return p;
-}
-
 static __always_inline int on_flush(int reason, unsigned long pages)
 {
-	struct js_tlb_proc *p = proc_entry();
+	struct js_tlb_proc *p = js_proc_entry(&tlb_procs, &zero_proc, cpu_cgrp_id, &dropped);
 	if (!p)
 		return 0;
 	u32 r = reason < 0 ? 0 : (u32)reason;
@@ -86,7 +68,7 @@ int ipi_send_cpumask(struct ipi_send_cpumask_args *ctx)
 {
 	if (!flush_tlb_func_addr || (u64)ctx->callback != flush_tlb_func_addr)
 		return 0;
-	struct js_tlb_proc *p = proc_entry();
+	struct js_tlb_proc *p = js_proc_entry(&tlb_procs, &zero_proc, cpu_cgrp_id, &dropped);
 	if (!p)
 		return 0;
 	u32 off = ctx->cpumask_loc & 0xffff;
