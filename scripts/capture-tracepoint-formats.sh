@@ -11,7 +11,7 @@ tfs=/sys/kernel/tracing
 if [ ! -d $tfs/events ]; then
   mount -t tracefs nodev $tfs
 fi
-events="tlb/tlb_flush ipi/ipi_send_cpumask syscalls/sys_enter_madvise
+events="tlb/tlb_flush ipi/ipi_send_cpumask csd/csd_queue_cpu syscalls/sys_enter_madvise
 vmscan/mm_vmscan_direct_reclaim_begin vmscan/mm_vmscan_direct_reclaim_end
 vmscan/mm_vmscan_memcg_reclaim_begin vmscan/mm_vmscan_memcg_reclaim_end
 vmscan/mm_vmscan_wakeup_kswapd vmscan/mm_vmscan_kswapd_wake

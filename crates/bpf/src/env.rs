@@ -1,7 +1,7 @@
 //! What the tracers need from the host besides BPF: tracefs (classic tracepoints are attached by
 //! id, which only tracefs tells), kernel symbols, and the cgroup hierarchy the kernel ids point at.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::MetadataExt;
@@ -55,6 +55,9 @@ pub fn has_btf() -> bool {
 #[derive(Debug, Default)]
 pub struct Kallsyms {
     names: HashMap<u64, String>,
+    /// Addresses a scan did not find (modules unloaded, restricted kallsyms): retried at most
+    /// every 10 s, while an address never looked up is scanned for at once.
+    unresolved: HashSet<u64>,
     last_scan: Option<Instant>,
     /// Whether addresses are hidden (kptr_restrict): every address reads 0.
     pub restricted: bool,
@@ -76,21 +79,28 @@ impl Kallsyms {
         None
     }
 
-    /// The names of `addrs` (exact symbol starts), scanning kallsyms at most once per 10 s for
-    /// addresses not seen before; unresolved ones come back as hex.
+    /// The names of `addrs` (exact symbol starts); unresolved ones come back as hex. Kallsyms is
+    /// scanned when an address was never looked up, and for ones a scan missed at most every
+    /// 10 s.
     pub fn resolve(&mut self, addrs: &[u64]) -> Vec<String> {
         let missing: Vec<u64> = addrs
             .iter()
             .copied()
             .filter(|a| !self.names.contains_key(a))
             .collect();
-        let due = self
+        let new = missing.iter().any(|a| !self.unresolved.contains(a));
+        let retry = self
             .last_scan
             .is_none_or(|t| t.elapsed() >= Duration::from_secs(10));
-        if !missing.is_empty() && due {
+        if !missing.is_empty() && (new || retry) {
             self.last_scan = Some(Instant::now());
             if let Ok(f) = fs::File::open("/proc/kallsyms") {
                 self.scan(BufReader::new(f), &missing);
+            }
+            for a in missing {
+                if !self.names.contains_key(&a) {
+                    self.unresolved.insert(a);
+                }
             }
         }
         addrs
@@ -134,6 +144,11 @@ impl Kallsyms {
 pub struct CgroupIds {
     hierarchy: Option<Hierarchy>,
     paths: HashMap<u64, String>,
+    /// Ids a walk did not find: walked for again at most every 10 s (an id never looked up is
+    /// walked for at once, so a new cgroup is named in its first interval).
+    unresolved: HashSet<u64>,
+    /// Ids that were cgroups at one walk and were gone at a later one.
+    removed: HashSet<u64>,
     last_walk: Option<Instant>,
 }
 
@@ -152,6 +167,8 @@ impl CgroupIds {
         CgroupIds {
             hierarchy: h,
             paths: HashMap::new(),
+            unresolved: HashSet::new(),
+            removed: HashSet::new(),
             last_walk: None,
         }
     }
@@ -163,8 +180,8 @@ impl CgroupIds {
             .is_some_and(|h| h.version == CgroupVersion::V1)
     }
 
-    /// The path of cgroup `id`; walks the hierarchy again (at most every 10 s) when `id` is new.
-    /// Empty when unknown (removed, or no hierarchy).
+    /// The path of cgroup `id`, walking the hierarchy again when `id` was never looked up (and,
+    /// for ids a walk did not find, at most every 10 s). Empty when unknown.
     pub fn path(&mut self, id: u64) -> String {
         if id == 0 {
             return String::new();
@@ -172,18 +189,25 @@ impl CgroupIds {
         if let Some(p) = self.paths.get(&id) {
             return p.clone();
         }
-        let due = self
+        let retry = self
             .last_walk
             .is_none_or(|t| t.elapsed() >= Duration::from_secs(10));
-        if due {
+        if !self.unresolved.contains(&id) || retry {
             self.walk();
         }
-        self.paths.get(&id).cloned().unwrap_or_default()
+        match self.paths.get(&id) {
+            Some(p) => p.clone(),
+            None => {
+                self.unresolved.insert(id);
+                String::new()
+            }
+        }
     }
 
-    /// Whether `id` is a cgroup that existed at the last walk.
-    pub fn known(&self, id: u64) -> bool {
-        self.paths.contains_key(&id)
+    /// Whether `id` was a cgroup at one walk and was gone at a later one: its counters will
+    /// never move again. Taking the answer forgets the id.
+    pub fn take_removed(&mut self, id: u64) -> bool {
+        self.removed.remove(&id)
     }
 
     fn walk(&mut self) {
@@ -212,6 +236,17 @@ impl CgroupIds {
                     stack.push((e.path(), format!("{rel}/{}", name.to_string_lossy())));
                 }
             }
+        }
+        // A removed id is remembered until its map entry is dropped (take_removed); bounded in
+        // case no map ever held it.
+        if self.removed.len() > 4096 {
+            self.removed.clear();
+        }
+        self.removed
+            .extend(self.paths.keys().filter(|id| !paths.contains_key(id)));
+        self.unresolved.retain(|id| !paths.contains_key(id));
+        if self.unresolved.len() > 4096 {
+            self.unresolved.clear();
         }
         self.paths = paths;
     }
@@ -256,5 +291,34 @@ mod tests {
         };
         assert_eq!(ids.path(ino), want);
         assert_eq!(ids.path(u64::MAX - 5), "", "an id no cgroup has");
+    }
+
+    #[test]
+    fn a_new_cgroup_is_named_at_once_and_its_removal_noticed() {
+        let mut ids = CgroupIds::new(&Root::new("/"), "cpu");
+        let Some(h) = ids.hierarchy.clone() else {
+            println!("SKIPPED: no cgroup hierarchy mounted");
+            return;
+        };
+        let dir = h
+            .mount_point
+            .join(format!("jitterscope-ids-test-{}", std::process::id()));
+        ids.path(1); // a walk just happened: the next one would be 10 s away for a known miss
+        if let Err(e) = fs::create_dir(&dir) {
+            println!("SKIPPED: cannot create a cgroup ({e})");
+            return;
+        }
+        let ino = fs::metadata(&dir).unwrap().ino();
+        let path = ids.path(ino);
+        let _ = fs::remove_dir(&dir);
+        assert!(
+            path.ends_with(&format!("/jitterscope-ids-test-{}", std::process::id())),
+            "{path:?}"
+        );
+        assert!(!ids.take_removed(ino));
+        // The next unknown id triggers a walk, which notices the removal.
+        ids.path(u64::MAX - 7);
+        assert!(ids.take_removed(ino));
+        assert!(!ids.take_removed(ino), "taken once");
     }
 }

@@ -122,8 +122,8 @@ impl Env {
 trait Tracer: Send {
     /// Reads the interval's counts into `out`.
     fn read(&mut self, env: &mut Env, out: &mut Tracers);
-    /// Bytes of kernel memory its maps may use at most.
-    fn map_bytes(&self) -> u64;
+    /// The loaded BPF object (for its maps' memory).
+    fn object(&self) -> &libbpf_rs::Object;
     /// How it attached (e.g. which tracepoint flavour), for `--check`.
     fn how(&self) -> String;
 }
@@ -198,7 +198,7 @@ impl TracerCollector {
                     report.push(Started {
                         name: n,
                         outcome: Ok(t.how()),
-                        map_bytes: t.map_bytes(),
+                        map_bytes: kernel_map_bytes(t.object()),
                     });
                     tracers.push(t);
                 }
@@ -370,8 +370,8 @@ fn drain_procs(map: &dyn MapCore, deltas: &mut delta::Deltas<u32>, words: usize)
 }
 
 /// Reads a map keyed by (the low half of) a cgroup id whose full id is word `id_word` of the
-/// value: each moved entry's cgroup path and change; entries of removed cgroups are read one
-/// last time, then deleted.
+/// value: each moved entry's cgroup path and change; entries of cgroups seen removed are read
+/// one last time, then deleted.
 fn drain_cgroups(
     map: &dyn MapCore,
     deltas: &mut delta::Deltas<u32>,
@@ -394,9 +394,9 @@ fn drain_cgroups(
             ids.path(id)
         };
         if let Some(d) = deltas.update(key, w) {
-            out.push((path.clone(), d));
+            out.push((path, d));
         }
-        if path.is_empty() {
+        if key != OTHER_PID && ids.take_removed(id) {
             let _ = map.delete(&k);
             deltas.forget(&key);
         }
@@ -421,10 +421,27 @@ fn create_other(map: &dyn MapCore) -> Result<(), String> {
         .map_err(|e| format!("creating the overflow entry: {e}"))
 }
 
-/// Upper bound of kernel memory of a hash/array map: entries × (key + value + per-entry overhead
-/// of about 64 bytes for hash maps).
-fn map_bytes(map: &dyn MapCore, max_entries: u32) -> u64 {
-    max_entries as u64 * (map.key_size() as u64 + map.value_size() as u64 + 64)
+/// Kernel memory of every map of `obj` (hash maps are preallocated: this is what they hold
+/// whatever the load), as the kernel accounts it: `memlock` in the maps' fdinfo.
+fn kernel_map_bytes(obj: &libbpf_rs::Object) -> u64 {
+    use std::os::fd::{AsFd, AsRawFd};
+    obj.maps()
+        .map(|m| {
+            let fd = m.as_fd().as_raw_fd();
+            std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}"))
+                .ok()
+                .and_then(|s| memlock(&s))
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+/// The `memlock:` value of a map's fdinfo.
+fn memlock(fdinfo: &str) -> Option<u64> {
+    fdinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("memlock:"))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// A histogram from its 36 words (32 slots, count, sum, max, max generation); `gen` is the
@@ -518,6 +535,14 @@ mod tests {
             e.contains("unknown tracer 'kprobe'") && e.contains("runqlat"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn memlock_from_fdinfo() {
+        let fdinfo = "pos:\t0\nflags:\t02000002\nmap_type:\t1\nmemlock:\t2461696\nmap_id:\t42\n";
+        assert_eq!(memlock(fdinfo), Some(2_461_696));
+        assert_eq!(memlock("memlock: x\n"), None);
+        assert_eq!(memlock(""), None);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use libbpf_rs::{MapCore, MapFlags};
 use crate::delta::{Deltas, Layout};
 use crate::env::has_tracepoint;
 use crate::format::{check, field, Record};
-use crate::{create_other, map_bytes, Env, Tracer};
+use crate::{create_other, Env, Tracer};
 
 use crate::{drain_procs, load_and_attach, open_skel, since};
 
@@ -160,10 +160,9 @@ impl Tracer for LookupsTracer {
         format!("syscall tracepoints ({})", self.syscalls.join(", "))
     }
 
-    fn map_bytes(&self) -> u64 {
-        map_bytes(&self.skel.maps.lookup_procs, 4096)
-            + map_bytes(&self.skel.maps.lookup_pending, 16384)
-            + map_bytes(&self.skel.maps.lookup_names, NAME_SLOTS)
+    fn object(&self) -> &libbpf_rs::Object {
+        use libbpf_rs::skel::Skel;
+        self.skel.object()
     }
 
     fn read(&mut self, env: &mut Env, out: &mut Tracers) {

@@ -7,7 +7,7 @@ use libbpf_rs::skel::SkelBuilder;
 
 use crate::delta::{Deltas, Layout};
 use crate::format::{check, field, Record};
-use crate::{create_other, map_bytes, need_tracepoints, Env, Tracer};
+use crate::{create_other, need_tracepoints, Env, Tracer};
 
 use crate::{drain_procs, load_and_attach, open_skel, since};
 
@@ -62,8 +62,9 @@ impl Tracer for MadviseTracer {
         "tracepoint syscalls:sys_enter_madvise".into()
     }
 
-    fn map_bytes(&self) -> u64 {
-        map_bytes(&self.skel.maps.madvise_procs, 4096)
+    fn object(&self) -> &libbpf_rs::Object {
+        use libbpf_rs::skel::Skel;
+        self.skel.object()
     }
 
     fn read(&mut self, env: &mut Env, out: &mut Tracers) {

@@ -8,9 +8,7 @@ use libbpf_rs::skel::SkelBuilder;
 
 use crate::delta::{Deltas, Layout};
 use crate::format::{check, field, Record};
-use crate::{
-    begin_read, create_other, hist, map_bytes, need_tracepoints, since, Env, Tracer, HIST_WORDS,
-};
+use crate::{begin_read, create_other, hist, need_tracepoints, since, Env, Tracer, HIST_WORDS};
 
 use crate::{drain_cgroups, drain_procs, load_and_attach, open_skel};
 
@@ -98,10 +96,9 @@ impl Tracer for ReclaimTracer {
         "tracepoints vmscan:mm_vmscan_{direct,memcg}_reclaim_{begin,end}, wakeup_kswapd, kswapd_wake".into()
     }
 
-    fn map_bytes(&self) -> u64 {
-        map_bytes(&self.skel.maps.reclaim_procs, 4096)
-            + map_bytes(&self.skel.maps.reclaim_cgroups, 2048)
-            + map_bytes(&self.skel.maps.reclaim_start, 8192)
+    fn object(&self) -> &libbpf_rs::Object {
+        use libbpf_rs::skel::Skel;
+        self.skel.object()
     }
 
     fn read(&mut self, env: &mut Env, out: &mut Tracers) {

@@ -8,7 +8,7 @@ use libbpf_rs::{MapCore, MapFlags};
 
 use crate::delta::{words, Deltas, Layout};
 use crate::format::{check, field, Record};
-use crate::{begin_read, create_other, hist, map_bytes, need_tracepoints, Env, Tracer, HIST_WORDS};
+use crate::{begin_read, create_other, hist, need_tracepoints, Env, Tracer, HIST_WORDS};
 
 use crate::{drain_cgroups, load_and_attach, open_skel};
 
@@ -118,8 +118,9 @@ impl Tracer for RunqlatTracer {
         }
     }
 
-    fn map_bytes(&self) -> u64 {
-        map_bytes(&self.skel.maps.wakeup_ts, 16384) + map_bytes(&self.skel.maps.runq_cgroups, 2048)
+    fn object(&self) -> &libbpf_rs::Object {
+        use libbpf_rs::skel::Skel;
+        self.skel.object()
     }
 
     fn read(&mut self, env: &mut Env, out: &mut Tracers) {

@@ -8,9 +8,7 @@ use libbpf_rs::{MapCore, MapFlags};
 
 use crate::delta::{words, Deltas, Layout};
 use crate::format::{check, field, Record};
-use crate::{
-    begin_read, entries, hist, map_bytes, need_tracepoints, object_storage, Env, Tracer, HIST_WORDS,
-};
+use crate::{begin_read, entries, hist, need_tracepoints, object_storage, Env, Tracer, HIST_WORDS};
 
 use crate::load_and_attach;
 
@@ -92,8 +90,9 @@ impl Tracer for ShrinkerTracer {
         "tracepoints vmscan:mm_shrink_slab_start/end, shrinkers named by their scan function (kallsyms)".into()
     }
 
-    fn map_bytes(&self) -> u64 {
-        map_bytes(&self.skel.maps.shrinkers, 1024) + map_bytes(&self.skel.maps.shrink_start, 8192)
+    fn object(&self) -> &libbpf_rs::Object {
+        use libbpf_rs::skel::Skel;
+        self.skel.object()
     }
 
     fn read(&mut self, env: &mut Env, out: &mut Tracers) {

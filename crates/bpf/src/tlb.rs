@@ -8,7 +8,7 @@ use libbpf_rs::skel::SkelBuilder;
 use crate::delta::{Deltas, Layout};
 use crate::env::{has_tracepoint, Kallsyms};
 use crate::format::{check, field, Record};
-use crate::{create_other, map_bytes, need_tracepoints, Env, Tracer};
+use crate::{create_other, need_tracepoints, Env, Tracer};
 
 use crate::{drain_procs, load_and_attach, open_skel, since};
 
@@ -28,7 +28,7 @@ const _: () = assert!(std::mem::size_of::<types::js_tlb_proc>() == LAYOUT.words 
 pub(crate) struct TlbTracer {
     skel: TlbSkel<'static>,
     procs: Deltas<u32>,
-    ipis: Result<(), &'static str>,
+    ipis: Result<&'static str, &'static str>,
     dropped: u64,
 }
 
@@ -41,6 +41,10 @@ pub(crate) fn records() -> Vec<Record> {
                 field!(types::tlb_flush_args, reason, "reason"),
                 field!(types::tlb_flush_args, pages, "pages"),
             ],
+        },
+        Record {
+            event: "csd/csd_queue_cpu".into(),
+            fields: vec![field!(types::csd_queue_cpu_args, func, "func")],
         },
         Record {
             event: "ipi/ipi_send_cpumask".into(),
@@ -56,12 +60,16 @@ pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<TlbTracer, String> {
     need_tracepoints(tracefs, &[("tlb", "tlb_flush")])?;
     check(tracefs, &records())?;
     let flush = Kallsyms::address_of("flush_tlb_func");
-    let ipis = if !has_tracepoint(tracefs, "ipi", "ipi_send_cpumask") {
-        Err("no ipi:ipi_send_cpumask tracepoint (kernel < 6.6)")
-    } else if flush.is_none() {
+    // Which event names the function a cross-CPU call runs: csd:csd_queue_cpu from 6.6 (the
+    // IPI events then report only the generic handler), ipi:ipi_send_cpumask on 6.3–6.5.
+    let ipis = if flush.is_none() {
         Err("flush_tlb_func is not in /proc/kallsyms (or kptr_restrict hides it)")
+    } else if has_tracepoint(tracefs, "csd", "csd_queue_cpu") {
+        Ok("csd:csd_queue_cpu")
+    } else if has_tracepoint(tracefs, "ipi", "ipi_send_cpumask") {
+        Ok("ipi:ipi_send_cpumask")
     } else {
-        Ok(())
+        Err("neither csd:csd_queue_cpu nor ipi:ipi_send_cpumask exists (kernel < 6.3)")
     };
     let mut open = open_skel!(TlbSkelBuilder, env);
     let ro = open
@@ -70,9 +78,12 @@ pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<TlbTracer, String> {
         .as_deref_mut()
         .ok_or("the BPF object has no read-only data")?;
     ro.flush_tlb_func_addr = flush.unwrap_or(0);
-    if ipis.is_err() {
-        open.progs.ipi_send_cpumask.set_autoload(false);
-    }
+    open.progs
+        .csd_queue_cpu
+        .set_autoload(ipis == Ok("csd:csd_queue_cpu"));
+    open.progs
+        .ipi_send_cpumask
+        .set_autoload(ipis == Ok("ipi:ipi_send_cpumask"));
     let skel = load_and_attach(open, |s| create_other(&s.maps.tlb_procs), "tlb:tlb_flush")?;
     Ok(TlbTracer {
         skel,
@@ -85,15 +96,16 @@ pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<TlbTracer, String> {
 impl Tracer for TlbTracer {
     fn how(&self) -> String {
         match self.ipis {
-            Ok(()) => {
-                "tracepoints tlb:tlb_flush, ipi:ipi_send_cpumask (shootdown IPIs attributed)".into()
-            }
+            Ok(ev) => format!(
+                "tracepoints tlb:tlb_flush, {ev} with flush_tlb_func (shootdowns attributed to the sender)"
+            ),
             Err(why) => format!("tracepoint tlb:tlb_flush; shootdown IPIs not attributed: {why}"),
         }
     }
 
-    fn map_bytes(&self) -> u64 {
-        map_bytes(&self.skel.maps.tlb_procs, 4096)
+    fn object(&self) -> &libbpf_rs::Object {
+        use libbpf_rs::skel::Skel;
+        self.skel.object()
     }
 
     fn read(&mut self, env: &mut Env, out: &mut Tracers) {

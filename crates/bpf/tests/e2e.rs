@@ -792,7 +792,6 @@ fn madvise_dontneed_storm_counts_calls_and_tlb_shootdowns() {
 /// never `flush_tlb_func`, and a single target goes through ipi:ipi_send_cpu, which is not
 /// traced — so `ipis_sent` stays 0 (the function is only visible in csd:csd_queue_cpu).
 #[test]
-#[ignore = "tracer bug: shootdown IPIs are never matched (ipis_sent stays 0)"]
 fn tlb_shootdown_ipis_are_attributed_to_the_sender() {
     const TEST: &str = "tlb_shootdown_ipis_are_attributed_to_the_sender";
     const PER_THREAD: u64 = 5_000;

@@ -162,7 +162,8 @@ pub struct TlbProc {
     pub pages: u64,
     /// Full flushes (pages = -1).
     pub full_flushes: u64,
-    /// TLB-shootdown IPIs it sent (ipi_send_cpumask with the flush_tlb_func callback).
+    /// TLB-shootdown requests it sent to other CPUs: flush_tlb_func queued per target CPU
+    /// (csd:csd_queue_cpu, 6.6+), or IPIs with that callback (ipi:ipi_send_cpumask, 6.3–6.5).
     pub ipis_sent: u64,
     /// CPUs those IPIs targeted.
     pub ipi_targets: u64,

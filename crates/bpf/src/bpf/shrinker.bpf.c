@@ -62,6 +62,20 @@ struct shrink_slab_end_args {
 	long total_scan;
 };
 
+/* The entry of scan function `fn`, created when new; the overflow entry when the map is full. */
+static __always_inline struct js_shrink_stat *stat_of(u64 fn)
+{
+	struct js_shrink_stat *st = bpf_map_lookup_elem(&shrinkers, &fn);
+	if (st)
+		return st;
+	bpf_map_update_elem(&shrinkers, &fn, &zero_stat, BPF_NOEXIST);
+	st = bpf_map_lookup_elem(&shrinkers, &fn);
+	if (st)
+		return st;
+	fn = ~0ULL;
+	return bpf_map_lookup_elem(&shrinkers, &fn);
+}
+
 SEC("tracepoint/vmscan/mm_shrink_slab_start")
 int shrink_slab_start(struct shrink_slab_start_args *ctx)
 {
@@ -74,8 +88,7 @@ int shrink_slab_start(struct shrink_slab_start_args *ctx)
 	if (bpf_map_update_elem(&shrink_start, &tid, &s, BPF_ANY))
 		__sync_fetch_and_add(&dropped, 1);
 	/* cache_items is only known here; count it against the function right away. */
-	u64 fn = s.fn;
-	struct js_shrink_stat *st = bpf_map_lookup_elem(&shrinkers, &fn);
+	struct js_shrink_stat *st = stat_of(s.fn);
 	if (st)
 		__sync_fetch_and_add(&st->cache_items, ctx->cache_items);
 	return 0;
@@ -93,15 +106,7 @@ int shrink_slab_end(struct shrink_slab_end_args *ctx)
 	u64 to_scan = s->total_scan;
 	bpf_map_delete_elem(&shrink_start, &tid);
 
-	struct js_shrink_stat *st = bpf_map_lookup_elem(&shrinkers, &fn);
-	if (!st) {
-		bpf_map_update_elem(&shrinkers, &fn, &zero_stat, BPF_NOEXIST);
-		st = bpf_map_lookup_elem(&shrinkers, &fn);
-		if (!st) {
-			fn = ~0ULL;
-			st = bpf_map_lookup_elem(&shrinkers, &fn);
-		}
-	}
+	struct js_shrink_stat *st = stat_of(fn);
 	if (!st) {
 		__sync_fetch_and_add(&dropped, 1);
 		return 0;

@@ -11,8 +11,8 @@ struct js_tlb_proc {
 	/* Sum of pages of ranged flushes; a full flush (pages = -1) counts in full_flushes. */
 	u64 pages;
 	u64 full_flushes;
-	u64 ipis_sent;       /* ipi_send_cpumask calls with the TLB-flush callback */
-	u64 ipi_targets;     /* CPUs those IPIs were sent to */
+	u64 ipis_sent;       /* shootdown requests sent (one per target CPU from csd_queue_cpu) */
+	u64 ipi_targets;     /* CPUs those requests went to */
 };
 
 struct {
@@ -56,6 +56,31 @@ int tlb_flush(struct tlb_flush_args *ctx)
 	return on_flush(ctx->reason, ctx->pages);
 }
 
+/* 6.6+: every cross-CPU function call is queued per target CPU, and only this event still names
+ * the function (the IPI events report the generic interrupt handler as their callback, and a
+ * single-target IPI goes through ipi_send_cpu, which has no callback at all). */
+struct csd_queue_cpu_args {
+	struct trace_entry ent;
+	unsigned int cpu;
+	void *callsite;
+	void *func;
+	void *csd;
+};
+
+SEC("tracepoint/csd/csd_queue_cpu")
+int csd_queue_cpu(struct csd_queue_cpu_args *ctx)
+{
+	if (!flush_tlb_func_addr || (u64)ctx->func != flush_tlb_func_addr)
+		return 0;
+	struct js_tlb_proc *p = js_proc_entry(&tlb_procs, &zero_proc, cpu_cgrp_id, &dropped);
+	if (!p)
+		return 0;
+	__sync_fetch_and_add(&p->ipis_sent, 1);
+	__sync_fetch_and_add(&p->ipi_targets, 1);
+	return 0;
+}
+
+/* 6.3–6.5: the IPI event itself names flush_tlb_func and carries the whole target mask. */
 struct ipi_send_cpumask_args {
 	struct trace_entry ent;
 	u32 cpumask_loc; /* __data_loc: offset in the low 16 bits, length in the high 16 */
