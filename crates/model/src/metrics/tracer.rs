@@ -38,6 +38,32 @@ fn per_proc<T>(
     }
 }
 
+/// Per-process counts summed by the processes' cgroup, per second (a process entry carries the
+/// cgroup it was in at its first event).
+fn by_cgroup<T>(
+    cx: &Ctx,
+    out: &mut Emit,
+    list: fn(&Tracers) -> Option<&Vec<T>>,
+    cgroup: fn(&T) -> &str,
+    f: fn(&T) -> u64,
+) {
+    let Some((t, k)) = tr(cx) else { return };
+    let mut sums: Vec<(&str, u64)> = Vec::new();
+    for e in list(t).into_iter().flatten() {
+        let c = cgroup(e);
+        if c.is_empty() {
+            continue;
+        }
+        match sums.iter_mut().find(|(p, _)| *p == c) {
+            Some((_, v)) => *v += f(e),
+            None => sums.push((c, f(e))),
+        }
+    }
+    for (c, v) in sums {
+        gauge(out, &[c], Some(v as f64 * k));
+    }
+}
+
 /// One host-wide series: `f` gets the tracers and the per-second factor.
 fn host(cx: &Ctx, out: &mut Emit, f: fn(&Tracers, f64) -> Option<f64>) {
     if let Some((t, k)) = tr(cx) {
@@ -170,6 +196,10 @@ pub(super) static DEFS: &[&MetricDef] = &[
     def!("tlb.proc.<pid>.<comm>.remote_send_ipi_per_s", PerSecond, Rate, "Flushes that sent IPIs to other CPUs per second (reason 4)", |cx, out| per_proc(cx, out, tlb_proc, tlb_id, |s, k| Some(s.remote_send_ipi as f64 * k))),
     def!("tlb.proc.<pid>.<comm>.shootdown_ipis_sent_per_s", PerSecond, Rate, "TLB-shootdown IPIs this process sent per second", |cx, out| per_proc(cx, out, tlb_proc, tlb_id, |s, k| Some(s.ipis_sent as f64 * k))),
     def!("tlb.proc.<pid>.<comm>.shootdown_ipi_cpus_per_s", PerSecond, Rate, "CPUs interrupted by this process's TLB shootdowns per second", |cx, out| per_proc(cx, out, tlb_proc, tlb_id, |s, k| Some(s.ipi_targets as f64 * k))),
+    def!("tlb.cgroup.<cgroup>.flushes_per_s", PerSecond, Rate, "TLB flushes per second in the context of this CPU cgroup's processes, every reason", |cx, out| by_cgroup(cx, out, tlb_proc, |s| &s.cgroup, TlbProc::flushes)),
+    def!("tlb.cgroup.<cgroup>.shootdown_ipis_sent_per_s", PerSecond, Rate, "TLB-shootdown requests this CPU cgroup's processes sent to other CPUs per second", |cx, out| by_cgroup(cx, out, tlb_proc, |s| &s.cgroup, |s| s.ipis_sent)),
+    def!("madvise.cgroup.<cgroup>.dontneed_per_s", PerSecond, Rate, "madvise(MADV_DONTNEED) calls of this CPU cgroup's processes per second", |cx, out| by_cgroup(cx, out, madv_proc, |s| &s.cgroup, |s| s.dontneed_calls)),
+    def!("lookups.cgroup.<cgroup>.enoent_per_s", PerSecond, Rate, "Failed (ENOENT) path look-ups of this CPU cgroup's processes per second", |cx, out| by_cgroup(cx, out, look_proc, |s| &s.cgroup, LookupProc::enoent)),
     def!("madvise.dontneed_per_s", PerSecond, Rate, "madvise(MADV_DONTNEED) calls per second, all processes (syscalls:sys_enter_madvise)", |cx, out| host(cx, out, |t, k| sum(madv_proc(t), |s| s.dontneed_calls).map(|v| v as f64 * k))),
     def!("madvise.proc.<pid>.<comm>.dontneed_per_s", PerSecond, Rate, "madvise(MADV_DONTNEED) calls of this process per second", |cx, out| per_proc(cx, out, madv_proc, madv_id, |s, k| Some(s.dontneed_calls as f64 * k))),
     def!("madvise.proc.<pid>.<comm>.dontneed_bytes_per_s", BytesPerSecond, Rate, "Bytes this process released with MADV_DONTNEED per second", |cx, out| per_proc(cx, out, madv_proc, madv_id, |s, k| Some(s.dontneed_bytes as f64 * k))),
@@ -219,6 +249,7 @@ mod tests {
                     MadviseProc {
                         pid: 42,
                         comm: "java".into(),
+                        cgroup: "/docker/abc".into(),
                         dontneed_calls: 34_000,
                         dontneed_bytes: 34_000 * 8192,
                         ..Default::default()
@@ -236,6 +267,7 @@ mod tests {
                 procs: vec![TlbProc {
                     pid: 42,
                     comm: "java".into(),
+                    cgroup: "/docker/abc".into(),
                     remote_shootdown: 100,
                     local_shootdown: 300,
                     ipis_sent: 4_000,
@@ -317,6 +349,18 @@ mod tests {
         );
         assert_eq!(value(&s, "tlb.shootdown_ipis_sent_per_s"), Some(2_000.0));
         assert_eq!(value(&s, "tlb.proc.42.java.flushes_per_s"), Some(200.0));
+        assert_eq!(
+            value(&s, "tlb.cgroup./docker/abc.shootdown_ipis_sent_per_s"),
+            Some(2_000.0)
+        );
+        assert_eq!(
+            value(&s, "madvise.cgroup./docker/abc.dontneed_per_s"),
+            Some(17_000.0)
+        );
+        // The overflow entry has no cgroup: it is not summed under an empty name.
+        assert!(evaluate(all(), &s, None, &[])
+            .iter()
+            .all(|v| v.series != "madvise.cgroup..dontneed_per_s"));
         assert_eq!(
             value(&s, "lookups.proc.7.certutil.enoent_per_s"),
             Some(5_200.0)
