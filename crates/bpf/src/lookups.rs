@@ -12,9 +12,9 @@ use libbpf_rs::{MapCore, MapFlags};
 use crate::delta::{Deltas, Layout};
 use crate::env::has_tracepoint;
 use crate::format::{check, field, Record};
-use crate::{create_other, Env, Tracer};
+use crate::{begin_read, create_other, Env, Tracer};
 
-use crate::{drain_procs, load_and_attach, open_skel, since};
+use crate::{drain_procs, load_and_attach, open_skel};
 
 #[allow(clippy::all, clippy::pedantic, non_camel_case_types, dead_code, unused)]
 mod skel {
@@ -167,15 +167,20 @@ impl Tracer for LookupsTracer {
 
     fn read(&mut self, env: &mut Env, out: &mut Tracers) {
         let mut t = Lookups::default();
-        let mut seen = 0;
-        if let Some(bss) = self.skel.maps.bss_data.as_deref_mut() {
-            t.dropped = since(bss.dropped, &mut self.dropped);
-            seen = bss.names_seen;
-            bss.names_seen = 0;
-        }
+        // Switch the kernel to the other half of the name sample first, then read this one.
+        let (gen, dropped) = begin_read!(self.skel, self.dropped);
+        t.dropped = dropped;
+        let half = (gen & 1) as usize;
+        let seen = self
+            .skel
+            .maps
+            .bss_data
+            .as_deref()
+            .map_or(0, |bss| bss.names_seen[half]);
         t.failures_sampled_from = seen;
         let mut names = Vec::new();
-        for slot in 0..(seen.min(NAME_SLOTS as u64) as u32) {
+        let base = half as u32 * NAME_SLOTS;
+        for slot in base..base + seen.min(NAME_SLOTS as u64) as u32 {
             let Ok(Some(v)) = self
                 .skel
                 .maps
@@ -187,6 +192,9 @@ impl Tracer for LookupsTracer {
             if let Some(n) = parse_name(&v) {
                 names.push(n);
             }
+        }
+        if let Some(bss) = self.skel.maps.bss_data.as_deref_mut() {
+            bss.names_seen[half] = 0;
         }
         t.patterns = patterns(&names);
         names.truncate(MAX_NAMES);

@@ -43,13 +43,15 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, NAME_SLOTS);
+	__uint(max_entries, 2 * NAME_SLOTS);
 	__type(key, u32);
 	__type(value, struct js_lookup_name);
 } lookup_names SEC(".maps");
 
-/* Failures seen since user space last read the name sample; it resets this to 0. */
-u64 names_seen = 0;
+/* The name sample is double-buffered by the read generation (js_gen & 1): user space bumps the
+ * generation, then reads and resets the half that is no longer written, so the next interval's
+ * first failures cannot overwrite the sample while it is being read. */
+u64 names_seen[2] = {};
 u64 dropped = 0;
 static const struct js_lookup_proc zero_proc;
 
@@ -98,7 +100,8 @@ static __always_inline int on_exit(long ret)
 
 	/* Reservoir sample: the k-th failure of the interval replaces a random slot with
 	 * probability NAME_SLOTS/k, so every failure is equally likely to be kept. */
-	u64 k = __sync_fetch_and_add(&names_seen, 1);
+	u32 half = js_gen & 1;
+	u64 k = __sync_fetch_and_add(&names_seen[half], 1);
 	u32 slot;
 	if (k < NAME_SLOTS) {
 		slot = (u32)k;
@@ -108,6 +111,7 @@ static __always_inline int on_exit(long ret)
 			return 0;
 		slot = (u32)r;
 	}
+	slot += half * NAME_SLOTS;
 	struct js_lookup_name *n = bpf_map_lookup_elem(&lookup_names, &slot);
 	if (!n)
 		return 0;
