@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Side-by-side benchmark of `jitterscope record` against atop and sysstat's sadc, a saturation run
-# and a read-back test on a synthesized 24 h store. Writes docs/BENCHMARKS.md.
+# Side-by-side benchmark of `jitterscope record` against atop and sysstat's sadc, a saturation run,
+# a read-back test on a synthesized 24 h store and the BPF tracers' overhead (bench/tracers.sh).
+# Writes docs/BENCHMARKS.md.
 #
 #   sudo make bench                      # or:
 #   sudo JITTERSCOPE=target/release/jitterscope bash bench/run.sh
@@ -16,6 +17,7 @@
 #   BENCH_OUT       report path (default docs/BENCHMARKS.md in the repository)
 #   BENCH_KEEP=1    keep the temporary directory (stores, raw files, logs)
 #   SYNTH_STORE     prebuilt synth_store example binary (default: built with cargo)
+#   TRACER_*, MADVISE_OPS, ...   the tracer overhead section, see bench/tracers.sh
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -342,7 +344,21 @@ READ_METHOD=$([ "$HAVE_HYPERFINE" = 1 ] && echo "hyperfine -N, 1 warm-up + $READ
 say "read 1 min: all series ${READ_ALL_MS} ms ($READ_ALL_ROWS rows), cgroup.* ${READ_CG_MS} ms ($READ_CG_ROWS rows), one series ${READ_ONE_MS} ms; 24 h store ${SYN_BYTES} bytes = ${SYN_MBH} MB/hour"
 
 # ---------------------------------------------------------------------------------------------
-# 5. Report
+# 5. BPF tracer overhead: fixed-work workloads with and without the tracers, their map memory
+# (bench/tracers.sh; it cleans up after itself and says SKIPPED when it cannot measure).
+# The sleepers were for the side-by-side window only.
+if ((${#SLEEPERS[@]})); then
+    kill -TERM "${SLEEPERS[@]}" 2>/dev/null || true
+    for p in "${SLEEPERS[@]}"; do wait "$p" 2>/dev/null || true; done
+    SLEEPERS=()
+fi
+JITTERSCOPE=$JITTERSCOPE TRACER_OUT=$TMP/tracers.md TRACER_TARGETS=$TMP/tracers-targets.md \
+    bash "$HERE/tracers.sh"
+TRACER_SECTION=$(cat "$TMP/tracers.md")
+TRACER_TARGET_ROWS=$(cat "$TMP/tracers-targets.md")
+
+# ---------------------------------------------------------------------------------------------
+# 6. Report
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 met() { case $1 in *n/a*) echo "n/a"; return;; esac; awk "BEGIN { print (($1) ? \"**met**\" : \"**missed**\") }"; }
 R_CPU=$(ratio "${CPU[js]}" "${CPU[atop]}")
@@ -377,7 +393,8 @@ sudo make bench                                   # = JITTERSCOPE=target/release
 sudo BENCH_SECONDS=300 BENCH_KEEP=1 bash bench/run.sh   # longer window, keep the raw files
 \`\`\`
 
-Needs root. Installs \`atop sysstat stress-ng\` with apt if missing (\`hyperfine\` is used if present).
+Needs root. Installs \`atop sysstat stress-ng\` (and \`bpftool\` for the tracer section) with apt if
+missing (\`hyperfine\` is used if present).
 Starts ${EXTRA_PROCS} extra \`sleep\` processes, stops atop's own services for the duration, and
 removes everything it created (processes, the stress cgroup, temporary stores) on exit.
 
@@ -468,6 +485,8 @@ $JS_COLLECTORS
 | **one minute, \`--select 'cgroup.*'\`, CSV** | **$READ_CG_MS ms** ($READ_CG_ROWS lines) |
 | one minute, \`--select self.lateness_ms\` (decompress + decode every sample, almost no output) | $READ_ONE_MS ms |
 
+$TRACER_SECTION
+
 ## Targets
 
 | target | measured | |
@@ -477,6 +496,7 @@ $JS_COLLECTORS
 | bytes/hour ≤ 1/2 of atop's raw file (${SYNTH_HOURS} h store) | $SYN_MBH vs $(f2 "${MBH[atop]}") MB/hour = $R_BYTES24 | $OK_BYTES24 |
 | reading one minute back from a ${SYNTH_HOURS} h store < 100 ms | $READ_ALL_MS ms (all), $READ_CG_MS ms (cgroup.*) | $OK_READ |
 | max sample gap under saturation ≤ 1.5 s | $GAP_MAX_MS ms | $OK_GAP |
+$TRACER_TARGET_ROWS
 
 CPU against the target: $CPU_SHORT.
 EOF
