@@ -124,9 +124,36 @@ trait Tracer: Send {
     fn read(&mut self, env: &mut Env, out: &mut Tracers);
     /// The loaded BPF object (for its maps' memory).
     fn object(&self) -> &libbpf_rs::Object;
+    /// Its attached programs: dropping them detaches the tracer, its maps stay.
+    fn links(&mut self) -> &mut Vec<libbpf_rs::Link>;
+    /// The symptom that makes an on-demand tracer worth its cost (None: always attached).
+    fn demand(&self) -> Option<Demand> {
+        None
+    }
     /// How it attached (e.g. which tracepoint flavour), for `--check`.
     fn how(&self) -> String;
 }
+
+/// Why an on-demand tracer gets attached. The syscall tracers (`madvise`, `lookups`) cost every
+/// system call on the host a trip through the traced syscall path while attached (measured:
+/// +44% on a malloc/madvise-bound benchmark, +127% on a failing-stat loop, against ≤ 2% for the
+/// other four), so by default they stay loaded but detached until the symptom they explain is
+/// there, and detach again after [`QUIET_SECONDS`] without it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Demand {
+    /// Negative dentries growing (dentry-state `nr_negative`): who fails look-ups, and on what.
+    NegativeDentries,
+    /// TLB-shootdown IPIs (the TLB line of /proc/interrupts): who purges memory with madvise.
+    TlbShootdowns,
+}
+
+/// Negative dentries created per second that attach `lookups` (a quiet host makes a few; NSS
+/// probing in case 1 made thousands per certutil run).
+pub const NEGATIVE_DENTRIES_PER_S: f64 = 1000.0;
+/// TLB shootdowns per second that attach `madvise` (case 4 ran at ~2,000 IPIs/s).
+pub const TLB_SHOOTDOWNS_PER_S: f64 = 1000.0;
+/// Seconds without the symptom before an on-demand tracer detaches again.
+pub const QUIET_SECONDS: u64 = 30;
 
 /// The result of starting one tracer.
 #[derive(Debug, Clone)]
@@ -178,19 +205,61 @@ fn explain(e: &str) -> String {
     }
 }
 
+/// One loaded tracer and, for an on-demand one, its attachment state.
+struct Slot {
+    name: Name,
+    tracer: Box<dyn Tracer>,
+    attached: bool,
+    /// Monotonic time the tracer's symptom was last seen, ns.
+    last_hot_ns: u64,
+}
+
+/// The symptom rates of one interval that decide the on-demand tracers.
+#[derive(Debug, Default)]
+struct Symptoms {
+    /// (monotonic ns, nr_negative, TLB interrupts total) at the previous sample.
+    prev: Option<(u64, Option<u64>, Option<u64>)>,
+}
+
+impl Symptoms {
+    /// The rate of each demand in this sample (None until there is a previous sample).
+    fn rates(&mut self, s: &Sample) -> Option<(f64, f64)> {
+        let neg = s.dentry.as_ref().and_then(|d| d.nr_negative);
+        let tlb = s
+            .interrupts
+            .as_ref()
+            .and_then(|i| i.irqs.iter().find(|q| q.name == "TLB"))
+            .map(|q| q.total);
+        let prev = self.prev.replace((s.mono_ns, neg, tlb))?;
+        let dt = s.mono_ns.saturating_sub(prev.0) as f64 / 1e9;
+        if dt <= 0.0 {
+            return None;
+        }
+        let rate = |c: Option<u64>, p: Option<u64>| match (c, p) {
+            (Some(c), Some(p)) => c.saturating_sub(p) as f64 / dt,
+            _ => 0.0,
+        };
+        // Only shootdowns other CPUs receive: local mm flushes come with every exec and exit
+        // (a shell script makes thousands a second) and disturb no other CPU.
+        Some((rate(neg, prev.1), rate(tlb, prev.2)))
+    }
+}
+
 /// Collects every started tracer's interval into the sample.
 pub struct TracerCollector {
     env: Env,
-    tracers: Vec<Box<dyn Tracer>>,
+    slots: Vec<Slot>,
     last_mono: Option<u64>,
+    on_demand: bool,
+    symptoms: Symptoms,
 }
 
 impl TracerCollector {
     /// Loads and attaches `names` (in [`Name::ALL`] order), saying for each how it runs or why
-    /// it cannot.
+    /// it cannot. Every tracer stays attached until [`TracerCollector::attach_on_demand`].
     pub fn start(root: &Root, names: &[Name]) -> (Self, Vec<Started>) {
         let mut env = Env::new(root);
-        let mut tracers = Vec::new();
+        let mut slots = Vec::new();
         let mut report = Vec::new();
         for n in Name::ALL.into_iter().filter(|n| names.contains(n)) {
             match load_one(n, &mut env) {
@@ -200,7 +269,12 @@ impl TracerCollector {
                         outcome: Ok(t.how()),
                         map_bytes: kernel_map_bytes(t.object()),
                     });
-                    tracers.push(t);
+                    slots.push(Slot {
+                        name: n,
+                        tracer: t,
+                        attached: true,
+                        last_hot_ns: 0,
+                    });
                 }
                 Err(e) => report.push(Started {
                     name: n,
@@ -212,24 +286,42 @@ impl TracerCollector {
         (
             TracerCollector {
                 env,
-                tracers,
+                slots,
                 last_mono: None,
+                on_demand: false,
+                symptoms: Symptoms::default(),
             },
             report,
         )
     }
 
-    /// Tracers running.
+    /// Detaches the tracers that have a [`Demand`] until their symptom shows (the recorder's
+    /// default; `record --syscall-tracers always` keeps them attached). Returns their names.
+    pub fn attach_on_demand(&mut self) -> Vec<Name> {
+        self.on_demand = true;
+        let mut out = Vec::new();
+        for s in self.slots.iter_mut() {
+            if s.tracer.demand().is_some() {
+                s.tracer.links().clear();
+                s.attached = false;
+                out.push(s.name);
+            }
+        }
+        out
+    }
+
+    /// Tracers loaded.
     pub fn len(&self) -> usize {
-        self.tracers.len()
+        self.slots.len()
     }
 
-    /// Whether none runs.
+    /// Whether none is loaded.
     pub fn is_empty(&self) -> bool {
-        self.tracers.is_empty()
+        self.slots.is_empty()
     }
 
-    /// Reads every tracer's counts for the interval ending at monotonic time `mono_ns`.
+    /// Reads every attached tracer's counts for the interval ending at monotonic time
+    /// `mono_ns`; a detached on-demand tracer is listed in [`Tracers::idle`] instead.
     pub fn read(&mut self, mono_ns: u64) -> Tracers {
         let mut out = Tracers {
             span_ns: self
@@ -239,10 +331,55 @@ impl TracerCollector {
             ..Default::default()
         };
         self.last_mono = Some(mono_ns);
-        for t in self.tracers.iter_mut() {
-            t.read(&mut self.env, &mut out);
+        for s in self.slots.iter_mut() {
+            if s.attached {
+                s.tracer.read(&mut self.env, &mut out);
+            } else {
+                out.idle.push(s.name.as_str().to_string());
+            }
         }
         out
+    }
+
+    /// Attaches an on-demand tracer whose symptom is present, detaches one whose symptom has
+    /// been absent for [`QUIET_SECONDS`].
+    fn update_demand(&mut self, sample: &mut Sample, notes: &mut Notes) {
+        let Some((neg_per_s, tlb_per_s)) = self.symptoms.rates(sample) else {
+            return;
+        };
+        let now = sample.mono_ns;
+        for s in self.slots.iter_mut() {
+            let hot = match s.tracer.demand() {
+                None => continue,
+                Some(Demand::NegativeDentries) => neg_per_s >= NEGATIVE_DENTRIES_PER_S,
+                Some(Demand::TlbShootdowns) => tlb_per_s >= TLB_SHOOTDOWNS_PER_S,
+            };
+            if hot {
+                s.last_hot_ns = now;
+                if !s.attached {
+                    match attach_all(s.tracer.object()) {
+                        Ok(links) => {
+                            *s.tracer.links() = links;
+                            s.attached = true;
+                        }
+                        Err(e) => {
+                            let name = s.name.as_str();
+                            notes.once(&format!("attach:{name}"), || {
+                                format!("tracer {name}: cannot attach on demand: {e}")
+                            });
+                            if sample.errors.len() < 32 {
+                                sample.errors.push(format!("tracer {name}: attach: {e}"));
+                            }
+                        }
+                    }
+                }
+            } else if s.attached
+                && now.saturating_sub(s.last_hot_ns) >= QUIET_SECONDS * 1_000_000_000
+            {
+                s.tracer.links().clear();
+                s.attached = false;
+            }
+        }
     }
 }
 
@@ -251,8 +388,8 @@ impl Collector for TracerCollector {
         "tracers"
     }
 
-    fn collect(&mut self, sample: &mut Sample, _notes: &mut Notes) {
-        if self.tracers.is_empty() {
+    fn collect(&mut self, sample: &mut Sample, notes: &mut Notes) {
+        if self.slots.is_empty() {
             return;
         }
         let first = self.last_mono.is_none();
@@ -261,6 +398,9 @@ impl Collector for TracerCollector {
         // interval.
         if !first {
             sample.tracers = Some(t);
+        }
+        if self.on_demand {
+            self.update_demand(sample, notes);
         }
     }
 
@@ -287,23 +427,36 @@ macro_rules! open_skel {
 pub(crate) use open_skel;
 
 /// Loads an opened skeleton, lets `prepare` fill maps before any program runs (the overflow
-/// entries), then attaches every program left to autoload.
+/// entries), then attaches every program left to autoload. The links are kept by the tracer
+/// (not the skeleton) so that an on-demand tracer can drop and re-create them.
 fn load_and_attach<'o, O>(
     open: O,
     prepare: impl FnOnce(&O::Output) -> Result<(), String>,
     attach_what: &str,
-) -> Result<O::Output, String>
+) -> Result<(O::Output, Vec<libbpf_rs::Link>), String>
 where
     O: libbpf_rs::skel::OpenSkel<'o>,
+    O::Output: libbpf_rs::skel::Skel<'o>,
 {
     use libbpf_rs::skel::Skel;
-    let mut skel = open
+    let skel = open
         .load()
         .map_err(|e| format!("loading into the kernel: {e}"))?;
     prepare(&skel)?;
-    skel.attach()
-        .map_err(|e| format!("attaching to {attach_what}: {e}"))?;
-    Ok(skel)
+    let links =
+        attach_all(skel.object()).map_err(|e| format!("attaching to {attach_what}: {e}"))?;
+    Ok((skel, links))
+}
+
+/// Attaches every loaded program of `obj` at its section's attach point.
+fn attach_all(obj: &libbpf_rs::Object) -> Result<Vec<libbpf_rs::Link>, String> {
+    obj.progs_mut()
+        .filter(|p| p.autoload())
+        .map(|p| {
+            p.attach()
+                .map_err(|e| format!("{}: {e}", p.section().to_string_lossy()))
+        })
+        .collect()
 }
 
 /// Starts a read of a tracer whose `.bss` has `js_gen` and `dropped`: bumps the histogram
@@ -535,6 +688,49 @@ mod tests {
             e.contains("unknown tracer 'kprobe'") && e.contains("runqlat"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn symptoms_are_negative_dentry_growth_and_tlb_ipis() {
+        use jitterscope_sources::system::dentry::DentryState;
+        use jitterscope_sources::system::interrupts::{Interrupts, Irq};
+        let sample = |mono_ns: u64, neg: u64, tlb: u64| {
+            let mut s = Sample {
+                mono_ns,
+                ..Default::default()
+            };
+            s.dentry = Some(DentryState {
+                nr_negative: Some(neg),
+                ..Default::default()
+            });
+            s.interrupts = Some(Interrupts {
+                cpus: vec![0, 1],
+                irqs: vec![Irq {
+                    name: "TLB".into(),
+                    per_cpu: vec![tlb / 2, tlb - tlb / 2],
+                    total: tlb,
+                    description: "TLB shootdowns".into(),
+                }],
+            });
+            s
+        };
+        let mut sy = Symptoms::default();
+        assert_eq!(
+            sy.rates(&sample(1_000_000_000, 100, 50)),
+            None,
+            "no previous sample"
+        );
+        // 2 s later: 3000 more negative dentries, 4000 more TLB IPIs.
+        assert_eq!(
+            sy.rates(&sample(3_000_000_000, 3_100, 4_050)),
+            Some((1500.0, 2000.0))
+        );
+        // Shrinking counts are no symptom; a missing source counts as none.
+        let mut s = sample(4_000_000_000, 10, 4_050);
+        assert_eq!(sy.rates(&s), Some((0.0, 0.0)));
+        s.mono_ns = 5_000_000_000;
+        s.dentry = None;
+        assert_eq!(sy.rates(&s), Some((0.0, 0.0)));
     }
 
     #[test]

@@ -35,6 +35,7 @@ const MAX_PATTERNS: usize = 8;
 const MAX_NAMES: usize = 16;
 
 pub(crate) struct LookupsTracer {
+    links: Vec<libbpf_rs::Link>,
     skel: LookupsSkel<'static>,
     procs: Deltas<u32>,
     syscalls: Vec<&'static str>,
@@ -108,12 +109,13 @@ pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<LookupsTracer, Strin
             "none of the stat/access/open syscall tracepoints exists on this kernel".into(),
         );
     }
-    let skel = load_and_attach(
+    let (skel, links) = load_and_attach(
         open,
         |s| create_other(&s.maps.lookup_procs),
         "syscall tracepoints",
     )?;
     Ok(LookupsTracer {
+        links,
         skel,
         procs: Deltas::new(LAYOUT),
         syscalls,
@@ -158,6 +160,14 @@ pub(crate) fn patterns(names: &[LookupName]) -> Vec<LookupPattern> {
 impl Tracer for LookupsTracer {
     fn how(&self) -> String {
         format!("syscall tracepoints ({})", self.syscalls.join(", "))
+    }
+
+    fn demand(&self) -> Option<crate::Demand> {
+        Some(crate::Demand::NegativeDentries)
+    }
+
+    fn links(&mut self) -> &mut Vec<libbpf_rs::Link> {
+        &mut self.links
     }
 
     fn object(&self) -> &libbpf_rs::Object {

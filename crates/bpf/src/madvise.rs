@@ -25,6 +25,7 @@ const LAYOUT: Layout = Layout {
 const _: () = assert!(std::mem::size_of::<types::js_madvise_proc>() == LAYOUT.words * 8);
 
 pub(crate) struct MadviseTracer {
+    links: Vec<libbpf_rs::Link>,
     skel: MadviseSkel<'static>,
     procs: Deltas<u32>,
     dropped: u64,
@@ -45,12 +46,13 @@ pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<MadviseTracer, Strin
     need_tracepoints(tracefs, &[("syscalls", "sys_enter_madvise")])?;
     check(tracefs, &records())?;
     let open = open_skel!(MadviseSkelBuilder, env);
-    let skel = load_and_attach(
+    let (skel, links) = load_and_attach(
         open,
         |s| create_other(&s.maps.madvise_procs),
         "syscalls:sys_enter_madvise",
     )?;
     Ok(MadviseTracer {
+        links,
         skel,
         procs: Deltas::new(LAYOUT),
         dropped: 0,
@@ -60,6 +62,14 @@ pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<MadviseTracer, Strin
 impl Tracer for MadviseTracer {
     fn how(&self) -> String {
         "tracepoint syscalls:sys_enter_madvise".into()
+    }
+
+    fn demand(&self) -> Option<crate::Demand> {
+        Some(crate::Demand::TlbShootdowns)
+    }
+
+    fn links(&mut self) -> &mut Vec<libbpf_rs::Link> {
+        &mut self.links
     }
 
     fn object(&self) -> &libbpf_rs::Object {

@@ -36,6 +36,7 @@ const TRACEPOINTS: &[(&str, &str)] = &[
 ];
 
 pub(crate) struct ReclaimTracer {
+    links: Vec<libbpf_rs::Link>,
     skel: ReclaimSkel<'static>,
     procs: Deltas<u32>,
     cgroups: Deltas<u32>,
@@ -65,7 +66,7 @@ pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<ReclaimTracer, Strin
     need_tracepoints(tracefs, TRACEPOINTS)?;
     check(tracefs, &records())?;
     let open = open_skel!(ReclaimSkelBuilder, env);
-    let skel = load_and_attach(
+    let (skel, links) = load_and_attach(
         open,
         |s| {
             create_other(&s.maps.reclaim_procs)?;
@@ -74,6 +75,7 @@ pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<ReclaimTracer, Strin
         "vmscan tracepoints",
     )?;
     Ok(ReclaimTracer {
+        links,
         skel,
         procs: Deltas::new(LAYOUT),
         cgroups: Deltas::new(LAYOUT),
@@ -94,6 +96,10 @@ fn stat(d: &[u64], gen: u64) -> ReclaimStat {
 impl Tracer for ReclaimTracer {
     fn how(&self) -> String {
         "tracepoints vmscan:mm_vmscan_{direct,memcg}_reclaim_{begin,end}, wakeup_kswapd, kswapd_wake".into()
+    }
+
+    fn links(&mut self) -> &mut Vec<libbpf_rs::Link> {
+        &mut self.links
     }
 
     fn object(&self) -> &libbpf_rs::Object {

@@ -30,6 +30,7 @@ const HOST: Layout = Layout {
 };
 
 pub(crate) struct RunqlatTracer {
+    links: Vec<libbpf_rs::Link>,
     skel: RunqlatSkel<'static>,
     btf: bool,
     host: Deltas<u32>,
@@ -37,7 +38,9 @@ pub(crate) struct RunqlatTracer {
     dropped: u64,
 }
 
-fn open_and_load(env: &Env, btf: bool) -> Result<RunqlatSkel<'static>, String> {
+type Loaded = (RunqlatSkel<'static>, Vec<libbpf_rs::Link>);
+
+fn open_and_load(env: &Env, btf: bool) -> Result<Loaded, String> {
     let mut open = open_skel!(RunqlatSkelBuilder, env);
     let p = &mut open.progs;
     for prog in [&mut p.btf_wakeup, &mut p.btf_wakeup_new, &mut p.btf_switch] {
@@ -46,12 +49,11 @@ fn open_and_load(env: &Env, btf: bool) -> Result<RunqlatSkel<'static>, String> {
     for prog in [&mut p.tp_wakeup, &mut p.tp_wakeup_new, &mut p.tp_switch] {
         prog.set_autoload(!btf);
     }
-    let skel = load_and_attach(
+    load_and_attach(
         open,
         |s| create_other(&s.maps.runq_cgroups),
         "sched tracepoints",
-    )?;
-    Ok(skel)
+    )
 }
 
 /// The record fields the classic (fallback) programs read.
@@ -77,7 +79,7 @@ pub(crate) fn records() -> Vec<Record> {
 pub(crate) fn load(env: &mut Env, tracefs: Option<&Path>) -> Result<RunqlatTracer, String> {
     // BTF-typed tracepoints see the woken task and so its cgroup; the classic ones see only
     // pids, so they are the fallback that keeps the host histogram.
-    let (skel, btf) = match open_and_load(env, true) {
+    let ((skel, links), btf) = match open_and_load(env, true) {
         Ok(s) => (s, true),
         Err(btf_err) => {
             let Some(tracefs) = tracefs else {
@@ -101,6 +103,7 @@ pub(crate) fn load(env: &mut Env, tracefs: Option<&Path>) -> Result<RunqlatTrace
         }
     };
     Ok(RunqlatTracer {
+        links,
         skel,
         btf,
         host: Deltas::new(HOST),
@@ -116,6 +119,10 @@ impl Tracer for RunqlatTracer {
         } else {
             "classic tracepoints sched:sched_wakeup/_new/switch (fallback: host histogram only, no per-cgroup latency)".into()
         }
+    }
+
+    fn links(&mut self) -> &mut Vec<libbpf_rs::Link> {
+        &mut self.links
     }
 
     fn object(&self) -> &libbpf_rs::Object {

@@ -29,6 +29,7 @@ const _: () = assert!(std::mem::size_of::<types::js_shrink_stat>() == LAYOUT.wor
 const OTHER_FN: u64 = u64::MAX;
 
 pub(crate) struct ShrinkerTracer {
+    links: Vec<libbpf_rs::Link>,
     skel: ShrinkerSkel<'static>,
     fns: Deltas<u64>,
     dropped: u64,
@@ -67,7 +68,7 @@ pub(crate) fn load(_env: &mut Env, tracefs: &Path) -> Result<ShrinkerTracer, Str
     let open = ShrinkerSkelBuilder::default()
         .open(object_storage())
         .map_err(|e| format!("opening the BPF object: {e}"))?;
-    let skel = load_and_attach(
+    let (skel, links) = load_and_attach(
         open,
         |s| {
             let zero = vec![0u8; s.maps.shrinkers.value_size() as usize];
@@ -79,6 +80,7 @@ pub(crate) fn load(_env: &mut Env, tracefs: &Path) -> Result<ShrinkerTracer, Str
         "vmscan:mm_shrink_slab_start/end",
     )?;
     Ok(ShrinkerTracer {
+        links,
         skel,
         fns: Deltas::new(LAYOUT),
         dropped: 0,
@@ -88,6 +90,10 @@ pub(crate) fn load(_env: &mut Env, tracefs: &Path) -> Result<ShrinkerTracer, Str
 impl Tracer for ShrinkerTracer {
     fn how(&self) -> String {
         "tracepoints vmscan:mm_shrink_slab_start/end, shrinkers named by their scan function (kallsyms)".into()
+    }
+
+    fn links(&mut self) -> &mut Vec<libbpf_rs::Link> {
+        &mut self.links
     }
 
     fn object(&self) -> &libbpf_rs::Object {

@@ -26,6 +26,7 @@ const LAYOUT: Layout = Layout {
 const _: () = assert!(std::mem::size_of::<types::js_tlb_proc>() == LAYOUT.words * 8);
 
 pub(crate) struct TlbTracer {
+    links: Vec<libbpf_rs::Link>,
     skel: TlbSkel<'static>,
     procs: Deltas<u32>,
     ipis: Result<&'static str, &'static str>,
@@ -84,8 +85,10 @@ pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<TlbTracer, String> {
     open.progs
         .ipi_send_cpumask
         .set_autoload(ipis == Ok("ipi:ipi_send_cpumask"));
-    let skel = load_and_attach(open, |s| create_other(&s.maps.tlb_procs), "tlb:tlb_flush")?;
+    let (skel, links) =
+        load_and_attach(open, |s| create_other(&s.maps.tlb_procs), "tlb:tlb_flush")?;
     Ok(TlbTracer {
+        links,
         skel,
         procs: Deltas::new(LAYOUT),
         ipis,
@@ -101,6 +104,10 @@ impl Tracer for TlbTracer {
             ),
             Err(why) => format!("tracepoint tlb:tlb_flush; shootdown IPIs not attributed: {why}"),
         }
+    }
+
+    fn links(&mut self) -> &mut Vec<libbpf_rs::Link> {
+        &mut self.links
     }
 
     fn object(&self) -> &libbpf_rs::Object {

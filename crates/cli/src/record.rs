@@ -64,6 +64,18 @@ pub struct RecordArgs {
     /// Run no BPF tracer.
     #[arg(long)]
     no_tracers: bool,
+    /// When the syscall tracers (madvise, lookups) are attached: `auto` only while their
+    /// symptom lasts (TLB shootdowns, negative dentries growing; attached they slow every
+    /// system call on the host), `always` for the whole run.
+    #[arg(long, value_enum, default_value_t = SyscallTracers::Auto)]
+    syscall_tracers: SyscallTracers,
+}
+
+/// See `RecordArgs::syscall_tracers`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum SyscallTracers {
+    Auto,
+    Always,
 }
 
 fn parse_tracer(s: &str) -> Result<jitterscope_bpf::Name, String> {
@@ -204,7 +216,7 @@ pub fn run(a: RecordArgs) -> Result<()> {
             .unwrap_or_else(|| jitterscope_bpf::Name::ALL.to_vec())
     };
     if !tracers.is_empty() {
-        let (c, started) = jitterscope_bpf::TracerCollector::start(&root, &tracers);
+        let (mut c, started) = jitterscope_bpf::TracerCollector::start(&root, &tracers);
         for s in &started {
             match &s.outcome {
                 Ok(_) => {}
@@ -218,6 +230,16 @@ pub fn run(a: RecordArgs) -> Result<()> {
             .collect();
         if !up.is_empty() {
             log(&format!("tracers running: {}", up.join(", ")));
+            if a.syscall_tracers == SyscallTracers::Auto {
+                let idle: Vec<&str> = c.attach_on_demand().iter().map(|n| n.as_str()).collect();
+                if !idle.is_empty() {
+                    log(&format!(
+                        "tracers {}: attached only while TLB shootdowns or negative dentries exceed {:.0}/s (--syscall-tracers always to keep them on)",
+                        idle.join(", "),
+                        jitterscope_bpf::TLB_SHOOTDOWNS_PER_S.min(jitterscope_bpf::NEGATIVE_DENTRIES_PER_S)
+                    ));
+                }
+            }
             sources.push(Box::new(c));
         }
     }

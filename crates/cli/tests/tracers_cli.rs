@@ -15,6 +15,13 @@ use std::time::Duration;
 
 use common::{cmd, is_root, now_arg, parse_csv, run, s, skip, text};
 
+/// The recording tests both make failed look-ups from this process, so they must not overlap.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 fn check_lists_every_tracer_and_refuses_without_root() {
     let o = run(&["tracers"], Duration::from_secs(10));
@@ -96,6 +103,7 @@ fn unknown_tracer_is_a_one_line_error() {
 
 #[test]
 fn recorded_lookups_are_attributed_to_the_process_and_its_pattern() {
+    let _serial = serial();
     if !is_root() {
         skip("recorded_lookups_are_attributed: not root (BPF)");
         return;
@@ -143,6 +151,8 @@ fn recorded_lookups_are_attributed_to_the_process_and_its_pattern() {
             "5s",
             "--tracers",
             "lookups,madvise",
+            "--syscall-tracers",
+            "always",
         ],
         Duration::from_secs(40),
     );
@@ -209,5 +219,119 @@ fn recorded_lookups_are_attributed_to_the_process_and_its_pattern() {
         rows.iter()
             .filter(|r| r.series.starts_with("lookups.pattern"))
             .collect::<Vec<_>>()
+    );
+}
+
+/// By default the syscall tracers wait detached for their symptom: `lookups` attaches within a
+/// second or two of negative dentries piling up, and records who makes them.
+#[test]
+fn lookups_attach_when_negative_dentries_pile_up() {
+    let _serial = serial();
+    if !is_root() {
+        skip("lookups_attach_on_demand: not root (BPF)");
+        return;
+    }
+    let probe = run(&["tracers", "--check"], Duration::from_secs(30));
+    if !text(&probe.stdout)
+        .lines()
+        .any(|l| l.starts_with("lookups") && l.contains(" ok "))
+    {
+        skip("lookups_attach_on_demand: lookups tracer does not load");
+        return;
+    }
+    if !std::path::Path::new("/proc/sys/fs/dentry-state").exists() {
+        skip("lookups_attach_on_demand: no dentry-state");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let dir = tmp.path().join("probe");
+    std::fs::create_dir(&dir).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let from = now_arg();
+    let recorder = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            run(
+                &[
+                    "record",
+                    "--dir",
+                    s(&store),
+                    "--duration",
+                    "9s",
+                    "--tracers",
+                    "lookups",
+                ],
+                Duration::from_secs(40),
+            )
+        })
+    };
+    // Quiet first, then a storm of unique missing names (each leaves a negative dentry).
+    std::thread::sleep(Duration::from_secs(3));
+    let worker = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let _ = std::fs::metadata(dir.join(format!("n{n}")));
+                n += 1;
+            }
+            n
+        })
+    };
+    std::thread::sleep(Duration::from_secs(4));
+    stop.store(true, Ordering::Relaxed);
+    let made = worker.join().unwrap();
+    let o = recorder.join().unwrap();
+    let to = now_arg();
+    assert!(o.status.success(), "record failed: {}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("attached only while"),
+        "{}",
+        text(&o.stderr)
+    );
+    let d = run(
+        &[
+            "dump",
+            "--dir",
+            s(&store),
+            "--from",
+            &from,
+            "--to",
+            &to,
+            "--format",
+            "csv",
+            "--select",
+            "tracer.lookups.attached",
+            "--select",
+            "lookups.proc.*",
+        ],
+        Duration::from_secs(30),
+    );
+    let rows = parse_csv(&text(&d.stdout));
+    let attached: Vec<f64> = rows
+        .iter()
+        .filter(|r| r.series == "tracer.lookups.attached")
+        .filter_map(|r| r.value)
+        .collect();
+    assert!(attached.len() >= 6, "{rows:?}");
+    assert_eq!(attached[0], 0.0, "detached while quiet: {attached:?}");
+    assert!(
+        attached.contains(&1.0),
+        "never attached during {made} failed stats: {attached:?}"
+    );
+    let me = format!("lookups.proc.{}.stat_enoent_per_s", std::process::id());
+    let max = rows
+        .iter()
+        .filter(|r| {
+            r.series
+                .starts_with(&format!("lookups.proc.{}.", std::process::id()))
+                && r.series.ends_with(".stat_enoent_per_s")
+        })
+        .filter_map(|r| r.value)
+        .fold(0.0, f64::max);
+    assert!(
+        max >= 1000.0,
+        "{me}: {max}/s during the storm ({made} made)"
     );
 }

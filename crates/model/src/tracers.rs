@@ -343,6 +343,9 @@ pub struct Tracers {
     pub runqlat: Option<Runqlat>,
     /// Failed path look-ups.
     pub lookups: Option<Lookups>,
+    /// On-demand tracers loaded but detached this interval (their symptom was absent), whose
+    /// part above is therefore `None`.
+    pub idle: Vec<String>,
 }
 
 impl Tracers {

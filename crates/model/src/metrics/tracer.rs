@@ -159,6 +159,25 @@ fn dropped(cx: &Ctx, out: &mut Emit) {
     }
 }
 
+fn attached(cx: &Ctx, out: &mut Emit) {
+    let Some((t, _)) = tr(cx) else { return };
+    let on = [
+        ("reclaim", t.reclaim.is_some()),
+        ("shrinker", t.shrinker.is_some()),
+        ("tlb", t.tlb.is_some()),
+        ("madvise", t.madvise.is_some()),
+        ("runqlat", t.runqlat.is_some()),
+        ("lookups", t.lookups.is_some()),
+    ];
+    for (name, on) in on {
+        if on {
+            gauge(out, &[name], Some(1.0));
+        } else if t.idle.iter().any(|i| i == name) {
+            gauge(out, &[name], Some(0.0));
+        }
+    }
+}
+
 fn patterns(cx: &Ctx, out: &mut Emit) {
     let Some((t, _)) = tr(cx) else { return };
     for p in t.lookups.iter().flat_map(|l| &l.patterns) {
@@ -220,6 +239,7 @@ pub(super) static DEFS: &[&MetricDef] = &[
     def!("lookups.proc.<pid>.<comm>.access_enoent_per_s", PerSecond, Rate, "access/faccessat failing with ENOENT per second", |cx, out| per_proc(cx, out, look_proc, look_id, |s, k| Some(s.access_enoent as f64 * k))),
     def!("lookups.proc.<pid>.<comm>.open_enoent_per_s", PerSecond, Rate, "open/openat failing with ENOENT per second", |cx, out| per_proc(cx, out, look_proc, look_id, |s, k| Some(s.open_enoent as f64 * k))),
     def!("lookups.pattern.<pattern>.samples", Count, Gauge, "Sampled failing paths with this name pattern (digit runs as *) in the interval, of at most 64 sampled", |cx, out| patterns(cx, out)),
+    def!("tracer.<tracer>.attached", Count, Gauge, "1 while the tracer was attached this interval, 0 while an on-demand tracer waited for its symptom (madvise: TLB shootdowns, lookups: negative dentries)", |cx, out| attached(cx, out)),
     def!("tracer.<tracer>.dropped_per_s", PerSecond, Rate, "Tracer events not recorded per second (bounded kernel maps full)", |cx, out| dropped(cx, out)),
 ];
 
@@ -317,6 +337,7 @@ mod tests {
                 ..Default::default()
             }),
             shrinker: None,
+            idle: vec!["shrinker".into()],
         });
         s
     }
@@ -377,6 +398,12 @@ mod tests {
         assert_eq!(value(&s, "reclaim.stall_pct"), Some(25.0));
         assert_eq!(value(&s, "reclaim.stall_max_usec"), Some(1_800.0));
         assert_eq!(value(&s, "reclaim.kswapd_wakes_per_s"), Some(5.0));
+        assert_eq!(value(&s, "tracer.madvise.attached"), Some(1.0));
+        assert_eq!(
+            value(&s, "tracer.shrinker.attached"),
+            Some(0.0),
+            "idle on demand"
+        );
     }
 
     #[test]
