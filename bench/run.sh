@@ -352,10 +352,18 @@ if ((${#SLEEPERS[@]})); then
     for p in "${SLEEPERS[@]}"; do wait "$p" 2>/dev/null || true; done
     SLEEPERS=()
 fi
+# Twice: as shipped (the syscall tracers wait detached for their symptom, and the stat and
+# malloc workloads are such symptoms), and with them attached for the whole run (their full cost).
 JITTERSCOPE=$JITTERSCOPE TRACER_OUT=$TMP/tracers.md TRACER_TARGETS=$TMP/tracers-targets.md \
+    TRACER_LABEL="default, syscall tracers on demand" bash "$HERE/tracers.sh"
+JITTERSCOPE=$JITTERSCOPE TRACER_OUT=$TMP/tracers-always.md TRACER_TARGETS=$TMP/tracers-always-targets.md \
+    TRACER_LABEL="--syscall-tracers always" TRACER_WITH_ARGS="--syscall-tracers always" TRACER_STATS=0 \
     bash "$HERE/tracers.sh"
-TRACER_SECTION=$(cat "$TMP/tracers.md")
-TRACER_TARGET_ROWS=$(cat "$TMP/tracers-targets.md")
+TRACER_SECTION="$(cat "$TMP/tracers.md")
+
+$(cat "$TMP/tracers-always.md")"
+TRACER_TARGET_ROWS="$(cat "$TMP/tracers-targets.md")
+$(cat "$TMP/tracers-always-targets.md")"
 
 # ---------------------------------------------------------------------------------------------
 # 6. Report

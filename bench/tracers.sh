@@ -14,6 +14,8 @@
 #   TRACER_TARGETS    where to write rows for the report's "Targets" table (default: nowhere)
 #   TRACER_REPS       rounds per side (default 5); each round runs every workload once
 #   TRACER_SET        tracers of the "with" side, as for `record --tracers` (default: all)
+#   TRACER_WITH_ARGS  more `record` options for the "with" side (e.g. `--syscall-tracers always`)
+#   TRACER_LABEL      what the "with" side is, for the section title and the targets rows
 #   TRACER_WORKLOADS  comma-separated subset of madvise,malloc,stat,reclaim (default all four)
 #   TRACER_STATS=0    skip the pass that reads each tracer's in-kernel run time (bpf_stats)
 #   MADVISE_OPS, MALLOC_OPS, STAT_CALLS, RECLAIM_MB, RECLAIM_PASSES, RECLAIM_LIMIT, RECLAIM_DIR
@@ -51,7 +53,7 @@ say() { printf '[bench %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 die() { say "error: $*"; exit 1; }
 calc() { awk "BEGIN { printf \"%s\", $* }"; }
 
-title="## BPF tracer overhead"
+title="## BPF tracer overhead${TRACER_LABEL:+: $TRACER_LABEL}"
 skip() { # reason: no measurement possible; say so in the report and succeed
     say "SKIPPED: $*"
     printf '%s\n\nSKIPPED: %s\n' "$title" "$*" >"$OUT"
@@ -96,6 +98,9 @@ NOT_LOADING=$(printf '%s\n' "$CHECK" | awk '/"loads":false/' | json_field tracer
 [ -n "$LOADING" ] || skip "no tracer loads on this host (\`jitterscope tracers --check\`: $(printf '%s' "$CHECK" | head -c 300 | tr '\n' ' '))"
 WITH_ARGS=()
 if [ -n "$TRACER_SET" ]; then WITH_ARGS=(--tracers "$TRACER_SET"); fi
+read -r -a EXTRA <<<"${TRACER_WITH_ARGS:-}"
+WITH_ARGS+=(${EXTRA[@]+"${EXTRA[@]}"})
+LABEL=${TRACER_LABEL:-}
 
 # ---------------------------------------------------------------------------------------------
 # State and cleanup
@@ -454,7 +459,7 @@ $([ -n "$NOT_LOADING" ] && echo "Not loading on this host (\`tracers --check\`):
 
 **Method.** Each workload does a fixed amount of work, so its runtime is the measure. It runs
 while \`jitterscope record --interval 1s --no-tracers\` records into a temporary store (side
-"without"), or while \`jitterscope record --interval 1s\` does with its tracers (side "with"): both
+"without"), or while \`jitterscope record --interval 1s${WITH_ARGS[*]+ ${WITH_ARGS[*]}}\` does with its tracers (side "with"): both
 sides run the recorder, so the difference is the tracers alone. A round starts one recorder, waits
 for its first sample + ${SETTLE} s, runs every workload once, and stops it. ${REPS} rounds per side,
 the sides alternating (without, with | with, without | …) so drift falls on both equally. Wall
@@ -501,8 +506,8 @@ $OTHER_JS other \`jitterscope\` processes were running.
 EOF
 } >"$OUT"
 
-printf '| BPF tracers: workload slowdown ≤ %s %% (%s) | %s | %s |\n' "$SLOWDOWN_TARGET" "${WL[*]}" "$SLOWS" \
+printf '| BPF tracers%s: workload slowdown ≤ %s %% (%s) | %s | %s |\n' "${LABEL:+ ($LABEL)}" "$SLOWDOWN_TARGET" "${WL[*]}" "$SLOWS" \
     "$([ "$ALL_MET" = 1 ] && echo "**met**" || echo "**missed**")$([ -n "$NOISY" ] && echo " (within noise: $(echo $NOISY | sed 's/ /, /g'))")" >"$TARGETS_OUT"
-printf '| BPF tracers: map memory ≤ %s MiB | %s MiB at most, %s MiB loaded | %s |\n' "$MAP_TARGET_MIB" \
+printf '| BPF tracers%s: map memory ≤ %s MiB | %s MiB at most, %s MiB loaded | %s |\n' "${LABEL:+ ($LABEL)}" "$MAP_TARGET_MIB" \
     "$(mib "$MAX_TOTAL")" "$(mib "$LOADED_TOTAL")" "$MAP_OK" >>"$TARGETS_OUT"
 say "tracer section written"
