@@ -4,7 +4,9 @@
 //! Each tracer is one `src/bpf/<name>.bpf.c` (CO-RE, classic tracepoints, BTF-typed tracepoints
 //! where they add something) and one module here that loads it, reads its maps and turns the
 //! kernel's cumulative counters into the interval's counts ([`delta`]). A tracer that cannot load
-//! says why in one line and the others go on.
+//! says why in one line and the others go on. Tracers with a [`Demand`] (the syscall tracers,
+//! whose tracepoints slow every system call while attached) can be kept detached until their
+//! symptom shows ([`TracerCollector::attach_on_demand`]).
 
 use std::mem::MaybeUninit;
 use std::time::Duration;
