@@ -6,7 +6,7 @@
 //! kernel's cumulative counters into the interval's counts ([`delta`]). A tracer that cannot load
 //! says why in one line and the others go on. Tracers with a [`Demand`] (the syscall tracers,
 //! whose tracepoints slow every system call while attached) can be kept detached until their
-//! symptom shows ([`TracerCollector::attach_on_demand`]).
+//! symptom shows ([`TracerCollector::start_on_demand`]).
 
 use std::mem::MaybeUninit;
 use std::time::Duration;
@@ -101,6 +101,8 @@ pub struct Env {
     pub mem_cgroups: env::CgroupIds,
     /// Kernel symbols.
     pub kallsyms: env::Kallsyms,
+    /// Load tracers that have a [`Demand`] without attaching them.
+    pub defer_on_demand: bool,
 }
 
 impl Env {
@@ -111,6 +113,7 @@ impl Env {
             cpu_cgroups: env::CgroupIds::new(root, "cpu"),
             mem_cgroups: env::CgroupIds::new(root, "memory"),
             kallsyms: env::Kallsyms::default(),
+            defer_on_demand: false,
         }
     }
 
@@ -258,23 +261,40 @@ pub struct TracerCollector {
 
 impl TracerCollector {
     /// Loads and attaches `names` (in [`Name::ALL`] order), saying for each how it runs or why
-    /// it cannot. Every tracer stays attached until [`TracerCollector::attach_on_demand`].
+    /// it cannot. Every tracer stays attached.
     pub fn start(root: &Root, names: &[Name]) -> (Self, Vec<Started>) {
+        Self::start_with(root, names, false)
+    }
+
+    /// Like [`TracerCollector::start`], but the tracers that have a [`Demand`] are loaded
+    /// without being attached, and attach only while their symptom lasts (the recorder's
+    /// default; `record --syscall-tracers always` uses `start`).
+    pub fn start_on_demand(root: &Root, names: &[Name]) -> (Self, Vec<Started>) {
+        Self::start_with(root, names, true)
+    }
+
+    fn start_with(root: &Root, names: &[Name], on_demand: bool) -> (Self, Vec<Started>) {
         let mut env = Env::new(root);
+        env.defer_on_demand = on_demand;
         let mut slots = Vec::new();
         let mut report = Vec::new();
         for n in Name::ALL.into_iter().filter(|n| names.contains(n)) {
             match load_one(n, &mut env) {
                 Ok(t) => {
+                    let waits = on_demand && t.demand().is_some();
                     report.push(Started {
                         name: n,
-                        outcome: Ok(t.how()),
+                        outcome: Ok(if waits {
+                            format!("{} (attached on demand)", t.how())
+                        } else {
+                            t.how()
+                        }),
                         map_bytes: kernel_map_bytes(t.object()),
                     });
                     slots.push(Slot {
                         name: n,
                         tracer: t,
-                        attached: true,
+                        attached: !waits,
                         last_hot_ns: 0,
                     });
                 }
@@ -290,26 +310,20 @@ impl TracerCollector {
                 env,
                 slots,
                 last_mono: None,
-                on_demand: false,
+                on_demand,
                 symptoms: Symptoms::default(),
             },
             report,
         )
     }
 
-    /// Detaches the tracers that have a [`Demand`] until their symptom shows (the recorder's
-    /// default; `record --syscall-tracers always` keeps them attached). Returns their names.
-    pub fn attach_on_demand(&mut self) -> Vec<Name> {
-        self.on_demand = true;
-        let mut out = Vec::new();
-        for s in self.slots.iter_mut() {
-            if s.tracer.demand().is_some() {
-                s.tracer.links().clear();
-                s.attached = false;
-                out.push(s.name);
-            }
-        }
-        out
+    /// The tracers that wait for their symptom before attaching.
+    pub fn waiting(&self) -> Vec<Name> {
+        self.slots
+            .iter()
+            .filter(|s| self.on_demand && s.tracer.demand().is_some())
+            .map(|s| s.name)
+            .collect()
     }
 
     /// Tracers loaded.
@@ -378,7 +392,7 @@ impl TracerCollector {
             } else if s.attached
                 && now.saturating_sub(s.last_hot_ns) >= QUIET_SECONDS * 1_000_000_000
             {
-                s.tracer.links().clear();
+                detach(std::mem::take(s.tracer.links()));
                 s.attached = false;
             }
         }
@@ -435,6 +449,7 @@ fn load_and_attach<'o, O>(
     open: O,
     prepare: impl FnOnce(&O::Output) -> Result<(), String>,
     attach_what: &str,
+    attach_now: bool,
 ) -> Result<(O::Output, Vec<libbpf_rs::Link>), String>
 where
     O: libbpf_rs::skel::OpenSkel<'o>,
@@ -445,9 +460,30 @@ where
         .load()
         .map_err(|e| format!("loading into the kernel: {e}"))?;
     prepare(&skel)?;
+    if !attach_now {
+        return Ok((skel, Vec::new()));
+    }
     let links =
         attach_all(skel.object()).map_err(|e| format!("attaching to {attach_what}: {e}"))?;
     Ok((skel, links))
+}
+
+/// Detaches by dropping `links`, on a thread of its own: removing a tracepoint program waits for
+/// RCU grace periods (about 70 ms per syscall tracepoint here, 1.5 s for `lookups`' 20), which
+/// must not stall the sampling loop.
+fn detach(links: Vec<libbpf_rs::Link>) {
+    if links.is_empty() {
+        return;
+    }
+    let slot = std::sync::Arc::new(std::sync::Mutex::new(Some(links)));
+    let theirs = slot.clone();
+    let spawned = std::thread::Builder::new()
+        .name("bpf-detach".into())
+        .spawn(move || drop(theirs.lock().map(|mut l| l.take())));
+    if spawned.is_err() {
+        // No thread: detach here rather than never.
+        drop(slot.lock().map(|mut l| l.take()));
+    }
 }
 
 /// Attaches every loaded program of `obj` at its section's attach point.

@@ -113,6 +113,7 @@ pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<LookupsTracer, Strin
         open,
         |s| create_other(&s.maps.lookup_procs),
         "syscall tracepoints",
+        !env.defer_on_demand,
     )?;
     Ok(LookupsTracer {
         links,

@@ -50,6 +50,7 @@ pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<MadviseTracer, Strin
         open,
         |s| create_other(&s.maps.madvise_procs),
         "syscalls:sys_enter_madvise",
+        !env.defer_on_demand,
     )?;
     Ok(MadviseTracer {
         links,

@@ -73,6 +73,7 @@ pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<ReclaimTracer, Strin
             create_other(&s.maps.reclaim_cgroups)
         },
         "vmscan tracepoints",
+        true,
     )?;
     Ok(ReclaimTracer {
         links,

@@ -53,6 +53,7 @@ fn open_and_load(env: &Env, btf: bool) -> Result<Loaded, String> {
         open,
         |s| create_other(&s.maps.runq_cgroups),
         "sched tracepoints",
+        true,
     )
 }
 

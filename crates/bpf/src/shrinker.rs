@@ -78,6 +78,7 @@ pub(crate) fn load(_env: &mut Env, tracefs: &Path) -> Result<ShrinkerTracer, Str
                 .map_err(|e| format!("creating the overflow entry: {e}"))
         },
         "vmscan:mm_shrink_slab_start/end",
+        true,
     )?;
     Ok(ShrinkerTracer {
         links,

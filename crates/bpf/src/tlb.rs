@@ -85,8 +85,12 @@ pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<TlbTracer, String> {
     open.progs
         .ipi_send_cpumask
         .set_autoload(ipis == Ok("ipi:ipi_send_cpumask"));
-    let (skel, links) =
-        load_and_attach(open, |s| create_other(&s.maps.tlb_procs), "tlb:tlb_flush")?;
+    let (skel, links) = load_and_attach(
+        open,
+        |s| create_other(&s.maps.tlb_procs),
+        "tlb:tlb_flush",
+        true,
+    )?;
     Ok(TlbTracer {
         links,
         skel,

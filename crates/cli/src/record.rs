@@ -216,7 +216,11 @@ pub fn run(a: RecordArgs) -> Result<()> {
             .unwrap_or_else(|| jitterscope_bpf::Name::ALL.to_vec())
     };
     if !tracers.is_empty() {
-        let (mut c, started) = jitterscope_bpf::TracerCollector::start(&root, &tracers);
+        let (c, started) = if a.syscall_tracers == SyscallTracers::Auto {
+            jitterscope_bpf::TracerCollector::start_on_demand(&root, &tracers)
+        } else {
+            jitterscope_bpf::TracerCollector::start(&root, &tracers)
+        };
         for s in &started {
             match &s.outcome {
                 Ok(_) => {}
@@ -230,15 +234,13 @@ pub fn run(a: RecordArgs) -> Result<()> {
             .collect();
         if !up.is_empty() {
             log(&format!("tracers running: {}", up.join(", ")));
-            if a.syscall_tracers == SyscallTracers::Auto {
-                let idle: Vec<&str> = c.attach_on_demand().iter().map(|n| n.as_str()).collect();
-                if !idle.is_empty() {
-                    log(&format!(
-                        "tracers {}: attached only while TLB shootdowns or negative dentries exceed {:.0}/s (--syscall-tracers always to keep them on)",
-                        idle.join(", "),
-                        jitterscope_bpf::TLB_SHOOTDOWNS_PER_S.min(jitterscope_bpf::NEGATIVE_DENTRIES_PER_S)
-                    ));
-                }
+            let idle: Vec<&str> = c.waiting().iter().map(|n| n.as_str()).collect();
+            if !idle.is_empty() {
+                log(&format!(
+                    "tracers {}: attached only while TLB shootdowns or negative dentries exceed {:.0}/s (--syscall-tracers always to keep them on)",
+                    idle.join(", "),
+                    jitterscope_bpf::TLB_SHOOTDOWNS_PER_S.min(jitterscope_bpf::NEGATIVE_DENTRIES_PER_S)
+                ));
             }
             sources.push(Box::new(c));
         }
