@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use jitterscope_bpf::{Name, TracerCollector};
 use jitterscope_model::tracers::{
-    path_pattern, Hist, LookupProc, MadviseProc, ReclaimStat, ShrinkerStat, TlbProc, Tracers,
+    path_pattern, LookupProc, MadviseProc, ReclaimStat, ShrinkerStat, TlbProc, Tracers,
 };
 use jitterscope_sources::cgroup::{discover, CgroupVersion};
 use jitterscope_sources::Root;
@@ -172,19 +172,6 @@ impl Session {
         let mono = self.mono();
         self.collector.read(mono)
     }
-}
-
-/// Adds histogram `b` into `a`.
-fn add_hist(a: &mut Hist, b: &Hist) {
-    if a.slots.len() < b.slots.len() {
-        a.slots.resize(b.slots.len(), 0);
-    }
-    for (x, y) in a.slots.iter_mut().zip(&b.slots) {
-        *x += y;
-    }
-    a.count += b.count;
-    a.sum_ns += b.sum_ns;
-    a.max_ns = a.max_ns.max(b.max_ns);
 }
 
 /// A directory of the test's own, removed with its contents when dropped.
@@ -442,146 +429,52 @@ impl Drop for Spinners {
 // Per-entity sums over the intervals read
 // ---------------------------------------------------------------------------------------------
 
-fn madvise_of(ts: &[Tracers], pid: u32) -> Option<MadviseProc> {
-    let mut out: Option<MadviseProc> = None;
-    for p in ts
-        .iter()
-        .filter_map(|t| t.madvise.as_ref())
-        .flat_map(|m| &m.procs)
-        .filter(|p| p.pid == pid)
-    {
-        let o = out.get_or_insert_with(|| MadviseProc {
-            pid,
-            comm: p.comm.clone(),
-            cgroup: p.cgroup.clone(),
-            ..Default::default()
-        });
-        o.dontneed_calls += p.dontneed_calls;
-        o.dontneed_bytes += p.dontneed_bytes;
-        o.free_calls += p.free_calls;
-        o.free_bytes += p.free_bytes;
-        o.other_calls += p.other_calls;
-        o.other_bytes += p.other_bytes;
+/// The entries of several intervals added up (identity fields from the first).
+fn sum_over<'a, T>(items: impl Iterator<Item = &'a T>) -> Option<T>
+where
+    T: Clone + for<'b> std::ops::AddAssign<&'b T> + 'a,
+{
+    let mut out: Option<T> = None;
+    for p in items {
+        match &mut out {
+            Some(o) => *o += p,
+            None => out = Some(p.clone()),
+        }
     }
     out
+}
+
+fn madvise_of(ts: &[Tracers], pid: u32) -> Option<MadviseProc> {
+    let all = ts.iter().filter_map(|t| t.madvise.as_ref());
+    sum_over(all.flat_map(|m| &m.procs).filter(|p| p.pid == pid))
 }
 
 fn tlb_of(ts: &[Tracers], pid: u32) -> Option<TlbProc> {
-    let mut out: Option<TlbProc> = None;
-    for p in ts
-        .iter()
-        .filter_map(|t| t.tlb.as_ref())
-        .flat_map(|m| &m.procs)
-        .filter(|p| p.pid == pid)
-    {
-        let o = out.get_or_insert_with(|| TlbProc {
-            pid,
-            comm: p.comm.clone(),
-            cgroup: p.cgroup.clone(),
-            ..Default::default()
-        });
-        o.task_switch += p.task_switch;
-        o.remote_shootdown += p.remote_shootdown;
-        o.local_shootdown += p.local_shootdown;
-        o.local_mm_shootdown += p.local_mm_shootdown;
-        o.remote_send_ipi += p.remote_send_ipi;
-        o.other += p.other;
-        o.pages += p.pages;
-        o.full_flushes += p.full_flushes;
-        o.ipis_sent += p.ipis_sent;
-        o.ipi_targets += p.ipi_targets;
-    }
-    out
-}
-
-fn add_reclaim(o: &mut ReclaimStat, p: &ReclaimStat) {
-    o.direct_stalls += p.direct_stalls;
-    o.memcg_stalls += p.memcg_stalls;
-    o.reclaimed_pages += p.reclaimed_pages;
-    add_hist(&mut o.latency, &p.latency);
+    let all = ts.iter().filter_map(|t| t.tlb.as_ref());
+    sum_over(all.flat_map(|m| &m.procs).filter(|p| p.pid == pid))
 }
 
 fn reclaim_of_pid(ts: &[Tracers], pid: u32) -> Option<ReclaimStat> {
-    let mut out: Option<ReclaimStat> = None;
-    for p in ts
-        .iter()
-        .filter_map(|t| t.reclaim.as_ref())
-        .flat_map(|r| &r.procs)
-        .filter(|p| p.pid == pid)
-    {
-        let o = out.get_or_insert_with(|| ReclaimStat {
-            pid,
-            comm: p.comm.clone(),
-            cgroup: p.cgroup.clone(),
-            ..Default::default()
-        });
-        add_reclaim(o, p);
-    }
-    out
+    let all = ts.iter().filter_map(|t| t.reclaim.as_ref());
+    sum_over(all.flat_map(|r| &r.procs).filter(|p| p.pid == pid))
 }
 
 fn reclaim_of_cgroup(ts: &[Tracers], path: &str) -> Option<ReclaimStat> {
-    let mut out: Option<ReclaimStat> = None;
-    for p in ts
-        .iter()
-        .filter_map(|t| t.reclaim.as_ref())
-        .flat_map(|r| &r.cgroups)
-        .filter(|p| p.cgroup == path)
-    {
-        let o = out.get_or_insert_with(|| ReclaimStat {
-            cgroup: path.to_string(),
-            ..Default::default()
-        });
-        add_reclaim(o, p);
-    }
-    out
+    let all = ts.iter().filter_map(|t| t.reclaim.as_ref());
+    sum_over(all.flat_map(|r| &r.cgroups).filter(|p| p.cgroup == path))
 }
 
 fn shrinker_of(ts: &[Tracers], function: &str) -> Option<ShrinkerStat> {
-    let mut out: Option<ShrinkerStat> = None;
-    for s in ts
-        .iter()
-        .filter_map(|t| t.shrinker.as_ref())
-        .flat_map(|s| &s.shrinkers)
-        .filter(|s| s.function == function)
-    {
-        let o = out.get_or_insert_with(|| ShrinkerStat {
-            function: function.to_string(),
-            ..Default::default()
-        });
-        o.calls += s.calls;
-        o.zero_freed += s.zero_freed;
-        o.to_scan += s.to_scan;
-        o.scanned += s.scanned;
-        o.freed += s.freed;
-        o.cache_items += s.cache_items;
-        add_hist(&mut o.latency, &s.latency);
-    }
-    out
+    let all = ts.iter().filter_map(|t| t.shrinker.as_ref());
+    sum_over(
+        all.flat_map(|s| &s.shrinkers)
+            .filter(|s| s.function == function),
+    )
 }
 
 fn lookups_of(ts: &[Tracers], pid: u32) -> Option<LookupProc> {
-    let mut out: Option<LookupProc> = None;
-    for p in ts
-        .iter()
-        .filter_map(|t| t.lookups.as_ref())
-        .flat_map(|l| &l.procs)
-        .filter(|p| p.pid == pid)
-    {
-        let o = out.get_or_insert_with(|| LookupProc {
-            pid,
-            comm: p.comm.clone(),
-            cgroup: p.cgroup.clone(),
-            ..Default::default()
-        });
-        o.stat_calls += p.stat_calls;
-        o.stat_enoent += p.stat_enoent;
-        o.access_calls += p.access_calls;
-        o.access_enoent += p.access_enoent;
-        o.open_calls += p.open_calls;
-        o.open_enoent += p.open_enoent;
-    }
-    out
+    let all = ts.iter().filter_map(|t| t.lookups.as_ref());
+    sum_over(all.flat_map(|l| &l.procs).filter(|p| p.pid == pid))
 }
 
 /// What [`dontneed_storm`] did.

@@ -359,6 +359,65 @@ impl Tracers {
     }
 }
 
+impl std::ops::AddAssign<&Hist> for Hist {
+    /// Adds another interval's histogram (counts and sums add, the maximum is the larger).
+    fn add_assign(&mut self, o: &Hist) {
+        if self.slots.len() < o.slots.len() {
+            self.slots.resize(o.slots.len(), 0);
+        }
+        for (a, b) in self.slots.iter_mut().zip(&o.slots) {
+            *a += b;
+        }
+        self.count += o.count;
+        self.sum_ns += o.sum_ns;
+        self.max_ns = self.max_ns.max(o.max_ns);
+    }
+}
+
+/// `a += &b` for per-interval entries: counters and histograms add up (several intervals of
+/// one process, cgroup or shrinker); the identity fields of `a` stay.
+macro_rules! accumulate {
+    ($t:ty { $($f:ident),* } $(hist $h:ident)?) => {
+        impl std::ops::AddAssign<&$t> for $t {
+            fn add_assign(&mut self, o: &$t) {
+                $(self.$f += o.$f;)*
+                $(self.$h += &o.$h;)?
+            }
+        }
+    };
+}
+accumulate!(ReclaimStat { direct_stalls, memcg_stalls, reclaimed_pages } hist latency);
+accumulate!(ShrinkerStat { calls, zero_freed, to_scan, scanned, freed, cache_items } hist latency);
+accumulate!(TlbProc {
+    task_switch,
+    remote_shootdown,
+    local_shootdown,
+    local_mm_shootdown,
+    remote_send_ipi,
+    other,
+    pages,
+    full_flushes,
+    ipis_sent,
+    ipi_targets
+});
+accumulate!(MadviseProc {
+    dontneed_calls,
+    dontneed_bytes,
+    free_calls,
+    free_bytes,
+    other_calls,
+    other_bytes
+});
+accumulate!(LookupProc {
+    stat_calls,
+    stat_enoent,
+    access_calls,
+    access_enoent,
+    open_calls,
+    open_enoent
+});
+accumulate!(RunqCgroup {} hist latency);
+
 /// Replaces every run of digits (and of hex digits mixed with at least one digit) in `path` by
 /// `*`, so `/tmp/.1234_dOeSnotExist_.db` and `/tmp/.99_dOeSnotExist_.db` share one pattern
 /// while words made only of letters a–f (`dead`, `cafe`) stay.
@@ -422,6 +481,41 @@ mod tests {
         // p99 falls in slot 10: its upper edge 2048 us, capped at the max seen (1500 us).
         assert_eq!(h.quantile_us(0.99), Some(1500.0));
         assert_eq!(Hist::default().quantile_us(0.99), None);
+    }
+
+    #[test]
+    fn entries_of_several_intervals_add_up() {
+        let mut a = TlbProc {
+            pid: 7,
+            comm: "java".into(),
+            remote_shootdown: 3,
+            ipis_sent: 10,
+            ..Default::default()
+        };
+        a += &TlbProc {
+            pid: 7,
+            remote_shootdown: 2,
+            ipis_sent: 5,
+            ..Default::default()
+        };
+        assert_eq!(
+            (a.comm.as_str(), a.remote_shootdown, a.ipis_sent),
+            ("java", 5, 15)
+        );
+        let mut h = Hist {
+            slots: vec![1],
+            count: 1,
+            sum_ns: 10,
+            max_ns: 10,
+        };
+        h += &Hist {
+            slots: vec![0, 0, 2],
+            count: 2,
+            sum_ns: 50,
+            max_ns: 30,
+        };
+        assert_eq!(h.slots, vec![1, 0, 2]);
+        assert_eq!((h.count, h.sum_ns, h.max_ns), (3, 60, 30));
     }
 
     proptest::proptest! {
