@@ -680,10 +680,11 @@ fn madvise_dontneed_storm_counts_calls_and_tlb_shootdowns() {
 /// The same storm: when the tracer says shootdown IPIs are attributed, the IPIs this process
 /// sent to make the other CPU flush must be counted against it.
 ///
-/// Ignored until the tracer is fixed: since 6.6 smp_call_function IPIs report
-/// `generic_smp_call_function_single_interrupt` as their `callback` in ipi:ipi_send_cpu(mask),
-/// never `flush_tlb_func`, and a single target goes through ipi:ipi_send_cpu, which is not
-/// traced — so `ipis_sent` stays 0 (the function is only visible in csd:csd_queue_cpu).
+/// The same storm, checked for shootdowns charged to the sender. Since 6.6 the IPI events
+/// report `generic_smp_call_function_single_interrupt` as their callback, never
+/// `flush_tlb_func`, and a single-target IPI has no callback at all; the function is visible in
+/// csd:csd_queue_cpu only (this test kept `ipis_sent` honest when the tracer still used the IPI
+/// events and counted 0).
 #[test]
 fn tlb_shootdown_ipis_are_attributed_to_the_sender() {
     const TEST: &str = "tlb_shootdown_ipis_are_attributed_to_the_sender";

@@ -22,6 +22,27 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// `dump --format csv` of the series matching `select` between `from` and `to`.
+fn dump_csv(store: &std::path::Path, from: &str, to: &str, select: &[&str]) -> Vec<common::Row> {
+    let mut args = vec![
+        "dump",
+        "--dir",
+        s(store),
+        "--from",
+        from,
+        "--to",
+        to,
+        "--format",
+        "csv",
+    ];
+    for p in select {
+        args.extend(["--select", p]);
+    }
+    let d = run(&args, Duration::from_secs(30));
+    assert!(d.status.success(), "dump: {}", text(&d.stderr));
+    parse_csv(&text(&d.stdout))
+}
+
 #[test]
 fn check_lists_every_tracer_and_refuses_without_root() {
     let o = run(&["tracers"], Duration::from_secs(10));
@@ -164,24 +185,7 @@ fn recorded_lookups_are_attributed_to_the_process_and_its_pattern() {
     assert!(err.contains("tracers running: madvise, lookups"), "{err}");
 
     let me = std::process::id();
-    let d = run(
-        &[
-            "dump",
-            "--dir",
-            s(&store),
-            "--from",
-            &from,
-            "--to",
-            &to,
-            "--format",
-            "csv",
-            "--select",
-            "lookups.*",
-        ],
-        Duration::from_secs(30),
-    );
-    assert!(d.status.success(), "{}", text(&d.stderr));
-    let rows = parse_csv(&text(&d.stdout));
+    let rows = dump_csv(&store, &from, &to, &["lookups.*"]);
     let mine: Vec<f64> = rows
         .iter()
         .filter(|r| {
@@ -290,25 +294,12 @@ fn lookups_attach_when_negative_dentries_pile_up() {
         "{}",
         text(&o.stderr)
     );
-    let d = run(
-        &[
-            "dump",
-            "--dir",
-            s(&store),
-            "--from",
-            &from,
-            "--to",
-            &to,
-            "--format",
-            "csv",
-            "--select",
-            "tracer.lookups.attached",
-            "--select",
-            "lookups.proc.*",
-        ],
-        Duration::from_secs(30),
+    let rows = dump_csv(
+        &store,
+        &from,
+        &to,
+        &["tracer.lookups.attached", "lookups.proc.*"],
     );
-    let rows = parse_csv(&text(&d.stdout));
     let attached: Vec<f64> = rows
         .iter()
         .filter(|r| r.series == "tracer.lookups.attached")
