@@ -55,13 +55,30 @@ fn check_lists_every_tracer_and_refuses_without_root() {
     }
 
     // As an unprivileged user every tracer must fail with the reason, and the exit code say so.
+    // The build directory may sit under a home that user cannot enter (/root is 0700): run a
+    // copy from a world-readable temporary directory.
     let mut c = cmd();
+    let unprivileged = tempfile::Builder::new()
+        .prefix("jitterscope-nobody")
+        .tempdir()
+        .unwrap();
+    if is_root() {
+        use std::os::unix::fs::PermissionsExt;
+        let exe = unprivileged.path().join("jitterscope");
+        std::fs::copy(common::bin(), &exe).unwrap();
+        for (p, mode) in [(unprivileged.path(), 0o755), (exe.as_path(), 0o755)] {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+        c = std::process::Command::new(&exe);
+        c.env_remove("JITTERSCOPE_DIR")
+            .stdin(Stdio::null())
+            .current_dir(unprivileged.path())
+            .uid(65534)
+            .gid(65534);
+    }
     c.args(["tracers", "--check"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    if is_root() {
-        c.uid(65534).gid(65534);
-    }
     let o = c.output().expect("run tracers --check");
     let out = text(&o.stdout);
     assert!(!o.status.success(), "must fail unprivileged:\n{out}");
