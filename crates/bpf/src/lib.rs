@@ -123,7 +123,7 @@ impl Env {
     }
 }
 
-/// A loaded, attached tracer.
+/// A loaded tracer (attached, or waiting for its demand).
 trait Tracer: Send {
     /// Reads the interval's counts into `out`.
     fn read(&mut self, env: &mut Env, out: &mut Tracers);
