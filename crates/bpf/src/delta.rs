@@ -68,6 +68,11 @@ impl<K: Hash + Eq + Clone> Deltas<K> {
         moved.then_some(d)
     }
 
+    /// The layout of the values.
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
     /// Forgets `key` (its kernel entry was deleted).
     pub fn forget(&mut self, key: &K) {
         self.prev.remove(key);
@@ -82,6 +87,25 @@ impl<K: Hash + Eq + Clone> Deltas<K> {
     pub fn is_empty(&self) -> bool {
         self.prev.is_empty()
     }
+}
+
+/// One value of a per-CPU map from its CPUs' copies: counters summed; the words that are not
+/// counters taken from the copy that was named (its first word, the start of the command name,
+/// is set on the CPU where the entry was created), or else the largest.
+pub fn sum_cpus(per_cpu: &[Vec<u8>], layout: Layout) -> Vec<u64> {
+    let copies: Vec<Vec<u64>> = per_cpu.iter().map(|b| words(b, layout.words)).collect();
+    let named = copies.iter().find(|c| c.first().is_some_and(|&w| w != 0));
+    (0..layout.words)
+        .map(|i| {
+            if !layout.keep.contains(&i) {
+                copies.iter().map(|c| c[i]).fold(0u64, u64::wrapping_add)
+            } else if let Some(n) = named {
+                n[i]
+            } else {
+                copies.iter().map(|c| c[i]).max().unwrap_or(0)
+            }
+        })
+        .collect()
 }
 
 /// The command name stored in two words, as text.
@@ -142,6 +166,22 @@ mod tests {
         d.forget(&1);
         assert_eq!(d.len(), 0);
         assert_eq!(d.update(1, vec![0, 5, 0, 0]), Some(vec![0, 5, 0, 0]));
+    }
+
+    #[test]
+    fn per_cpu_copies_sum_their_counters_and_keep_the_named_identity() {
+        let copy = |w: [u64; 4]| w.iter().flat_map(|x| x.to_ne_bytes()).collect::<Vec<u8>>();
+        let l = Layout {
+            words: 4,
+            keep: &[0, 1],
+        };
+        let cpus = [
+            copy([0, 0, 5, 1]),
+            copy([0x6176_616a, 9, 7, 2]),
+            copy([0, 0, 1, 0]),
+        ];
+        assert_eq!(sum_cpus(&cpus, l), vec![0x6176_616a, 9, 13, 3]);
+        assert_eq!(sum_cpus(&[], l), vec![0, 0, 0, 0]);
     }
 
     #[test]

@@ -535,12 +535,24 @@ struct ProcEntry {
 fn drain_procs(map: &dyn MapCore, deltas: &mut delta::Deltas<u32>, words: usize) -> Vec<ProcEntry> {
     use jitterscope_model::tracers::OTHER_PID;
     let mut out = Vec::new();
-    for (k, v) in entries(map) {
+    let percpu = map.map_type().is_percpu();
+    for k in map.keys() {
         let Ok(k4) = <[u8; 4]>::try_from(k.as_slice()) else {
             continue;
         };
+        let w = if percpu {
+            match map.lookup_percpu(&k, MapFlags::ANY) {
+                Ok(Some(per_cpu)) => delta::sum_cpus(&per_cpu, deltas.layout()),
+                _ => continue,
+            }
+        } else {
+            match map.lookup(&k, MapFlags::ANY) {
+                Ok(Some(v)) => delta::words(&v, words),
+                _ => continue,
+            }
+        };
         let pid = u32::from_ne_bytes(k4);
-        if let Some(d) = deltas.update(pid, delta::words(&v, words)) {
+        if let Some(d) = deltas.update(pid, w) {
             out.push(ProcEntry {
                 pid,
                 comm: if pid == OTHER_PID {
@@ -608,8 +620,14 @@ fn entries(map: &dyn MapCore) -> Vec<(Vec<u8>, Vec<u8>)> {
 /// Creates the overflow entry of a u32-keyed map so the kernel side always finds it.
 fn create_other(map: &dyn MapCore) -> Result<(), String> {
     let zero = vec![0u8; map.value_size() as usize];
-    map.update(&u32::MAX.to_ne_bytes(), &zero, MapFlags::NO_EXIST)
-        .map_err(|e| format!("creating the overflow entry: {e}"))
+    let key = u32::MAX.to_ne_bytes();
+    let r = if map.map_type().is_percpu() {
+        let cpus = libbpf_rs::num_possible_cpus().map_err(|e| format!("possible CPUs: {e}"))?;
+        map.update_percpu(&key, &vec![zero; cpus], MapFlags::NO_EXIST)
+    } else {
+        map.update(&key, &zero, MapFlags::NO_EXIST)
+    };
+    r.map_err(|e| format!("creating the overflow entry: {e}"))
 }
 
 /// Kernel memory of every map of `obj` (hash maps are preallocated: this is what they hold

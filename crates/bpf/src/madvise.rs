@@ -45,7 +45,15 @@ pub(crate) fn records() -> Vec<Record> {
 pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<MadviseTracer, String> {
     need_tracepoints(tracefs, &[("syscalls", "sys_enter_madvise")])?;
     check(tracefs, &records())?;
-    let open = open_skel!(MadviseSkelBuilder, env);
+    let mut open = open_skel!(MadviseSkelBuilder, env);
+    // Per-CPU values: keep the map near 2 MiB whatever the number of CPUs.
+    let cpus = libbpf_rs::num_possible_cpus().unwrap_or(1).max(1);
+    let per_entry = std::mem::size_of::<types::js_madvise_proc>() * cpus;
+    let entries = ((2 << 20) / per_entry).clamp(256, 4096) as u32;
+    open.maps
+        .madvise_procs
+        .set_max_entries(entries)
+        .map_err(|e| format!("sizing madvise_procs: {e}"))?;
     let (skel, links) = load_and_attach(
         open,
         |s| create_other(&s.maps.madvise_procs),
