@@ -575,6 +575,30 @@ fn dontneed_storm(cpus: [usize; 2], per_thread: u64, len: usize) -> Storm {
 // The tests
 // ---------------------------------------------------------------------------------------------
 
+/// What both madvise-storm tests need: root, two CPUs this process may use, and `names`
+/// loaded. `None` (after saying SKIPPED) when one is missing.
+fn storm_setup(test: &str, names: &[Name]) -> Option<(Session, Vec<usize>)> {
+    if !is_root() {
+        skip(test, "needs root to load BPF programs");
+        return None;
+    }
+    let cpus = allowed_cpus();
+    if cpus.len() < 2 {
+        skip(
+            test,
+            &format!("needs two CPUs, this process may use {cpus:?}"),
+        );
+        return None;
+    }
+    match Session::start(names) {
+        Ok(s) => Some((s, cpus)),
+        Err(e) => {
+            skip(test, &e);
+            None
+        }
+    }
+}
+
 /// Two threads of this process, each pinned to its own CPU, take turns faulting in a small
 /// region and dropping it with madvise(MADV_DONTNEED), 5,000 times each, while the other spins
 /// in the same mm: every call is counted against this process with its exact length, and every
@@ -586,19 +610,8 @@ fn madvise_dontneed_storm_counts_calls_and_tlb_shootdowns() {
     const PER_THREAD: u64 = 5_000;
     const PAGES: usize = 16;
     let _serial = serial();
-    if !is_root() {
-        return skip(TEST, "needs root to load BPF programs");
-    }
-    let cpus = allowed_cpus();
-    if cpus.len() < 2 {
-        return skip(
-            TEST,
-            &format!("needs two CPUs, this process may use {cpus:?}"),
-        );
-    }
-    let mut s = match Session::start(&[Name::Tlb, Name::Madvise]) {
-        Ok(s) => s,
-        Err(e) => return skip(TEST, &e),
+    let Some((mut s, cpus)) = storm_setup(TEST, &[Name::Tlb, Name::Madvise]) else {
+        return;
     };
 
     let len = PAGES * page_size();
@@ -691,19 +704,8 @@ fn tlb_shootdown_ipis_are_attributed_to_the_sender() {
     const PER_THREAD: u64 = 5_000;
     const PAGES: usize = 16;
     let _serial = serial();
-    if !is_root() {
-        return skip(TEST, "needs root to load BPF programs");
-    }
-    let cpus = allowed_cpus();
-    if cpus.len() < 2 {
-        return skip(
-            TEST,
-            &format!("needs two CPUs, this process may use {cpus:?}"),
-        );
-    }
-    let mut s = match Session::start(&[Name::Tlb]) {
-        Ok(s) => s,
-        Err(e) => return skip(TEST, &e),
+    let Some((mut s, cpus)) = storm_setup(TEST, &[Name::Tlb]) else {
+        return;
     };
     let done = dontneed_storm([cpus[0], cpus[1]], PER_THREAD, PAGES * page_size()).calls;
     let ts = [s.read(), s.read()];
