@@ -67,16 +67,13 @@ impl Kallsyms {
     /// The address of the text symbol `name`, if kallsyms shows it.
     pub fn address_of(name: &str) -> Option<u64> {
         let f = fs::File::open("/proc/kallsyms").ok()?;
-        for line in BufReader::new(f).lines().map_while(Result::ok) {
-            let mut it = line.split_ascii_whitespace();
-            let (Some(a), Some(t), Some(n)) = (it.next(), it.next(), it.next()) else {
-                continue;
-            };
-            if n == name && matches!(t, "t" | "T") {
-                return u64::from_str_radix(a, 16).ok().filter(|&a| a != 0);
-            }
-        }
-        None
+        BufReader::new(f)
+            .lines()
+            .map_while(Result::ok)
+            .find_map(|line| match symbol(&line) {
+                Some((a, "t" | "T", n)) if n == name && a != 0 => Some(a),
+                _ => None,
+            })
     }
 
     /// The names of `addrs` (exact symbol starts); unresolved ones come back as hex. Kallsyms is
@@ -119,11 +116,7 @@ impl Kallsyms {
         let mut lines = 0usize;
         for line in r.lines().map_while(Result::ok) {
             lines += 1;
-            let mut it = line.split_ascii_whitespace();
-            let (Some(a), Some(_t), Some(n)) = (it.next(), it.next(), it.next()) else {
-                continue;
-            };
-            let Ok(a) = u64::from_str_radix(a, 16) else {
+            let Some((a, _, n)) = symbol(&line) else {
                 continue;
             };
             if a == 0 {
@@ -136,6 +129,13 @@ impl Kallsyms {
         }
         self.restricted = lines > 0 && zeros * 2 > lines;
     }
+}
+
+/// One /proc/kallsyms line: address, type letter, name (a module suffix after it is ignored).
+fn symbol(line: &str) -> Option<(u64, &str, &str)> {
+    let mut it = line.split_ascii_whitespace();
+    let (a, t, n) = (it.next()?, it.next()?, it.next()?);
+    Some((u64::from_str_radix(a, 16).ok()?, t, n))
 }
 
 /// Maps the kernel's cgroup ids (kernfs node ids, which are the inode numbers of the cgroupfs
