@@ -169,6 +169,8 @@ pub struct Sample {
     pub process_scan: Option<ProcessScanStats>,
     /// What the in-kernel tracers saw this interval (absent when no tracer runs).
     pub tracers: Option<crate::tracers::Tracers>,
+    /// Stack samples of this interval (absent when the sampler is off or unavailable).
+    pub profile: Option<crate::profile::Profile>,
     /// The recorder's own cost.
     pub recorder: Option<RecorderStats>,
     /// Time each collector took this interval, ns.

@@ -1,0 +1,437 @@
+//! From perf sample records to per-interval [`Profile`] slices.
+//!
+//! Samples are buffered with their time for at most about one interval; everything needed to
+//! name their frames later is captured while the process lives, at the drain that first sees
+//! an address: kernel names (kernel addresses mean nothing after a reboot), user addresses
+//! normalized to (file, build id, file offset), JIT code named from the process's perf map,
+//! and the thread's names and cgroup. A cut at time `t` turns the buffered samples before `t`
+//! into one interned slice.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use jitterscope_model::profile::{Builder, Frame, FrameKind, Profile};
+
+/// Callchain entries at or above this are context markers, not addresses.
+pub const PERF_CONTEXT_MAX: u64 = (-4095i64) as u64;
+/// Marker: the following entries are kernel addresses.
+pub const PERF_CONTEXT_KERNEL: u64 = (-128i64) as u64;
+/// Marker: the following entries are user addresses.
+pub const PERF_CONTEXT_USER: u64 = (-512i64) as u64;
+
+/// Frames kept per stack part; deeper stacks are cut at the root end. Garbage frame pointers
+/// can produce chains of the kernel's maximum (127) that are noise.
+pub const MAX_DEPTH: usize = 64;
+
+/// Distinct stacks kept per slice; samples of further stacks are counted as dropped.
+pub const MAX_STACKS: usize = 20_000;
+
+/// One sample's stack, split by context, leaf first. Every address after the first of each
+/// part is a return address and is stored minus one, so it falls inside the call instruction
+/// (a call that does not return can be the last instruction of its function).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RawStack {
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// Kernel addresses, leaf first.
+    pub kernel: Vec<u64>,
+    /// User addresses, leaf first.
+    pub user: Vec<u64>,
+}
+
+impl RawStack {
+    /// Splits a PERF_SAMPLE_CALLCHAIN array. Entries before any context marker, and those of
+    /// guest or hypervisor contexts, are ignored.
+    pub fn from_callchain(pid: u32, tid: u32, chain: &[u64]) -> Self {
+        let mut s = RawStack {
+            pid,
+            tid,
+            kernel: Vec::new(),
+            user: Vec::new(),
+        };
+        let mut ctx = 0u64;
+        for &a in chain {
+            if a >= PERF_CONTEXT_MAX {
+                ctx = a;
+                continue;
+            }
+            let part = match ctx {
+                PERF_CONTEXT_KERNEL => &mut s.kernel,
+                PERF_CONTEXT_USER => &mut s.user,
+                _ => continue,
+            };
+            if part.len() >= MAX_DEPTH || a == 0 {
+                continue;
+            }
+            part.push(if part.is_empty() { a } else { a - 1 });
+        }
+        s
+    }
+}
+
+/// Where a user address points, captured while its process lived.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UserFrame {
+    /// In a mapped file.
+    Elf {
+        /// Path as mapped.
+        path: Arc<str>,
+        /// GNU build id, hex; empty when none.
+        build_id: Arc<str>,
+        /// File offset.
+        offset: u64,
+    },
+    /// Named now (JIT perf map, vDSO).
+    Named(Arc<str>),
+    /// Nothing explained it (the process was gone, or anonymous code without a perf map).
+    Unknown(u64),
+}
+
+/// A thread's identity at first sight.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Task {
+    /// Process name.
+    pub comm: Arc<str>,
+    /// Thread name.
+    pub thread: Arc<str>,
+    /// Cgroup path.
+    pub cgroup: Arc<str>,
+}
+
+/// What the aggregator needs from the running system; [`crate::system::SystemResolver`] is the
+/// real one, tests use recorded or synthetic ones.
+pub trait Resolver {
+    /// Names of kernel addresses ("0x…" for unknown ones), in order.
+    fn kernel(&mut self, addrs: &[u64]) -> Vec<Arc<str>>;
+    /// Where each of `addrs` in process `pid` points, in order.
+    fn user(&mut self, pid: u32, addrs: &[u64]) -> Vec<UserFrame>;
+    /// The names and cgroup of a thread.
+    fn task(&mut self, pid: u32, tid: u32) -> Task;
+}
+
+#[derive(Debug, Default)]
+struct PidCache {
+    frames: HashMap<u64, UserFrame>,
+    tasks: HashMap<u32, Task>,
+}
+
+/// Buffers samples and cuts them into slices; see the module documentation.
+pub struct Aggregator<R> {
+    hz: u32,
+    resolver: R,
+    buf: Vec<(u64, RawStack)>,
+    start_ns: u64,
+    lost: u64,
+    dropped: u64,
+    kernel: HashMap<u64, Arc<str>>,
+    pids: HashMap<u32, PidCache>,
+    /// Processes that exited or exec'd: their caches go once the samples before that are
+    /// resolved.
+    stale: Vec<u32>,
+}
+
+impl<R: Resolver> Aggregator<R> {
+    /// An aggregator for a sampler at `hz`, starting at `start_ns` (CLOCK_MONOTONIC).
+    pub fn new(hz: u32, start_ns: u64, resolver: R) -> Self {
+        Aggregator {
+            hz,
+            resolver,
+            buf: Vec::new(),
+            start_ns,
+            lost: 0,
+            dropped: 0,
+            kernel: HashMap::new(),
+            pids: HashMap::new(),
+            stale: Vec::new(),
+        }
+    }
+
+    /// The resolver.
+    pub fn resolver(&mut self) -> &mut R {
+        &mut self.resolver
+    }
+
+    /// Adds one sample taken at `time_ns`.
+    pub fn add(&mut self, time_ns: u64, s: RawStack) {
+        self.buf.push((time_ns, s));
+    }
+
+    /// Counts samples the kernel lost and records that could not be used.
+    pub fn add_lost(&mut self, lost: u64, dropped: u64) {
+        self.lost += lost;
+        self.dropped += dropped;
+    }
+
+    /// Marks a process whose address space is gone or replaced (exit, exec): its cached
+    /// frames are forgotten after the next [`Aggregator::resolve`].
+    pub fn forget(&mut self, pid: u32) {
+        self.stale.push(pid);
+    }
+
+    /// A thread was renamed (prctl, exec): its name is read again at its next sample.
+    pub fn renamed(&mut self, pid: u32, tid: u32) {
+        if let Some(c) = self.pids.get_mut(&pid) {
+            c.tasks.remove(&tid);
+            if tid == pid {
+                c.tasks.clear();
+            }
+        }
+    }
+
+    /// Captures what is needed to name every buffered sample's frames, then drops the caches
+    /// of processes that are gone. Call after each drain of the rings.
+    pub fn resolve(&mut self) {
+        let mut kernel: Vec<u64> = Vec::new();
+        let mut user: HashMap<u32, Vec<u64>> = HashMap::new();
+        let mut tasks: Vec<(u32, u32)> = Vec::new();
+        for (_, s) in &self.buf {
+            kernel.extend(s.kernel.iter().filter(|a| !self.kernel.contains_key(a)));
+            let c = self.pids.get(&s.pid);
+            if s.pid != 0 {
+                let missing = s
+                    .user
+                    .iter()
+                    .filter(|a| c.is_none_or(|c| !c.frames.contains_key(a)));
+                user.entry(s.pid).or_default().extend(missing);
+            }
+            if c.is_none_or(|c| !c.tasks.contains_key(&s.tid)) {
+                tasks.push((s.pid, s.tid));
+            }
+        }
+        kernel.sort_unstable();
+        kernel.dedup();
+        if !kernel.is_empty() {
+            let names = self.resolver.kernel(&kernel);
+            for (a, n) in kernel.into_iter().zip(names) {
+                self.kernel.insert(a, n);
+            }
+        }
+        for (pid, mut addrs) in user {
+            addrs.sort_unstable();
+            addrs.dedup();
+            if addrs.is_empty() {
+                continue;
+            }
+            let frames = self.resolver.user(pid, &addrs);
+            let c = self.pids.entry(pid).or_default();
+            for (a, f) in addrs.into_iter().zip(frames) {
+                c.frames.insert(a, f);
+            }
+        }
+        tasks.sort_unstable();
+        tasks.dedup();
+        for (pid, tid) in tasks {
+            let t = self.resolver.task(pid, tid);
+            self.pids.entry(pid).or_default().tasks.insert(tid, t);
+        }
+        for pid in std::mem::take(&mut self.stale) {
+            // Samples still buffered for it keep their resolved frames through the cut: the
+            // cache goes only when none is left.
+            if !self.buf.iter().any(|(_, s)| s.pid == pid) {
+                self.pids.remove(&pid);
+            } else {
+                self.stale.push(pid);
+            }
+        }
+    }
+
+    /// The slice of every buffered sample taken before `end_ns`; later ones stay for the next.
+    pub fn cut(&mut self, end_ns: u64) -> Profile {
+        self.resolve();
+        let mut b = Builder::new(self.hz, self.start_ns, end_ns.max(self.start_ns));
+        b.add_lost(
+            std::mem::take(&mut self.lost),
+            std::mem::take(&mut self.dropped),
+        );
+        let (now, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.buf)
+            .into_iter()
+            .partition(|(t, _)| *t < end_ns);
+        self.buf = later;
+        let mut dropped = 0u64;
+        let empty = Task::default();
+        for (_, s) in now {
+            if b.stacks() >= MAX_STACKS {
+                dropped += 1;
+                continue;
+            }
+            let mut frames = Vec::with_capacity(s.kernel.len() + s.user.len());
+            for a in &s.kernel {
+                let name = match self.kernel.get(a) {
+                    Some(n) => b.string(n),
+                    None => b.string(&format!("0x{a:x}")),
+                };
+                frames.push(b.frame(Frame {
+                    kind: FrameKind::Kernel,
+                    name,
+                    ..Default::default()
+                }));
+            }
+            let c = self.pids.get(&s.pid);
+            for a in &s.user {
+                let f = match c.and_then(|c| c.frames.get(a)) {
+                    Some(UserFrame::Elf {
+                        path,
+                        build_id,
+                        offset,
+                    }) => Frame {
+                        kind: FrameKind::User,
+                        module: b.module(path, build_id),
+                        offset: *offset,
+                        ..Default::default()
+                    },
+                    Some(UserFrame::Named(n)) => Frame {
+                        kind: FrameKind::Jit,
+                        name: b.string(n),
+                        ..Default::default()
+                    },
+                    Some(UserFrame::Unknown(_)) | None => Frame {
+                        kind: FrameKind::Unknown,
+                        offset: *a,
+                        ..Default::default()
+                    },
+                };
+                frames.push(b.frame(f));
+            }
+            let t = c.and_then(|c| c.tasks.get(&s.tid)).unwrap_or(&empty);
+            b.add_stack(s.pid, s.tid, &t.comm, &t.thread, &t.cgroup, frames, 1);
+        }
+        b.add_lost(0, dropped);
+        self.start_ns = end_ns.max(self.start_ns);
+        b.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Names kernel addresses `k<hex>`, user ones as offsets in `/bin/p<pid>`, tasks `t<tid>`.
+    #[derive(Default)]
+    struct Fake {
+        user_calls: usize,
+    }
+
+    impl Resolver for Fake {
+        fn kernel(&mut self, addrs: &[u64]) -> Vec<Arc<str>> {
+            addrs.iter().map(|a| format!("k{a:x}").into()).collect()
+        }
+        fn user(&mut self, pid: u32, addrs: &[u64]) -> Vec<UserFrame> {
+            self.user_calls += 1;
+            addrs
+                .iter()
+                .map(|&a| UserFrame::Elf {
+                    path: format!("/bin/p{pid}").into(),
+                    build_id: "".into(),
+                    offset: a - 0x1000,
+                })
+                .collect()
+        }
+        fn task(&mut self, pid: u32, tid: u32) -> Task {
+            Task {
+                comm: format!("p{pid}").into(),
+                thread: format!("t{tid}").into(),
+                cgroup: "/g".into(),
+            }
+        }
+    }
+
+    const K: u64 = PERF_CONTEXT_KERNEL;
+    const U: u64 = PERF_CONTEXT_USER;
+
+    #[test]
+    fn callchain_split() {
+        let s = RawStack::from_callchain(5, 6, &[K, 0xa0, 0xb0, 0xc0, U, 0x10, 0x20]);
+        assert_eq!(s.kernel, vec![0xa0, 0xaf, 0xbf]);
+        assert_eq!(s.user, vec![0x10, 0x1f]);
+        // A marker of another context (guest) hides what follows it; zero entries vanish.
+        let g = RawStack::from_callchain(1, 1, &[(-2048i64) as u64, 0x1, U, 0, 0x30]);
+        assert!(g.kernel.is_empty());
+        assert_eq!(g.user, vec![0x30]);
+        let deep: Vec<u64> = std::iter::once(K).chain(1..=200).collect();
+        assert_eq!(
+            RawStack::from_callchain(1, 1, &deep).kernel.len(),
+            MAX_DEPTH
+        );
+    }
+
+    #[test]
+    fn cut_splits_by_time_and_interns() {
+        let mut a = Aggregator::new(99, 0, Fake::default());
+        for t in [10, 20, 30] {
+            a.add(
+                t,
+                RawStack::from_callchain(7, 8, &[K, 0xa0, 0xb0, U, 0x1100]),
+            );
+        }
+        a.add(40, RawStack::from_callchain(7, 9, &[U, 0x1200]));
+        a.add(150, RawStack::from_callchain(0, 0, &[K, 0xc0]));
+        a.add_lost(2, 0);
+        let p = a.cut(100);
+        assert_eq!((p.start_mono_ns, p.end_mono_ns, p.hz), (0, 100, 99));
+        assert_eq!((p.samples, p.lost), (4, 2));
+        assert_eq!(p.stacks.len(), 2);
+        let s = p.stacks.iter().find(|s| s.tid == 8).unwrap();
+        assert_eq!(s.count, 3);
+        assert_eq!(
+            (p.str(s.comm), p.str(s.thread), p.str(s.cgroup)),
+            ("p7", "t8", "/g")
+        );
+        let names: Vec<String> = s
+            .frames
+            .iter()
+            .map(|&i| {
+                let f = p.frame(i).unwrap();
+                match f.kind {
+                    FrameKind::Kernel => p.str(f.name).to_string(),
+                    FrameKind::User => {
+                        let m = p.module(f.module).unwrap();
+                        format!("{}+{:x}", p.str(m.path), f.offset)
+                    }
+                    k => format!("{k:?}"),
+                }
+            })
+            .collect();
+        assert_eq!(names, ["ka0", "kaf", "/bin/p7+100"]);
+
+        let q = a.cut(200);
+        assert_eq!(
+            (q.start_mono_ns, q.end_mono_ns, q.samples, q.lost),
+            (100, 200, 1, 0)
+        );
+        assert_eq!(q.stacks[0].pid, 0);
+        assert!(a.cut(300).stacks.is_empty());
+    }
+
+    #[test]
+    fn caches_live_until_the_process_is_forgotten() {
+        let mut a = Aggregator::new(99, 0, Fake::default());
+        a.add(1, RawStack::from_callchain(7, 7, &[U, 0x1100]));
+        a.resolve();
+        a.add(2, RawStack::from_callchain(7, 7, &[U, 0x1100]));
+        a.resolve();
+        assert_eq!(a.resolver().user_calls, 1, "cached address resolved again");
+        a.forget(7);
+        a.resolve();
+        assert!(
+            a.pids.contains_key(&7),
+            "forgotten while samples still need it"
+        );
+        let p = a.cut(10);
+        assert_eq!(p.stacks[0].count, 2);
+        a.resolve();
+        assert!(!a.pids.contains_key(&7));
+    }
+
+    #[test]
+    fn stack_bound_counts_dropped() {
+        let mut a = Aggregator::new(99, 0, Fake::default());
+        for i in 0..(MAX_STACKS as u64 + 5) {
+            a.add(1, RawStack::from_callchain(1, 1, &[K, 0x1000 + i]));
+        }
+        let p = a.cut(2);
+        assert_eq!(p.stacks.len(), MAX_STACKS);
+        assert_eq!(p.dropped, 5);
+    }
+}

@@ -1,0 +1,12 @@
+//! The always-on stack sampler and what reads its slices back.
+//!
+//! - [`sampler`]: perf_event `cpu-clock` per CPU, drained by a thread, cut per interval; the
+//!   recorder's [`sampler::ProfileCollector`].
+//! - [`capture`]: perf records → interned [`jitterscope_model::profile::Profile`] slices, with
+//!   what names their frames captured while the processes live ([`system`]).
+#![deny(missing_docs)]
+
+pub mod capture;
+pub mod sampler;
+pub mod system;
+pub mod window;

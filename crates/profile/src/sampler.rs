@@ -1,0 +1,303 @@
+//! The always-on sampler: one `cpu-clock` perf event per online CPU with kernel and user call
+//! chains, read by a thread of its own, cut into one [`Profile`] per recorder interval.
+//!
+//! The rings are drained every 100 ms by the `profiler` thread, which also does everything that
+//! can block (reading a process's mappings waits for its `mmap_lock`, which a process in
+//! reclaim can hold for long): the recorder's loop only asks for the slice up to its sample's
+//! time and waits a bounded time for it. A slice that is late joins the next sample.
+
+use std::io;
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use jitterscope_model::collector::{Collector, Notes};
+use jitterscope_model::profile::Profile;
+use jitterscope_model::sample::Sample;
+use perf_event::data::Record as Rec;
+use perf_event::events::Software;
+use perf_event::{Builder, Clock, SampleFlag, Sampler};
+
+use crate::capture::{Aggregator, RawStack, Resolver};
+use crate::system::SystemResolver;
+
+/// Default frequency: 99 Hz rather than 100 so sampling does not run in lockstep with timer
+/// ticks and other periodic work (which would over- or under-count it).
+pub const DEFAULT_HZ: u32 = 99;
+
+/// Ring buffer pages per CPU (128 KiB): a second of samples with deep stacks at 99 Hz is about
+/// 100 KB, and the rings are drained ten times a second.
+pub const RING_PAGES: usize = 32;
+
+/// How often the rings are drained.
+const DRAIN_EVERY: Duration = Duration::from_millis(100);
+
+/// misc bit of a COMM record written by exec.
+const MISC_COMM_EXEC: u16 = 1 << 13;
+
+/// The sampler's settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Samples per second per CPU.
+    pub hz: u32,
+    /// Ring buffer pages per CPU.
+    pub ring_pages: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            hz: DEFAULT_HZ,
+            ring_pages: RING_PAGES,
+        }
+    }
+}
+
+/// The perf event attributes of the sampler on `cpu` (also what parses its records).
+pub fn builder(cpu: usize, hz: u32) -> Builder<'static> {
+    let mut b = Builder::new(Software::CPU_CLOCK);
+    b.one_cpu(cpu)
+        .any_pid()
+        .sample_frequency(hz as u64)
+        .sample(
+            SampleFlag::IP
+                | SampleFlag::TID
+                | SampleFlag::TIME
+                | SampleFlag::CPU
+                | SampleFlag::CALLCHAIN,
+        )
+        .clockid(Clock::MONOTONIC)
+        .include_kernel()
+        .exclude_hv(true)
+        // Exec and exit tell when a process's cached mappings are no longer valid; renames
+        // when its names are.
+        .comm(true)
+        .comm_exec(true)
+        .task(true)
+        .enabled(false);
+    b
+}
+
+/// The online CPUs (`/sys/devices/system/cpu/online`, e.g. `0-3,6`).
+pub fn online_cpus() -> io::Result<Vec<usize>> {
+    let s = std::fs::read_to_string("/sys/devices/system/cpu/online")?;
+    parse_cpu_list(s.trim())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("cpu list {s:?}")))
+}
+
+/// Parses a kernel CPU list (`0-3,6`).
+pub fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
+    let mut out = Vec::new();
+    for part in s.split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (usize, usize) = (a.parse().ok()?, b.parse().ok()?);
+                if b < a || b - a > 65_536 {
+                    return None;
+                }
+                out.extend(a..=b);
+            }
+            None => out.push(part.parse().ok()?),
+        }
+    }
+    Some(out)
+}
+
+/// Opens and enables one sampling event per online CPU.
+pub fn open(cfg: &Config) -> Result<Vec<Sampler>, String> {
+    if cfg.hz == 0 {
+        return Err("sampling frequency is 0".into());
+    }
+    let cpus = online_cpus().map_err(|e| format!("cannot list online CPUs: {e}"))?;
+    let mut rings = Vec::with_capacity(cpus.len());
+    for cpu in cpus {
+        let c = builder(cpu, cfg.hz)
+            .build()
+            .map_err(|e| open_error(cpu, &e))?;
+        let mut s = c
+            .sampled(cfg.ring_pages * page_size())
+            .map_err(|e| format!("cannot map the ring buffer of CPU {cpu}: {e}"))?;
+        s.enable()
+            .map_err(|e| format!("cannot enable sampling on CPU {cpu}: {e}"))?;
+        rings.push(s);
+    }
+    Ok(rings)
+}
+
+fn page_size() -> usize {
+    jitterscope_model::sample::HostInfo::page_size() as usize
+}
+
+fn open_error(cpu: usize, e: &io::Error) -> String {
+    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "?".into());
+    match e.raw_os_error() {
+        Some(libc::EACCES) | Some(libc::EPERM) => format!(
+            "perf_event_open on CPU {cpu}: {e} (kernel.perf_event_paranoid is {paranoid}; \
+             system-wide sampling needs root, CAP_PERFMON, or paranoid <= 0)"
+        ),
+        Some(libc::ENOENT) | Some(libc::ENODEV) | Some(libc::EOPNOTSUPP) => {
+            format!("perf_event_open on CPU {cpu}: {e} (this kernel has no cpu-clock sampling)")
+        }
+        _ => format!("perf_event_open on CPU {cpu}: {e}"),
+    }
+}
+
+/// Reads every record waiting in `ring` into `agg`. Returns the records read.
+pub fn drain<R: Resolver>(ring: &mut Sampler, agg: &mut Aggregator<R>) -> usize {
+    let mut n = 0;
+    while let Some(rec) = ring.next_record() {
+        n += 1;
+        let misc = rec.misc();
+        match rec.parse_record() {
+            Ok(r) => handle(r, misc, agg),
+            Err(_) => agg.add_lost(0, 1),
+        }
+    }
+    n
+}
+
+/// Feeds one parsed record to `agg`.
+pub fn handle<R: Resolver>(r: Rec<'_>, misc: u16, agg: &mut Aggregator<R>) {
+    match r {
+        Rec::Sample(s) => match (s.pid(), s.tid(), s.time(), s.callchain()) {
+            (Some(pid), Some(tid), Some(t), Some(chain)) => {
+                agg.add(t, RawStack::from_callchain(pid, tid, chain))
+            }
+            _ => agg.add_lost(0, 1),
+        },
+        Rec::Lost(l) => agg.add_lost(l.lost, 0),
+        Rec::Comm(c) => {
+            if misc & MISC_COMM_EXEC != 0 {
+                agg.forget(c.pid);
+            }
+            agg.renamed(c.pid, c.tid);
+        }
+        Rec::Exit(e) if e.pid == e.tid => agg.forget(e.pid),
+        _ => {}
+    }
+}
+
+enum Req {
+    Cut(u64),
+    Stop,
+}
+
+/// The sampler as a recorder [`Collector`]: its part of each sample is the slice up to the
+/// sample's time.
+pub struct ProfileCollector {
+    tx: Sender<Req>,
+    rx: Receiver<Profile>,
+    outstanding: u32,
+    thread: Option<JoinHandle<()>>,
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the struct we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+impl ProfileCollector {
+    /// Opens the events and starts the `profiler` thread. An error is one line saying why
+    /// sampling is not possible here.
+    pub fn start(cfg: &Config) -> Result<Self, String> {
+        let mut rings = open(cfg)?;
+        let (hz, start) = (cfg.hz, monotonic_ns());
+        let (tx, req_rx) = channel::<Req>();
+        let (out_tx, rx) = channel::<Profile>();
+        let thread = std::thread::Builder::new()
+            .name("profiler".into())
+            .spawn(move || {
+                // blazesym's caches are not Send: the resolver lives on this thread.
+                let mut agg = Aggregator::new(hz, start, SystemResolver::new());
+                loop {
+                    let req = req_rx.recv_timeout(DRAIN_EVERY);
+                    for r in rings.iter_mut() {
+                        drain(r, &mut agg);
+                    }
+                    match req {
+                        Ok(Req::Cut(t)) => {
+                            if out_tx.send(agg.cut(t)).is_err() {
+                                return;
+                            }
+                        }
+                        Err(RecvTimeoutError::Timeout) => agg.resolve(),
+                        Ok(Req::Stop) | Err(RecvTimeoutError::Disconnected) => return,
+                    }
+                }
+            })
+            .map_err(|e| format!("cannot start the profiler thread: {e}"))?;
+        Ok(ProfileCollector {
+            tx,
+            rx,
+            outstanding: 0,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Collector for ProfileCollector {
+    fn name(&self) -> &'static str {
+        "profile"
+    }
+
+    fn collect(&mut self, sample: &mut Sample, notes: &mut Notes) {
+        if self.tx.send(Req::Cut(sample.mono_ns)).is_err() {
+            notes.once("profile:dead", || {
+                "profile: the profiler thread stopped".into()
+            });
+            return;
+        }
+        self.outstanding += 1;
+        // Bounded so a profiler stuck on a process's mappings cannot delay the sample; what
+        // it sends later joins the next sample.
+        let wait = Duration::from_nanos(sample.interval_ns / 4).min(Duration::from_millis(250));
+        let deadline = Instant::now() + wait;
+        let mut got: Option<Profile> = None;
+        while self.outstanding > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(p) => {
+                    self.outstanding -= 1;
+                    match &mut got {
+                        Some(g) => g.merge(&p),
+                        None => got = Some(p),
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        sample.profile = got;
+    }
+}
+
+impl Drop for ProfileCollector {
+    fn drop(&mut self) {
+        let _ = self.tx.send(Req::Stop);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpu_list("0-1"), Some(vec![0, 1]));
+        assert_eq!(parse_cpu_list("0-2,5,7-8"), Some(vec![0, 1, 2, 5, 7, 8]));
+        assert_eq!(parse_cpu_list("0"), Some(vec![0]));
+        assert_eq!(parse_cpu_list(""), Some(vec![]));
+        assert_eq!(parse_cpu_list("3-1"), None);
+        assert_eq!(parse_cpu_list("a"), None);
+        assert_eq!(parse_cpu_list("0-99999999"), None);
+    }
+}

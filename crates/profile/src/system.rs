@@ -1,0 +1,170 @@
+//! The capture-time [`Resolver`] of the running system: kernel names from kallsyms, user
+//! addresses normalized against the process's mappings (blazesym), JIT code named from
+//! `/tmp/perf-<pid>.map`, thread names and cgroup from /proc.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use blazesym::normalize::{Normalizer, UserMeta};
+use blazesym::symbolize::source::{Kernel, Process, Source};
+use blazesym::symbolize::{Input, Symbolized, Symbolizer};
+use blazesym::{MaybeDefault, Pid};
+use jitterscope_sources::cgroup::parse_proc_pid_cgroup;
+
+use crate::capture::{Resolver, Task, UserFrame};
+
+/// See the module documentation.
+pub struct SystemResolver {
+    normalizer: Normalizer,
+    symbolizer: Symbolizer,
+    /// Whether kallsyms shows addresses (it shows zeros under kptr_restrict without
+    /// CAP_SYSLOG); without them kernel frames stay addresses.
+    pub kallsyms_readable: bool,
+}
+
+impl Default for SystemResolver {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SystemResolver {
+    /// A resolver for this host.
+    pub fn new() -> Self {
+        SystemResolver {
+            // Build ids are cached per file (they do not change while a file is mapped);
+            // mappings are read again for each batch because a process maps new code at any
+            // time and blazesym cannot tell a stale cache.
+            normalizer: Normalizer::builder()
+                .enable_build_ids(true)
+                .enable_build_id_caching(true)
+                .build(),
+            symbolizer: Symbolizer::new(),
+            kallsyms_readable: kallsyms_readable(),
+        }
+    }
+}
+
+/// Whether /proc/kallsyms shows real addresses to this process.
+pub fn kallsyms_readable() -> bool {
+    use std::io::{BufRead, BufReader};
+    let Ok(f) = std::fs::File::open("/proc/kallsyms") else {
+        return false;
+    };
+    BufReader::new(f)
+        .lines()
+        .map_while(Result::ok)
+        .take(64)
+        .any(|l| {
+            l.split(' ')
+                .next()
+                .is_some_and(|a| a.bytes().any(|c| c != b'0'))
+        })
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn read_trim(p: &str) -> Option<String> {
+    std::fs::read_to_string(p)
+        .ok()
+        .map(|s| s.trim_end_matches('\n').to_string())
+}
+
+impl Resolver for SystemResolver {
+    fn kernel(&mut self, addrs: &[u64]) -> Vec<Arc<str>> {
+        let unknown = || addrs.iter().map(|a| format!("0x{a:x}").into()).collect();
+        if !self.kallsyms_readable {
+            return unknown();
+        }
+        let src = Source::Kernel(Kernel {
+            kallsyms: MaybeDefault::Default,
+            vmlinux: MaybeDefault::None,
+            debug_syms: false,
+            ..Default::default()
+        });
+        match self.symbolizer.symbolize(&src, Input::AbsAddr(addrs)) {
+            Ok(syms) => syms
+                .iter()
+                .zip(addrs)
+                .map(|(s, a)| match s {
+                    Symbolized::Sym(s) => Arc::from(s.name.as_ref()),
+                    Symbolized::Unknown(_) => format!("0x{a:x}").into(),
+                })
+                .collect(),
+            Err(_) => unknown(),
+        }
+    }
+
+    fn user(&mut self, pid: u32, addrs: &[u64]) -> Vec<UserFrame> {
+        let mut out: Vec<UserFrame> = addrs.iter().map(|&a| UserFrame::Unknown(a)).collect();
+        if pid == 0 {
+            return out;
+        }
+        let Ok(n) = self.normalizer.normalize_user_addrs(Pid::from(pid), addrs) else {
+            return out; // the process is gone or its maps unreadable
+        };
+        let mut anon = Vec::new();
+        for (i, (off, meta)) in n.outputs.iter().enumerate() {
+            match n.meta.get(*meta) {
+                Some(UserMeta::Elf(e)) => {
+                    out[i] = UserFrame::Elf {
+                        path: e.path.to_string_lossy().as_ref().into(),
+                        build_id: e.build_id.as_deref().map(hex).unwrap_or_default().into(),
+                        offset: *off,
+                    }
+                }
+                Some(UserMeta::Sym(s)) => out[i] = UserFrame::Named(s.name.as_ref().into()),
+                _ => anon.push(i),
+            }
+        }
+        // Code outside any file: a JIT that writes a perf map names it (read now, while the
+        // process and its map exist).
+        if !anon.is_empty() && Path::new(&format!("/tmp/perf-{pid}.map")).exists() {
+            let src = Source::Process(Process {
+                perf_map: true,
+                map_files: false,
+                debug_syms: false,
+                ..Process::new(Pid::from(pid))
+            });
+            let a: Vec<u64> = anon.iter().map(|&i| addrs[i]).collect();
+            if let Ok(syms) = self.symbolizer.symbolize(&src, Input::AbsAddr(&a)) {
+                for (&i, s) in anon.iter().zip(syms.iter()) {
+                    if let Symbolized::Sym(s) = s {
+                        out[i] = UserFrame::Named(s.name.as_ref().into());
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn task(&mut self, pid: u32, tid: u32) -> Task {
+        if pid == 0 {
+            return Task {
+                comm: "swapper".into(),
+                thread: "swapper".into(),
+                cgroup: "/".into(),
+            };
+        }
+        let comm = read_trim(&format!("/proc/{pid}/comm")).unwrap_or_default();
+        let thread = if tid == pid {
+            comm.clone()
+        } else {
+            read_trim(&format!("/proc/{pid}/task/{tid}/comm")).unwrap_or_default()
+        };
+        let cgroup = std::fs::read(format!("/proc/{pid}/cgroup"))
+            .ok()
+            .and_then(|b| {
+                let p = parse_proc_pid_cgroup(&b).ok()?.to_paths();
+                p.cpu.or(p.v2)
+            })
+            .unwrap_or_default();
+        Task {
+            comm: comm.into(),
+            thread: thread.into(),
+            cgroup: cgroup.into(),
+        }
+    }
+}
