@@ -7,6 +7,7 @@
 #![deny(missing_docs)]
 
 pub mod capture;
+pub mod pprof;
 pub mod sampler;
 pub mod system;
 pub mod window;
