@@ -1,6 +1,7 @@
 //! `jitterscope`: the command-line front end. A thin layer over the model and the store.
 
 mod dump;
+mod flame;
 mod prio;
 mod record;
 mod status;
@@ -34,6 +35,10 @@ enum Cmd {
     Dump(dump::DumpArgs),
     /// List the BPF tracers; with --check, load each on this kernel and say which work and why not.
     Tracers(tracers::TracersArgs),
+    /// The stack samples of a past window as a flame graph (SVG), folded stacks or pprof.
+    Flame(flame::FlameArgs),
+    /// The hottest kernel and user functions of a past window.
+    TopFunctions(flame::TopArgs),
 }
 
 /// The store directory: `--dir`, else `$JITTERSCOPE_DIR`, else [`DEFAULT_DIR`].
@@ -48,6 +53,8 @@ fn main() -> ExitCode {
         Cmd::Record(a) => record::run(a),
         Cmd::Dump(a) => dump::run(a),
         Cmd::Tracers(a) => tracers::run(a),
+        Cmd::Flame(a) => flame::run_flame(a),
+        Cmd::TopFunctions(a) => flame::run_top(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

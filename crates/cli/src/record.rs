@@ -69,6 +69,11 @@ pub struct RecordArgs {
     /// system call on the host), `always` for the whole run.
     #[arg(long, value_enum, default_value_t = SyscallTracers::Auto)]
     syscall_tracers: SyscallTracers,
+    /// Stack samples per second per CPU (kernel and user call chains, all processes); 0 turns
+    /// the profiler off.
+    #[arg(long, default_value_t = jitterscope_profile::sampler::DEFAULT_HZ,
+          value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    profile_hz: u32,
 }
 
 /// See `RecordArgs::syscall_tracers`.
@@ -243,6 +248,26 @@ pub fn run(a: RecordArgs) -> Result<()> {
                 ));
             }
             sources.push(Box::new(c));
+        }
+    }
+    if a.profile_hz > 0 {
+        if a.root != std::path::Path::new("/") {
+            log("profile: not started: it samples the running kernel, not the tree under --root");
+        } else {
+            let cfg = jitterscope_profile::sampler::Config {
+                hz: a.profile_hz,
+                ..Default::default()
+            };
+            match jitterscope_profile::sampler::ProfileCollector::start(&cfg) {
+                Ok(c) => {
+                    log(&format!(
+                        "profile: sampling stacks at {} Hz per CPU",
+                        a.profile_hz
+                    ));
+                    sources.push(Box::new(c));
+                }
+                Err(why) => log(&format!("profile: not running: {why}")),
+            }
         }
     }
     let mut notes = Notes::default();

@@ -26,8 +26,10 @@ impl Parts {
     pub const CGROUPS: Parts = Parts(2);
     /// Every slab cache.
     pub const SLABINFO: Parts = Parts(4);
+    /// The stack sampler's slice.
+    pub const PROFILE: Parts = Parts(8);
     /// Everything.
-    pub const ALL: Parts = Parts(7);
+    pub const ALL: Parts = Parts(15);
 
     /// Both sets.
     pub fn union(self, o: Parts) -> Parts {
@@ -82,6 +84,14 @@ where
     T: Deserialize<'de>,
 {
     part(d, Parts::SLABINFO)
+}
+
+pub(crate) fn de_profile<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    part(d, Parts::PROFILE)
 }
 
 /// Codec byte of MessagePack-with-field-names payloads.

@@ -151,7 +151,7 @@ impl MetricDef {
     }
 
     /// The large sample parts this metric reads (by its name's first component: `proc.` and
-    /// `procs.` read processes, `cgroup.` cgroups, `slab.` slab caches). A test checks every
+    /// `procs.` read processes, `cgroup.` cgroups, `slab.` slab caches, `profile.` the stack slice). A test checks every
     /// metric gives the same values when only these parts are decoded.
     pub fn parts(&self) -> crate::codec::Parts {
         use crate::codec::Parts;
@@ -159,6 +159,7 @@ impl MetricDef {
             Some("proc" | "procs") => Parts::PROCESSES,
             Some("cgroup") => Parts::CGROUPS,
             Some("slab") => Parts::SLABINFO,
+            Some("profile") => Parts::PROFILE,
             _ => Parts::NONE,
         }
     }

@@ -4,8 +4,8 @@
 //!
 //! usage: capture <seconds> <records.bin> <slices.json>
 //!
-//! records.bin is a sequence of `type u32, misc u16, cpu u16, len u32, bytes` (little endian),
-//! one per ring record, the record bytes without their 8-byte header.
+//! records.bin is a sequence of `length u32 (little endian), record`, one per ring record, the
+//! record as the ring held it (8-byte perf_event_header included, native endian).
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -26,7 +26,6 @@ fn main() {
         eprintln!("capture: {e}");
         std::process::exit(1)
     });
-    let cpus = sampler::online_cpus().expect("online cpus");
     let now = || {
         let mut ts = libc::timespec {
             tv_sec: 0,
@@ -42,14 +41,15 @@ fn main() {
     let mut next_cut = Duration::from_secs(1);
     while start.elapsed() < Duration::from_secs(secs) {
         std::thread::sleep(Duration::from_millis(100));
-        for (ring, &cpu) in rings.iter_mut().zip(&cpus) {
+        for ring in rings.iter_mut() {
             while let Some(rec) = ring.next_record() {
-                let bytes = rec.to_vec();
-                out.write_all(&rec.ty().to_le_bytes()).unwrap();
-                out.write_all(&rec.misc().to_le_bytes()).unwrap();
-                out.write_all(&(cpu as u16).to_le_bytes()).unwrap();
-                out.write_all(&(bytes.len() as u32).to_le_bytes()).unwrap();
-                out.write_all(&bytes).unwrap();
+                let body = rec.to_vec();
+                let size = (body.len() + 8) as u16;
+                out.write_all(&(size as u32).to_le_bytes()).unwrap();
+                out.write_all(&rec.ty().to_ne_bytes()).unwrap();
+                out.write_all(&rec.misc().to_ne_bytes()).unwrap();
+                out.write_all(&size.to_ne_bytes()).unwrap();
+                out.write_all(&body).unwrap();
                 let misc = rec.misc();
                 if let Ok(r) = rec.parse_record() {
                     sampler::handle(r, misc, &mut agg);
@@ -63,7 +63,7 @@ fn main() {
         }
     }
     out.flush().unwrap();
-    std::fs::write(slices, serde_json::to_string_pretty(&profiles).unwrap()).unwrap();
+    std::fs::write(slices, serde_json::to_string(&profiles).unwrap()).unwrap();
     let samples: u64 = profiles.iter().map(|p| p.samples).sum();
     eprintln!("capture: {} slices, {samples} samples", profiles.len());
 }

@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 use jitterscope_model::collector::{Collector, Notes};
 use jitterscope_model::profile::Profile;
 use jitterscope_model::sample::Sample;
+use perf_event::data::endian::Native;
+use perf_event::data::parse::{ParseConfig, Parser};
 use perf_event::data::Record as Rec;
 use perf_event::events::Software;
 use perf_event::{Builder, Clock, SampleFlag, Sampler};
@@ -156,6 +158,25 @@ pub fn drain<R: Resolver>(ring: &mut Sampler, agg: &mut Aggregator<R>) -> usize 
         }
     }
     n
+}
+
+/// Feeds one record given as bytes (its 8-byte header included), as the rings hold them, to
+/// `agg`; records that do not parse count as dropped. `config` is the event's
+/// (`ParseConfig::from(*builder(..).attrs())`).
+pub fn handle_bytes<R: Resolver>(
+    bytes: &[u8],
+    config: &ParseConfig<Native>,
+    agg: &mut Aggregator<R>,
+) {
+    let misc = match bytes.get(4..6) {
+        Some(m) => u16::from_ne_bytes([m[0], m[1]]),
+        None => return agg.add_lost(0, 1),
+    };
+    let mut p = Parser::new(bytes, config.clone());
+    match p.parse::<Rec<'_>>() {
+        Ok(r) => handle(r, misc, agg),
+        Err(_) => agg.add_lost(0, 1),
+    }
 }
 
 /// Feeds one parsed record to `agg`.

@@ -1,17 +1,21 @@
 //! The capture-time [`Resolver`] of the running system: kernel names from kallsyms, user
 //! addresses normalized against the process's mappings (blazesym), JIT code named from
-//! `/tmp/perf-<pid>.map`, thread names and cgroup from /proc.
+//! `/tmp/perf-<pid>.map`, thread names and cgroup from /proc; and the read-time
+//! [`FileSymbolizer`].
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
+use blazesym::helper::read_elf_build_id;
 use blazesym::normalize::{Normalizer, UserMeta};
-use blazesym::symbolize::source::{Kernel, Process, Source};
+use blazesym::symbolize::source::{Elf, Kernel, Process, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use blazesym::{MaybeDefault, Pid};
 use jitterscope_sources::cgroup::parse_proc_pid_cgroup;
 
 use crate::capture::{Resolver, Task, UserFrame};
+use crate::window::Symbolize;
 
 /// See the module documentation.
 pub struct SystemResolver {
@@ -165,6 +169,70 @@ impl Resolver for SystemResolver {
             comm: comm.into(),
             thread: thread.into(),
             cgroup: cgroup.into(),
+        }
+    }
+}
+
+/// Names user frames when a window is read: the recorded file, if it is still the same file
+/// (same build id), symbolized from its ELF symbols by blazesym, which caches each parsed file.
+pub struct FileSymbolizer {
+    symbolizer: Symbolizer,
+    same_file: HashMap<(String, String), bool>,
+}
+
+impl Default for FileSymbolizer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl FileSymbolizer {
+    /// A symbolizer reading files of this host.
+    pub fn new() -> Self {
+        FileSymbolizer {
+            symbolizer: Symbolizer::new(),
+            same_file: HashMap::new(),
+        }
+    }
+
+    /// Whether the file at `path` is the one recorded with `build_id`. Without a recorded
+    /// build id only its existence can be checked.
+    fn same(&mut self, path: &str, build_id: &str) -> bool {
+        let key = (path.to_string(), build_id.to_string());
+        if let Some(&ok) = self.same_file.get(&key) {
+            return ok;
+        }
+        let ok = if build_id.is_empty() {
+            Path::new(path).is_file()
+        } else {
+            matches!(read_elf_build_id(path), Ok(Some(b)) if hex(&b) == build_id)
+        };
+        self.same_file.insert(key, ok);
+        ok
+    }
+}
+
+impl Symbolize for FileSymbolizer {
+    fn names(&mut self, path: &str, build_id: &str, offsets: &[u64]) -> Vec<Option<String>> {
+        let none = vec![None; offsets.len()];
+        // "(deleted)" paths and pseudo-files ([vdso]) have nothing to read.
+        if !path.starts_with('/') || path.ends_with(" (deleted)") || !self.same(path, build_id) {
+            return none;
+        }
+        let mut elf = Elf::new(path);
+        elf.debug_syms = false;
+        match self
+            .symbolizer
+            .symbolize(&Source::Elf(elf), Input::FileOffset(offsets))
+        {
+            Ok(syms) => syms
+                .into_iter()
+                .map(|s| match s {
+                    Symbolized::Sym(s) => Some(s.name.into_owned()),
+                    Symbolized::Unknown(_) => None,
+                })
+                .collect(),
+            Err(_) => none,
         }
     }
 }

@@ -12,6 +12,7 @@ mod disk;
 mod irq;
 mod mem;
 mod process;
+mod profile;
 mod psi;
 mod recorder;
 mod tracer;
@@ -27,6 +28,7 @@ pub static ALL: LazyLock<Vec<&'static MetricDef>> = LazyLock::new(|| {
         cgroup::DEFS,
         process::DEFS,
         tracer::DEFS,
+        profile::DEFS,
         recorder::DEFS,
     ]
     .concat()

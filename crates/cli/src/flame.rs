@@ -1,0 +1,281 @@
+//! `jitterscope flame` and `jitterscope top-functions`: the stack samples of any past window as a
+//! flame graph (SVG), folded stacks, a pprof profile, or the hottest kernel and user functions.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use jitterscope_model::codec::{self, Parts};
+use jitterscope_profile::system::FileSymbolizer;
+use jitterscope_profile::window::{Filter, Hot, Named, Window};
+use jitterscope_store::Reader;
+
+use crate::timearg::{fmt_ns, parse_time};
+
+/// Which window and which samples of it.
+#[derive(Args, Debug)]
+pub struct Selection {
+    /// Start of the window: RFC 3339, HH:MM:SS (today, local), '10m ago', 'now' or epoch seconds.
+    #[arg(long, default_value = "1m ago")]
+    from: String,
+    /// End of the window (same forms).
+    #[arg(long, default_value = "now")]
+    to: String,
+    /// Only this process.
+    #[arg(long)]
+    pid: Option<u32>,
+    /// Only processes or threads with this name.
+    #[arg(long)]
+    comm: Option<String>,
+    /// Only tasks whose cgroup path contains this.
+    #[arg(long)]
+    cgroup: Option<String>,
+    /// Store directory [default: $JITTERSCOPE_DIR or /var/lib/jitterscope].
+    #[arg(long)]
+    dir: Option<PathBuf>,
+}
+
+/// Arguments of `flame`.
+#[derive(Args, Debug)]
+pub struct FlameArgs {
+    #[command(flatten)]
+    sel: Selection,
+    /// Only kernel frames, of samples taken in the kernel.
+    #[arg(long)]
+    kernel_only: bool,
+    /// Write folded stacks (`comm;root;…;leaf count`, kernel frames `_[k]`) instead of SVG.
+    #[arg(long, conflicts_with = "pprof")]
+    folded: bool,
+    /// Write a gzipped pprof profile to this file (for `go tool pprof`, Pyroscope).
+    #[arg(long, value_name = "FILE")]
+    pprof: Option<PathBuf>,
+    /// Write the SVG (or folded stacks) to this file instead of standard output.
+    #[arg(short = 'o', long, value_name = "FILE", conflicts_with = "pprof")]
+    output: Option<PathBuf>,
+}
+
+/// Arguments of `top-functions`.
+#[derive(Args, Debug)]
+pub struct TopArgs {
+    #[command(flatten)]
+    sel: Selection,
+    /// Functions listed per table.
+    #[arg(short = 'n', long, default_value_t = 15)]
+    limit: usize,
+    /// One JSON object instead of tables.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A window read and named, with what it was.
+struct Read {
+    named: Named,
+    from: i64,
+    to: i64,
+    host: String,
+    filter: String,
+}
+
+fn read(sel: &Selection, kernel_only: bool) -> Result<Read> {
+    let now = chrono::Utc::now();
+    let from = parse_time(&sel.from, now).map_err(anyhow::Error::msg)?;
+    let to = parse_time(&sel.to, now).map_err(anyhow::Error::msg)?;
+    if from > to {
+        bail!("--from ({}) is after --to ({})", fmt_ns(from), fmt_ns(to));
+    }
+    let dir = crate::store_dir(sel.dir.clone());
+    if !dir.is_dir() {
+        bail!("no store at {}", dir.display());
+    }
+    let reader =
+        Reader::open(&dir).with_context(|| format!("cannot open store {}", dir.display()))?;
+    let filter = Filter {
+        pid: sel.pid,
+        comm: sel.comm.clone(),
+        cgroup: sel.cgroup.clone(),
+        kernel_only,
+    };
+    let mut w = Window::new();
+    let mut host = String::new();
+    let mut undecodable = 0u64;
+    // A slice belongs to the window when it ends inside it (its sample's time), so adjacent
+    // windows split the slices between them without overlap.
+    for rec in reader.range(from, to)? {
+        let rec = rec?;
+        if rec.ts_ns <= from || rec.ts_ns > to {
+            continue;
+        }
+        match codec::decode_parts(&rec.payload, Parts::PROFILE) {
+            Ok(s) => {
+                if let Some(p) = &s.profile {
+                    w.add(p, &filter);
+                    host = s.host.hostname;
+                }
+            }
+            Err(_) => undecodable += 1,
+        }
+    }
+    if undecodable > 0 {
+        eprintln!("jitterscope: skipped {undecodable} undecodable samples");
+    }
+    if w.slices == 0 {
+        bail!(
+            "no stack samples recorded between {} and {} (record with the profiler on: `jitterscope record`, not --profile-hz 0)",
+            fmt_ns(from),
+            fmt_ns(to)
+        );
+    }
+    let mut parts = Vec::new();
+    if let Some(p) = sel.pid {
+        parts.push(format!("pid {p}"));
+    }
+    if let Some(c) = &sel.comm {
+        parts.push(format!("comm {c}"));
+    }
+    if let Some(g) = &sel.cgroup {
+        parts.push(format!("cgroup *{g}*"));
+    }
+    if kernel_only {
+        parts.push("kernel only".into());
+    }
+    let named = w.resolve(&mut FileSymbolizer::new());
+    if named.samples == 0 {
+        bail!(
+            "no stack samples match {} between {} and {} ({} samples in the window)",
+            parts.join(", "),
+            fmt_ns(from),
+            fmt_ns(to),
+            named.total
+        );
+    }
+    Ok(Read {
+        named,
+        from,
+        to,
+        host,
+        filter: parts.join(", "),
+    })
+}
+
+impl Read {
+    fn summary(&self) -> String {
+        let n = &self.named;
+        let mut s = format!("{} samples at {} Hz in {} s", n.samples, n.hz, n.slices);
+        if !self.filter.is_empty() {
+            s.push_str(&format!(" ({}; {} in total)", self.filter, n.total));
+        }
+        if n.lost > 0 {
+            s.push_str(&format!(", {} lost", n.lost));
+        }
+        s
+    }
+}
+
+/// Runs `flame`.
+pub fn run_flame(a: FlameArgs) -> Result<()> {
+    let r = read(&a.sel, a.kernel_only)?;
+    if let Some(path) = &a.pprof {
+        let bytes = jitterscope_profile::pprof::encode(&r.named, r.from, r.to - r.from)?;
+        std::fs::write(path, bytes).with_context(|| format!("cannot write {}", path.display()))?;
+        eprintln!("jitterscope: wrote {} ({})", path.display(), r.summary());
+        return Ok(());
+    }
+    let mut out: Box<dyn Write> = match &a.output {
+        Some(p) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?,
+        )),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    };
+    let res = if a.folded {
+        r.named
+            .folded()
+            .iter()
+            .try_for_each(|l| writeln!(out, "{l}"))
+    } else {
+        let title = format!(
+            "{} {} – {}",
+            if r.host.is_empty() {
+                "jitterscope"
+            } else {
+                &r.host
+            },
+            fmt_ns(r.from),
+            fmt_ns(r.to)
+        );
+        r.named.svg(&title, &r.summary(), &mut out)
+    };
+    match res.and_then(|_| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+        r => r.context("cannot write the output")?,
+    }
+    if let Some(p) = &a.output {
+        eprintln!("jitterscope: wrote {} ({})", p.display(), r.summary());
+    }
+    Ok(())
+}
+
+/// Runs `top-functions`.
+pub fn run_top(a: TopArgs) -> Result<()> {
+    let r = read(&a.sel, false)?;
+    let (kernel, user) = r.named.hottest(a.limit);
+    let total = r.named.samples.max(1) as f64;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let res = if a.json {
+        let row = |h: &Hot| {
+            serde_json::json!({
+                "function": h.func.name.as_ref(),
+                "module": h.func.module.as_ref(),
+                "self_samples": h.self_samples,
+                "total_samples": h.total_samples,
+                "self_pct": h.self_samples as f64 * 100.0 / total,
+                "total_pct": h.total_samples as f64 * 100.0 / total,
+            })
+        };
+        let v = serde_json::json!({
+            "from": fmt_ns(r.from),
+            "to": fmt_ns(r.to),
+            "samples": r.named.samples,
+            "lost": r.named.lost,
+            "hz": r.named.hz,
+            "kernel": kernel.iter().map(row).collect::<Vec<_>>(),
+            "user": user.iter().map(row).collect::<Vec<_>>(),
+        });
+        writeln!(out, "{v}")
+    } else {
+        (|| {
+            writeln!(
+                out,
+                "{} – {}: {}",
+                fmt_ns(r.from),
+                fmt_ns(r.to),
+                r.summary()
+            )?;
+            for (title, rows) in [("kernel", &kernel), ("user", &user)] {
+                writeln!(out, "\n{:>7} {:>7}  {title} function", "self%", "total%")?;
+                if rows.is_empty() {
+                    writeln!(out, "{:>7} {:>7}  (none)", "-", "-")?;
+                }
+                for h in rows.iter() {
+                    let module = match h.func.module.rsplit('/').next() {
+                        Some(m) if !m.is_empty() => format!("  [{m}]"),
+                        _ => String::new(),
+                    };
+                    writeln!(
+                        out,
+                        "{:>7.1} {:>7.1}  {}{module}",
+                        h.self_samples as f64 * 100.0 / total,
+                        h.total_samples as f64 * 100.0 / total,
+                        h.func.name
+                    )?;
+                }
+            }
+            Ok(())
+        })()
+    };
+    match res.and_then(|_| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r.context("cannot write the output"),
+    }
+}

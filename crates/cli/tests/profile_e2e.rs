@@ -1,0 +1,298 @@
+//! End to end on the live host: `record` with the profiler on while known workloads run, then
+//! `flame` and `top-functions` over windows of that recording.
+//!
+//! - a user-space busy loop appears under its function name (`flame --folded --pid`);
+//! - a window that ends before a workload starts holds none of its samples;
+//! - a stat() storm shows the kernel's path walk (kernel frames, `--kernel-only`);
+//! - `top-functions --json` ranks the busy loop, and `--pprof` writes a profile `go tool pprof`
+//!   reads (when Go is installed).
+//!
+//! Needs root (system-wide perf sampling) and gcc; otherwise prints `SKIPPED:` and returns.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{cmd, is_root, now_arg, run, s, skip, text, ChildGuard};
+
+const T: Duration = Duration::from_secs(60);
+
+fn compile(dir: &Path) -> Result<std::path::PathBuf, String> {
+    let src = common::workspace_root().join("crates/cli/tests/profile/busy.c");
+    let exe = dir.join("busy");
+    let o = Command::new("gcc")
+        .args(["-O1", "-fno-omit-frame-pointer", "-o", s(&exe), s(&src)])
+        .output()
+        .map_err(|e| format!("gcc: {e}"))?;
+    if !o.status.success() {
+        return Err(format!("gcc failed: {}", text(&o.stderr)));
+    }
+    Ok(exe)
+}
+
+fn workload(exe: &Path, what: &str, secs: &str) -> ChildGuard {
+    ChildGuard::new(
+        Command::new(exe)
+            .args([what, secs])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn workload"),
+    )
+}
+
+fn folded(dir: &str, from: &str, to: &str, extra: &[&str]) -> (bool, String, String) {
+    let mut args = vec![
+        "flame", "--dir", dir, "--from", from, "--to", to, "--folded",
+    ];
+    args.extend_from_slice(extra);
+    let o = run(&args, T);
+    (o.status.success(), text(&o.stdout), text(&o.stderr))
+}
+
+fn count(folded: &str, needle: &str) -> u64 {
+    folded
+        .lines()
+        .filter(|l| l.contains(needle))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[test]
+fn profile_end_to_end() {
+    if !is_root() {
+        return skip("profile_end_to_end: needs root for system-wide perf sampling");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let exe = match compile(tmp.path()) {
+        Ok(e) => e,
+        Err(e) => {
+            return skip(&format!(
+                "profile_end_to_end: cannot build the workload: {e}"
+            ))
+        }
+    };
+    let store = tmp.path().join("store");
+    let store_s = s(&store).to_string();
+    let mut rec = ChildGuard::new(
+        cmd()
+            .args([
+                "record",
+                "--dir",
+                &store_s,
+                "--no-tracers",
+                "--duration",
+                "14s",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn record"),
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+
+    let spin_from = now_arg();
+    let mut spin = workload(&exe, "spin", "3");
+    let spin_pid = spin.pid();
+    assert!(spin
+        .wait_timeout(Duration::from_secs(20))
+        .is_some_and(|s| s.success()));
+    let spin_to = now_arg();
+    // A gap of more than one slice, so a window starting a second into the next workload
+    // cannot hold a slice that still covers the spinner.
+    std::thread::sleep(Duration::from_millis(2500));
+    let stat_from = now_arg();
+    let mut storm = workload(&exe, "stat", "4");
+    let storm_pid = storm.pid();
+    assert!(storm
+        .wait_timeout(Duration::from_secs(20))
+        .is_some_and(|s| s.success()));
+    let stat_to = now_arg();
+
+    let status = rec
+        .wait_timeout(Duration::from_secs(30))
+        .expect("record ends");
+    let mut err = String::new();
+    use std::io::Read;
+    rec.into_inner()
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(status.success(), "record failed: {err}");
+    if err.contains("profile: not running") {
+        return skip(&format!(
+            "profile_end_to_end: the profiler cannot run here: {err}"
+        ));
+    }
+
+    // The spinner, by pid, under its function name; nearly all of its samples in it.
+    let pid = spin_pid.to_string();
+    let (ok, f, e) = folded(&store_s, &spin_from, &spin_to, &["--pid", &pid]);
+    assert!(ok, "flame --pid failed: {e}");
+    let total = count(&f, "");
+    let in_spin = count(&f, "jitterscope_busy_spin");
+    assert!(
+        total >= 100,
+        "3 s of a busy CPU at 99 Hz gave {total} samples:\n{f}"
+    );
+    assert!(
+        in_spin * 10 >= total * 9,
+        "{in_spin} of {total} samples in jitterscope_busy_spin:\n{f}"
+    );
+    assert!(f.lines().all(|l| l.starts_with("busy;")), "{f}");
+
+    // A window one second into the storm up to its end: storm samples, not a single spinner one.
+    let late = chrono::DateTime::parse_from_rfc3339(&stat_from).unwrap()
+        + chrono::Duration::milliseconds(1000);
+    let late = late.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
+    let (ok, f, e) = folded(&store_s, &late, &stat_to, &[]);
+    assert!(ok, "flame failed: {e}");
+    assert_eq!(
+        count(&f, "jitterscope_busy_spin"),
+        0,
+        "spinner outside its window:\n{f}"
+    );
+    // (The storm's own frame is missing: glibc's syscall wrappers keep no frame pointer, so the
+    // chain skips their caller; the wrapper and the kernel side are there.)
+    assert!(count(&f, "fstatat") > 0, "{f}");
+
+    // The storm spends its time in the kernel's path walk.
+    let pid = storm_pid.to_string();
+    let (ok, f, e) = folded(
+        &store_s,
+        &stat_from,
+        &stat_to,
+        &["--pid", &pid, "--kernel-only"],
+    );
+    assert!(ok, "flame --kernel-only failed: {e}");
+    let kernel_total = count(&f, "");
+    assert!(
+        kernel_total >= 50,
+        "{kernel_total} kernel samples of a stat storm:\n{f}"
+    );
+    assert!(
+        f.lines()
+            .all(|l| l.split(';').skip(1).all(|fr| fr.contains("_[k]"))),
+        "user frame in --kernel-only:\n{f}"
+    );
+    let statx = count(&f, "stat");
+    assert!(
+        statx * 2 >= kernel_total,
+        "stat syscall frames in {statx} of {kernel_total}:\n{f}"
+    );
+
+    // top-functions ranks the spinner first among user functions of its process.
+    let pid = spin_pid.to_string();
+    let o = run(
+        &[
+            "top-functions",
+            "--dir",
+            &store_s,
+            "--from",
+            &spin_from,
+            "--to",
+            &spin_to,
+            "--pid",
+            &pid,
+            "--json",
+        ],
+        T,
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_str(text(&o.stdout).trim()).unwrap();
+    assert_eq!(v["user"][0]["function"], "jitterscope_busy_spin", "{v}");
+
+    // The SVG names it too.
+    let svg = tmp.path().join("spin.svg");
+    let o = run(
+        &[
+            "flame",
+            "--dir",
+            &store_s,
+            "--from",
+            &spin_from,
+            "--to",
+            &spin_to,
+            "-o",
+            s(&svg),
+        ],
+        T,
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.starts_with("<?xml") && svg.contains("jitterscope_busy_spin"));
+
+    // pprof, read back by Go's own tool when it is here.
+    let pb = tmp.path().join("spin.pb.gz");
+    let o = run(
+        &[
+            "flame",
+            "--dir",
+            &store_s,
+            "--from",
+            &spin_from,
+            "--to",
+            &spin_to,
+            "--pid",
+            &pid,
+            "--pprof",
+            s(&pb),
+        ],
+        T,
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let go = ["/usr/local/go/bin/go", "/usr/bin/go"]
+        .into_iter()
+        .find(|g| Path::new(g).exists());
+    match go {
+        None => skip("profile_end_to_end: pprof check: go not installed"),
+        Some(go) => {
+            let o = Command::new(go)
+                .args(["tool", "pprof", "-top", "-symbolize=none", s(&pb)])
+                .env("PPROF_BINARY_PATH", "/nonexistent")
+                .env("HOME", tmp.path())
+                .output()
+                .expect("go tool pprof");
+            assert!(o.status.success(), "go tool pprof: {}", text(&o.stderr));
+            assert!(
+                text(&o.stdout).contains("jitterscope_busy_spin"),
+                "{}",
+                text(&o.stdout)
+            );
+        }
+    }
+}
+
+#[test]
+fn profile_off_and_empty_windows() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let o = run(
+        &[
+            "record",
+            "--dir",
+            s(&store),
+            "--no-tracers",
+            "--profile-hz",
+            "0",
+            "--duration",
+            "2s",
+        ],
+        T,
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(!text(&o.stderr).contains("profile:"), "{}", text(&o.stderr));
+    let o = run(
+        &["flame", "--dir", s(&store), "--from", "1h ago", "--folded"],
+        T,
+    );
+    assert!(!o.status.success());
+    assert!(
+        text(&o.stderr).contains("no stack samples recorded"),
+        "{}",
+        text(&o.stderr)
+    );
+}
