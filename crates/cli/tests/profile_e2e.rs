@@ -296,3 +296,76 @@ fn profile_off_and_empty_windows() {
         text(&o.stderr)
     );
 }
+
+/// Removes a file when dropped (the perf map a JIT leaves in /tmp).
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// JIT code has no file to name it from: node writes /tmp/perf-<pid>.map, read while it runs.
+#[test]
+fn profile_names_jit_code_from_perf_map() {
+    if !is_root() {
+        return skip("profile_names_jit_code_from_perf_map: needs root for perf sampling");
+    }
+    let Some(node) = ["/usr/bin/node", "/usr/local/bin/node"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+    else {
+        return skip("profile_names_jit_code_from_perf_map: node not installed");
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let js = tmp.path().join("hot.js");
+    std::fs::write(
+        &js,
+        "function jitterscopeHotLoop(n) { let x = 0; for (let i = 0; i < n; i++) { x = (x * 31 + i) % 1000003; } return x; }\n\
+         const end = Date.now() + 3000; let r = 0; while (Date.now() < end) r += jitterscopeHotLoop(1e6); console.log(r);\n",
+    )
+    .unwrap();
+    let store = tmp.path().join("store");
+    let mut rec = ChildGuard::new(
+        cmd()
+            .args([
+                "record",
+                "--dir",
+                s(&store),
+                "--no-tracers",
+                "--duration",
+                "8s",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn record"),
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let from = now_arg();
+    let mut n = ChildGuard::new(
+        Command::new(node)
+            .args(["--perf-basic-prof", s(&js)])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn node"),
+    );
+    let _map = RemoveOnDrop(format!("/tmp/perf-{}.map", n.pid()).into());
+    let pid = n.pid().to_string();
+    assert!(n
+        .wait_timeout(Duration::from_secs(30))
+        .is_some_and(|s| s.success()));
+    let to = now_arg();
+    assert!(rec
+        .wait_timeout(Duration::from_secs(30))
+        .is_some_and(|s| s.success()));
+    let (ok, f, e) = folded(s(&store), &from, &to, &["--pid", &pid]);
+    assert!(ok, "flame failed: {e}");
+    let total = count(&f, "");
+    let hot = count(&f, "jitterscopeHotLoop");
+    assert!(
+        hot * 2 >= total,
+        "{hot} of {total} samples in the JIT-compiled loop:\n{f}"
+    );
+}
