@@ -369,3 +369,62 @@ fn profile_names_jit_code_from_perf_map() {
         "{hot} of {total} samples in the JIT-compiled loop:\n{f}"
     );
 }
+
+/// Without perf_event access the recorder says why in one line and records everything else.
+#[test]
+fn profile_degrades_without_perf_access() {
+    let paranoid: i32 = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(2);
+    if !is_root() || paranoid <= 0 || !Path::new("/usr/bin/setpriv").exists() {
+        return skip(
+            "profile_degrades_without_perf_access: needs root (to drop to nobody), setpriv, and perf_event_paranoid >= 1",
+        );
+    }
+    // A copy nobody can execute, in a directory nobody can write.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let exe = dir.join("jitterscope");
+    std::fs::copy(common::bin(), &exe).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let store = dir.join("store");
+    let o = Command::new("/usr/bin/setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", s(&exe)])
+        .args([
+            "record",
+            "--dir",
+            s(&store),
+            "--no-tracers",
+            "--no-mlock",
+            "--nice",
+            "0",
+        ])
+        .args(["--duration", "2s"])
+        .env_remove("JITTERSCOPE_DIR")
+        .output()
+        .expect("setpriv");
+    let err = text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains("profile")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(lines[0].contains("perf_event_paranoid"), "{err}");
+    let o = run(
+        &[
+            "dump",
+            "--dir",
+            s(&store),
+            "--from",
+            "1h ago",
+            "--select",
+            "cpu.sys_pct",
+        ],
+        T,
+    );
+    assert!(
+        text(&o.stdout).lines().count() >= 2,
+        "nothing else recorded: {}",
+        text(&o.stderr)
+    );
+}
