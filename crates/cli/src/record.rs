@@ -16,7 +16,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use jitterscope_model::codec;
 use jitterscope_model::collector::{collectors, Notes};
-use jitterscope_model::sample::{HostInfo, RecorderStats, Sample};
+use jitterscope_model::sample::{monotonic_ns, HostInfo, RecorderStats, Sample};
 use jitterscope_model::sources::CollectConfig;
 use jitterscope_sources::Root;
 use jitterscope_store::{StoreConfig, Writer};
@@ -103,16 +103,6 @@ fn install_signal_handlers() {
         libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut());
         libc::sigaction(libc::SIGTERM, &sa, std::ptr::null_mut());
     }
-}
-
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the struct we pass.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn sleep_until_monotonic(ns: u64) {

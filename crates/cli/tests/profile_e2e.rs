@@ -42,6 +42,24 @@ fn workload(exe: &Path, what: &str, secs: &str) -> ChildGuard {
     )
 }
 
+/// `record` into `store` for `secs` with the profiler at its default and no BPF tracers.
+fn record(store: &Path, secs: &str, stderr: Stdio) -> ChildGuard {
+    let c = cmd()
+        .args([
+            "record",
+            "--dir",
+            s(store),
+            "--no-tracers",
+            "--duration",
+            secs,
+        ])
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("spawn record");
+    ChildGuard::new(c)
+}
+
 fn folded(dir: &str, from: &str, to: &str, extra: &[&str]) -> (bool, String, String) {
     let mut args = vec![
         "flame", "--dir", dir, "--from", from, "--to", to, "--folded",
@@ -75,21 +93,7 @@ fn profile_end_to_end() {
     };
     let store = tmp.path().join("store");
     let store_s = s(&store).to_string();
-    let mut rec = ChildGuard::new(
-        cmd()
-            .args([
-                "record",
-                "--dir",
-                &store_s,
-                "--no-tracers",
-                "--duration",
-                "14s",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn record"),
-    );
+    let mut rec = record(&store, "14s", Stdio::piped());
     std::thread::sleep(Duration::from_millis(1500));
 
     let spin_from = now_arg();
@@ -327,21 +331,7 @@ fn profile_names_jit_code_from_perf_map() {
     )
     .unwrap();
     let store = tmp.path().join("store");
-    let mut rec = ChildGuard::new(
-        cmd()
-            .args([
-                "record",
-                "--dir",
-                s(&store),
-                "--no-tracers",
-                "--duration",
-                "8s",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn record"),
-    );
+    let mut rec = record(&store, "8s", Stdio::null());
     std::thread::sleep(Duration::from_millis(1500));
     let from = now_arg();
     let mut n = ChildGuard::new(

@@ -10,6 +10,7 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
+use jitterscope_model::sample::monotonic_ns as now;
 use jitterscope_profile::capture::Aggregator;
 use jitterscope_profile::sampler::{self, Config};
 use jitterscope_profile::system::SystemResolver;
@@ -26,14 +27,6 @@ fn main() {
         eprintln!("capture: {e}");
         std::process::exit(1)
     });
-    let now = || {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-    };
     let mut agg = Aggregator::new(cfg.hz, now(), SystemResolver::new());
     let mut out = std::io::BufWriter::new(std::fs::File::create(records).expect("records file"));
     let mut profiles = Vec::new();

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use jitterscope_model::collector::{Collector, Notes};
 use jitterscope_model::profile::Profile;
-use jitterscope_model::sample::Sample;
+use jitterscope_model::sample::{monotonic_ns, Sample};
 use perf_event::data::endian::Native;
 use perf_event::data::parse::{ParseConfig, Parser};
 use perf_event::data::Record as Rec;
@@ -212,16 +212,6 @@ pub struct ProfileCollector {
     rx: Receiver<Profile>,
     outstanding: u32,
     thread: Option<JoinHandle<()>>,
-}
-
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the struct we pass.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 impl ProfileCollector {
