@@ -418,3 +418,57 @@ fn profile_degrades_without_perf_access() {
         text(&o.stderr)
     );
 }
+
+/// A process in its own mount namespace runs a binary the host cannot see afterwards (a
+/// container's image): its functions are named while it runs, through its own view.
+#[test]
+fn profile_names_code_of_another_mount_namespace() {
+    if !is_root() || !Path::new("/usr/bin/unshare").exists() {
+        return skip("profile_names_code_of_another_mount_namespace: needs root and unshare");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let exe = match compile(tmp.path()) {
+        Ok(e) => e,
+        Err(e) => {
+            return skip(&format!(
+                "profile_names_code_of_another_mount_namespace: {e}"
+            ))
+        }
+    };
+    let hidden = tmp.path().join("hidden");
+    std::fs::create_dir(&hidden).unwrap();
+    let store = tmp.path().join("store");
+    let mut rec = record(&store, "8s", Stdio::null());
+    std::thread::sleep(Duration::from_millis(1500));
+    let from = now_arg();
+    // The tmpfs and the copy on it exist only in the child's namespace, and vanish with it.
+    let mut c = ChildGuard::new(
+        Command::new("/usr/bin/unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg(r#"mount -t tmpfs none "$1" && cp "$2" "$1/busy" && exec "$1/busy" spin 3"#)
+            .args(["sh", s(&hidden), s(&exe)])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn unshare"),
+    );
+    let pid = c.pid().to_string();
+    assert!(c
+        .wait_timeout(Duration::from_secs(30))
+        .is_some_and(|s| s.success()));
+    let to = now_arg();
+    assert!(rec
+        .wait_timeout(Duration::from_secs(30))
+        .is_some_and(|s| s.success()));
+    assert!(
+        !hidden.join("busy").exists(),
+        "the namespace's mount leaked to the host"
+    );
+    let (ok, f, e) = folded(s(&store), &from, &to, &["--pid", &pid]);
+    assert!(ok, "flame failed: {e}");
+    let total = count(&f, "");
+    let hot = count(&f, "jitterscope_busy_spin");
+    assert!(
+        total >= 100 && hot * 10 >= total * 9,
+        "{hot} of {total} in the spinner:\n{f}"
+    );
+}

@@ -22,7 +22,8 @@ pub enum FrameKind {
     Kernel,
     /// User code in a file: `module` and `offset` (file offset, for symbolization when read).
     User,
-    /// User code named when recorded (a JIT's perf map, the vDSO).
+    /// User code named when recorded: a JIT's perf map, the vDSO, and code of processes in
+    /// another mount namespace (containers), whose file paths mean nothing on the host later.
     Jit,
     /// An address no mapping explained: `offset` holds it.
     #[default]

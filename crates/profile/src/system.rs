@@ -24,6 +24,7 @@ pub struct SystemResolver {
     /// Whether kallsyms shows addresses (it shows zeros under kptr_restrict without
     /// CAP_SYSLOG); without them kernel frames stay addresses.
     pub kallsyms_readable: bool,
+    mount_ns: Option<u64>,
 }
 
 impl Default for SystemResolver {
@@ -45,6 +46,7 @@ impl SystemResolver {
                 .build(),
             symbolizer: Symbolizer::new(),
             kallsyms_readable: kallsyms_readable(),
+            mount_ns: mount_ns("self"),
         }
     }
 }
@@ -74,6 +76,23 @@ fn read_trim(p: &str) -> Option<String> {
     std::fs::read_to_string(p)
         .ok()
         .map(|s| s.trim_end_matches('\n').to_string())
+}
+
+fn mount_ns(pid: &str) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/{pid}/ns/mnt"))
+        .ok()
+        .map(|m| m.ino())
+}
+
+impl SystemResolver {
+    /// Whether `pid` sees another file system tree than the recorder.
+    fn foreign_mounts(&self, pid: u32) -> bool {
+        match (self.mount_ns, mount_ns(&pid.to_string())) {
+            (Some(a), Some(b)) => a != b,
+            _ => false,
+        }
+    }
 }
 
 impl Resolver for SystemResolver {
@@ -122,6 +141,25 @@ impl Resolver for SystemResolver {
                 Some(UserMeta::Sym(s)) => out[i] = UserFrame::Named(s.name.as_ref().into()),
                 _ => anon.push(i),
             }
+        }
+        // A process in another mount namespace (a container) maps files by paths that mean
+        // nothing on the host when the window is read: name its code now, through the
+        // process's own view (/proc/<pid>/map_files).
+        if self.foreign_mounts(pid) {
+            let src = Source::Process(Process {
+                perf_map: true,
+                map_files: true,
+                debug_syms: false,
+                ..Process::new(Pid::from(pid))
+            });
+            if let Ok(syms) = self.symbolizer.symbolize(&src, Input::AbsAddr(addrs)) {
+                for (o, s) in out.iter_mut().zip(syms.iter()) {
+                    if let Symbolized::Sym(s) = s {
+                        *o = UserFrame::Named(s.name.as_ref().into());
+                    }
+                }
+            }
+            return out;
         }
         // Code outside any file: a JIT that writes a perf map names it (read now, while the
         // process and its map exist).
