@@ -263,11 +263,7 @@ impl Builder {
         if self.p.hz == 0 {
             self.p.hz = o.hz;
         }
-        if o.start_mono_ns != 0
-            && (self.p.start_mono_ns == 0 || o.start_mono_ns < self.p.start_mono_ns)
-        {
-            self.p.start_mono_ns = o.start_mono_ns;
-        }
+        self.p.start_mono_ns = self.p.start_mono_ns.min(o.start_mono_ns);
         self.p.end_mono_ns = self.p.end_mono_ns.max(o.end_mono_ns);
         self.add_lost(o.lost, o.dropped);
         let frames: Vec<u32> = o
