@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Side-by-side benchmark of `jitterscope record` against atop and sysstat's sadc, a saturation run,
-# a read-back test on a synthesized 24 h store and the BPF tracers' overhead (bench/tracers.sh).
-# Writes docs/BENCHMARKS.md.
+# a read-back test on a synthesized 24 h store, the BPF tracers' overhead (bench/tracers.sh) and
+# the stack sampler's against `perf record` (bench/profile.sh). Writes docs/BENCHMARKS.md.
 #
 #   sudo make bench                      # or:
 #   sudo JITTERSCOPE=target/release/jitterscope bash bench/run.sh
@@ -18,6 +18,7 @@
 #   BENCH_KEEP=1    keep the temporary directory (stores, raw files, logs)
 #   SYNTH_STORE     prebuilt synth_store example binary (default: built with cargo)
 #   TRACER_*, MADVISE_OPS, ...   the tracer overhead section, see bench/tracers.sh
+#   PROFILE_*       the stack sampler section, see bench/profile.sh
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -342,6 +343,21 @@ READ_CG_ROWS=$("$JITTERSCOPE" dump --dir "$TMP/js24" --from "$MID" --to "$MID_TO
 READ_SAMPLES=$("$JITTERSCOPE" dump --dir "$TMP/js24" --from "$MID" --to "$MID_TO" --format json --select self.lateness_ms | wc -l)
 READ_METHOD=$([ "$HAVE_HYPERFINE" = 1 ] && echo "hyperfine -N, 1 warm-up + $READ_RUNS runs, median" || echo "date +%s%N around $READ_RUNS runs after 1 warm-up, median")
 say "read 1 min: all series ${READ_ALL_MS} ms ($READ_ALL_ROWS rows), cgroup.* ${READ_CG_MS} ms ($READ_CG_ROWS rows), one series ${READ_ONE_MS} ms; 24 h store ${SYN_BYTES} bytes = ${SYN_MBH} MB/hour"
+# Ten minutes of stack samples from the middle of the store as folded stacks (the recording ran
+# the sampler, so every synthesized sample carries a one-second slice of stacks).
+FLAME_TO=$((MID + 600))
+if "$JITTERSCOPE" flame --dir "$TMP/js24" --from "$MID" --to "$FLAME_TO" --folded >"$TMP/flame10.folded" 2>"$TMP/flame10.log"; then
+    FLAME10_MS=$(time_read flame10 "$JITTERSCOPE" flame --dir "$TMP/js24" --from "$MID" --to "$FLAME_TO" --folded)
+    FLAME10_LINES=$(wc -l <"$TMP/flame10.folded")
+    FLAME10_SAMPLES=$(awk '{s += $NF} END {print s + 0}' "$TMP/flame10.folded")
+    OK_FLAME=$(awk -v m="$FLAME10_MS" 'BEGIN { print (m < 1000) ? "**met**" : "**missed**" }')
+    FLAME10="$FLAME10_MS ms ($FLAME10_LINES folded lines, $FLAME10_SAMPLES stack samples)"
+    say "flame --folded over 10 min: ${FLAME10_MS} ms ($FLAME10_LINES lines, $FLAME10_SAMPLES samples)"
+else
+    FLAME10="n/a: $(tail -1 "$TMP/flame10.log")"
+    OK_FLAME="n/a"
+    say "flame over 10 min: $FLAME10"
+fi
 
 # ---------------------------------------------------------------------------------------------
 # 5. BPF tracer overhead: fixed-work workloads with and without the tracers, their map memory
@@ -366,7 +382,16 @@ TRACER_TARGET_ROWS="$(cat "$TMP/tracers-targets.md")
 $(cat "$TMP/tracers-always-targets.md")"
 
 # ---------------------------------------------------------------------------------------------
-# 6. Report
+# 6. Stack sampler: `record` with and without it against `perf record -F 99 -g -a`, side by side
+# under a mixed load (bench/profile.sh; it cleans up after itself and says SKIPPED when it cannot
+# measure).
+JITTERSCOPE=$JITTERSCOPE PROFILE_OUT=$TMP/profile.md PROFILE_TARGETS=$TMP/profile-targets.md \
+    bash "$HERE/profile.sh"
+PROFILE_SECTION=$(cat "$TMP/profile.md")
+PROFILE_TARGET_ROWS=$(cat "$TMP/profile-targets.md")
+
+# ---------------------------------------------------------------------------------------------
+# 7. Report
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 met() { case $1 in *n/a*) echo "n/a"; return;; esac; awk "BEGIN { print (($1) ? \"**met**\" : \"**missed**\") }"; }
 R_CPU=$(ratio "${CPU[js]}" "${CPU[atop]}")
@@ -401,8 +426,8 @@ sudo make bench                                   # = JITTERSCOPE=target/release
 sudo BENCH_SECONDS=300 BENCH_KEEP=1 bash bench/run.sh   # longer window, keep the raw files
 \`\`\`
 
-Needs root. Installs \`atop sysstat stress-ng\` (and \`bpftool\` for the tracer section) with apt if
-missing (\`hyperfine\` is used if present).
+Needs root. Installs \`atop sysstat stress-ng\` (and \`bpftool\` for the tracer section,
+\`linux-perf\` for the stack sampler section) with apt if missing (\`hyperfine\` is used if present).
 Starts ${EXTRA_PROCS} extra \`sleep\` processes, stops atop's own services for the duration, and
 removes everything it created (processes, the stress cgroup, temporary stores) on exit.
 
@@ -432,7 +457,9 @@ removes everything it created (processes, the stress cgroup, temporary stores) o
   ${BENCH_SECONDS} s recording into a ${SYNTH_HOURS} h store (one sample per second, re-stamped
   \`ts_ns\` and \`mono_ns\`, product codec and store writer at default settings). Then
   \`jitterscope dump --from T --to T+60s --format csv >/dev/null\` with T in the middle of the store is
-  timed (${READ_METHOD}; page cache warm), once for all series and once with \`--select 'cgroup.*'\`.
+  timed (${READ_METHOD}; page cache warm), once for all series and once with \`--select 'cgroup.*'\`;
+  and \`jitterscope flame --from T --to T+10m --folded >/dev/null\` (ten minutes of one-second
+  slices of stack samples, each slice as the recording's sampler cut it).
 
 ## Host
 
@@ -492,8 +519,11 @@ $JS_COLLECTORS
 | **one minute, all series, CSV** | **$READ_ALL_MS ms** ($READ_ALL_ROWS lines, $READ_SAMPLES samples) |
 | **one minute, \`--select 'cgroup.*'\`, CSV** | **$READ_CG_MS ms** ($READ_CG_ROWS lines) |
 | one minute, \`--select self.lateness_ms\` (decompress + decode every sample, almost no output) | $READ_ONE_MS ms |
+| **ten minutes of stack samples, \`flame --folded\`** | **$FLAME10** |
 
 $TRACER_SECTION
+
+$PROFILE_SECTION
 
 ## Targets
 
@@ -504,7 +534,9 @@ $TRACER_SECTION
 | bytes/hour ≤ 1/2 of atop's raw file (${SYNTH_HOURS} h store) | $SYN_MBH vs $(f2 "${MBH[atop]}") MB/hour = $R_BYTES24 | $OK_BYTES24 |
 | reading one minute back from a ${SYNTH_HOURS} h store < 100 ms | $READ_ALL_MS ms (all), $READ_CG_MS ms (cgroup.*) | $OK_READ |
 | max sample gap under saturation ≤ 1.5 s | $GAP_MAX_MS ms | $OK_GAP |
+| \`flame\` over a 10-minute window < 1 s (${SYNTH_HOURS} h store) | $FLAME10 | $OK_FLAME |
 $TRACER_TARGET_ROWS
+$PROFILE_TARGET_ROWS
 
 CPU against the target: $CPU_SHORT.
 EOF
