@@ -2,6 +2,8 @@
 # Captures the stack sampler's fixtures on this machine into OUT (tests/fixtures/profile):
 #   records.bin  - the raw perf ring records of 3 s of system-wide 99 Hz sampling
 #   slices.json  - the per-second slices the real resolver made of them
+#   maps-*.txt   - /proc/<pid>/maps of this shell, of a plain process (cat) and of a JIT (node, when
+#                  installed), for the mapping-table parser
 # while the profiler test's workloads run (a user-space busy loop, then a stat() storm), so
 # the fixtures hold idle, user and kernel stacks. Needs root, gcc and cargo.
 #
@@ -18,3 +20,8 @@ exe=${CARGO_TARGET_DIR:-$here/target}/release/examples/capture
 ("$tmp/busy" spin 1.5 >/dev/null; "$tmp/busy" stat 1.5 >/dev/null) &
 "$exe" 3 "$out/records.bin" "$out/slices.json"
 wait
+cat /proc/$$/maps >"$out/maps-bash.txt"
+cat /proc/self/maps >"$out/maps-cat.txt"
+if command -v node >/dev/null; then
+  node -e 'process.stdout.write(require("fs").readFileSync("/proc/self/maps"))' >"$out/maps-node.txt"
+fi

@@ -337,6 +337,8 @@ fn profile_names_jit_code_from_perf_map() {
     let mut n = ChildGuard::new(
         Command::new(node)
             .args(["--perf-basic-prof", s(&js)])
+            // node leaves isolate-*.log files in its working directory.
+            .current_dir(tmp.path())
             .stdout(Stdio::null())
             .spawn()
             .expect("spawn node"),

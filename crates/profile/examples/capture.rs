@@ -49,7 +49,7 @@ fn main() {
                 }
             }
         }
-        agg.resolve();
+        agg.sweep();
         if start.elapsed() >= next_cut {
             next_cut += Duration::from_secs(1);
             profiles.push(agg.cut(now()));

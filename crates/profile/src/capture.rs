@@ -1,8 +1,8 @@
 //! From perf sample records to per-interval [`Profile`] slices.
 //!
 //! Samples are buffered with their time for at most about one interval; everything needed to
-//! name their frames later is captured while the process lives, at the drain that first sees
-//! an address: kernel names (kernel addresses mean nothing after a reboot), user addresses
+//! name their frames later is captured as each sample is added, while the process lives and
+//! with the mappings it ran with: kernel names (kernel addresses mean nothing after a reboot), user addresses
 //! normalized to (file, build id, file offset), JIT code named from the process's perf map,
 //! and the thread's names and cgroup. A cut at time `t` turns the buffered samples before `t`
 //! into one interned slice.
@@ -11,6 +11,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use jitterscope_model::profile::{Builder, Frame, FrameKind, Profile};
+
+pub use crate::maps::Mapping;
 
 /// Callchain entries at or above this are context markers, not addresses.
 pub const PERF_CONTEXT_MAX: u64 = (-4095i64) as u64;
@@ -29,10 +31,12 @@ pub const MAX_STACKS: usize = 20_000;
 /// One sample's stack, split by context, leaf first. Every address after the first of each
 /// part is a return address and is stored minus one, so it falls inside the call instruction
 /// (a call that does not return can be the last instruction of its function).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RawStack {
     /// Process id.
     pub pid: u32,
+    /// The process's generation (exec count) when sampled; set by [`Aggregator::add`].
+    pub gen: u32,
     /// Thread id.
     pub tid: u32,
     /// Kernel addresses, leaf first.
@@ -47,6 +51,7 @@ impl RawStack {
     pub fn from_callchain(pid: u32, tid: u32, chain: &[u64]) -> Self {
         let mut s = RawStack {
             pid,
+            gen: 0,
             tid,
             kernel: Vec::new(),
             user: Vec::new(),
@@ -101,7 +106,9 @@ pub struct Task {
 }
 
 /// What the aggregator needs from the running system; [`crate::system::SystemResolver`] is the
-/// real one, tests use recorded or synthetic ones.
+/// real one, tests use recorded or synthetic ones. The event methods keep a resolver's view of
+/// each process's mappings current; they are called in record order, so a sample is always
+/// named against the mappings it ran with.
 pub trait Resolver {
     /// Names of kernel addresses ("0x…" for unknown ones), in order.
     fn kernel(&mut self, addrs: &[u64]) -> Vec<Arc<str>>;
@@ -109,6 +116,12 @@ pub trait Resolver {
     fn user(&mut self, pid: u32, addrs: &[u64]) -> Vec<UserFrame>;
     /// The names and cgroup of a thread.
     fn task(&mut self, pid: u32, tid: u32) -> Task;
+    /// A new executable mapping (MMAP2 record).
+    fn mmap(&mut self, _pid: u32, _m: Mapping) {}
+    /// A new process (not a thread): it starts with its parent's mappings.
+    fn fork(&mut self, _parent: u32, _child: u32) {}
+    /// The process exec'd (`exec`: its mappings are replaced by the ones that follow) or exited.
+    fn gone(&mut self, _pid: u32, _exec: bool) {}
 }
 
 #[derive(Debug, Default)]
@@ -126,10 +139,12 @@ pub struct Aggregator<R> {
     lost: u64,
     dropped: u64,
     kernel: HashMap<u64, Arc<str>>,
-    pids: HashMap<u32, PidCache>,
-    /// Processes that exited or exec'd: their caches go once the samples before that are
-    /// resolved.
-    stale: Vec<u32>,
+    /// Named frames and tasks per (pid, generation); a generation ends at exec or exit, so a
+    /// sample taken before it keeps its names while later ones get new ones.
+    pids: HashMap<(u32, u32), PidCache>,
+    gens: HashMap<u32, u32>,
+    /// Ended generations (pid, generation, exited): dropped once no buffered sample needs them.
+    stale: Vec<(u32, u32, bool)>,
 }
 
 impl<R: Resolver> Aggregator<R> {
@@ -144,6 +159,7 @@ impl<R: Resolver> Aggregator<R> {
             dropped: 0,
             kernel: HashMap::new(),
             pids: HashMap::new(),
+            gens: HashMap::new(),
             stale: Vec::new(),
         }
     }
@@ -153,9 +169,42 @@ impl<R: Resolver> Aggregator<R> {
         &mut self.resolver
     }
 
-    /// Adds one sample taken at `time_ns`.
-    pub fn add(&mut self, time_ns: u64, s: RawStack) {
+    /// Adds one sample taken at `time_ns`, naming what it needs now (see [`Resolver`]).
+    pub fn add(&mut self, time_ns: u64, mut s: RawStack) {
+        s.gen = self.gens.get(&s.pid).copied().unwrap_or(0);
+        self.capture(&s);
         self.buf.push((time_ns, s));
+    }
+
+    fn capture(&mut self, s: &RawStack) {
+        let missing: Vec<u64> = s
+            .kernel
+            .iter()
+            .copied()
+            .filter(|a| !self.kernel.contains_key(a))
+            .collect();
+        if !missing.is_empty() {
+            let names = self.resolver.kernel(&missing);
+            self.kernel.extend(missing.into_iter().zip(names));
+        }
+        let c = self.pids.entry((s.pid, s.gen)).or_default();
+        if s.pid != 0 {
+            let mut missing: Vec<u64> = s
+                .user
+                .iter()
+                .copied()
+                .filter(|a| !c.frames.contains_key(a))
+                .collect();
+            if !missing.is_empty() {
+                missing.sort_unstable();
+                missing.dedup();
+                let frames = self.resolver.user(s.pid, &missing);
+                c.frames.extend(missing.into_iter().zip(frames));
+            }
+        }
+        if let std::collections::hash_map::Entry::Vacant(e) = c.tasks.entry(s.tid) {
+            e.insert(self.resolver.task(s.pid, s.tid));
+        }
     }
 
     /// Counts samples the kernel lost and records that could not be used.
@@ -164,82 +213,53 @@ impl<R: Resolver> Aggregator<R> {
         self.dropped += dropped;
     }
 
-    /// Marks a process whose address space is gone or replaced (exit, exec): its cached
-    /// frames are forgotten after the next [`Aggregator::resolve`].
-    pub fn forget(&mut self, pid: u32) {
-        self.stale.push(pid);
+    /// A new executable mapping of `pid`.
+    pub fn mmap(&mut self, pid: u32, m: Mapping) {
+        self.resolver.mmap(pid, m);
     }
 
-    /// A thread was renamed (prctl, exec): its name is read again at its next sample.
+    /// A new process `child` of `parent`.
+    pub fn fork(&mut self, parent: u32, child: u32) {
+        self.resolver.fork(parent, child);
+    }
+
+    /// A process exec'd or exited: what was named for it so far stays with the samples taken
+    /// before; later samples are named afresh.
+    pub fn gone(&mut self, pid: u32, exec: bool) {
+        let g = self.gens.entry(pid).or_insert(0);
+        let old = *g;
+        *g = g.wrapping_add(1);
+        self.stale.push((pid, old, !exec));
+        self.resolver.gone(pid, exec);
+    }
+
+    /// A thread was renamed (prctl): its name is read again at its next sample.
     pub fn renamed(&mut self, pid: u32, tid: u32) {
-        if let Some(c) = self.pids.get_mut(&pid) {
+        let g = self.gens.get(&pid).copied().unwrap_or(0);
+        if let Some(c) = self.pids.get_mut(&(pid, g)) {
             c.tasks.remove(&tid);
-            if tid == pid {
-                c.tasks.clear();
-            }
         }
     }
 
-    /// Captures what is needed to name every buffered sample's frames, then drops the caches
-    /// of processes that are gone. Call after each drain of the rings.
-    pub fn resolve(&mut self) {
-        let mut kernel: Vec<u64> = Vec::new();
-        let mut user: HashMap<u32, Vec<u64>> = HashMap::new();
-        let mut tasks: Vec<(u32, u32)> = Vec::new();
-        for (_, s) in &self.buf {
-            kernel.extend(s.kernel.iter().filter(|a| !self.kernel.contains_key(a)));
-            let c = self.pids.get(&s.pid);
-            if s.pid != 0 {
-                let missing = s
-                    .user
-                    .iter()
-                    .filter(|a| c.is_none_or(|c| !c.frames.contains_key(a)));
-                user.entry(s.pid).or_default().extend(missing);
-            }
-            if c.is_none_or(|c| !c.tasks.contains_key(&s.tid)) {
-                tasks.push((s.pid, s.tid));
-            }
-        }
-        kernel.sort_unstable();
-        kernel.dedup();
-        if !kernel.is_empty() {
-            let names = self.resolver.kernel(&kernel);
-            for (a, n) in kernel.into_iter().zip(names) {
-                self.kernel.insert(a, n);
-            }
-        }
-        for (pid, mut addrs) in user {
-            addrs.sort_unstable();
-            addrs.dedup();
-            if addrs.is_empty() {
+    /// Drops what ended generations named, once no buffered sample needs it.
+    pub fn sweep(&mut self) {
+        let stale = std::mem::take(&mut self.stale);
+        for (pid, g, exited) in stale {
+            if self.buf.iter().any(|(_, s)| s.pid == pid && s.gen == g) {
+                self.stale.push((pid, g, exited));
                 continue;
             }
-            let frames = self.resolver.user(pid, &addrs);
-            let c = self.pids.entry(pid).or_default();
-            for (a, f) in addrs.into_iter().zip(frames) {
-                c.frames.insert(a, f);
-            }
-        }
-        tasks.sort_unstable();
-        tasks.dedup();
-        for (pid, tid) in tasks {
-            let t = self.resolver.task(pid, tid);
-            self.pids.entry(pid).or_default().tasks.insert(tid, t);
-        }
-        for pid in std::mem::take(&mut self.stale) {
-            // Samples still buffered for it keep their resolved frames through the cut: the
-            // cache goes only when none is left.
-            if !self.buf.iter().any(|(_, s)| s.pid == pid) {
-                self.pids.remove(&pid);
-            } else {
-                self.stale.push(pid);
+            self.pids.remove(&(pid, g));
+            let next = g.wrapping_add(1);
+            if exited && self.gens.get(&pid) == Some(&next) && !self.pids.contains_key(&(pid, next))
+            {
+                self.gens.remove(&pid);
             }
         }
     }
 
     /// The slice of every buffered sample taken before `end_ns`; later ones stay for the next.
     pub fn cut(&mut self, end_ns: u64) -> Profile {
-        self.resolve();
         let mut b = Builder::new(self.hz, self.start_ns, end_ns.max(self.start_ns));
         b.add_lost(
             std::mem::take(&mut self.lost),
@@ -249,11 +269,18 @@ impl<R: Resolver> Aggregator<R> {
             .into_iter()
             .partition(|(t, _)| *t < end_ns);
         self.buf = later;
+        // Identical samples first add up, so each distinct stack is interned once.
+        let mut counts: HashMap<RawStack, u32> = HashMap::new();
+        for (_, s) in now {
+            *counts.entry(s).or_default() += 1;
+        }
+        let mut counts: Vec<(RawStack, u32)> = counts.into_iter().collect();
+        counts.sort_unstable();
         let mut dropped = 0u64;
         let empty = Task::default();
-        for (_, s) in now {
+        for (s, n) in counts {
             if b.stacks() >= MAX_STACKS {
-                dropped += 1;
+                dropped += n as u64;
                 continue;
             }
             let mut frames = Vec::with_capacity(s.kernel.len() + s.user.len());
@@ -268,7 +295,7 @@ impl<R: Resolver> Aggregator<R> {
                     ..Default::default()
                 }));
             }
-            let c = self.pids.get(&s.pid);
+            let c = self.pids.get(&(s.pid, s.gen));
             for a in &s.user {
                 let f = match c.and_then(|c| c.frames.get(a)) {
                     Some(UserFrame::Elf {
@@ -295,10 +322,11 @@ impl<R: Resolver> Aggregator<R> {
                 frames.push(b.frame(f));
             }
             let t = c.and_then(|c| c.tasks.get(&s.tid)).unwrap_or(&empty);
-            b.add_stack(s.pid, s.tid, &t.comm, &t.thread, &t.cgroup, frames, 1);
+            b.add_stack(s.pid, s.tid, &t.comm, &t.thread, &t.cgroup, frames, n);
         }
         b.add_lost(0, dropped);
         self.start_ns = end_ns.max(self.start_ns);
+        self.sweep();
         b.finish()
     }
 }
@@ -405,23 +433,37 @@ mod tests {
     }
 
     #[test]
-    fn caches_live_until_the_process_is_forgotten() {
+    fn names_are_captured_once_per_generation() {
         let mut a = Aggregator::new(99, 0, Fake::default());
         a.add(1, RawStack::from_callchain(7, 7, &[U, 0x1100]));
-        a.resolve();
         a.add(2, RawStack::from_callchain(7, 7, &[U, 0x1100]));
-        a.resolve();
-        assert_eq!(a.resolver().user_calls, 1, "cached address resolved again");
-        a.forget(7);
-        a.resolve();
+        assert_eq!(a.resolver().user_calls, 1, "cached address named again");
+        // exec: samples before keep their names, samples after are named afresh.
+        a.gone(7, true);
+        a.add(3, RawStack::from_callchain(7, 7, &[U, 0x1100]));
+        assert_eq!(a.resolver().user_calls, 2);
+        a.sweep();
         assert!(
-            a.pids.contains_key(&7),
-            "forgotten while samples still need it"
+            a.pids.contains_key(&(7, 0)),
+            "dropped while samples still need it"
         );
         let p = a.cut(10);
-        assert_eq!(p.stacks[0].count, 2);
-        a.resolve();
-        assert!(!a.pids.contains_key(&7));
+        assert_eq!(
+            p.stacks.len(),
+            1,
+            "same stack and names in both generations"
+        );
+        assert_eq!(p.stacks[0].count, 3);
+        assert!(!a.pids.contains_key(&(7, 0)));
+        // exit: everything about the pid goes once its samples are cut.
+        a.gone(7, false);
+        a.cut(20);
+        assert!(
+            a.pids.is_empty() && a.gens.is_empty(),
+            "{:?} {:?}",
+            a.pids.keys(),
+            a.gens
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@
 #![deny(missing_docs)]
 
 pub mod capture;
+pub mod maps;
 pub mod pprof;
 pub mod sampler;
 pub mod system;

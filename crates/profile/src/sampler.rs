@@ -20,7 +20,8 @@ use perf_event::data::Record as Rec;
 use perf_event::events::Software;
 use perf_event::{Builder, Clock, SampleFlag, Sampler};
 
-use crate::capture::{Aggregator, RawStack, Resolver};
+use crate::capture::{Aggregator, Mapping, RawStack, Resolver};
+use crate::system::hex;
 use crate::system::SystemResolver;
 
 /// Default frequency: 99 Hz rather than 100 so sampling does not run in lockstep with timer
@@ -71,8 +72,12 @@ pub fn builder(cpu: usize, hz: u32) -> Builder<'static> {
         .clockid(Clock::MONOTONIC)
         .include_kernel()
         .exclude_hv(true)
-        // Exec and exit tell when a process's cached mappings are no longer valid; renames
-        // when its names are.
+        // Executable mappings (with the file's build id, 5.12+), forks, execs and exits keep
+        // each process's view of its mappings current without re-reading /proc; renames say
+        // when a thread's name is stale.
+        .mmap(true)
+        .mmap2(true)
+        .build_id(true)
         .comm(true)
         .comm_exec(true)
         .task(true)
@@ -113,9 +118,15 @@ pub fn open(cfg: &Config) -> Result<Vec<Sampler>, String> {
     let cpus = online_cpus().map_err(|e| format!("cannot list online CPUs: {e}"))?;
     let mut rings = Vec::with_capacity(cpus.len());
     for cpu in cpus {
-        let c = builder(cpu, cfg.hz)
-            .build()
-            .map_err(|e| open_error(cpu, &e))?;
+        let c = match builder(cpu, cfg.hz).build() {
+            // Kernels before 5.12 have no build ids in MMAP2 records: they are read from the
+            // files instead.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                builder(cpu, cfg.hz).build_id(false).build()
+            }
+            r => r,
+        }
+        .map_err(|e| open_error(cpu, &e))?;
         let mut s = c
             .sampled(cfg.ring_pages * page_size())
             .map_err(|e| format!("cannot map the ring buffer of CPU {cpu}: {e}"))?;
@@ -189,13 +200,28 @@ pub fn handle<R: Resolver>(r: Rec<'_>, misc: u16, agg: &mut Aggregator<R>) {
             _ => agg.add_lost(0, 1),
         },
         Rec::Lost(l) => agg.add_lost(l.lost, 0),
+        Rec::Mmap2(m) => agg.mmap(
+            m.pid,
+            Mapping {
+                start: m.addr,
+                end: m.addr.saturating_add(m.len),
+                pgoff: m.pgoff,
+                path: String::from_utf8_lossy(&m.filename).as_ref().into(),
+                inode: m.ino().unwrap_or(0),
+                build_id: m
+                    .build_id()
+                    .filter(|b| !b.is_empty())
+                    .map(|b| hex(b).into()),
+            },
+        ),
+        Rec::Fork(f) if f.pid != f.ppid => agg.fork(f.ppid, f.pid),
         Rec::Comm(c) => {
             if misc & MISC_COMM_EXEC != 0 {
-                agg.forget(c.pid);
+                agg.gone(c.pid, true);
             }
             agg.renamed(c.pid, c.tid);
         }
-        Rec::Exit(e) if e.pid == e.tid => agg.forget(e.pid),
+        Rec::Exit(e) if e.pid == e.tid => agg.gone(e.pid, false),
         _ => {}
     }
 }
@@ -238,7 +264,7 @@ impl ProfileCollector {
                                 return;
                             }
                         }
-                        Err(RecvTimeoutError::Timeout) => agg.resolve(),
+                        Err(RecvTimeoutError::Timeout) => agg.sweep(),
                         Ok(Req::Stop) | Err(RecvTimeoutError::Disconnected) => return,
                     }
                 }

@@ -1,26 +1,33 @@
-//! The capture-time [`Resolver`] of the running system: kernel names from kallsyms, user
-//! addresses normalized against the process's mappings (blazesym), JIT code named from
-//! `/tmp/perf-<pid>.map`, thread names and cgroup from /proc; and the read-time
-//! [`FileSymbolizer`].
+//! The capture-time [`Resolver`] of the running system: kernel names from kallsyms (blazesym),
+//! user addresses turned into file offsets against each process's mapping table
+//! ([`crate::maps`]: read from /proc once, then kept current from perf's records), JIT code
+//! named from `/tmp/perf-<pid>.map` and containers' code named through their own view
+//! (blazesym), thread names and cgroup from /proc; and the read-time [`FileSymbolizer`].
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
 use blazesym::helper::read_elf_build_id;
-use blazesym::normalize::{Normalizer, UserMeta};
 use blazesym::symbolize::source::{Elf, Kernel, Process, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use blazesym::{MaybeDefault, Pid};
 use jitterscope_sources::cgroup::parse_proc_pid_cgroup;
 
 use crate::capture::{Resolver, Task, UserFrame};
+use crate::maps::{parse_maps, Mapping, Table};
 use crate::window::Symbolize;
 
 /// See the module documentation.
 pub struct SystemResolver {
-    normalizer: Normalizer,
     symbolizer: Symbolizer,
+    /// Executable mappings per process; shared between a parent and the children it forked
+    /// until one of them maps something.
+    tables: HashMap<u32, Arc<Table>>,
+    /// Whether a process lives in another mount namespace.
+    foreign: HashMap<u32, bool>,
+    /// Build ids read from files, by (path, inode).
+    build_ids: HashMap<(Arc<str>, u64), Arc<str>>,
     /// Whether kallsyms shows addresses (it shows zeros under kptr_restrict without
     /// CAP_SYSLOG); without them kernel frames stay addresses.
     pub kallsyms_readable: bool,
@@ -37,14 +44,10 @@ impl SystemResolver {
     /// A resolver for this host.
     pub fn new() -> Self {
         SystemResolver {
-            // Build ids are cached per file (they do not change while a file is mapped);
-            // mappings are read again for each batch because a process maps new code at any
-            // time and blazesym cannot tell a stale cache.
-            normalizer: Normalizer::builder()
-                .enable_build_ids(true)
-                .enable_build_id_caching(true)
-                .build(),
             symbolizer: Symbolizer::new(),
+            tables: HashMap::new(),
+            foreign: HashMap::new(),
+            build_ids: HashMap::new(),
             kallsyms_readable: kallsyms_readable(),
             mount_ns: mount_ns("self"),
         }
@@ -68,7 +71,8 @@ pub fn kallsyms_readable() -> bool {
         })
 }
 
-fn hex(b: &[u8]) -> String {
+/// Lower-case hex of `b`.
+pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
@@ -87,11 +91,45 @@ fn mount_ns(pid: &str) -> Option<u64> {
 
 impl SystemResolver {
     /// Whether `pid` sees another file system tree than the recorder.
-    fn foreign_mounts(&self, pid: u32) -> bool {
-        match (self.mount_ns, mount_ns(&pid.to_string())) {
-            (Some(a), Some(b)) => a != b,
-            _ => false,
+    fn foreign_mounts(&mut self, pid: u32) -> bool {
+        let ours = self.mount_ns;
+        *self
+            .foreign
+            .entry(pid)
+            .or_insert_with(|| match (ours, mount_ns(&pid.to_string())) {
+                (Some(a), Some(b)) => a != b,
+                _ => false,
+            })
+    }
+
+    /// The build id of a mapped file, read once per (path, inode).
+    fn build_id(&mut self, m: &Mapping) -> Arc<str> {
+        if let Some(b) = &m.build_id {
+            return b.clone();
         }
+        let key = (m.path.clone(), m.inode);
+        if let Some(b) = self.build_ids.get(&key) {
+            return b.clone();
+        }
+        let b: Arc<str> = match read_elf_build_id(m.path.as_ref()) {
+            Ok(Some(b)) => hex(&b).into(),
+            _ => "".into(),
+        };
+        self.build_ids.insert(key, b.clone());
+        b
+    }
+
+    /// The mapping table of `pid`, read from /proc the first time.
+    fn table(&mut self, pid: u32) -> Arc<Table> {
+        self.tables
+            .entry(pid)
+            .or_insert_with(|| {
+                let maps = std::fs::read(format!("/proc/{pid}/maps"))
+                    .map(|b| parse_maps(&b))
+                    .unwrap_or_default();
+                Arc::new(Table::new(maps))
+            })
+            .clone()
     }
 }
 
@@ -125,23 +163,6 @@ impl Resolver for SystemResolver {
         if pid == 0 {
             return out;
         }
-        let Ok(n) = self.normalizer.normalize_user_addrs(Pid::from(pid), addrs) else {
-            return out; // the process is gone or its maps unreadable
-        };
-        let mut anon = Vec::new();
-        for (i, (off, meta)) in n.outputs.iter().enumerate() {
-            match n.meta.get(*meta) {
-                Some(UserMeta::Elf(e)) => {
-                    out[i] = UserFrame::Elf {
-                        path: e.path.to_string_lossy().as_ref().into(),
-                        build_id: e.build_id.as_deref().map(hex).unwrap_or_default().into(),
-                        offset: *off,
-                    }
-                }
-                Some(UserMeta::Sym(s)) => out[i] = UserFrame::Named(s.name.as_ref().into()),
-                _ => anon.push(i),
-            }
-        }
         // A process in another mount namespace (a container) maps files by paths that mean
         // nothing on the host when the window is read: name its code now, through the
         // process's own view (/proc/<pid>/map_files).
@@ -160,6 +181,23 @@ impl Resolver for SystemResolver {
                 }
             }
             return out;
+        }
+        let table = self.table(pid);
+        let mut anon = Vec::new();
+        for (i, &a) in addrs.iter().enumerate() {
+            match table.find(a) {
+                Some(m) if m.path.as_ref() == "[vdso]" => {
+                    out[i] = UserFrame::Named("[vdso]".into())
+                }
+                Some(m) => {
+                    out[i] = UserFrame::Elf {
+                        path: m.path.clone(),
+                        build_id: self.build_id(m),
+                        offset: m.file_offset(a),
+                    }
+                }
+                None => anon.push(i),
+            }
         }
         // Code outside any file: a JIT that writes a perf map names it (read now, while the
         // process and its map exist).
@@ -180,6 +218,30 @@ impl Resolver for SystemResolver {
             }
         }
         out
+    }
+
+    fn mmap(&mut self, pid: u32, m: Mapping) {
+        // A process never sampled has no table yet; reading /proc when it is sampled will
+        // include this mapping.
+        if let Some(t) = self.tables.get_mut(&pid) {
+            Arc::make_mut(t).insert(m);
+        }
+    }
+
+    fn fork(&mut self, parent: u32, child: u32) {
+        if let Some(t) = self.tables.get(&parent).cloned() {
+            self.tables.insert(child, t);
+        }
+    }
+
+    fn gone(&mut self, pid: u32, exec: bool) {
+        self.foreign.remove(&pid);
+        if exec {
+            // The new image's mappings follow as MMAP2 records.
+            self.tables.insert(pid, Arc::new(Table::default()));
+        } else {
+            self.tables.remove(&pid);
+        }
     }
 
     fn task(&mut self, pid: u32, tid: u32) -> Task {

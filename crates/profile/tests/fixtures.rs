@@ -9,7 +9,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use jitterscope_model::profile::Profile;
-use jitterscope_profile::capture::{Aggregator, Resolver, Task, UserFrame};
+use jitterscope_profile::capture::{Aggregator, Mapping, Resolver, Task, UserFrame};
+use jitterscope_profile::maps::{parse_maps, Table};
 use jitterscope_profile::sampler::{builder, handle_bytes};
 use jitterscope_profile::window::{Filter, NoFiles, Window};
 use perf_event::data::endian::Native;
@@ -20,8 +21,14 @@ fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/profile")
 }
 
-/// Names without a live system: kernel and user addresses by value, tasks by id.
-struct Offline;
+/// Names without a live system: kernel and user addresses by value, tasks by id; counts the
+/// process events it is told about.
+#[derive(Default)]
+struct Offline {
+    mmaps: Vec<Mapping>,
+    forks: usize,
+    gone: usize,
+}
 
 impl Resolver for Offline {
     fn kernel(&mut self, addrs: &[u64]) -> Vec<Arc<str>> {
@@ -36,6 +43,15 @@ impl Resolver for Offline {
             thread: format!("t{tid}").into(),
             cgroup: "".into(),
         }
+    }
+    fn mmap(&mut self, _: u32, m: Mapping) {
+        self.mmaps.push(m);
+    }
+    fn fork(&mut self, _: u32, _: u32) {
+        self.forks += 1;
+    }
+    fn gone(&mut self, _: u32, _: bool) {
+        self.gone += 1;
     }
 }
 
@@ -83,10 +99,31 @@ fn aggregates_recorded_perf_records() {
     let n = sample_records(&recs);
     assert!(n > 300, "fixture holds {n} samples");
     let cfg = config();
-    let mut agg = Aggregator::new(99, 0, Offline);
+    let mut agg = Aggregator::new(99, 0, Offline::default());
     for r in &recs {
         handle_bytes(r, &cfg, &mut agg);
     }
+    // The side-band records of the workload's start: its executable mappings (with build ids
+    // from the kernel), a fork, and exits.
+    let r = agg.resolver();
+    assert!(
+        r.mmaps.len() >= 3 && r.forks >= 1 && r.gone >= 1,
+        "{:?} {} {}",
+        r.mmaps,
+        r.forks,
+        r.gone
+    );
+    assert!(
+        r.mmaps.iter().any(|m| m.path.ends_with("/busy")),
+        "{:?}",
+        r.mmaps
+    );
+    assert!(
+        r.mmaps.iter().all(|m| m.end > m.start
+            && (m.path.as_ref() == "[vdso]" || m.build_id.as_ref().is_some_and(|b| b.len() == 40))),
+        "{:?}",
+        r.mmaps
+    );
     let p = agg.cut(u64::MAX);
     assert_eq!(p.dropped, 0, "records the parser refused");
     assert_eq!(p.samples as usize, n, "every sample record counted once");
@@ -170,6 +207,48 @@ fn folds_recorded_slices() {
     assert_eq!(w.resolve(&mut NoFiles).samples, by_comm["busy"]);
 }
 
+/// Executable file mappings of a maps text, by a second reading of the format.
+fn exec_files(text: &str) -> Vec<(u64, String)> {
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let path = f.get(5..).map(|p| p.join(" ")).unwrap_or_default();
+            let file = (path.starts_with('/') && !path.starts_with("//")) || path == "[vdso]";
+            (f.get(1)?.as_bytes().get(2) == Some(&b'x') && file).then(|| {
+                (
+                    u64::from_str_radix(f[0].split('-').next().unwrap(), 16).unwrap(),
+                    path,
+                )
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn parses_recorded_maps() {
+    for name in ["maps-bash.txt", "maps-cat.txt", "maps-node.txt"] {
+        let path = fixtures().join(name);
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            assert_ne!(name, "maps-cat.txt", "{} missing", path.display());
+            continue;
+        };
+        let maps = parse_maps(text.as_bytes());
+        let want = exec_files(&text);
+        let got: Vec<(u64, String)> = maps.iter().map(|m| (m.start, m.path.to_string())).collect();
+        assert_eq!(got, want, "{name}");
+        assert!(
+            maps.iter().any(|m| m.path.contains("libc.so")),
+            "{name}: no libc"
+        );
+        let t = Table::new(maps.clone());
+        for m in &maps {
+            assert_eq!(t.find(m.start), Some(m), "{name}");
+            assert_eq!(t.find(m.end - 1), Some(m), "{name}");
+            assert_eq!(m.file_offset(m.start), m.pgoff);
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]
 
@@ -183,7 +262,7 @@ proptest! {
         cut in 0usize..2048,
     ) {
         let cfg = config();
-        let mut agg = Aggregator::new(99, 0, Offline);
+        let mut agg = Aggregator::new(99, 0, Offline::default());
         handle_bytes(&junk, &cfg, &mut agg);
         let recs = records();
         let mut r = recs[pick % recs.len()].clone();
@@ -199,6 +278,26 @@ proptest! {
         let mut w = Window::new();
         w.add(&p, &Filter::default());
         w.resolve(&mut NoFiles).folded();
+    }
+
+    /// Arbitrary bytes and damaged lines of a recorded maps file parse without panic, and
+    /// whatever parses is a usable table.
+    #[test]
+    fn malformed_maps_do_not_panic(
+        junk in proptest::collection::vec(any::<u8>(), 0..512),
+        flip in proptest::collection::vec((0usize..4096, any::<u8>()), 0..16),
+        addr in any::<u64>(),
+    ) {
+        parse_maps(&junk);
+        let mut text = std::fs::read(fixtures().join("maps-cat.txt")).unwrap();
+        for (i, b) in flip {
+            let n = text.len();
+            text[i % n] = b;
+        }
+        let t = Table::new(parse_maps(&text));
+        if let Some(m) = t.find(addr) {
+            prop_assert!(m.start <= addr && addr < m.end);
+        }
     }
 
     /// A slice with indexes out of range (a damaged or hand-edited store) folds without panic.
