@@ -7,7 +7,9 @@
 //! and the thread's names and cgroup. A cut at time `t` turns the buffered samples before `t`
 //! into one interned slice.
 
-use std::collections::HashMap;
+// FxHash: these maps are keyed by addresses and pids the kernel gives us, hashed for every
+// frame of every sample; SipHash's flood resistance buys nothing here and costs measurably.
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
 use jitterscope_model::profile::{Builder, Frame, FrameKind, Profile};
@@ -157,9 +159,9 @@ impl<R: Resolver> Aggregator<R> {
             start_ns,
             lost: 0,
             dropped: 0,
-            kernel: HashMap::new(),
-            pids: HashMap::new(),
-            gens: HashMap::new(),
+            kernel: HashMap::default(),
+            pids: HashMap::default(),
+            gens: HashMap::default(),
             stale: Vec::new(),
         }
     }
@@ -270,7 +272,7 @@ impl<R: Resolver> Aggregator<R> {
             .partition(|(t, _)| *t < end_ns);
         self.buf = later;
         // Identical samples first add up, so each distinct stack is interned once.
-        let mut counts: HashMap<RawStack, u32> = HashMap::new();
+        let mut counts: HashMap<RawStack, u32> = HashMap::default();
         for (_, s) in now {
             *counts.entry(s).or_default() += 1;
         }

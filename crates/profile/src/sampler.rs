@@ -29,11 +29,13 @@ use crate::system::SystemResolver;
 pub const DEFAULT_HZ: u32 = 99;
 
 /// Ring buffer pages per CPU (128 KiB): a second of samples with deep stacks at 99 Hz is about
-/// 100 KB, and the rings are drained ten times a second.
+/// 100 KB, and the rings are drained four times a second.
 pub const RING_PAGES: usize = 32;
 
-/// How often the rings are drained.
-const DRAIN_EVERY: Duration = Duration::from_millis(100);
+/// How often the rings are drained between cuts. Naming no longer depends on catching a
+/// process alive (its mappings come from the records), so this only bounds the rings' fill;
+/// each wake-up has a fixed cost (10 Hz was a tenth of the profiler's CPU).
+const DRAIN_EVERY: Duration = Duration::from_millis(250);
 
 /// misc bit of a COMM record written by exec.
 const MISC_COMM_EXEC: u16 = 1 << 13;
