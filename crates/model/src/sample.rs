@@ -181,7 +181,10 @@ pub struct Sample {
     /// What the in-kernel tracers saw this interval (absent when no tracer runs).
     pub tracers: Option<crate::tracers::Tracers>,
     /// Stack samples of this interval (absent when the sampler is off or unavailable).
-    #[serde(deserialize_with = "crate::codec::de_profile")]
+    #[serde(
+        serialize_with = "crate::codec::ser_profile",
+        deserialize_with = "crate::codec::de_profile"
+    )]
     pub profile: Option<crate::profile::Profile>,
     /// The recorder's own cost.
     pub recorder: Option<RecorderStats>,

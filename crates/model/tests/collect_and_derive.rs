@@ -304,9 +304,25 @@ fn slow_sources_are_collected_at_their_own_period() {
 #[test]
 fn each_metric_reads_only_the_parts_it_declares() {
     use jitterscope_model::codec::{decode_parts, encode};
-    let (prev, _) = collect("host", 1_000_000_000);
-    let (_, cur) = pair(3, 10);
+    let (mut prev, _) = collect("host", 1_000_000_000);
+    let (_, mut cur) = pair(3, 10);
+    // Stack slices recorded on a real host (scripts/capture-profile-fixtures.sh).
+    let slices: Vec<jitterscope_model::profile::Profile> = serde_json::from_str(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../tests/fixtures/profile/slices.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    prev.profile = Some(slices[0].clone());
+    cur.profile = Some(slices[1].clone());
     let (pb, cb) = (encode(&prev).unwrap(), encode(&cur).unwrap());
+    assert_eq!(
+        jitterscope_model::codec::decode(&cb).unwrap(),
+        cur,
+        "round trip"
+    );
     for &d in all() {
         let full = evaluate(&[d], &cur, Some(&prev), &[]);
         let (p2, c2) = (
@@ -330,5 +346,6 @@ fn each_metric_reads_only_the_parts_it_declares() {
     // And the projection really leaves the heavy parts out.
     let s = decode_parts(&cb, jitterscope_model::codec::Parts::NONE).unwrap();
     assert!(s.processes.is_none() && s.cgroups.is_none() && s.slabinfo.is_none());
+    assert!(s.profile.is_none());
     assert!(s.stat.is_some() && s.process_scan.is_some());
 }
