@@ -474,3 +474,51 @@ fn profile_names_code_of_another_mount_namespace() {
         "{hot} of {total} in the spinner:\n{f}"
     );
 }
+
+/// Processes that live a few tens of milliseconds, gone before /proc could be read: their
+/// frames come from the mapping records and their names from the exec records.
+#[test]
+fn profile_names_short_lived_processes() {
+    if !is_root() {
+        return skip("profile_names_short_lived_processes: needs root for perf sampling");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let exe = match compile(tmp.path()) {
+        Ok(e) => e,
+        Err(e) => return skip(&format!("profile_names_short_lived_processes: {e}")),
+    };
+    let short = tmp.path().join("jsshort");
+    std::fs::copy(&exe, &short).unwrap();
+    let store = tmp.path().join("store");
+    let mut rec = record(&store, "9s", Stdio::null());
+    std::thread::sleep(Duration::from_millis(1500));
+    let from = now_arg();
+    let mut c = ChildGuard::new(
+        Command::new("sh")
+            .args([
+                "-c",
+                r#"for i in $(seq 60); do "$1" spin 0.04; done"#,
+                "sh",
+                s(&short),
+            ])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn loop"),
+    );
+    assert!(c
+        .wait_timeout(Duration::from_secs(30))
+        .is_some_and(|s| s.success()));
+    let to = now_arg();
+    assert!(rec
+        .wait_timeout(Duration::from_secs(30))
+        .is_some_and(|s| s.success()));
+    let (ok, f, e) = folded(s(&store), &from, &to, &[]);
+    assert!(ok, "flame failed: {e}");
+    let spin = count(&f, "jitterscope_busy_spin");
+    let named = count(&f, "jsshort;");
+    assert!(spin >= 100, "{spin} samples of 60 x 40 ms spins:\n{f}");
+    assert!(
+        named * 10 >= spin * 9,
+        "{named} of {spin} spinner samples under the process's name:\n{f}"
+    );
+}

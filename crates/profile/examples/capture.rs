@@ -34,6 +34,7 @@ fn main() {
     let mut next_cut = Duration::from_secs(1);
     while start.elapsed() < Duration::from_secs(secs) {
         std::thread::sleep(Duration::from_millis(100));
+        let mut events = Vec::new();
         for ring in rings.iter_mut() {
             while let Some(rec) = ring.next_record() {
                 let body = rec.to_vec();
@@ -44,11 +45,12 @@ fn main() {
                 out.write_all(&size.to_ne_bytes()).unwrap();
                 out.write_all(&body).unwrap();
                 let misc = rec.misc();
-                if let Ok(r) = rec.parse_record() {
-                    sampler::handle(r, misc, &mut agg);
+                if let Some(e) = sampler::event(rec.parse_record(), misc, &body) {
+                    events.push(e);
                 }
             }
         }
+        sampler::apply(events, &mut agg);
         agg.sweep();
         if start.elapsed() >= next_cut {
             next_cut += Duration::from_secs(1);

@@ -145,6 +145,8 @@ pub struct Aggregator<R> {
     /// sample taken before it keeps its names while later ones get new ones.
     pids: HashMap<(u32, u32), PidCache>,
     gens: HashMap<u32, u32>,
+    /// Thread names from COMM and FORK records, for threads gone before /proc could be read.
+    names: HashMap<u32, Arc<str>>,
     /// Ended generations (pid, generation, exited): dropped once no buffered sample needs them.
     stale: Vec<(u32, u32, bool)>,
 }
@@ -162,6 +164,7 @@ impl<R: Resolver> Aggregator<R> {
             kernel: HashMap::default(),
             pids: HashMap::default(),
             gens: HashMap::default(),
+            names: HashMap::default(),
             stale: Vec::new(),
         }
     }
@@ -205,7 +208,20 @@ impl<R: Resolver> Aggregator<R> {
             }
         }
         if let std::collections::hash_map::Entry::Vacant(e) = c.tasks.entry(s.tid) {
-            e.insert(self.resolver.task(s.pid, s.tid));
+            let mut t = self.resolver.task(s.pid, s.tid);
+            // Gone before it could be read (a short-lived process): the names its fork and exec
+            // records gave.
+            if t.thread.is_empty() {
+                if let Some(n) = self.names.get(&s.tid) {
+                    t.thread = n.clone();
+                }
+            }
+            if t.comm.is_empty() {
+                if let Some(n) = self.names.get(&s.pid) {
+                    t.comm = n.clone();
+                }
+            }
+            e.insert(t);
         }
     }
 
@@ -220,9 +236,28 @@ impl<R: Resolver> Aggregator<R> {
         self.resolver.mmap(pid, m);
     }
 
-    /// A new process `child` of `parent`.
-    pub fn fork(&mut self, parent: u32, child: u32) {
-        self.resolver.fork(parent, child);
+    /// A new thread `tid` of process `pid`, forked by thread `ptid` of `ppid` (a new process
+    /// when `pid != ppid`): it starts with its parent's name and mappings.
+    pub fn fork(&mut self, ppid: u32, ptid: u32, pid: u32, tid: u32) {
+        let g = self.gens.get(&ppid).copied().unwrap_or(0);
+        let name = self.names.get(&ptid).cloned().or_else(|| {
+            let c = self.pids.get(&(ppid, g))?;
+            Some(c.tasks.get(&ptid)?.thread.clone())
+        });
+        if let Some(n) = name {
+            self.names.insert(tid, n);
+        }
+        if pid != ppid {
+            self.resolver.fork(ppid, pid);
+        }
+    }
+
+    /// A thread exited; the process too when `pid == tid`.
+    pub fn exited(&mut self, pid: u32, tid: u32) {
+        self.names.remove(&tid);
+        if pid == tid {
+            self.gone(pid, false);
+        }
     }
 
     /// A process exec'd or exited: what was named for it so far stays with the samples taken
@@ -235,8 +270,10 @@ impl<R: Resolver> Aggregator<R> {
         self.resolver.gone(pid, exec);
     }
 
-    /// A thread was renamed (prctl): its name is read again at its next sample.
-    pub fn renamed(&mut self, pid: u32, tid: u32) {
+    /// A thread was named (exec, prctl): its names are read again at its next sample, and
+    /// `comm` stands in if it is gone by then.
+    pub fn renamed(&mut self, pid: u32, tid: u32, comm: Arc<str>) {
+        self.names.insert(tid, comm);
         let g = self.gens.get(&pid).copied().unwrap_or(0);
         if let Some(c) = self.pids.get_mut(&(pid, g)) {
             c.tasks.remove(&tid);
@@ -359,6 +396,9 @@ mod tests {
                 .collect()
         }
         fn task(&mut self, pid: u32, tid: u32) -> Task {
+            if pid >= 90 {
+                return Task::default(); // gone before it could be read
+            }
             Task {
                 comm: format!("p{pid}").into(),
                 thread: format!("t{tid}").into(),
@@ -458,7 +498,7 @@ mod tests {
         assert_eq!(p.stacks[0].count, 3);
         assert!(!a.pids.contains_key(&(7, 0)));
         // exit: everything about the pid goes once its samples are cut.
-        a.gone(7, false);
+        a.exited(7, 7);
         a.cut(20);
         assert!(
             a.pids.is_empty() && a.gens.is_empty(),
@@ -466,6 +506,33 @@ mod tests {
             a.pids.keys(),
             a.gens
         );
+    }
+
+    #[test]
+    fn short_lived_processes_keep_the_names_their_records_gave() {
+        let mut a = Aggregator::new(99, 0, Fake::default());
+        // Process 90 execs as "short"; its thread 91 is forked from it; 92 is forked from 7,
+        // whose name only /proc gave.
+        a.renamed(90, 90, "short".into());
+        a.fork(90, 90, 90, 91);
+        a.add(1, RawStack::from_callchain(7, 7, &[U, 0x1100]));
+        a.fork(7, 7, 92, 92);
+        a.add(2, RawStack::from_callchain(90, 91, &[U, 0x1100]));
+        a.add(3, RawStack::from_callchain(92, 92, &[U, 0x1100]));
+        a.exited(90, 91);
+        a.exited(90, 90);
+        let p = a.cut(10);
+        let names = |pid: u32| {
+            let s = p.stacks.iter().find(|s| s.pid == pid).unwrap();
+            (p.str(s.comm).to_string(), p.str(s.thread).to_string())
+        };
+        assert_eq!(names(90), ("short".into(), "short".into()));
+        assert_eq!(
+            names(92),
+            ("t7".into(), "t7".into()),
+            "name inherited at fork"
+        );
+        assert!(!a.names.contains_key(&90) && !a.names.contains_key(&91));
     }
 
     #[test]

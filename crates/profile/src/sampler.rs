@@ -8,6 +8,7 @@
 
 use std::io;
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -83,6 +84,8 @@ pub fn builder(cpu: usize, hz: u32) -> Builder<'static> {
         .comm(true)
         .comm_exec(true)
         .task(true)
+        // Side-band records carry their time, so records of all CPUs can be put in order.
+        .sample_id_all(true)
         .enabled(false);
     b
 }
@@ -159,73 +162,184 @@ fn open_error(cpu: usize, e: &io::Error) -> String {
     }
 }
 
-/// Reads every record waiting in `ring` into `agg`. Returns the records read.
-pub fn drain<R: Resolver>(ring: &mut Sampler, agg: &mut Aggregator<R>) -> usize {
+/// One ring record, owned, with the time it happened.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// A stack sample.
+    Sample(RawStack),
+    /// A new executable mapping.
+    Mmap(u32, Mapping),
+    /// A new thread (`pid == ppid`) or process.
+    Fork {
+        /// New process.
+        pid: u32,
+        /// Its parent process.
+        ppid: u32,
+        /// New thread.
+        tid: u32,
+        /// The thread that forked.
+        ptid: u32,
+    },
+    /// A thread's new name; `exec` when an exec set it.
+    Comm {
+        /// Process.
+        pid: u32,
+        /// Thread.
+        tid: u32,
+        /// New name.
+        comm: Arc<str>,
+        /// Set by exec.
+        exec: bool,
+    },
+    /// A thread exited (the process, when `pid == tid`).
+    Exit {
+        /// Process.
+        pid: u32,
+        /// Thread.
+        tid: u32,
+    },
+    /// Samples the kernel lost (ring full).
+    Lost(u64),
+    /// A record that did not parse.
+    Bad,
+}
+
+/// The time of a side-band record: with `sample_id_all`, the sample id (pid/tid, time,
+/// cpu/res for our sample type) closes every non-sample record.
+fn tail_time(body: &[u8]) -> u64 {
+    let n = body.len();
+    match (n >= 16).then(|| body.get(n - 16..n - 8)).flatten() {
+        Some(b) => u64::from_ne_bytes(b.try_into().unwrap_or_default()),
+        None => 0,
+    }
+}
+
+/// The event of one parsed record (`body`: the record after its header, for the time of
+/// side-band records). Records of no interest give `None`.
+pub fn event(
+    r: Result<Rec<'_>, perf_event::data::parse::ParseError>,
+    misc: u16,
+    body: &[u8],
+) -> Option<(u64, Event)> {
+    let t = tail_time(body);
+    let r = match r {
+        Ok(r) => r,
+        Err(_) => return Some((t, Event::Bad)),
+    };
+    Some(match r {
+        Rec::Sample(s) => match (s.pid(), s.tid(), s.time(), s.callchain()) {
+            (Some(pid), Some(tid), Some(t), Some(chain)) => {
+                (t, Event::Sample(RawStack::from_callchain(pid, tid, chain)))
+            }
+            _ => (t, Event::Bad),
+        },
+        Rec::Lost(l) => (t, Event::Lost(l.lost)),
+        Rec::Mmap2(m) => (
+            t,
+            Event::Mmap(
+                m.pid,
+                Mapping {
+                    start: m.addr,
+                    end: m.addr.saturating_add(m.len),
+                    pgoff: m.pgoff,
+                    path: String::from_utf8_lossy(&m.filename).as_ref().into(),
+                    inode: m.ino().unwrap_or(0),
+                    build_id: m
+                        .build_id()
+                        .filter(|b| !b.is_empty())
+                        .map(|b| hex(b).into()),
+                },
+            ),
+        ),
+        Rec::Fork(f) => (
+            t,
+            Event::Fork {
+                pid: f.pid,
+                ppid: f.ppid,
+                tid: f.tid,
+                ptid: f.ptid,
+            },
+        ),
+        Rec::Comm(c) => (
+            t,
+            Event::Comm {
+                pid: c.pid,
+                tid: c.tid,
+                comm: String::from_utf8_lossy(&c.comm).as_ref().into(),
+                exec: misc & MISC_COMM_EXEC != 0,
+            },
+        ),
+        Rec::Exit(e) => (
+            t,
+            Event::Exit {
+                pid: e.pid,
+                tid: e.tid,
+            },
+        ),
+        _ => return None,
+    })
+}
+
+/// Applies events to `agg` in time order. Each CPU's ring is in order but the rings are not
+/// with each other: a process that mapped a library on one CPU and ran it on another, or exited
+/// on another, must be seen in the order it happened (perf sorts the same way).
+pub fn apply<R: Resolver>(mut events: Vec<(u64, Event)>, agg: &mut Aggregator<R>) {
+    events.sort_by_key(|(t, _)| *t);
+    for (t, e) in events {
+        match e {
+            Event::Sample(s) => agg.add(t, s),
+            Event::Mmap(pid, m) => agg.mmap(pid, m),
+            Event::Fork {
+                pid,
+                ppid,
+                tid,
+                ptid,
+            } => agg.fork(ppid, ptid, pid, tid),
+            Event::Comm {
+                pid,
+                tid,
+                comm,
+                exec,
+            } => {
+                if exec {
+                    agg.gone(pid, true);
+                }
+                agg.renamed(pid, tid, comm);
+            }
+            Event::Exit { pid, tid } => agg.exited(pid, tid),
+            Event::Lost(n) => agg.add_lost(n, 0),
+            Event::Bad => agg.add_lost(0, 1),
+        }
+    }
+}
+
+/// Reads every record waiting in `ring` as events. Returns the records read.
+pub fn drain(ring: &mut Sampler, out: &mut Vec<(u64, Event)>) -> usize {
     let mut n = 0;
     while let Some(rec) = ring.next_record() {
         n += 1;
         let misc = rec.misc();
-        match rec.parse_record() {
-            Ok(r) => handle(r, misc, agg),
-            Err(_) => agg.add_lost(0, 1),
+        let body = rec.to_contiguous();
+        if let Some(e) = event(rec.parse_record(), misc, &body) {
+            out.push(e);
         }
     }
     n
 }
 
-/// Feeds one record given as bytes (its 8-byte header included), as the rings hold them, to
-/// `agg`; records that do not parse count as dropped. `config` is the event's
-/// (`ParseConfig::from(*builder(..).attrs())`).
-pub fn handle_bytes<R: Resolver>(
-    bytes: &[u8],
-    config: &ParseConfig<Native>,
-    agg: &mut Aggregator<R>,
-) {
+/// The event of one record given as bytes (its 8-byte header included), as the rings hold
+/// them. `config` is the event's (`ParseConfig::from(*builder(..).attrs())`).
+pub fn event_of_bytes(bytes: &[u8], config: &ParseConfig<Native>) -> Option<(u64, Event)> {
     let misc = match bytes.get(4..6) {
         Some(m) => u16::from_ne_bytes([m[0], m[1]]),
-        None => return agg.add_lost(0, 1),
+        None => return Some((0, Event::Bad)),
     };
     let mut p = Parser::new(bytes, config.clone());
-    match p.parse::<Rec<'_>>() {
-        Ok(r) => handle(r, misc, agg),
-        Err(_) => agg.add_lost(0, 1),
-    }
-}
-
-/// Feeds one parsed record to `agg`.
-pub fn handle<R: Resolver>(r: Rec<'_>, misc: u16, agg: &mut Aggregator<R>) {
-    match r {
-        Rec::Sample(s) => match (s.pid(), s.tid(), s.time(), s.callchain()) {
-            (Some(pid), Some(tid), Some(t), Some(chain)) => {
-                agg.add(t, RawStack::from_callchain(pid, tid, chain))
-            }
-            _ => agg.add_lost(0, 1),
-        },
-        Rec::Lost(l) => agg.add_lost(l.lost, 0),
-        Rec::Mmap2(m) => agg.mmap(
-            m.pid,
-            Mapping {
-                start: m.addr,
-                end: m.addr.saturating_add(m.len),
-                pgoff: m.pgoff,
-                path: String::from_utf8_lossy(&m.filename).as_ref().into(),
-                inode: m.ino().unwrap_or(0),
-                build_id: m
-                    .build_id()
-                    .filter(|b| !b.is_empty())
-                    .map(|b| hex(b).into()),
-            },
-        ),
-        Rec::Fork(f) if f.pid != f.ppid => agg.fork(f.ppid, f.pid),
-        Rec::Comm(c) => {
-            if misc & MISC_COMM_EXEC != 0 {
-                agg.gone(c.pid, true);
-            }
-            agg.renamed(c.pid, c.tid);
-        }
-        Rec::Exit(e) if e.pid == e.tid => agg.gone(e.pid, false),
-        _ => {}
-    }
+    event(
+        p.parse::<Rec<'_>>(),
+        misc,
+        bytes.get(8..).unwrap_or_default(),
+    )
 }
 
 enum Req {
@@ -257,9 +371,11 @@ impl ProfileCollector {
                 let mut agg = Aggregator::new(hz, start, SystemResolver::new());
                 loop {
                     let req = req_rx.recv_timeout(DRAIN_EVERY);
+                    let mut events = Vec::new();
                     for r in rings.iter_mut() {
-                        drain(r, &mut agg);
+                        drain(r, &mut events);
                     }
+                    apply(events, &mut agg);
                     match req {
                         Ok(Req::Cut(t)) => {
                             if out_tx.send(agg.cut(t)).is_err() {

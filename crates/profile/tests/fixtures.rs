@@ -11,7 +11,7 @@ use std::sync::Arc;
 use jitterscope_model::profile::Profile;
 use jitterscope_profile::capture::{Aggregator, Mapping, Resolver, Task, UserFrame};
 use jitterscope_profile::maps::{parse_maps, Table};
-use jitterscope_profile::sampler::{builder, handle_bytes};
+use jitterscope_profile::sampler::{apply, builder, event_of_bytes};
 use jitterscope_profile::window::{Filter, NoFiles, Window};
 use perf_event::data::endian::Native;
 use perf_event::data::parse::ParseConfig;
@@ -100,9 +100,27 @@ fn aggregates_recorded_perf_records() {
     assert!(n > 300, "fixture holds {n} samples");
     let cfg = config();
     let mut agg = Aggregator::new(99, 0, Offline::default());
-    for r in &recs {
-        handle_bytes(r, &cfg, &mut agg);
+    let events: Vec<_> = recs
+        .iter()
+        .filter_map(|r| event_of_bytes(r, &cfg))
+        .collect();
+    // Every record has its time (side-band ones from their sample id), all within the capture.
+    let samples: Vec<u64> = events
+        .iter()
+        .filter(|(_, e)| matches!(e, jitterscope_profile::sampler::Event::Sample(_)))
+        .map(|(t, _)| *t)
+        .collect();
+    let (lo, hi) = (
+        *samples.iter().min().unwrap(),
+        *samples.iter().max().unwrap(),
+    );
+    for (t, e) in &events {
+        assert!(
+            *t >= lo - 2_000_000_000 && *t <= hi + 2_000_000_000,
+            "{e:?} at {t}"
+        );
     }
+    apply(events, &mut agg);
     // The side-band records of the workload's start: its executable mappings (with build ids
     // from the kernel), a fork, and exits.
     let r = agg.resolver();
@@ -263,7 +281,7 @@ proptest! {
     ) {
         let cfg = config();
         let mut agg = Aggregator::new(99, 0, Offline::default());
-        handle_bytes(&junk, &cfg, &mut agg);
+        let mut events: Vec<_> = event_of_bytes(&junk, &cfg).into_iter().collect();
         let recs = records();
         let mut r = recs[pick % recs.len()].clone();
         for (i, b) in flip {
@@ -273,7 +291,8 @@ proptest! {
             }
         }
         r.truncate(cut.max(1));
-        handle_bytes(&r, &cfg, &mut agg);
+        events.extend(event_of_bytes(&r, &cfg));
+        apply(events, &mut agg);
         let p = agg.cut(u64::MAX);
         let mut w = Window::new();
         w.add(&p, &Filter::default());
