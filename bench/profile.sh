@@ -417,7 +417,7 @@ with its frames named, output discarded) took $(f2 "$SCRIPT_CPU") s of CPU ($(f1
 $(f1 "$(calc "${STOP_T[c]} - ${START[c]}")") s recorded: $(f3 "$SCRIPT_PCT") % of a core for as long as perf records (not in the target).
 
 Where the recorders' time went over the window, % of one core per thread (\`/proc/<pid>/task/*/schedstat\`,
-on-CPU time; the \`profiler\` thread drains the rings every 100 ms, names the frames and cuts a slice
+on-CPU time; the \`profiler\` thread drains the rings every 250 ms, names the frames and cuts a slice
 per sample; the other threads of B also encode, compress and write the slices):
 
 | thread | A | B |
