@@ -1,7 +1,7 @@
 //! The always-on sampler: one `cpu-clock` perf event per online CPU with kernel and user call
 //! chains, read by a thread of its own, cut into one [`Profile`] per recorder interval.
 //!
-//! The rings are drained every 100 ms by the `profiler` thread, which also does everything that
+//! The rings are drained every 250 ms (and at each cut) by the `profiler` thread, which also does everything that
 //! can block (reading a process's mappings waits for its `mmap_lock`, which a process in
 //! reclaim can hold for long): the recorder's loop only asks for the slice up to its sample's
 //! time and waits a bounded time for it. A slice that is late joins the next sample.

@@ -88,7 +88,7 @@ pub struct Window {
     modules: Vec<(String, String)>,
     module_ids: HashMap<(String, String), u32>,
     stacks: HashMap<(Arc<str>, Vec<Raw>), u64>,
-    names: HashMap<String, Arc<str>>,
+    names: std::collections::HashSet<Arc<str>>,
     /// Samples kept by the filter.
     pub samples: u64,
     /// Samples in the window before filtering.
@@ -112,7 +112,7 @@ impl Window {
             return n.clone();
         }
         let n: Arc<str> = s.into();
-        self.names.insert(s.to_string(), n.clone());
+        self.names.insert(n.clone());
         n
     }
 
