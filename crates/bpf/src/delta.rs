@@ -16,6 +16,9 @@ pub struct Layout {
     pub words: usize,
     /// Indexes of words that are copied, not subtracted.
     pub keep: &'static [usize],
+    /// The word holding the read generation at which a per-CPU copy was last named (per-process
+    /// values): the kept words are taken from the most recently named copy.
+    pub named_gen: Option<usize>,
 }
 
 /// Previous values by key.
@@ -94,7 +97,12 @@ impl<K: Hash + Eq + Clone> Deltas<K> {
 /// is set on the CPU where the entry was created), or else the largest.
 pub fn sum_cpus(per_cpu: &[Vec<u8>], layout: Layout) -> Vec<u64> {
     let copies: Vec<Vec<u64>> = per_cpu.iter().map(|b| words(b, layout.words)).collect();
-    let named = copies.iter().find(|c| c.first().is_some_and(|&w| w != 0));
+    let named = copies
+        .iter()
+        .filter(|c| c.first().is_some_and(|&w| w != 0))
+        // max_by_key keeps the last of equals; rev() makes the first CPU win a tie.
+        .rev()
+        .max_by_key(|c| layout.named_gen.map_or(0, |i| c[i]));
     (0..layout.words)
         .map(|i| {
             if !layout.keep.contains(&i) {
@@ -139,6 +147,7 @@ mod tests {
     const L: Layout = Layout {
         words: 4,
         keep: &[0],
+        named_gen: None,
     };
 
     #[test]
@@ -174,6 +183,7 @@ mod tests {
         let l = Layout {
             words: 4,
             keep: &[0, 1],
+            named_gen: None,
         };
         let cpus = [
             copy([0, 0, 5, 1]),
@@ -182,6 +192,27 @@ mod tests {
         ];
         assert_eq!(sum_cpus(&cpus, l), vec![0x6176_616a, 9, 13, 3]);
         assert_eq!(sum_cpus(&[], l), vec![0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn per_cpu_identity_comes_from_the_most_recently_named_copy() {
+        // comm word, cgroup, named generation, counter: CPU 1 saw the process before its exec
+        // (gen 4), CPU 2 after it (gen 7); the name and cgroup must be the newer ones.
+        let copy = |w: [u64; 4]| w.iter().flat_map(|x| x.to_ne_bytes()).collect::<Vec<u8>>();
+        let l = Layout {
+            words: 4,
+            keep: &[0, 1, 2],
+            named_gen: Some(2),
+        };
+        let cpus = [
+            copy([0, 0, 0, 1]),
+            copy([0x6873_6162, 10, 4, 2]),
+            copy([0x6576_6976, 20, 7, 3]),
+        ];
+        assert_eq!(sum_cpus(&cpus, l), vec![0x6576_6976, 20, 7, 6]);
+        // Equal generations: the first named CPU's copy, as before.
+        let tie = [copy([0x61, 1, 7, 1]), copy([0x62, 2, 7, 1])];
+        assert_eq!(sum_cpus(&tie, l)[0], 0x61);
     }
 
     #[test]

@@ -24,8 +24,9 @@ use skel::*;
 
 /// js_lookup_proc: comm (2 words), cgroup, calls[3], enoent[3] (stat, access, open).
 const LAYOUT: Layout = Layout {
-    words: 9,
-    keep: &[0, 1, 2],
+    words: 10,
+    keep: &[0, 1, 2, 3],
+    named_gen: Some(3),
 };
 const _: () = assert!(std::mem::size_of::<types::js_lookup_proc>() == LAYOUT.words * 8);
 const NAME_SLOTS: u32 = 64;
@@ -216,12 +217,12 @@ impl Tracer for LookupsTracer {
                 pid: e.pid,
                 comm: e.comm,
                 cgroup: env.cpu_cgroups.path(e.cgroup_id),
-                stat_calls: d[3],
-                access_calls: d[4],
-                open_calls: d[5],
-                stat_enoent: d[6],
-                access_enoent: d[7],
-                open_enoent: d[8],
+                stat_calls: d[4],
+                access_calls: d[5],
+                open_calls: d[6],
+                stat_enoent: d[7],
+                access_enoent: d[8],
+                open_enoent: d[9],
             });
         }
         out.lookups = Some(t);

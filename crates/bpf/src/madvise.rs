@@ -19,8 +19,9 @@ use skel::*;
 
 /// js_madvise_proc: comm (2 words), cgroup, calls[3], bytes[3] (DONTNEED, FREE, other).
 const LAYOUT: Layout = Layout {
-    words: 9,
-    keep: &[0, 1, 2],
+    words: 10,
+    keep: &[0, 1, 2, 3],
+    named_gen: Some(3),
 };
 const _: () = assert!(std::mem::size_of::<types::js_madvise_proc>() == LAYOUT.words * 8);
 
@@ -88,7 +89,9 @@ impl Tracer for MadviseTracer {
 
     fn read(&mut self, env: &mut Env, out: &mut Tracers) {
         let mut t = Madvise::default();
-        if let Some(bss) = self.skel.maps.bss_data.as_deref() {
+        if let Some(bss) = self.skel.maps.bss_data.as_deref_mut() {
+            // A new interval: each process is named again at its next event.
+            bss.js_gen += 1;
             t.dropped = since(bss.dropped, &mut self.dropped);
         }
         for e in drain_procs(&self.skel.maps.madvise_procs, &mut self.procs, LAYOUT.words) {
@@ -97,12 +100,12 @@ impl Tracer for MadviseTracer {
                 pid: e.pid,
                 comm: e.comm,
                 cgroup: env.cpu_cgroups.path(e.cgroup_id),
-                dontneed_calls: d[3],
-                free_calls: d[4],
-                other_calls: d[5],
-                dontneed_bytes: d[6],
-                free_bytes: d[7],
-                other_bytes: d[8],
+                dontneed_calls: d[4],
+                free_calls: d[5],
+                other_calls: d[6],
+                dontneed_bytes: d[7],
+                free_bytes: d[8],
+                other_bytes: d[9],
             });
         }
         out.madvise = Some(t);

@@ -21,8 +21,9 @@ use skel::*;
 /// js_reclaim_stat: comm (2 words), cgroup, stalls[2], reclaimed_pages, then a histogram whose
 /// maximum and generation (its last two words) are not counters.
 const LAYOUT: Layout = Layout {
-    words: 6 + HIST_WORDS,
-    keep: &[0, 1, 2, 6 + HIST_WORDS - 2, 6 + HIST_WORDS - 1],
+    words: 7 + HIST_WORDS,
+    keep: &[0, 1, 2, 3, 7 + HIST_WORDS - 2, 7 + HIST_WORDS - 1],
+    named_gen: Some(3),
 };
 const _: () = assert!(std::mem::size_of::<types::js_reclaim_stat>() == LAYOUT.words * 8);
 
@@ -86,10 +87,10 @@ pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<ReclaimTracer, Strin
 
 fn stat(d: &[u64], gen: u64) -> ReclaimStat {
     ReclaimStat {
-        direct_stalls: d[3],
-        memcg_stalls: d[4],
-        reclaimed_pages: d[5],
-        latency: hist(&d[6..], gen),
+        direct_stalls: d[4],
+        memcg_stalls: d[5],
+        reclaimed_pages: d[6],
+        latency: hist(&d[7..], gen),
         ..Default::default()
     }
 }

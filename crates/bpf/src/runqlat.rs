@@ -22,11 +22,13 @@ use skel::*;
 const LAYOUT: Layout = Layout {
     words: 1 + HIST_WORDS,
     keep: &[0, HIST_WORDS - 1, HIST_WORDS],
+    named_gen: None,
 };
 const _: () = assert!(std::mem::size_of::<types::js_rq_stat>() == LAYOUT.words * 8);
 const HOST: Layout = Layout {
     words: HIST_WORDS,
     keep: &[HIST_WORDS - 2, HIST_WORDS - 1],
+    named_gen: None,
 };
 
 pub(crate) struct RunqlatTracer {

@@ -22,6 +22,7 @@ use skel::*;
 const LAYOUT: Layout = Layout {
     words: 6 + HIST_WORDS,
     keep: &[6 + HIST_WORDS - 2, 6 + HIST_WORDS - 1],
+    named_gen: None,
 };
 const _: () = assert!(std::mem::size_of::<types::js_shrink_stat>() == LAYOUT.words * 8);
 

@@ -20,8 +20,9 @@ use skel::*;
 
 /// js_tlb_proc: comm (2 words), cgroup, flushes[6], pages, full_flushes, ipis_sent, ipi_targets.
 const LAYOUT: Layout = Layout {
-    words: 13,
-    keep: &[0, 1, 2],
+    words: 14,
+    keep: &[0, 1, 2, 3],
+    named_gen: Some(3),
 };
 const _: () = assert!(std::mem::size_of::<types::js_tlb_proc>() == LAYOUT.words * 8);
 
@@ -124,7 +125,9 @@ impl Tracer for TlbTracer {
             ipis_attributed: self.ipis.is_ok(),
             ..Default::default()
         };
-        if let Some(bss) = self.skel.maps.bss_data.as_deref() {
+        if let Some(bss) = self.skel.maps.bss_data.as_deref_mut() {
+            // A new interval: each process is named again at its next event.
+            bss.js_gen += 1;
             t.dropped = since(bss.dropped, &mut self.dropped);
         }
         for e in drain_procs(&self.skel.maps.tlb_procs, &mut self.procs, LAYOUT.words) {
@@ -133,16 +136,16 @@ impl Tracer for TlbTracer {
                 pid: e.pid,
                 comm: e.comm,
                 cgroup: env.cpu_cgroups.path(e.cgroup_id),
-                task_switch: d[3],
-                remote_shootdown: d[4],
-                local_shootdown: d[5],
-                local_mm_shootdown: d[6],
-                remote_send_ipi: d[7],
-                other: d[8],
-                pages: d[9],
-                full_flushes: d[10],
-                ipis_sent: d[11],
-                ipi_targets: d[12],
+                task_switch: d[4],
+                remote_shootdown: d[5],
+                local_shootdown: d[6],
+                local_mm_shootdown: d[7],
+                remote_send_ipi: d[8],
+                other: d[9],
+                pages: d[10],
+                full_flushes: d[11],
+                ipis_sent: d[12],
+                ipi_targets: d[13],
             });
         }
         out.tlb = Some(t);

@@ -182,6 +182,7 @@ static __always_inline void js_process_comm(char *buf)
 struct js_proc_head {
 	char comm[16];
 	u64 cgroup;
+	u64 named_gen; /* js_gen when comm and cgroup were last taken */
 };
 
 /* Finds `key` in `map`, creating it zeroed if absent; when the map is full, the JS_OTHER entry.
@@ -216,9 +217,14 @@ static __always_inline void *js_proc_entry(void *map, const void *zero, int subs
 		__sync_fetch_and_add(dropped, 1);
 		return NULL;
 	}
-	if (fresh && tgid != JS_OTHER) {
+	/* Named again at its first event of each read interval, not only at its first event ever:
+	 * a forked child's first events (a task-switch flush, a page fault) come before its exec
+	 * and its move into its own cgroup, and a process may rename itself. */
+	u64 gen = js_gen;
+	if (tgid != JS_OTHER && (fresh || p->named_gen != gen)) {
 		js_process_comm(p->comm);
 		p->cgroup = js_current_cgroup(subsys);
+		p->named_gen = gen;
 	}
 	return p;
 }
