@@ -1,0 +1,233 @@
+//! `jitterscope lab`: safe, self-cleaning reproducers of the kernel mechanisms in the seed
+//! cases, and the signature each must leave in the recorded data.
+//!
+//! A [`Scenario`] starts workers ([`worker`]) in a [`sandbox::Sandbox`] (cgroups under
+//! `jitterscope-lab`, files under [`sandbox::base_dir`]) with memory and time bounds, lets them
+//! run for the requested duration, stops them (their reports say what they did) and removes
+//! everything. Its [`signature::Check`]s say what the recorder must have seen meanwhile;
+//! `jitterscope lab check` records while the scenario runs and evaluates them.
+
+#![deny(missing_docs)]
+
+pub mod sandbox;
+pub mod scenarios;
+pub mod signature;
+pub mod stop;
+pub mod worker;
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Result;
+use serde::Serialize;
+use serde_json::Value;
+
+pub use scenarios::{find, SCENARIOS};
+use signature::Check;
+
+/// How hard a scenario pushes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Intensity {
+    /// Small sizes, for tests and a first look: seconds, a few hundred MiB at most.
+    Low,
+    /// The seed case's scale (within the documented bounds).
+    High,
+}
+
+impl Intensity {
+    /// Picks the value for this intensity.
+    pub fn pick<T>(self, low: T, high: T) -> T {
+        match self {
+            Intensity::Low => low,
+            Intensity::High => high,
+        }
+    }
+}
+
+/// What a scenario's `start` hands back: its signature and what to tell the user.
+pub struct Started {
+    /// Checks on the recorded data.
+    pub checks: Vec<Check>,
+    /// Lines describing the set-up (limits, sizes, pids).
+    pub notes: Vec<String>,
+}
+
+/// The context a scenario starts in.
+pub struct Env<'a> {
+    /// Its sandbox.
+    pub sb: &'a mut sandbox::Sandbox,
+    /// Intensity.
+    pub intensity: Intensity,
+    /// How long the workload runs once started.
+    pub duration: Duration,
+}
+
+/// One reproducer.
+pub struct Scenario {
+    /// Name on the command line.
+    pub name: &'static str,
+    /// The seed case it mirrors.
+    pub mirrors: &'static str,
+    /// What it reproduces and how.
+    pub reproduces: &'static str,
+    /// The signals it should move.
+    pub signals: &'static str,
+    /// Its resource bounds.
+    pub bounds: &'static str,
+    /// A benign control: no mechanism should be diagnosed.
+    pub control: bool,
+    /// The diagnosis rule that should rank first (issue 6's rule ids); `None` for controls.
+    pub expected_rule: Option<&'static str>,
+    /// Controllers its cgroups need.
+    pub controllers: &'static [&'static str],
+    /// Creates its cgroups and files and starts its workers.
+    pub start: fn(&mut Env) -> Result<Started>,
+}
+
+/// A worker's report after the run.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkerReport {
+    /// Its role.
+    pub role: String,
+    /// Its pid.
+    pub pid: u32,
+    /// What it printed (JSON), or null.
+    pub report: Value,
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    /// Scenario name.
+    pub scenario: String,
+    /// Intensity.
+    pub intensity: Intensity,
+    /// Requested workload duration in seconds.
+    pub duration_s: f64,
+    /// When set-up started (ns since the epoch).
+    pub setup_from_ns: i64,
+    /// When the workload started.
+    pub active_from_ns: i64,
+    /// When the workload was stopped.
+    pub active_to_ns: i64,
+    /// Set-up notes.
+    pub notes: Vec<String>,
+    /// Worker reports.
+    pub workers: Vec<WorkerReport>,
+    /// The signature to check.
+    pub checks: Vec<Check>,
+    /// Cut short by a signal.
+    pub interrupted: bool,
+    /// What the cleanup removed.
+    pub cleaned: sandbox::Cleaned,
+}
+
+/// Wall-clock now in ns since the epoch (the recorder's sample times are the same clock).
+pub fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+/// Runs `s`: set-up, `duration` of workload, stop, clean up. `progress` gets one line per
+/// step. A stop signal (see [`stop::install`]) ends the workload early; cleanup still runs.
+pub fn run(
+    s: &Scenario,
+    intensity: Intensity,
+    duration: Duration,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Outcome> {
+    let setup_from_ns = now_ns();
+    let mut sb = sandbox::Sandbox::open(s.name, s.controllers, progress)?;
+    let started = {
+        let mut env = Env {
+            sb: &mut sb,
+            intensity,
+            duration,
+        };
+        (s.start)(&mut env)?
+    };
+    for n in &started.notes {
+        progress(n);
+    }
+    let pids: Vec<(String, u32)> = sb
+        .workers()
+        .iter()
+        .map(|w| (w.role.clone(), w.pid()))
+        .collect();
+    let active_from_ns = now_ns();
+    progress(&format!(
+        "running {} for {} ({} workers)",
+        s.name,
+        fmt_duration(duration),
+        pids.len()
+    ));
+    let deadline = Instant::now() + duration;
+    let mut failure = None;
+    while stop::sleep(
+        Duration::from_millis(200).min(deadline.saturating_duration_since(Instant::now())),
+    ) {
+        if let Err(e) = sb.check_workers() {
+            failure = Some(e);
+            break;
+        }
+        if Instant::now() >= deadline {
+            break;
+        }
+    }
+    let active_to_ns = now_ns();
+    let stopped = sb.stop_workers(Duration::from_secs(5));
+    let cleaned = sb.close()?;
+    if let Some(e) = failure {
+        let mut msg = e.to_string();
+        for st in stopped.iter().filter(|s| s.exited_early) {
+            msg.push_str(&format!(" ({} status {})", st.role, st.status));
+        }
+        anyhow::bail!("{msg}; everything the scenario created was removed");
+    }
+    let workers = stopped
+        .into_iter()
+        .map(|st| {
+            let pid = pids
+                .iter()
+                .find(|(r, _)| *r == st.role)
+                .map(|(_, p)| *p)
+                .unwrap_or(0);
+            let report = st
+                .stdout
+                .lines()
+                .rev()
+                .find_map(|l| serde_json::from_str::<Value>(l).ok())
+                .unwrap_or(Value::Null);
+            WorkerReport {
+                role: st.role,
+                pid,
+                report,
+            }
+        })
+        .collect();
+    Ok(Outcome {
+        scenario: s.name.to_string(),
+        intensity,
+        duration_s: duration.as_secs_f64(),
+        setup_from_ns,
+        active_from_ns,
+        active_to_ns,
+        notes: started.notes,
+        workers,
+        checks: started.checks,
+        interrupted: stop::requested(),
+        cleaned,
+    })
+}
+
+/// `5s`, `1m30s`.
+pub fn fmt_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    match (s / 60, s % 60) {
+        (0, s) => format!("{s}s"),
+        (m, 0) => format!("{m}m"),
+        (m, s) => format!("{m}m{s}s"),
+    }
+}

@@ -1,0 +1,729 @@
+//! The sandbox every scenario runs in: cgroups under one `jitterscope-lab` parent (in each
+//! hierarchy that holds a controller the scenario needs, v1 or v2), a directory under
+//! [`base_dir`], and worker processes placed in those cgroups before they exec.
+//!
+//! Everything a run creates can be found again without a record of it: cgroups are the
+//! `jitterscope-lab` subtree of every mounted hierarchy, files and mounts are under
+//! [`base_dir`], and processes are the members of those cgroups. That is what lets
+//! [`cleanup_all`] remove the leftovers of a run that was killed with SIGKILL. Mounts are made
+//! in a private mount namespace of the worker that needs them, so they vanish with it.
+
+use std::ffi::CString;
+use std::io::Read;
+use std::os::unix::net::UnixListener;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use jitterscope_sources::cgroup::{discover, CgroupVersion, Hierarchy};
+use jitterscope_sources::Root;
+
+/// The parent cgroup of every lab cgroup, directly under each hierarchy's root.
+pub const PARENT: &str = "jitterscope-lab";
+
+/// The directory holding the lab's files: `$JITTERSCOPE_LAB_DIR`, else
+/// `/var/tmp/jitterscope-lab`. It must be on a disk-backed filesystem: the page-cache
+/// scenarios need files whose pages can be evicted and read back (tmpfs pages cannot).
+pub fn base_dir() -> PathBuf {
+    std::env::var_os("JITTERSCOPE_LAB_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/tmp/jitterscope-lab"))
+}
+
+/// Fails with a one-line reason unless running as root.
+pub fn require_root(what: &str) -> Result<()> {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!(
+            "{what} needs root: it creates cgroups with CPU and memory limits, mounts and \
+             files, and kills what it started (run it with sudo)"
+        );
+    }
+    Ok(())
+}
+
+/// Held for the whole of a lab run or cleanup: an abstract unix socket, which the kernel
+/// releases when the process dies however it dies, and which leaves no file behind.
+pub struct Lock(#[allow(dead_code)] UnixListener);
+
+/// Takes the lab lock, or says that another run holds it.
+pub fn lock() -> Result<Lock> {
+    use std::os::linux::net::SocketAddrExt;
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(b"jitterscope-lab")?;
+    match UnixListener::bind_addr(&addr) {
+        Ok(l) => Ok(Lock(l)),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            bail!("another `jitterscope lab` run is in progress on this host; wait for it to end")
+        }
+        Err(e) => Err(e).context("cannot take the lab lock (abstract socket @jitterscope-lab)"),
+    }
+}
+
+/// One hierarchy a scenario's cgroups are created in.
+#[derive(Debug, Clone)]
+struct Place {
+    version: CgroupVersion,
+    mount_point: PathBuf,
+    /// What the hierarchy shows at its top (`/` unless in a container without cgroupns).
+    mount_root: String,
+    /// The requested controllers this hierarchy provides.
+    controllers: Vec<String>,
+}
+
+/// Picks, for each controller, the v1 hierarchy it is bound to or else the v2 hierarchy that
+/// offers it; on v1, `cpuacct` comes along with `cpu` because the recorder reads a v1 cgroup's
+/// CPU usage from it.
+fn places(hs: &[Hierarchy], controllers: &[&str]) -> Result<Vec<Place>> {
+    let mut out: Vec<Place> = Vec::new();
+    let mut add =
+        |h: &Hierarchy, c: &str| match out.iter_mut().find(|p| p.mount_point == h.mount_point) {
+            Some(p) if !p.controllers.iter().any(|x| x == c) => p.controllers.push(c.to_string()),
+            Some(_) => {}
+            None => out.push(Place {
+                version: h.version,
+                mount_point: h.mount_point.clone(),
+                mount_root: h.mount_root.clone(),
+                controllers: vec![c.to_string()],
+            }),
+        };
+    for &c in controllers {
+        let v1 = hs
+            .iter()
+            .find(|h| h.version == CgroupVersion::V1 && h.has(c));
+        let v2 = hs
+            .iter()
+            .find(|h| h.version == CgroupVersion::V2 && h.has(c));
+        match (v1, v2) {
+            (Some(h), _) => {
+                add(h, c);
+                if c == "cpu" {
+                    if let Some(acct) = hs
+                        .iter()
+                        .find(|h| h.version == CgroupVersion::V1 && h.has("cpuacct"))
+                    {
+                        add(acct, "cpuacct");
+                    }
+                }
+            }
+            (None, Some(h)) => {
+                let enabled = std::fs::read_to_string(h.mount_point.join("cgroup.subtree_control"))
+                    .unwrap_or_default();
+                if !enabled.split_whitespace().any(|x| x == c) {
+                    bail!(
+                        "cgroup v2 at {} offers the {c} controller but does not enable it for \
+                         children; enable it with `echo +{c} > {}/cgroup.subtree_control`",
+                        h.mount_point.display(),
+                        h.mount_point.display()
+                    );
+                }
+                add(h, c);
+            }
+            (None, None) => bail!(
+                "no mounted cgroup hierarchy offers the {c} controller (neither a v1 mount nor \
+                 cgroup2 with {c} in cgroup.controllers)"
+            ),
+        }
+    }
+    Ok(out)
+}
+
+/// CPU and memory limits of a lab cgroup.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Limits {
+    /// CFS bandwidth: (quota, period) in microseconds.
+    pub cpu_quota_us: Option<(u64, u64)>,
+    /// Memory limit in bytes (v1 `memory.limit_in_bytes`, v2 `memory.max`, swap off on v2).
+    pub memory_bytes: Option<u64>,
+}
+
+/// A cgroup made by the sandbox: its path as the recorder names it and its directory in each
+/// hierarchy.
+#[derive(Debug, Clone)]
+pub struct LabCgroup {
+    /// The cgroup path as in `/proc/<pid>/cgroup` and the recorder's series names.
+    pub path: String,
+    /// (version, directory, controllers) per hierarchy.
+    dirs: Vec<(CgroupVersion, PathBuf, Vec<String>)>,
+}
+
+impl LabCgroup {
+    /// The directory of this cgroup in the hierarchy that holds `controller`.
+    pub fn dir_of(&self, controller: &str) -> Option<&Path> {
+        self.dirs
+            .iter()
+            .find(|(_, _, cs)| cs.iter().any(|c| c == controller))
+            .map(|(_, d, _)| d.as_path())
+    }
+
+    /// Whether the hierarchy holding `controller` is v2.
+    pub fn is_v2(&self, controller: &str) -> bool {
+        self.dirs
+            .iter()
+            .any(|(v, _, cs)| *v == CgroupVersion::V2 && cs.iter().any(|c| c == controller))
+    }
+
+    /// Every directory of this cgroup (one per hierarchy).
+    pub fn dirs(&self) -> impl Iterator<Item = &Path> {
+        self.dirs.iter().map(|(_, d, _)| d.as_path())
+    }
+}
+
+/// A worker process started by the sandbox.
+pub struct Worker {
+    /// Its role in the scenario (`fast`, `victim`, ...), for messages.
+    pub role: String,
+    child: Child,
+    exited: Option<ExitStatus>,
+}
+
+impl Worker {
+    /// Its pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+/// What a stopped worker left: exit status and what it printed on stdout (its report).
+#[derive(Debug)]
+pub struct Stopped {
+    /// Its role.
+    pub role: String,
+    /// Exit status.
+    pub status: ExitStatus,
+    /// Its stdout (workers print one JSON report when they stop).
+    pub stdout: String,
+    /// True when it had already exited before it was asked to stop.
+    pub exited_early: bool,
+}
+
+/// A scenario's sandbox. Dropping it stops the workers and removes everything the lab created.
+pub struct Sandbox {
+    scenario: String,
+    places: Vec<Place>,
+    dir: PathBuf,
+    workers: Vec<Worker>,
+    closed: bool,
+    _lock: Lock,
+}
+
+impl Sandbox {
+    /// Takes the lab lock, removes leftovers of an earlier run that was killed (saying so
+    /// through `note`), and prepares the scenario's directory and parent cgroups.
+    pub fn open(scenario: &str, controllers: &[&str], note: &mut dyn FnMut(&str)) -> Result<Self> {
+        require_root("a lab scenario")?;
+        let lock = lock()?;
+        let left = cleanup_unlocked()?;
+        if !left.is_empty() {
+            note(&format!("removed leftovers of an earlier lab run: {left}"));
+        }
+        let hs = discover(&Root::new("/")).context("cannot list cgroup hierarchies")?;
+        let places = places(&hs, controllers)?;
+        let dir = base_dir().join(scenario);
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create the lab directory {}", dir.display()))?;
+        let mut sb = Sandbox {
+            scenario: scenario.to_string(),
+            places,
+            dir,
+            workers: Vec::new(),
+            closed: false,
+            _lock: lock,
+        };
+        sb.cgroup("", Limits::default())?;
+        Ok(sb)
+    }
+
+    /// The scenario's directory (under [`base_dir`]).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Creates `jitterscope-lab/<scenario>/<rel>` (`rel` may be empty) in every hierarchy of
+    /// the scenario and applies `limits`. On v2 the controllers are enabled down the path;
+    /// processes must then only go to leaves (the kernel refuses them in inner cgroups).
+    pub fn cgroup(&mut self, rel: &str, limits: Limits) -> Result<LabCgroup> {
+        let mut rel_path = format!("{PARENT}/{}", self.scenario);
+        if !rel.is_empty() {
+            rel_path.push('/');
+            rel_path.push_str(rel.trim_matches('/'));
+        }
+        let mut dirs = Vec::new();
+        let mut path = String::new();
+        for p in &self.places {
+            let mut cur = p.mount_point.clone();
+            for (i, part) in rel_path.split('/').enumerate() {
+                if i > 0 && p.version == CgroupVersion::V2 {
+                    // Enable the controllers in the parent before descending.
+                    let ctl = cur.join("cgroup.subtree_control");
+                    let want: Vec<String> = p.controllers.iter().map(|c| format!("+{c}")).collect();
+                    write(&ctl, &want.join(" "))?;
+                }
+                cur.push(part);
+                match std::fs::create_dir(&cur) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) => {
+                        return Err(e)
+                            .with_context(|| format!("cannot create cgroup {}", cur.display()))
+                    }
+                }
+            }
+            let root = p.mount_root.trim_end_matches('/');
+            path = format!("{root}/{rel_path}");
+            dirs.push((p.version, cur, p.controllers.clone()));
+        }
+        let cg = LabCgroup { path, dirs };
+        if let Some((quota, period)) = limits.cpu_quota_us {
+            let d = cg
+                .dir_of("cpu")
+                .ok_or_else(|| anyhow!("scenario has no cpu controller"))?;
+            if cg.is_v2("cpu") {
+                write(&d.join("cpu.max"), &format!("{quota} {period}"))?;
+            } else {
+                write(&d.join("cpu.cfs_period_us"), &period.to_string())?;
+                write(&d.join("cpu.cfs_quota_us"), &quota.to_string())?;
+            }
+        }
+        if let Some(bytes) = limits.memory_bytes {
+            let d = cg
+                .dir_of("memory")
+                .ok_or_else(|| anyhow!("scenario has no memory controller"))?;
+            if cg.is_v2("memory") {
+                write(&d.join("memory.max"), &bytes.to_string())?;
+                let swap = d.join("memory.swap.max");
+                if swap.exists() {
+                    write(&swap, "0")?;
+                }
+            } else {
+                write(&d.join("memory.limit_in_bytes"), &bytes.to_string())?;
+            }
+        }
+        Ok(cg)
+    }
+
+    /// A command that runs this binary's worker `kind` (see [`crate::worker`]).
+    pub fn worker_command(kind: &str) -> Result<Command> {
+        let exe = std::env::current_exe().context("cannot find this executable for the workers")?;
+        let mut c = Command::new(exe);
+        c.arg(crate::worker::ARG).arg(kind);
+        Ok(c)
+    }
+
+    /// Starts `cmd` inside `cg`: it joins the cgroup before exec (so nothing it does is
+    /// charged elsewhere), gets its own process group (a terminal's Ctrl-C reaches only the
+    /// lab, which then stops it in order) and is killed if the lab dies. Its stdout is kept
+    /// for its report.
+    pub fn spawn(&mut self, cg: &LabCgroup, role: &str, mut cmd: Command) -> Result<u32> {
+        let procs: Vec<CString> = cg
+            .dirs()
+            .map(|d| CString::new(d.join("cgroup.procs").into_os_string().into_encoded_bytes()))
+            .collect::<Result<_, _>>()
+            .context("cgroup path with a NUL byte")?;
+        // SAFETY: getpid has no failure mode.
+        let lab_pid = unsafe { libc::getpid() };
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped());
+        // SAFETY: between fork and exec the closure only makes system calls on memory prepared
+        // before the fork; it allocates nothing.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0
+                    || libc::getppid() != lab_pid
+                {
+                    return Err(std::io::Error::other(
+                        "the lab exited while starting a worker",
+                    ));
+                }
+                libc::setpgid(0, 0);
+                for p in &procs {
+                    let fd = libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                    if fd < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    let r = libc::write(fd, b"0".as_ptr().cast(), 1);
+                    let err = std::io::Error::last_os_error();
+                    libc::close(fd);
+                    if r != 1 {
+                        return Err(err);
+                    }
+                }
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("cannot start the {role} worker in {}", cg.path))?;
+        let pid = child.id();
+        self.workers.push(Worker {
+            role: role.to_string(),
+            child,
+            exited: None,
+        });
+        Ok(pid)
+    }
+
+    /// The running workers.
+    pub fn workers(&self) -> &[Worker] {
+        &self.workers
+    }
+
+    /// Fails if a worker exited on its own (a workload that dies early proves nothing).
+    pub fn check_workers(&mut self) -> Result<()> {
+        for w in &mut self.workers {
+            if w.exited.is_none() {
+                if let Some(st) = w.child.try_wait()? {
+                    w.exited = Some(st);
+                    bail!(
+                        "the {} worker (pid {}) exited early: {st}",
+                        w.role,
+                        w.child.id()
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for one worker (by pid) to exit by itself, up to `timeout`, while honouring stop
+    /// signals. True when it exited.
+    pub fn wait_worker(&mut self, pid: u32, timeout: Duration) -> Result<bool> {
+        let deadline = Instant::now() + timeout;
+        let w = self
+            .workers
+            .iter_mut()
+            .find(|w| w.child.id() == pid)
+            .ok_or_else(|| anyhow!("no worker {pid}"))?;
+        loop {
+            if let Some(st) = w.child.try_wait()? {
+                w.exited = Some(st);
+                return Ok(true);
+            }
+            if Instant::now() >= deadline || crate::stop::requested() {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Asks every worker to stop (SIGTERM, so it can print its report), kills those still
+    /// running after `grace`, and returns their reports.
+    pub fn stop_workers(&mut self, grace: Duration) -> Vec<Stopped> {
+        for w in &self.workers {
+            if w.exited.is_none() {
+                // SAFETY: signalling our own child, which has not been reaped.
+                unsafe { libc::kill(w.child.id() as i32, libc::SIGTERM) };
+            }
+        }
+        let deadline = Instant::now() + grace;
+        let mut out = Vec::new();
+        for mut w in std::mem::take(&mut self.workers) {
+            let early = w.exited.is_some();
+            let status = loop {
+                match w.child.try_wait() {
+                    Ok(Some(st)) => break Some(st),
+                    Ok(None) if Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(10))
+                    }
+                    Ok(None) => {
+                        let _ = w.child.kill();
+                        break w.child.wait().ok();
+                    }
+                    Err(_) => break w.exited,
+                }
+            };
+            let mut stdout = String::new();
+            if let Some(mut o) = w.child.stdout.take() {
+                let _ = o.read_to_string(&mut stdout);
+            }
+            if let Some(status) = status.or(w.exited) {
+                out.push(Stopped {
+                    role: w.role,
+                    status,
+                    stdout,
+                    exited_early: early,
+                });
+            }
+        }
+        out
+    }
+
+    /// Stops the workers and removes everything the lab created. Errors say what is left.
+    pub fn close(mut self) -> Result<Cleaned> {
+        self.closed = true;
+        self.stop_workers(Duration::from_secs(3));
+        cleanup_unlocked()
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        if !self.closed {
+            self.stop_workers(Duration::from_secs(1));
+            if let Err(e) = cleanup_unlocked() {
+                eprintln!(
+                    "jitterscope: lab cleanup incomplete: {e:#} (run `jitterscope lab cleanup`)"
+                );
+            }
+        }
+    }
+}
+
+fn write(path: &Path, value: &str) -> Result<()> {
+    std::fs::write(path, value)
+        .with_context(|| format!("cannot write {value:?} to {}", path.display()))
+}
+
+/// What a cleanup removed.
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Cleaned {
+    /// Processes killed.
+    pub processes: usize,
+    /// Mounts detached.
+    pub mounts: usize,
+    /// Cgroup directories removed.
+    pub cgroups: usize,
+    /// Whether the lab directory existed and was removed.
+    pub files: bool,
+}
+
+impl Cleaned {
+    /// True when there was nothing to remove.
+    pub fn is_empty(&self) -> bool {
+        *self == Cleaned::default()
+    }
+}
+
+impl std::fmt::Display for Cleaned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} processes killed, {} mounts detached, {} cgroups removed, lab directory {}",
+            self.processes,
+            self.mounts,
+            self.cgroups,
+            if self.files { "removed" } else { "absent" }
+        )
+    }
+}
+
+/// Removes every trace of the lab (for `jitterscope lab cleanup`): refuses while a lab run
+/// holds the lock.
+pub fn cleanup_all() -> Result<Cleaned> {
+    require_root("`jitterscope lab cleanup`")?;
+    let _lock = lock()?;
+    cleanup_unlocked()
+}
+
+/// The `jitterscope-lab` directory of every mounted cgroup hierarchy that has one.
+pub fn lab_cgroup_dirs() -> Result<Vec<PathBuf>> {
+    let hs = discover(&Root::new("/")).context("cannot list cgroup hierarchies")?;
+    Ok(hs
+        .iter()
+        .map(|h| h.mount_point.join(PARENT))
+        .filter(|d| d.is_dir())
+        .collect())
+}
+
+/// Members of the lab cgroups (all hierarchies, all levels).
+pub fn lab_pids() -> Result<Vec<u32>> {
+    let mut pids = Vec::new();
+    for d in lab_cgroup_dirs()? {
+        walk_dirs(&d, &mut |dir| {
+            if let Ok(s) = std::fs::read_to_string(dir.join("cgroup.procs")) {
+                pids.extend(s.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+            }
+        });
+    }
+    pids.sort_unstable();
+    pids.dedup();
+    Ok(pids)
+}
+
+/// Mount points at or under the lab directory, deepest first.
+pub fn lab_mounts() -> Result<Vec<PathBuf>> {
+    let base = base_dir();
+    let info = std::fs::read_to_string("/proc/self/mountinfo").context("cannot read mountinfo")?;
+    let mut out: Vec<PathBuf> = info
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(|m| PathBuf::from(unescape_mount(m)))
+        .filter(|m| m.starts_with(&base))
+        .collect();
+    out.sort_by_key(|m| std::cmp::Reverse(m.components().count()));
+    out.dedup();
+    Ok(out)
+}
+
+/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
+fn unescape_mount(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn walk_dirs(dir: &Path, f: &mut dyn FnMut(&Path)) {
+    f(dir);
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                walk_dirs(&e.path(), f);
+            }
+        }
+    }
+}
+
+/// Kills, unmounts, removes. The caller holds the lock.
+fn cleanup_unlocked() -> Result<Cleaned> {
+    let mut done = Cleaned::default();
+    // Processes first: a cgroup with members cannot be removed, and a worker may hold mounts.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut killed = std::collections::BTreeSet::new();
+    loop {
+        let pids = lab_pids()?;
+        if pids.is_empty() {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("lab processes survive SIGKILL: {pids:?}");
+        }
+        for p in pids {
+            // SAFETY: kill with a pid read from a lab cgroup; a recycled pid cannot be in it.
+            unsafe { libc::kill(p as i32, libc::SIGKILL) };
+            killed.insert(p);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    done.processes = killed.len();
+    for m in lab_mounts()? {
+        let c = CString::new(m.clone().into_os_string().into_encoded_bytes())?;
+        // SAFETY: valid NUL-terminated path.
+        if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
+            let e = std::io::Error::last_os_error();
+            bail!("cannot unmount {}: {e}", m.display());
+        }
+        done.mounts += 1;
+    }
+    for d in lab_cgroup_dirs()? {
+        let mut all = Vec::new();
+        walk_dirs(&d, &mut |p| all.push(p.to_path_buf()));
+        // Children before parents.
+        all.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+        for p in all {
+            rmdir_retry(&p)?;
+            done.cgroups += 1;
+        }
+    }
+    let base = base_dir();
+    if base.exists() {
+        std::fs::remove_dir_all(&base)
+            .with_context(|| format!("cannot remove the lab directory {}", base.display()))?;
+        done.files = true;
+    }
+    Ok(done)
+}
+
+/// A cgroup whose last member just died can stay busy for a moment.
+fn rmdir_retry(p: &Path) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match std::fs::remove_dir(p) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if Instant::now() < deadline && e.raw_os_error() == Some(libc::EBUSY) => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => {
+                return Err(e).with_context(|| format!("cannot remove cgroup {}", p.display()))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(version: CgroupVersion, mp: &str, cs: &[&str]) -> Hierarchy {
+        Hierarchy {
+            version,
+            mount_point: PathBuf::from(mp),
+            mount_root: "/".into(),
+            controllers: cs.iter().map(|s| s.to_string()).collect(),
+            name: None,
+            device: mp.into(),
+        }
+    }
+
+    #[test]
+    fn v1_cpu_brings_cpuacct_and_prefers_v1() {
+        let hs = vec![
+            h(CgroupVersion::V1, "/sys/fs/cgroup/cpu", &["cpu"]),
+            h(CgroupVersion::V1, "/sys/fs/cgroup/cpuacct", &["cpuacct"]),
+            h(CgroupVersion::V1, "/sys/fs/cgroup/memory", &["memory"]),
+            h(CgroupVersion::V2, "/sys/fs/cgroup/unified", &[]),
+        ];
+        let p = places(&hs, &["cpu", "memory"]).unwrap();
+        let mps: Vec<_> = p.iter().map(|p| p.mount_point.to_str().unwrap()).collect();
+        assert_eq!(
+            mps,
+            [
+                "/sys/fs/cgroup/cpu",
+                "/sys/fs/cgroup/cpuacct",
+                "/sys/fs/cgroup/memory"
+            ]
+        );
+    }
+
+    #[test]
+    fn combined_v1_mount_is_one_place() {
+        let hs = vec![h(
+            CgroupVersion::V1,
+            "/sys/fs/cgroup/cpu,cpuacct",
+            &["cpu", "cpuacct"],
+        )];
+        let p = places(&hs, &["cpu"]).unwrap();
+        assert_eq!(p.len(), 1);
+        assert_eq!(p[0].controllers, ["cpu", "cpuacct"]);
+    }
+
+    #[test]
+    fn missing_controller_is_an_error() {
+        let hs = vec![h(CgroupVersion::V2, "/nonexistent-cgroup2", &["cpu"])];
+        let e = places(&hs, &["memory"]).unwrap_err().to_string();
+        assert!(e.contains("memory controller"), "{e}");
+        // v2 offers cpu but its subtree_control (unreadable here) does not enable it.
+        let e = places(&hs, &["cpu"]).unwrap_err().to_string();
+        assert!(e.contains("+cpu"), "{e}");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn unescape_never_panics_and_keeps_plain_text(s in "\\PC*") {
+            let out = unescape_mount(&s);
+            if !s.contains('\\') {
+                proptest::prop_assert_eq!(out, s);
+            }
+        }
+    }
+
+    #[test]
+    fn mountinfo_escapes() {
+        assert_eq!(unescape_mount(r"/var/tmp/a\040b"), "/var/tmp/a b");
+        assert_eq!(unescape_mount(r"/x\134y"), r"/x\y");
+        assert_eq!(unescape_mount(r"/trailing\04"), r"/trailing\04");
+    }
+}

@@ -1,0 +1,727 @@
+//! The scenarios: one per seed mechanism, plus two benign controls. Each documents what it
+//! reproduces, the seed case it mirrors, the signals it should move and its bounds; its
+//! `start` builds the sandbox and returns the checks `lab check` applies to the recording.
+
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+use crate::sandbox::{LabCgroup, Limits, Sandbox};
+use crate::signature::{Check, Cmp, Stat};
+use crate::worker::cpus;
+use crate::{Env, Scenario, Started};
+
+const MIB: u64 = 1 << 20;
+
+/// Every scenario, in `lab list` order.
+pub static SCENARIOS: &[Scenario] = &[
+    Scenario {
+        name: "cfs-throttle",
+        mirrors: "case 2 (Indeed: CFS throttling at low CPU usage; their fibtest reproducer)",
+        reproduces: "fibtest: one fast thread computing Fibonacci numbers flat out, pinned to the \
+            first CPU, and slow threads (100 iterations, then 10 ms of sleep, like async workers) \
+            pinned to the last CPU, in a cgroup with a small CFS quota. The cgroup is throttled \
+            in most enforcement periods while its usage stays at a fraction of one core.",
+        signals: "cgroup <lab>/cfs-throttle: cpu.throttled_pct > 50, nr_throttled_per_s, \
+            throttled_ms_per_s; usage_pct at the quota (20% low, 10% high) — far below one core",
+        bounds: "CPU: the quota (0.2 core low, 0.1 core high); no memory use to speak of",
+        control: false,
+        expected_rule: Some("cpu.cfs-throttling"),
+        controllers: &["cpu"],
+        start: cfs_throttle,
+    },
+    Scenario {
+        name: "negative-dentry",
+        mirrors: "case 1 (NSS sdb_measureAccess probing non-existent files: millions of negative \
+            dentries, then reclaim and sys-CPU spikes)",
+        reproduces: "a process probing unique non-existent names (`.<n>_dbaccess.tmp`, as NSS \
+            does) with access(2), each failure leaving a negative dentry, in a memory-limited \
+            cgroup; after each batch it allocates anonymous memory up to near the limit, so \
+            reclaim has to shrink the dentry cache.",
+        signals: "dentry.nr_negative +100k (low) / +1M (high), slab dentry growth, failed \
+            look-ups by lab-nss-probe (lookups tracer), super_cache_scan shrinker calls, \
+            reclaim stalls of the lab cgroup",
+        bounds: "memory: cgroup limit 160 MiB (low) / 1 GiB (high), dentries included (they are \
+            charged to it); CPU: one thread",
+        control: false,
+        expected_rule: Some("memory.dcache-bloat"),
+        controllers: &["memory"],
+        start: negative_dentry,
+    },
+    Scenario {
+        name: "shrinker-scale",
+        mirrors: "case 3 (Virtuozzo: shrink_slab walking every memcg x superblock pair)",
+        reproduces: "N memcgs (200 low, 2000 high), each with its own tmpfs mount and a file \
+            created from inside it (plus 16 failed look-ups, so the superblock has objects on \
+            that memcg's LRU), then timed reclaim rounds over all of them: \
+            `memory.reclaim` on the lab parent when cgroup v2 offers it, else slab-only \
+            drop_caches (`echo 2`, case 3's script without dropping the host's page cache). \
+            The worker reports each round's time; before 4.19 they take seconds.",
+        signals: "shrinker.super_cache_scan calls (>= N in the first round), the lab memcgs in \
+            the cgroup series, sys CPU during the rounds",
+        bounds: "memory: tmpfs mounts of 1 MiB each holding one byte; the mounts live in a \
+            private mount namespace of the worker and vanish with it",
+        control: false,
+        expected_rule: Some("memory.shrinker-cost"),
+        controllers: &["memory"],
+        start: shrinker_scale,
+    },
+    Scenario {
+        name: "tlb-shootdown",
+        mirrors: "case 4 (jemalloc purging with madvise(MADV_DONTNEED): TLB-shootdown IPI storms)",
+        reproduces: "one process with a thread pinned to every CPU, each touching its own \
+            region then madvise(MADV_DONTNEED)-ing it, as jemalloc's purging does; every call \
+            flushes the TLBs of the other CPUs running the process. A victim process measures \
+            how late its 1 ms sleeps wake up.",
+        signals: "irq.tlb_per_s >= 10x the baseline, tlb.proc.<pid>.lab-madvise shootdown IPIs, \
+            madvise.proc.<pid>.lab-madvise.dontneed_per_s, the victim's wake-up lateness",
+        bounds: "memory: 256 KiB (low) / 1 MiB (high) per thread; CPU: all CPUs (low: a 100 µs \
+            pause per call)",
+        control: false,
+        expected_rule: Some("cpu.tlb-shootdown"),
+        controllers: &["cpu"],
+        start: tlb_shootdown,
+    },
+    Scenario {
+        name: "reclaim-storm",
+        mirrors: "cases 1 and 5 (allocation stalls in direct reclaim when free memory runs out)",
+        reproduces: "a memory-limited cgroup whose page cache fills the limit (a process reading \
+            a file of 80% of it), then the same process allocates anonymous memory in a burst: \
+            every page has to be reclaimed first, by the allocating task itself.",
+        signals: "reclaim.cgroup.<lab>.stalls_per_s, reclaim.proc.<pid>.lab-reclaim stalls and \
+            stall time, the cgroup's memory at its limit",
+        bounds: "memory: cgroup limit 192 MiB (low) / 1 GiB (high); disk: one file of 160 MiB / \
+            900 MiB, removed afterwards",
+        control: false,
+        expected_rule: Some("memory.direct-reclaim"),
+        controllers: &["memory"],
+        start: reclaim_storm,
+    },
+    Scenario {
+        name: "pagecache-thrash",
+        mirrors: "case 5 (a fast reader flooding the page cache and evicting another process's \
+            working set: refaults, major faults)",
+        reproduces: "a process that maps a file and reads it page by page in a loop (its working \
+            set), and a reader streaming a file several times larger, both in one \
+            memory-limited cgroup: the stream keeps pushing the working set out, which comes \
+            back as major faults and refaults.",
+        signals: "proc.<pid>.lab-workset.majflt_per_s, reclaim.refault_file_per_s, \
+            reclaim.pgmajfault_per_s, disk reads of the lab's device",
+        bounds: "memory: cgroup limit 160 MiB (low) / 512 MiB (high); disk: 96 + 384 MiB (low) / \
+            320 MiB + 2 GiB (high), removed afterwards",
+        control: false,
+        expected_rule: Some("memory.pagecache-thrash"),
+        controllers: &["memory"],
+        start: pagecache_thrash,
+    },
+    Scenario {
+        name: "native-leak",
+        mirrors: "case 5 (a C extension leaking outside the Python heap; strings found with \
+            `strings | sort | uniq -c` on the [heap] dump)",
+        reproduces: "a Python process that, through ctypes, mallocs 4 KiB blocks of 64-byte \
+            records `jitterscope.lab.context_info{req=N}` and never frees them, while its Python \
+            objects stay flat.",
+        signals: "proc.<pid>.lab-native-leak.rss_bytes growing steadily (~8 MiB/s low, 32 MiB/s \
+            high); `jitterscope memleak` finds the marker among the growing strings",
+        bounds: "memory: stops growing at 96 MiB (low) / 1 GiB (high); cgroup limit 256 MiB above \
+            that",
+        control: false,
+        expected_rule: Some("memory.leak"),
+        controllers: &["memory"],
+        start: native_leak,
+    },
+    Scenario {
+        name: "python-leak",
+        mirrors: "case 5's contrast (growth inside the Python heap, which gc and guppy can see)",
+        reproduces: "a Python process appending dicts holding strings to a module-level list \
+            that is never trimmed.",
+        signals: "proc.<pid>.lab-python-leak.rss_bytes growing steadily; `jitterscope memleak` \
+            attributes it to Python objects",
+        bounds: "memory: stops growing at 96 MiB (low) / 1 GiB (high) of objects; cgroup limit \
+            256 MiB above that",
+        control: false,
+        expected_rule: Some("memory.leak"),
+        controllers: &["memory"],
+        start: python_leak,
+    },
+    Scenario {
+        name: "cpu-saturation",
+        mirrors: "a control: a busy host is not a jitter mechanism",
+        reproduces: "one CPU-bound thread per CPU in a lab cgroup without a quota: user CPU near \
+            100%, nothing else.",
+        signals: "cpu.usr_pct high; no throttling, reclaim stall, TLB storm or negative-dentry \
+            growth",
+        bounds: "CPU: every CPU for the duration; no memory",
+        control: true,
+        expected_rule: None,
+        controllers: &["cpu"],
+        start: cpu_saturation,
+    },
+    Scenario {
+        name: "idle",
+        mirrors: "a control: a quiet host",
+        reproduces: "a sleeping process in a lab cgroup.",
+        signals: "none: no mechanism signal may move",
+        bounds: "one sleeping process: no CPU, no memory to speak of",
+        control: true,
+        expected_rule: None,
+        controllers: &["cpu"],
+        start: idle,
+    },
+];
+
+/// The scenario called `name`, or an error listing the names.
+pub fn find(name: &str) -> Result<&'static Scenario> {
+    SCENARIOS.iter().find(|s| s.name == name).ok_or_else(|| {
+        let names: Vec<&str> = SCENARIOS.iter().map(|s| s.name).collect();
+        anyhow::anyhow!("unknown scenario {name:?} (one of: {})", names.join(", "))
+    })
+}
+
+/// Checks every mechanism scenario would fail: the controls must pass them all.
+fn quiet_checks() -> Vec<Check> {
+    vec![
+        Check::new(
+            "no TLB-shootdown storm",
+            "irq.tlb_per_s",
+            Stat::Ratio { floor: 100.0 },
+            Cmp::Below(10.0),
+        ),
+        Check::new(
+            "no lab cgroup throttled",
+            "cgroup.*jitterscope-lab/*.cpu.throttled_pct",
+            Stat::Max,
+            Cmp::Below(5.0),
+        ),
+        Check::new(
+            "no reclaim stall in lab cgroups",
+            "reclaim.cgroup.*jitterscope-lab/*.stalls_per_s",
+            Stat::Sum,
+            Cmp::Below(1.0),
+        ),
+        Check::new(
+            "no negative-dentry pile-up",
+            "dentry.nr_negative",
+            Stat::Rise,
+            Cmp::Below(100_000.0),
+        ),
+    ]
+}
+
+fn worker(kind: &str, args: &[(&str, String)]) -> Result<Command> {
+    let mut c = Sandbox::worker_command(kind)?;
+    for (k, v) in args {
+        c.arg(format!("{k}={v}"));
+    }
+    Ok(c)
+}
+
+fn path_str(p: &Path) -> Result<String> {
+    p.to_str()
+        .map(str::to_string)
+        .context("the lab directory path is not UTF-8")
+}
+
+/// Writes a file of `bytes` (non-zero data, synced), then drops its pages from the page cache,
+/// so the workload that reads it later reads from the disk and is charged for the cache.
+fn make_file(path: &Path, bytes: u64) -> Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    // SAFETY: statvfs fills the zeroed struct for a valid path.
+    let avail = unsafe {
+        let c = std::ffi::CString::new(path_str(dir)?)?;
+        let mut st: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(c.as_ptr(), &mut st) != 0 {
+            bail!(
+                "statvfs {}: {}",
+                dir.display(),
+                std::io::Error::last_os_error()
+            );
+        }
+        st.f_bavail as u64 * st.f_frsize as u64
+    };
+    // Leave at least 1 GiB for everything else on the filesystem.
+    if avail < bytes + 1024 * MIB {
+        bail!(
+            "{} has {} MiB free; the scenario needs {} MiB plus 1 GiB to spare (set \
+             JITTERSCOPE_LAB_DIR to a roomier disk-backed directory)",
+            dir.display(),
+            avail / MIB,
+            bytes / MIB
+        );
+    }
+    let mut f =
+        std::fs::File::create(path).with_context(|| format!("create {}", path.display()))?;
+    let block: Vec<u8> = (0..MIB as usize).map(|i| (i % 251) as u8 + 1).collect();
+    let mut left = bytes;
+    while left > 0 {
+        if crate::stop::requested() {
+            bail!("interrupted while writing {}", path.display());
+        }
+        let n = left.min(MIB) as usize;
+        f.write_all(&block[..n])
+            .with_context(|| format!("write {}", path.display()))?;
+        left -= n as u64;
+    }
+    f.sync_data()?;
+    // SAFETY: advisory call on an open fd.
+    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    Ok(())
+}
+
+fn cfs_throttle(e: &mut Env) -> Result<Started> {
+    let (quota, slow) = e.intensity.pick((20_000, 2), (10_000, 8));
+    let period = 100_000;
+    let cg = e.sb.cgroup(
+        "",
+        Limits {
+            cpu_quota_us: Some((quota, period)),
+            ..Default::default()
+        },
+    )?;
+    let cpus = cpus();
+    let fast_cpu = cpus[0];
+    let slow_cpu = *cpus.last().unwrap_or(&0);
+    let pid = e.sb.spawn(
+        &cg,
+        "fibtest",
+        worker(
+            "fibtest",
+            &[
+                ("fast_cpu", fast_cpu.to_string()),
+                ("slow_cpu", slow_cpu.to_string()),
+                ("slow_threads", slow.to_string()),
+            ],
+        )?,
+    )?;
+    let p = &cg.path;
+    Ok(Started {
+        notes: vec![format!(
+            "cgroup {p}: quota {} ms per {} ms; fibtest pid {pid}: fast thread on CPU {fast_cpu}, \
+             {slow} slow threads on CPU {slow_cpu}",
+            quota / 1000,
+            period / 1000
+        )],
+        checks: vec![
+            Check::new(
+                "the lab cgroup is throttled in most periods",
+                format!("cgroup.{p}.cpu.throttled_pct"),
+                Stat::Mean,
+                Cmp::AtLeast(50.0),
+            ),
+            Check::new(
+                "while using a fraction of one core",
+                format!("cgroup.{p}.cpu.usage_pct"),
+                Stat::Mean,
+                Cmp::Below(50.0),
+            ),
+            Check::new(
+                "throttled time accumulates",
+                format!("cgroup.{p}.cpu.throttled_ms_per_s"),
+                Stat::Mean,
+                Cmp::AtLeast(50.0),
+            ),
+        ],
+    })
+}
+
+fn negative_dentry(e: &mut Env) -> Result<Started> {
+    let (limit, names, anon, rise) = e.intensity.pick(
+        (160 * MIB, 200_000u64, 140 * MIB, 100_000.0),
+        (1024 * MIB, 2_000_000, 900 * MIB, 1_000_000.0),
+    );
+    let cg = e.sb.cgroup(
+        "",
+        Limits {
+            memory_bytes: Some(limit),
+            ..Default::default()
+        },
+    )?;
+    let dir = e.sb.dir().join("nssdb");
+    std::fs::create_dir_all(&dir)?;
+    let pid = e.sb.spawn(
+        &cg,
+        "nss-probe",
+        worker(
+            "nss-probe",
+            &[
+                ("dir", path_str(&dir)?),
+                ("names", names.to_string()),
+                ("anon_bytes", anon.to_string()),
+                ("hold_ms", "1500".into()),
+            ],
+        )?,
+    )?;
+    let p = &cg.path;
+    Ok(Started {
+        notes: vec![format!(
+            "cgroup {p}: memory limit {} MiB; lab-nss-probe pid {pid}: {names} new names per \
+             batch in {}, then {} MiB of anonymous memory",
+            limit / MIB,
+            dir.display(),
+            anon / MIB
+        )],
+        checks: vec![
+            Check::new(
+                "negative dentries pile up",
+                "dentry.nr_negative",
+                Stat::Rise,
+                Cmp::AtLeast(rise),
+            ),
+            Check::new(
+                "the failed look-ups are traced to lab-nss-probe",
+                "lookups.proc.*.lab-nss-probe.enoent_per_s",
+                Stat::Sum,
+                Cmp::AtLeast(10_000.0),
+            ),
+            Check::new(
+                "reclaim stalls in the lab cgroup",
+                format!("reclaim.cgroup.{p}.stalls_per_s"),
+                Stat::Sum,
+                // At least one stall: a per-second rate over a span slightly longer than 1 s
+                // makes a single stall 0.99.
+                Cmp::AtLeast(0.5),
+            ),
+            Check::new(
+                "the superblock shrinker frees dentries",
+                "shrinker.super_cache_scan.freed_per_s",
+                Stat::Sum,
+                Cmp::AtLeast(1000.0),
+            ),
+        ],
+    })
+}
+
+fn shrinker_scale(e: &mut Env) -> Result<Started> {
+    let (n, rounds) = e.intensity.pick((200u64, 3u64), (2000, 5));
+    let home = e.sb.cgroup("home", Limits::default())?;
+    let parent = e.sb.cgroup("m", Limits::default())?;
+    let mem_parent = parent
+        .dir_of("memory")
+        .context("no memory hierarchy")?
+        .to_path_buf();
+    let home_procs = home
+        .dir_of("memory")
+        .context("no memory hierarchy")?
+        .join("cgroup.procs");
+    let mode = if parent.is_v2("memory") && mem_parent.join("memory.reclaim").exists() {
+        "memcg_reclaim"
+    } else {
+        "drop_caches"
+    };
+    let mnt = e.sb.dir().join("mnt");
+    std::fs::create_dir_all(&mnt)?;
+    // Rounds spread over the run after the set-up (which takes a while at 2000).
+    let period_ms = (e.duration.as_millis() as u64 / (rounds + 2)).clamp(300, 5000);
+    let pid = e.sb.spawn(
+        &home,
+        "memcg-mounts",
+        worker(
+            "memcg-mounts",
+            &[
+                ("memcg_parent", path_str(&mem_parent)?),
+                ("home_procs", path_str(&home_procs)?),
+                ("mnt_dir", path_str(&mnt)?),
+                ("memcgs", n.to_string()),
+                ("rounds", rounds.to_string()),
+                ("period_ms", period_ms.to_string()),
+                ("negatives", "16".into()),
+                ("mode", mode.into()),
+            ],
+        )?,
+    )?;
+    Ok(Started {
+        notes: vec![format!(
+            "lab-shrinker pid {pid}: {n} memcgs under {}/*, one tmpfs each under {} (private \
+             mount namespace); {rounds} reclaim rounds ({mode}) every {period_ms} ms",
+            parent.path,
+            mnt.display()
+        )],
+        checks: vec![
+            Check::new(
+                "the lab memcgs are recorded",
+                format!("cgroup.{}/*.memory.usage_bytes", parent.path),
+                Stat::Series,
+                Cmp::AtLeast(n as f64 * 0.9),
+            ),
+            Check::new(
+                "reclaim calls the superblock shrinker for each memcg",
+                "shrinker.super_cache_scan.calls_per_s",
+                Stat::Sum,
+                Cmp::AtLeast(n as f64),
+            ),
+        ],
+    })
+}
+
+fn tlb_shootdown(e: &mut Env) -> Result<Started> {
+    let ncpu = cpus().len();
+    let (threads, region, pause) = e.intensity.pick((ncpu, 256, 100), (2 * ncpu, 1024, 0));
+    let cg = e.sb.cgroup("storm", Limits::default())?;
+    let victim_cg = e.sb.cgroup("victim", Limits::default())?;
+    let pid = e.sb.spawn(
+        &cg,
+        "madvise-storm",
+        worker(
+            "madvise-storm",
+            &[
+                ("threads", threads.to_string()),
+                ("region_kib", region.to_string()),
+                ("pause_us", pause.to_string()),
+            ],
+        )?,
+    )?;
+    let vpid = e.sb.spawn(
+        &victim_cg,
+        "victim",
+        worker("latency-probe", &[("period_us", "1000".into())])?,
+    )?;
+    Ok(Started {
+        notes: vec![format!(
+            "lab-madvise pid {pid}: {threads} threads over {ncpu} CPUs, {region} KiB each, \
+             madvise(MADV_DONTNEED) after every touch{}; lab-victim pid {vpid} sleeps 1 ms in a loop",
+            if pause > 0 { format!(", {pause} µs pause") } else { String::new() }
+        )],
+        checks: vec![
+            Check::new(
+                "TLB-shootdown IPIs at least 10x the baseline",
+                "irq.tlb_per_s",
+                Stat::Ratio { floor: 100.0 },
+                Cmp::AtLeast(10.0),
+            ),
+            Check::new(
+                "the shootdowns are attributed to lab-madvise",
+                "tlb.proc.*.lab-madvise.shootdown_ipis_sent_per_s",
+                Stat::Sum,
+                Cmp::AtLeast(1000.0),
+            ),
+            Check::new(
+                "its madvise(MADV_DONTNEED) calls are traced",
+                "madvise.proc.*.lab-madvise.dontneed_per_s",
+                Stat::Sum,
+                Cmp::AtLeast(1000.0),
+            ),
+        ],
+    })
+}
+
+fn reclaim_storm(e: &mut Env) -> Result<Started> {
+    let (limit, file_bytes, anon) = e.intensity.pick(
+        (192 * MIB, 160 * MIB, 128 * MIB),
+        (1024 * MIB, 900 * MIB, 768 * MIB),
+    );
+    let file = e.sb.dir().join("cache.dat");
+    make_file(&file, file_bytes)?;
+    let cg = e.sb.cgroup(
+        "",
+        Limits {
+            memory_bytes: Some(limit),
+            ..Default::default()
+        },
+    )?;
+    let pid = e.sb.spawn(
+        &cg,
+        "cache-burst",
+        worker(
+            "cache-burst",
+            &[("file", path_str(&file)?), ("anon_bytes", anon.to_string())],
+        )?,
+    )?;
+    let p = &cg.path;
+    Ok(Started {
+        notes: vec![format!(
+            "cgroup {p}: memory limit {} MiB; lab-reclaim pid {pid} reads {} MiB of file, then \
+             touches {} MiB of anonymous memory, in a loop",
+            limit / MIB,
+            file_bytes / MIB,
+            anon / MIB
+        )],
+        checks: vec![
+            Check::new(
+                "direct reclaim stalls in the lab cgroup",
+                format!("reclaim.cgroup.{p}.stalls_per_s"),
+                Stat::Sum,
+                Cmp::AtLeast(5.0),
+            ),
+            Check::new(
+                "lab-reclaim is the task that stalled",
+                "reclaim.proc.*.lab-reclaim.stalls_per_s",
+                Stat::Sum,
+                Cmp::AtLeast(5.0),
+            ),
+            Check::new(
+                "the cgroup sits at its limit",
+                format!("cgroup.{p}.memory.usage_of_limit_pct"),
+                Stat::Max,
+                Cmp::AtLeast(90.0),
+            ),
+        ],
+    })
+}
+
+fn pagecache_thrash(e: &mut Env) -> Result<Started> {
+    let (limit, ws, big) = e.intensity.pick(
+        (160 * MIB, 128 * MIB, 384 * MIB),
+        (512 * MIB, 448 * MIB, 2048 * MIB),
+    );
+    let ws_file = e.sb.dir().join("working-set.dat");
+    let big_file = e.sb.dir().join("stream.dat");
+    make_file(&ws_file, ws)?;
+    make_file(&big_file, big)?;
+    let cg = e.sb.cgroup(
+        "",
+        Limits {
+            memory_bytes: Some(limit),
+            ..Default::default()
+        },
+    )?;
+    let wpid = e.sb.spawn(
+        &cg,
+        "working-set",
+        worker(
+            "working-set",
+            &[("file", path_str(&ws_file)?), ("pause_ms", "300".into())],
+        )?,
+    )?;
+    let spid = e.sb.spawn(
+        &cg,
+        "stream",
+        worker("stream", &[("file", path_str(&big_file)?)])?,
+    )?;
+    let p = &cg.path;
+    Ok(Started {
+        notes: vec![format!(
+            "cgroup {p}: memory limit {} MiB; lab-workset pid {wpid} re-reads a {} MiB mapped \
+             file; lab-stream pid {spid} streams a {} MiB file",
+            limit / MIB,
+            ws / MIB,
+            big / MIB
+        )],
+        checks: vec![
+            Check::new(
+                "the working set comes back as major faults",
+                "proc.*.lab-workset.majflt_per_s",
+                Stat::Sum,
+                Cmp::AtLeast(1000.0),
+            ),
+            Check::new(
+                "evicted file pages refault",
+                "reclaim.refault_file_per_s",
+                Stat::Sum,
+                Cmp::AtLeast(1000.0),
+            ),
+            Check::new(
+                "lab-stream drives the reads",
+                "proc.*.lab-stream.read_bytes_per_s",
+                Stat::Mean,
+                Cmp::AtLeast(MIB as f64),
+            ),
+        ],
+    })
+}
+
+fn leak(e: &mut Env, script: &str, comm: &str) -> Result<Started> {
+    let (rate, cap) = e
+        .intensity
+        .pick((8 * MIB, 96 * MIB), (32 * MIB, 1024 * MIB));
+    let cg: LabCgroup = e.sb.cgroup(
+        "",
+        Limits {
+            memory_bytes: Some(cap + 256 * MIB),
+            ..Default::default()
+        },
+    )?;
+    let mut cmd = Command::new("python3");
+    cmd.arg("-c")
+        .arg(script)
+        .arg(rate.to_string())
+        .arg(cap.to_string());
+    let pid =
+        e.sb.spawn(&cg, comm, cmd)
+            .context("the leak scenarios need python3")?;
+    let expect = (rate as f64 * e.duration.as_secs_f64()).min(cap as f64);
+    Ok(Started {
+        notes: vec![format!(
+            "cgroup {}: memory limit {} MiB; {comm} pid {pid} grows {} MiB/s up to {} MiB",
+            cg.path,
+            (cap + 256 * MIB) / MIB,
+            rate / MIB,
+            cap / MIB
+        )],
+        checks: vec![Check::new(
+            format!("{comm}'s RSS grows"),
+            format!("proc.*.{comm}.rss_bytes"),
+            Stat::Growth,
+            // The first and last samples miss up to a second each at both ends.
+            Cmp::AtLeast(expect * 0.4),
+        )],
+    })
+}
+
+fn native_leak(e: &mut Env) -> Result<Started> {
+    leak(e, include_str!("py/native_leak.py"), "lab-native-leak")
+}
+
+fn python_leak(e: &mut Env) -> Result<Started> {
+    leak(e, include_str!("py/python_leak.py"), "lab-python-leak")
+}
+
+fn cpu_saturation(e: &mut Env) -> Result<Started> {
+    let cg = e.sb.cgroup("", Limits::default())?;
+    let pid = e.sb.spawn(&cg, "busy", worker("busy", &[])?)?;
+    let mut checks = vec![Check::new(
+        "user CPU saturated",
+        "cpu.usr_pct",
+        Stat::Mean,
+        Cmp::AtLeast(60.0),
+    )];
+    checks.extend(quiet_checks());
+    Ok(Started {
+        notes: vec![format!(
+            "cgroup {} (no quota): lab-busy pid {pid}, one thread per CPU",
+            cg.path
+        )],
+        checks,
+    })
+}
+
+fn idle(e: &mut Env) -> Result<Started> {
+    let cg = e.sb.cgroup("", Limits::default())?;
+    let pid = e.sb.spawn(&cg, "idle", worker("idle", &[])?)?;
+    Ok(Started {
+        notes: vec![format!("cgroup {}: lab-idle pid {pid} sleeps", cg.path)],
+        checks: quiet_checks(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_documented() {
+        let mut names: Vec<&str> = SCENARIOS.iter().map(|s| s.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), SCENARIOS.len());
+        for s in SCENARIOS {
+            assert!(!s.reproduces.is_empty() && !s.signals.is_empty() && !s.bounds.is_empty());
+            assert_eq!(s.control, s.expected_rule.is_none(), "{}", s.name);
+            assert!(!s.controllers.is_empty(), "{}", s.name);
+        }
+        let Err(e) = find("nope") else {
+            panic!("found a scenario called nope")
+        };
+        assert!(e.to_string().contains("cfs-throttle"));
+    }
+
+    #[test]
+    fn quiet_checks_pass_on_nothing() {
+        // With no data at all (nothing moved), every "Below" check holds.
+        for c in quiet_checks() {
+            assert!(matches!(c.cmp, Cmp::Below(_)), "{}", c.what);
+        }
+    }
+}

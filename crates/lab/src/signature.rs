@@ -1,0 +1,310 @@
+//! A scenario's signature: what must show in the recorded series while it runs, as checks
+//! that compare one statistic of the matching series against a threshold. Evaluated on the
+//! store the recorder wrote during `lab check`, through the same metric registry as `dump`.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use jitterscope_model::derive::for_each_series;
+use jitterscope_model::glob::Pattern;
+use jitterscope_model::registry::{all, parts_for};
+use jitterscope_model::{codec, Sample};
+use jitterscope_store::Reader;
+use serde::Serialize;
+
+/// The statistic a check takes of its series over the scenario's active window. Each sample's
+/// value is the sum of every series the glob matches in it (several pids of one comm, say).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "stat")]
+pub enum Stat {
+    /// Largest value.
+    Max,
+    /// Mean value.
+    Mean,
+    /// Sum of the values: for per-second rates at a 1 s interval, the count over the window.
+    Sum,
+    /// Largest value minus the baseline's mean (a level that must climb).
+    Rise,
+    /// Mean over the mean of the baseline, the baseline taken as at least `floor` so a quiet
+    /// host's near-zero does not make any noise a huge ratio.
+    Ratio {
+        /// Smallest baseline used.
+        floor: f64,
+    },
+    /// Last value minus first value (growth of a level such as RSS).
+    Growth,
+    /// Number of distinct series that had a value.
+    Series,
+}
+
+impl Stat {
+    fn name(self) -> &'static str {
+        match self {
+            Stat::Max => "max",
+            Stat::Mean => "mean",
+            Stat::Sum => "sum",
+            Stat::Rise => "rise over baseline",
+            Stat::Ratio { .. } => "ratio to baseline",
+            Stat::Growth => "growth",
+            Stat::Series => "series",
+        }
+    }
+}
+
+/// The comparison a check makes.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cmp {
+    /// Passes when the statistic is at least this.
+    AtLeast(f64),
+    /// Passes when the statistic is below this (no data counts as 0: nothing happened).
+    Below(f64),
+}
+
+/// One check of a signature.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    /// What it shows, in words.
+    pub what: String,
+    /// Series name or glob (`proc.*.lab-madvise.*`).
+    pub series: String,
+    /// Statistic.
+    pub stat: Stat,
+    /// Comparison.
+    pub cmp: Cmp,
+}
+
+impl Check {
+    /// Shorthand.
+    pub fn new(what: impl Into<String>, series: impl Into<String>, stat: Stat, cmp: Cmp) -> Self {
+        Check {
+            what: what.into(),
+            series: series.into(),
+            stat,
+            cmp,
+        }
+    }
+}
+
+/// The outcome of one check.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckResult {
+    /// The check.
+    #[serde(flatten)]
+    pub check: Check,
+    /// The statistic measured (None: no data).
+    pub value: Option<f64>,
+    /// The baseline's mean, when the statistic uses it.
+    pub baseline: Option<f64>,
+    /// Samples with a value in the active window.
+    pub samples: usize,
+    /// Whether it passed.
+    pub pass: bool,
+}
+
+impl CheckResult {
+    /// One readable line: `PASS  what: stat 87.2 >= 50 (series)`.
+    pub fn line(&self) -> String {
+        let (op, t) = match self.check.cmp {
+            Cmp::AtLeast(t) => (">=", t),
+            Cmp::Below(t) => ("<", t),
+        };
+        let v = match self.value {
+            Some(v) => fmt_num(v),
+            None => "no data".into(),
+        };
+        let base = match (self.baseline, self.check.stat) {
+            (Some(b), Stat::Rise | Stat::Ratio { .. }) => format!(", baseline {}", fmt_num(b)),
+            _ => String::new(),
+        };
+        format!(
+            "{}  {}: {} {v} {op} {}{base}  [{}]",
+            if self.pass { "PASS" } else { "FAIL" },
+            self.check.what,
+            self.check.stat.name(),
+            fmt_num(t),
+            self.check.series
+        )
+    }
+}
+
+fn fmt_num(v: f64) -> String {
+    if v.abs() >= 100.0 || v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// Time windows of a run, in ns since the epoch (sample times).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Windows {
+    /// Samples in `(from, to]` before the scenario started.
+    pub baseline: (i64, i64),
+    /// Samples in `(from, to]` that cover the scenario's workload.
+    pub active: (i64, i64),
+}
+
+/// Per-check values collected while reading the store.
+#[derive(Default)]
+struct Acc {
+    baseline: Vec<f64>,
+    active: Vec<f64>,
+    series: BTreeSet<String>,
+}
+
+/// Evaluates `checks` on the samples of the store at `dir`.
+pub fn evaluate(dir: &Path, checks: &[Check], w: Windows) -> Result<Vec<CheckResult>> {
+    let reader =
+        Reader::open(dir).with_context(|| format!("cannot open store {}", dir.display()))?;
+    let pats: Vec<Pattern> = checks.iter().map(|c| Pattern::new(&c.series)).collect();
+    let parts = parts_for(&pats);
+    let mut accs: Vec<Acc> = checks.iter().map(|_| Acc::default()).collect();
+    let mut prev: Option<Sample> = None;
+    // One interval before the baseline so its first sample has rates.
+    for rec in reader.range(w.baseline.0 - 5_000_000_000, w.active.1)? {
+        let rec = rec?;
+        let Ok(sample) = codec::decode_parts(&rec.payload, parts) else {
+            continue;
+        };
+        let ts = sample.ts_ns;
+        let phase = if ts > w.active.0 && ts <= w.active.1 {
+            Some(true)
+        } else if ts > w.baseline.0 && ts <= w.baseline.1 {
+            Some(false)
+        } else {
+            None
+        };
+        if let (Some(active), Some(p)) = (phase, prev.as_ref()) {
+            let mut sums: Vec<Option<f64>> = vec![None; checks.len()];
+            for_each_series(all(), &sample, Some(p), &pats, |_, _, name, value| {
+                let Some(v) = value.filter(|v| v.is_finite()) else {
+                    return;
+                };
+                for (i, pat) in pats.iter().enumerate() {
+                    if pat.matches(name) {
+                        *sums[i].get_or_insert(0.0) += v;
+                        if active {
+                            accs[i].series.insert(name.to_string());
+                        }
+                    }
+                }
+            });
+            for (acc, s) in accs.iter_mut().zip(sums) {
+                if let Some(s) = s {
+                    if active {
+                        acc.active.push(s);
+                    } else {
+                        acc.baseline.push(s);
+                    }
+                }
+            }
+        }
+        prev = Some(sample);
+    }
+    Ok(checks.iter().zip(accs).map(|(c, a)| judge(c, &a)).collect())
+}
+
+fn mean(v: &[f64]) -> Option<f64> {
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
+fn judge(c: &Check, a: &Acc) -> CheckResult {
+    let base = mean(&a.baseline);
+    let act = &a.active;
+    let value = match c.stat {
+        Stat::Max => act.iter().copied().reduce(f64::max),
+        Stat::Mean => mean(act),
+        Stat::Sum => (!act.is_empty()).then(|| act.iter().sum()),
+        Stat::Rise => act
+            .iter()
+            .copied()
+            .reduce(f64::max)
+            .map(|m| m - base.unwrap_or(0.0)),
+        Stat::Ratio { floor } => mean(act).map(|m| m / base.unwrap_or(0.0).max(floor)),
+        Stat::Growth => match (act.first(), act.last()) {
+            (Some(f), Some(l)) if act.len() >= 2 => Some(l - f),
+            _ => None,
+        },
+        Stat::Series => Some(a.series.len() as f64),
+    };
+    let pass = match (c.cmp, value) {
+        (Cmp::AtLeast(t), Some(v)) => v >= t,
+        (Cmp::AtLeast(_), None) => false,
+        (Cmp::Below(t), v) => v.unwrap_or(0.0) < t,
+    };
+    CheckResult {
+        check: c.clone(),
+        value,
+        baseline: base,
+        samples: act.len(),
+        pass,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn acc(baseline: &[f64], active: &[f64]) -> Acc {
+        Acc {
+            baseline: baseline.to_vec(),
+            active: active.to_vec(),
+            series: ["a".to_string(), "b".to_string()].into(),
+        }
+    }
+
+    fn v(stat: Stat, cmp: Cmp, a: &Acc) -> (Option<f64>, bool) {
+        let r = judge(&Check::new("x", "x", stat, cmp), a);
+        (r.value, r.pass)
+    }
+
+    #[test]
+    fn statistics() {
+        let a = acc(&[10.0, 20.0], &[5.0, 40.0, 30.0]);
+        assert_eq!(v(Stat::Max, Cmp::AtLeast(40.0), &a), (Some(40.0), true));
+        assert_eq!(v(Stat::Mean, Cmp::AtLeast(26.0), &a), (Some(25.0), false));
+        assert_eq!(v(Stat::Sum, Cmp::Below(76.0), &a), (Some(75.0), true));
+        assert_eq!(v(Stat::Rise, Cmp::AtLeast(25.0), &a), (Some(25.0), true));
+        assert_eq!(v(Stat::Growth, Cmp::AtLeast(25.0), &a), (Some(25.0), true));
+        assert_eq!(v(Stat::Series, Cmp::AtLeast(2.0), &a), (Some(2.0), true));
+        assert_eq!(
+            v(Stat::Ratio { floor: 1.0 }, Cmp::AtLeast(10.0), &a),
+            (Some(25.0 / 15.0), false)
+        );
+        // The floor keeps a near-zero baseline from inflating the ratio.
+        let q = acc(&[0.1], &[50.0]);
+        assert_eq!(
+            v(Stat::Ratio { floor: 100.0 }, Cmp::Below(10.0), &q),
+            (Some(0.5), true)
+        );
+    }
+
+    #[test]
+    fn no_data_fails_at_least_and_passes_below() {
+        let a = acc(&[], &[]);
+        assert_eq!(v(Stat::Max, Cmp::AtLeast(1.0), &a), (None, false));
+        assert_eq!(v(Stat::Sum, Cmp::Below(1.0), &a), (None, true));
+        // Growth needs two samples.
+        let one = acc(&[], &[5.0]);
+        assert_eq!(v(Stat::Growth, Cmp::AtLeast(0.0), &one), (None, false));
+    }
+
+    #[test]
+    fn line_says_what_failed() {
+        let r = judge(
+            &Check::new(
+                "throttled",
+                "cgroup.x.cpu.throttled_pct",
+                Stat::Mean,
+                Cmp::AtLeast(50.0),
+            ),
+            &acc(&[], &[12.5]),
+        );
+        assert_eq!(
+            r.line(),
+            "FAIL  throttled: mean 12.50 >= 50  [cgroup.x.cpu.throttled_pct]"
+        );
+    }
+}

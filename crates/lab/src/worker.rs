@@ -1,0 +1,689 @@
+//! The workloads, run as child processes of the lab (`jitterscope __lab-worker <kind> k=v...`)
+//! so that each sits in its own sandbox cgroup with its own name (`lab-*`, what `flame --comm`
+//! and the process series show). A worker runs until SIGTERM, then prints one JSON report on
+//! stdout and exits.
+//!
+//! They are written here rather than taken from stress-ng because each must do exactly what the
+//! seed case describes (fibtest's fast and slow threads, NSS's probe names, case 3's memcg x
+//! tmpfs layout) and report what it did, and because the lab must work with nothing installed.
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::hint::black_box;
+use std::io::Read;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::{json, Value};
+
+use crate::stop;
+
+/// The hidden first argument that turns the binary into a worker.
+pub const ARG: &str = "__lab-worker";
+
+/// `key=value` arguments of a worker.
+pub struct Args(BTreeMap<String, String>);
+
+impl Args {
+    /// Parses `key=value` words.
+    pub fn parse(words: &[String]) -> Result<Self> {
+        let mut m = BTreeMap::new();
+        for w in words {
+            let (k, v) = w
+                .split_once('=')
+                .ok_or_else(|| anyhow!("worker argument {w:?} is not key=value"))?;
+            m.insert(k.to_string(), v.to_string());
+        }
+        Ok(Args(m))
+    }
+
+    fn str(&self, k: &str) -> Result<&str> {
+        self.0
+            .get(k)
+            .map(String::as_str)
+            .ok_or_else(|| anyhow!("worker argument {k}= missing"))
+    }
+
+    fn u64(&self, k: &str) -> Result<u64> {
+        let v = self.str(k)?;
+        v.parse()
+            .map_err(|_| anyhow!("worker argument {k}={v} is not a number"))
+    }
+
+    fn opt(&self, k: &str) -> Option<&str> {
+        self.0.get(k).map(String::as_str)
+    }
+}
+
+/// Entry point of `jitterscope __lab-worker <kind> ...`; returns the exit code.
+pub fn main(args: &[String]) -> i32 {
+    stop::install();
+    let Some((kind, rest)) = args.split_first() else {
+        eprintln!("jitterscope: error: {ARG} needs a worker kind");
+        return 2;
+    };
+    let r = Args::parse(rest).and_then(|a| match kind.as_str() {
+        "fibtest" => fibtest(&a),
+        "nss-probe" => nss_probe(&a),
+        "memcg-mounts" => memcg_mounts(&a),
+        "madvise-storm" => madvise_storm(&a),
+        "latency-probe" => latency_probe(&a),
+        "cache-burst" => cache_burst(&a),
+        "working-set" => working_set(&a),
+        "stream" => stream(&a),
+        "busy" => busy(&a),
+        "idle" => idle(),
+        k => bail!("unknown worker kind {k:?}"),
+    });
+    match r {
+        Ok(report) => {
+            println!("{report}");
+            0
+        }
+        Err(e) => {
+            eprintln!("jitterscope: lab worker {kind}: error: {e:#}");
+            1
+        }
+    }
+}
+
+/// Names the calling thread (the process, when called from the main thread): comm is what
+/// the recorder and the profiler show.
+pub fn set_comm(name: &str) {
+    let mut b = [0u8; 16];
+    let n = name.len().min(15);
+    b[..n].copy_from_slice(&name.as_bytes()[..n]);
+    // SAFETY: PR_SET_NAME reads a NUL-terminated buffer of at most 16 bytes.
+    unsafe { libc::prctl(libc::PR_SET_NAME, b.as_ptr() as libc::c_ulong, 0, 0, 0) };
+}
+
+/// Online CPUs this process may run on.
+pub fn cpus() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is valid; sched_getaffinity fills it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return vec![0];
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
+    }
+}
+
+/// Pins the calling thread to one CPU.
+fn pin(cpu: usize) -> Result<()> {
+    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET stays in bounds for cpu < CPU_SETSIZE.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu % libc::CPU_SETSIZE as usize, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            bail!(
+                "cannot pin to CPU {cpu}: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+    Ok(())
+}
+
+fn fib(n: u32) -> u64 {
+    let (mut a, mut b) = (0u64, 1u64);
+    for _ in 0..n {
+        let t = a.wrapping_add(b);
+        a = b;
+        b = t;
+    }
+    black_box(a)
+}
+
+/// Indeed's fibtest: one fast thread computing Fibonacci numbers flat out on one CPU, and
+/// slow threads on another that each do 100 iterations then sleep 10 ms, like async workers
+/// that do a little work per request. Under a small CFS quota the fast thread spends the
+/// quota and every thread is throttled, while the cgroup's usage stays at the (low) quota.
+fn fibtest(a: &Args) -> Result<Value> {
+    set_comm("lab-fibtest");
+    let fast_cpu = a.u64("fast_cpu")? as usize;
+    let slow_cpu = a.u64("slow_cpu")? as usize;
+    let slow_threads = a.u64("slow_threads")?;
+    let fast = Arc::new(AtomicU64::new(0));
+    let slow = Arc::new(AtomicU64::new(0));
+    {
+        let fast = fast.clone();
+        std::thread::Builder::new()
+            .name("lab-fib-fast".into())
+            .spawn(move || {
+                set_comm("lab-fib-fast");
+                let _ = pin(fast_cpu);
+                loop {
+                    fib(10_000);
+                    fast.fetch_add(1, Ordering::Relaxed);
+                }
+            })?;
+    }
+    for _ in 0..slow_threads {
+        let slow = slow.clone();
+        std::thread::Builder::new()
+            .name("lab-fib-slow".into())
+            .spawn(move || {
+                set_comm("lab-fib-slow");
+                let _ = pin(slow_cpu);
+                loop {
+                    fib(100);
+                    slow.fetch_add(1, Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            })?;
+    }
+    let t0 = Instant::now();
+    while stop::sleep(Duration::from_secs(3600)) {}
+    let secs = t0.elapsed().as_secs_f64();
+    let slow_n = slow.load(Ordering::Relaxed);
+    Ok(json!({
+        "fast_loops": fast.load(Ordering::Relaxed),
+        "slow_requests": slow_n,
+        // Without throttling each slow thread would do ~100 requests per second.
+        "slow_requests_per_thread_per_s": if slow_threads > 0 { slow_n as f64 / slow_threads as f64 / secs } else { 0.0 },
+    }))
+}
+
+fn cpath(s: &str) -> Result<CString> {
+    CString::new(s).context("path with a NUL byte")
+}
+
+/// Touches `bytes` of fresh anonymous memory one page at a time, holds it `hold`, frees it.
+/// Returns how long the touching took (it includes any reclaim the charges caused).
+fn anon_burst(bytes: u64, hold: Duration) -> Result<Duration> {
+    let len = bytes as usize;
+    // SAFETY: a private anonymous mapping; unmapped below.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        bail!("mmap of {bytes} bytes: {}", std::io::Error::last_os_error());
+    }
+    let t0 = Instant::now();
+    let base = p as *mut u8;
+    let mut off = 0;
+    while off < len {
+        // SAFETY: off < len, inside the mapping.
+        unsafe { base.add(off).write_volatile(1) };
+        off += 4096;
+        if off.is_multiple_of(64 << 20) && stop::requested() {
+            break;
+        }
+    }
+    let took = t0.elapsed();
+    stop::sleep(hold);
+    // SAFETY: unmapping exactly what was mapped.
+    unsafe { libc::munmap(p, len) };
+    Ok(took)
+}
+
+/// Case 1's trigger: NSS (`sdb_measureAccess`) probing many unique, non-existent names
+/// (`.<n>_dbaccess.tmp`), each leaving a negative dentry; then an anonymous burst that pushes
+/// the memory-limited cgroup over its limit, so reclaim has to shrink those dentries.
+fn nss_probe(a: &Args) -> Result<Value> {
+    set_comm("lab-nss-probe");
+    let dir = a.str("dir")?;
+    let names = a.u64("names")?;
+    let anon = a.u64("anon_bytes")?;
+    let hold = Duration::from_millis(a.u64("hold_ms")?);
+    let mut n = 0u64;
+    let mut enoent = 0u64;
+    let mut cycles = 0u64;
+    let mut slowest_burst = Duration::ZERO;
+    'outer: while !stop::requested() {
+        for _ in 0..names {
+            let p = cpath(&format!("{dir}/.{n}_dbaccess.tmp"))?;
+            // SAFETY: valid C string.
+            if unsafe { libc::access(p.as_ptr(), libc::F_OK) } != 0 {
+                enoent += 1;
+            }
+            n += 1;
+            if n.is_multiple_of(4096) && stop::requested() {
+                break 'outer;
+            }
+        }
+        // Let a sample see the pile of negative dentries before pressure shrinks it.
+        if !stop::sleep(hold) {
+            break;
+        }
+        slowest_burst = slowest_burst.max(anon_burst(anon, hold / 2)?);
+        cycles += 1;
+    }
+    Ok(json!({
+        "lookups": n,
+        "enoent": enoent,
+        "cycles": cycles,
+        "slowest_burst_ms": slowest_burst.as_secs_f64() * 1e3,
+    }))
+}
+
+/// Case 3's layout: `n` memcgs, each with its own tmpfs mount and a file created from inside
+/// it (and a few failed look-ups, so each superblock has objects on that memcg's LRU), then
+/// timed reclaim rounds that have to walk every memcg x superblock pair.
+fn memcg_mounts(a: &Args) -> Result<Value> {
+    set_comm("lab-shrinker");
+    let parent = std::path::PathBuf::from(a.str("memcg_parent")?);
+    let home = a.str("home_procs")?;
+    let mnt = std::path::PathBuf::from(a.str("mnt_dir")?);
+    let n = a.u64("memcgs")?;
+    let rounds = a.u64("rounds")?;
+    let period = Duration::from_millis(a.u64("period_ms")?);
+    let negatives = a.u64("negatives")?;
+    let mode = a.str("mode")?.to_string();
+
+    // Private mount namespace: the mounts exist only for this process and disappear with it,
+    // whatever kills it.
+    // SAFETY: plain system calls with valid arguments.
+    unsafe {
+        if libc::unshare(libc::CLONE_NEWNS) != 0 {
+            bail!("unshare(CLONE_NEWNS): {}", std::io::Error::last_os_error());
+        }
+        let root = cpath("/")?;
+        if libc::mount(
+            std::ptr::null(),
+            root.as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        ) != 0
+        {
+            bail!("making mounts private: {}", std::io::Error::last_os_error());
+        }
+    }
+    let v2_ctl = parent.join("cgroup.subtree_control");
+    if v2_ctl.exists() {
+        std::fs::write(&v2_ctl, "+memory").context("enabling memory for the lab memcgs")?;
+    }
+    let t0 = Instant::now();
+    let mut made = 0u64;
+    let fstype = cpath("tmpfs")?;
+    for i in 0..n {
+        if stop::requested() {
+            break;
+        }
+        let cg = parent.join(i.to_string());
+        std::fs::create_dir(&cg).with_context(|| format!("mkdir {}", cg.display()))?;
+        std::fs::write(cg.join("cgroup.procs"), "0")
+            .with_context(|| format!("joining {}", cg.display()))?;
+        let m = mnt.join(i.to_string());
+        std::fs::create_dir_all(&m)?;
+        let target = cpath(m.to_str().context("non-UTF-8 path")?)?;
+        let src = cpath(&format!("lab-shrinker-{i}"))?;
+        let opts = cpath("size=1m,mode=0700")?;
+        // SAFETY: valid C strings.
+        if unsafe {
+            libc::mount(
+                src.as_ptr(),
+                target.as_ptr(),
+                fstype.as_ptr(),
+                0,
+                opts.as_ptr().cast(),
+            )
+        } != 0
+        {
+            bail!(
+                "mount tmpfs on {}: {}",
+                m.display(),
+                std::io::Error::last_os_error()
+            );
+        }
+        std::fs::write(m.join("file"), b"x")?;
+        for k in 0..negatives {
+            let _ = std::fs::metadata(m.join(format!(".{k}_probe")));
+        }
+        made += 1;
+    }
+    std::fs::write(home, "0").context("returning to the home cgroup")?;
+    let setup = t0.elapsed();
+
+    let mut rounds_ms = Vec::new();
+    let mut next = Instant::now();
+    for _ in 0..rounds {
+        if !stop::sleep_until(next) {
+            break;
+        }
+        next += period;
+        let t = Instant::now();
+        let r = match mode.as_str() {
+            // Slab only (2), not the page cache (3): the walk over memcg x superblock is what
+            // case 3 timed, and the host's page cache is not the lab's to drop.
+            "drop_caches" => std::fs::write("/proc/sys/vm/drop_caches", "2"),
+            // Scoped to the lab's memcgs; EAGAIN just means less than asked was reclaimed.
+            _ => match std::fs::write(parent.join("memory.reclaim"), "1G") {
+                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => Ok(()),
+                r => r,
+            },
+        };
+        r.with_context(|| format!("reclaim round ({mode})"))?;
+        rounds_ms.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    while stop::sleep(Duration::from_secs(3600)) {}
+    Ok(json!({
+        "memcgs": made,
+        "mounts": made,
+        "setup_ms": setup.as_secs_f64() * 1e3,
+        "mode": mode,
+        "rounds_ms": rounds_ms,
+    }))
+}
+
+/// Case 4's trigger: threads of one process on every CPU, each touching its own region then
+/// `madvise(MADV_DONTNEED)`-ing it, as jemalloc's purging does. Each call must flush the TLB of
+/// every other CPU running the process: shootdown IPIs.
+fn madvise_storm(a: &Args) -> Result<Value> {
+    set_comm("lab-madvise");
+    let threads = a.u64("threads")?;
+    let region = (a.u64("region_kib")? * 1024) as usize;
+    let pause = Duration::from_micros(a.u64("pause_us")?);
+    let calls = Arc::new(AtomicU64::new(0));
+    let cpus = cpus();
+    for t in 0..threads as usize {
+        let calls = calls.clone();
+        let cpu = cpus[t % cpus.len()];
+        std::thread::Builder::new()
+            .name("lab-madvise".into())
+            .spawn(move || {
+                let _ = pin(cpu);
+                // SAFETY: private anonymous mapping owned by this thread for the process's life.
+                let p = unsafe {
+                    libc::mmap(
+                        std::ptr::null_mut(),
+                        region,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                        -1,
+                        0,
+                    )
+                };
+                if p == libc::MAP_FAILED {
+                    return;
+                }
+                let base = p as *mut u8;
+                loop {
+                    let mut off = 0;
+                    while off < region {
+                        // SAFETY: inside the mapping.
+                        unsafe { base.add(off).write_volatile(1) };
+                        off += 4096;
+                    }
+                    // SAFETY: the mapping is ours; DONTNEED only drops its pages.
+                    unsafe { libc::madvise(p, region, libc::MADV_DONTNEED) };
+                    calls.fetch_add(1, Ordering::Relaxed);
+                    if !pause.is_zero() {
+                        std::thread::sleep(pause);
+                    }
+                }
+            })?;
+    }
+    let t0 = Instant::now();
+    while stop::sleep(Duration::from_secs(3600)) {}
+    let n = calls.load(Ordering::Relaxed);
+    Ok(json!({
+        "madvise_calls": n,
+        "madvise_per_s": n as f64 / t0.elapsed().as_secs_f64(),
+    }))
+}
+
+/// Percentile of sorted values (nearest rank).
+fn pct(sorted: &[u32], p: f64) -> u32 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let i = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[i.clamp(1, sorted.len()) - 1]
+}
+
+/// The victim: sleeps `period_us` in a loop and measures how late each wake-up is — the
+/// latency a request-serving thread on the same CPUs would see.
+fn latency_probe(a: &Args) -> Result<Value> {
+    set_comm("lab-victim");
+    let period = Duration::from_micros(a.u64("period_us")?);
+    let mut late: Vec<u32> = Vec::new();
+    while !stop::requested() {
+        let t = Instant::now();
+        std::thread::sleep(period);
+        let over = t.elapsed().saturating_sub(period);
+        if late.len() < 4_000_000 {
+            late.push(over.as_micros().min(u32::MAX as u128) as u32);
+        }
+    }
+    late.sort_unstable();
+    Ok(json!({
+        "wakeups": late.len(),
+        "late_p50_us": pct(&late, 50.0),
+        "late_p99_us": pct(&late, 99.0),
+        "late_max_us": late.last().copied().unwrap_or(0),
+    }))
+}
+
+fn read_all(path: &str, buf: &mut [u8]) -> Result<u64> {
+    let mut f = std::fs::File::open(path).with_context(|| format!("open {path}"))?;
+    let mut total = 0u64;
+    loop {
+        let n = f.read(buf)?;
+        if n == 0 {
+            return Ok(total);
+        }
+        total += n as u64;
+        if stop::requested() {
+            return Ok(total);
+        }
+    }
+}
+
+/// A memory-limited cgroup that fills its limit with page cache (reading a file) and then
+/// needs anonymous memory in a hurry: every page of the burst has to be reclaimed first, by
+/// the allocating task itself (direct reclaim).
+fn cache_burst(a: &Args) -> Result<Value> {
+    set_comm("lab-reclaim");
+    let file = a.str("file")?;
+    let anon = a.u64("anon_bytes")?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut cycles = 0u64;
+    let mut bursts = Vec::new();
+    while !stop::requested() {
+        read_all(file, &mut buf)?;
+        if stop::requested() {
+            break;
+        }
+        bursts.push(anon_burst(anon, Duration::from_millis(200))?.as_secs_f64() * 1e3);
+        cycles += 1;
+    }
+    let max = bursts.iter().copied().fold(0.0, f64::max);
+    let mean = if bursts.is_empty() {
+        0.0
+    } else {
+        bursts.iter().sum::<f64>() / bursts.len() as f64
+    };
+    Ok(json!({"cycles": cycles, "burst_ms_max": max, "burst_ms_mean": mean}))
+}
+
+/// The victim of page-cache thrashing: a process whose working set is a file it maps and reads
+/// page by page, over and over. Evicted pages come back as major faults.
+fn working_set(a: &Args) -> Result<Value> {
+    set_comm("lab-workset");
+    let file = a.str("file")?;
+    let f = std::fs::File::open(file).with_context(|| format!("open {file}"))?;
+    let len = f.metadata()?.len() as usize;
+    use std::os::fd::AsRawFd;
+    // SAFETY: a read-only shared mapping of a file we keep open; unmapped at exit.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        bail!("mmap {file}: {}", std::io::Error::last_os_error());
+    }
+    // Like a database's data file: random access, no read-ahead. Each evicted page then comes
+    // back through its own major fault; with read-ahead, a sequential pass hides the I/O in
+    // minor faults that wait for pages already being read.
+    // SAFETY: advice on our own mapping.
+    unsafe { libc::madvise(p, len, libc::MADV_RANDOM) };
+    let pause = Duration::from_millis(a.u64("pause_ms")?);
+    let base = p as *const u8;
+    let pages = len.div_ceil(4096);
+    // A stride coprime with the page count visits every page once per pass, out of order.
+    let stride = (7919..).find(|s| gcd(*s, pages) == 1).unwrap_or(1);
+    let mut passes = 0u64;
+    let mut touched = 0u64;
+    let mut slowest = Duration::ZERO;
+    let mut sum = 0u64;
+    let t0 = Instant::now();
+    'run: while !stop::requested() {
+        let t = Instant::now();
+        for i in 0..pages {
+            let off = (i * stride % pages) * 4096;
+            // SAFETY: off < len, inside the mapping.
+            sum = sum.wrapping_add(unsafe { base.add(off).read_volatile() } as u64);
+            touched += 1;
+            if i.is_multiple_of(1024) && stop::requested() {
+                break 'run;
+            }
+        }
+        slowest = slowest.max(t.elapsed());
+        passes += 1;
+        stop::sleep(pause);
+    }
+    black_box(sum);
+    Ok(json!({
+        "passes": passes,
+        "slowest_pass_ms": slowest.as_secs_f64() * 1e3,
+        // A resident working set is read at millions of pages per second.
+        "pages_per_s": touched as f64 / t0.elapsed().as_secs_f64(),
+    }))
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// The streaming reader: reads a file larger than its cgroup's memory from start to end, again
+/// and again — each pass pushes everything else out of the cgroup's page cache.
+fn stream(a: &Args) -> Result<Value> {
+    set_comm("lab-stream");
+    let file = a.str("file")?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut total = 0u64;
+    let t0 = Instant::now();
+    while !stop::requested() {
+        total += read_all(file, &mut buf)?;
+    }
+    Ok(json!({
+        "bytes_read": total,
+        "read_mib_per_s": total as f64 / (1 << 20) as f64 / t0.elapsed().as_secs_f64(),
+    }))
+}
+
+/// CPU-bound threads, one per CPU by default: saturation with no kernel mechanism behind it.
+fn busy(a: &Args) -> Result<Value> {
+    set_comm("lab-busy");
+    let threads = match a.opt("threads") {
+        Some(_) => a.u64("threads")? as usize,
+        None => cpus().len(),
+    };
+    let loops = Arc::new(AtomicU64::new(0));
+    for _ in 0..threads {
+        let loops = loops.clone();
+        std::thread::Builder::new()
+            .name("lab-busy".into())
+            .spawn(move || loop {
+                fib(100_000);
+                loops.fetch_add(1, Ordering::Relaxed);
+            })?;
+    }
+    while stop::sleep(Duration::from_secs(3600)) {}
+    Ok(json!({"threads": threads, "loops": loops.load(Ordering::Relaxed)}))
+}
+
+/// Does nothing, in a lab cgroup: the quiet control.
+fn idle() -> Result<Value> {
+    set_comm("lab-idle");
+    let t0 = Instant::now();
+    while stop::sleep(Duration::from_secs(3600)) {}
+    Ok(json!({"slept_s": t0.elapsed().as_secs_f64()}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn args_parse_and_complain() {
+        let a = Args::parse(&["a=1".into(), "dir=/x=y".into()]).unwrap();
+        assert_eq!(a.u64("a").unwrap(), 1);
+        assert_eq!(a.str("dir").unwrap(), "/x=y");
+        assert!(a
+            .u64("dir")
+            .unwrap_err()
+            .to_string()
+            .contains("not a number"));
+        assert!(a.str("b").unwrap_err().to_string().contains("missing"));
+        assert!(Args::parse(&["novalue".into()]).is_err());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn args_never_panic(words in proptest::collection::vec("\\PC*", 0..8)) {
+            if let Ok(a) = Args::parse(&words) {
+                for w in &words {
+                    let (k, v) = w.split_once('=').unwrap();
+                    // The last word with a key wins.
+                    let last = words.iter().rev().find_map(|x| x.split_once('=').filter(|(kk, _)| kk == &k)).unwrap().1;
+                    proptest::prop_assert_eq!(a.str(k).unwrap(), last);
+                    let _ = a.u64(k);
+                    let _ = v;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn percentiles() {
+        let v: Vec<u32> = (1..=100).collect();
+        assert_eq!(pct(&v, 50.0), 50);
+        assert_eq!(pct(&v, 99.0), 99);
+        assert_eq!(pct(&v, 100.0), 100);
+        assert_eq!(pct(&[], 99.0), 0);
+        assert_eq!(pct(&[7], 1.0), 7);
+    }
+
+    #[test]
+    fn stride_visits_every_page() {
+        for pages in [1usize, 2, 7919, 32768, 32769] {
+            let stride = (7919..).find(|s| gcd(*s, pages) == 1).unwrap();
+            let mut seen = vec![false; pages];
+            for i in 0..pages {
+                seen[i * stride % pages] = true;
+            }
+            assert!(seen.iter().all(|&x| x), "{pages}");
+        }
+    }
+
+    #[test]
+    fn fib_wraps_without_panic() {
+        assert_eq!(fib(10), 55);
+        fib(100_000);
+    }
+}
