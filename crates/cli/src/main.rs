@@ -2,6 +2,7 @@
 
 mod dump;
 mod flame;
+mod lab;
 mod prio;
 mod record;
 mod status;
@@ -39,6 +40,8 @@ enum Cmd {
     Flame(flame::FlameArgs),
     /// The hottest kernel and user functions of a past window.
     TopFunctions(flame::TopArgs),
+    /// Self-cleaning reproducers of the seed mechanisms: list, run, check (record + verify), cleanup.
+    Lab(lab::LabArgs),
 }
 
 /// The store directory: `--dir`, else `$JITTERSCOPE_DIR`, else [`DEFAULT_DIR`].
@@ -48,6 +51,11 @@ pub fn store_dir(arg: Option<PathBuf>) -> PathBuf {
 }
 
 fn main() -> ExitCode {
+    // The lab's workers are this binary too, started outside clap (see jitterscope_lab::worker).
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some(jitterscope_lab::worker::ARG) {
+        return ExitCode::from(jitterscope_lab::worker::main(&args[1..]) as u8);
+    }
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Record(a) => record::run(a),
@@ -55,6 +63,7 @@ fn main() -> ExitCode {
         Cmd::Tracers(a) => tracers::run(a),
         Cmd::Flame(a) => flame::run_flame(a),
         Cmd::TopFunctions(a) => flame::run_top(a),
+        Cmd::Lab(a) => lab::run(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

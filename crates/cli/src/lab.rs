@@ -1,0 +1,455 @@
+//! `jitterscope lab`: list, run and check the reproducers, and clean up after killed runs.
+//! `check` records the run with this binary's own recorder and evaluates the scenario's
+//! signature on what was recorded.
+
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand, ValueEnum};
+use jitterscope_lab::signature::{evaluate, CheckResult, Windows};
+use jitterscope_lab::{fmt_duration, stop, Intensity, Outcome, Scenario, SCENARIOS};
+use jitterscope_store::Reader;
+use serde_json::json;
+
+use crate::timearg::{fmt_ns, parse_duration};
+
+/// Arguments of `lab`.
+#[derive(Args, Debug)]
+pub struct LabArgs {
+    #[command(subcommand)]
+    cmd: LabCmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum LabCmd {
+    /// List the scenarios: what each reproduces, the seed case it mirrors, its signals and bounds.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Print Markdown (the scenario list of docs/LAB.md).
+        #[arg(long, conflicts_with = "json")]
+        markdown: bool,
+    },
+    /// Run a scenario in its sandbox, then remove everything it created.
+    Run(RunArgs),
+    /// Record while a scenario runs, then check that its signature shows in the recording.
+    Check(CheckArgs),
+    /// Remove what a killed lab run left behind (processes, cgroups, mounts, files).
+    Cleanup,
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// Scenario name (see `jitterscope lab list`).
+    scenario: String,
+    /// How long the workload runs.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    duration: Duration,
+    /// Low: small sizes, for tests and a first look. High: the seed case's scale.
+    #[arg(long, value_enum, default_value_t = Level::High)]
+    intensity: Level,
+    /// Print the outcome as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+struct CheckArgs {
+    #[command(flatten)]
+    run: RunArgs,
+    /// Keep the recording in this store directory (default: a temporary one, removed after).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Level {
+    Low,
+    High,
+}
+
+impl From<Level> for Intensity {
+    fn from(l: Level) -> Self {
+        match l {
+            Level::Low => Intensity::Low,
+            Level::High => Intensity::High,
+        }
+    }
+}
+
+/// Longest workload a run accepts: scenarios are bounded in time as well as memory.
+const MAX_DURATION: Duration = Duration::from_secs(3600);
+
+/// Runs `lab`.
+pub fn run(a: LabArgs) -> Result<()> {
+    match a.cmd {
+        LabCmd::List { json, markdown } => list(json, markdown),
+        LabCmd::Run(r) => run_one(r),
+        LabCmd::Check(c) => check(c),
+        LabCmd::Cleanup => {
+            let c = jitterscope_lab::sandbox::cleanup_all()?;
+            if c.is_empty() {
+                println!("nothing to clean up");
+            } else {
+                println!("cleaned up: {c}");
+            }
+            Ok(())
+        }
+    }
+}
+
+fn list(json: bool, markdown: bool) -> Result<()> {
+    if json {
+        let v: Vec<_> = SCENARIOS
+            .iter()
+            .map(|s| {
+                json!({
+                    "name": s.name, "mirrors": s.mirrors, "reproduces": s.reproduces,
+                    "signals": s.signals, "bounds": s.bounds, "control": s.control,
+                    "expected_rule": s.expected_rule, "controllers": s.controllers,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    if markdown {
+        // Series templates such as `proc.<pid>.<comm>` would read as HTML tags.
+        let md = |t: &str| t.replace('<', "&lt;").replace('>', "&gt;");
+        for s in SCENARIOS {
+            println!(
+                "### `{}`{}\n",
+                s.name,
+                if s.control { " (control)" } else { "" }
+            );
+            println!("- **Mirrors**: {}", md(s.mirrors));
+            println!("- **Reproduces**: {}", md(s.reproduces));
+            println!("- **Signals**: {}", md(s.signals));
+            println!("- **Bounds**: {}", md(s.bounds));
+            match s.expected_rule {
+                Some(r) => println!("- **Expected finding**: `{r}`\n"),
+                None => println!("- **Expected finding**: none (no mechanism rule may fire)\n"),
+            }
+        }
+        return Ok(());
+    }
+    for s in SCENARIOS {
+        println!("{}{}", s.name, if s.control { "  (control)" } else { "" });
+        println!("  mirrors:    {}", s.mirrors);
+        println!("  reproduces: {}", s.reproduces);
+        println!("  signals:    {}", s.signals);
+        println!("  bounds:     {}", s.bounds);
+        println!();
+    }
+    Ok(())
+}
+
+fn validate(r: &RunArgs) -> Result<&'static Scenario> {
+    let s = jitterscope_lab::find(&r.scenario)?;
+    if r.duration < Duration::from_secs(1) || r.duration > MAX_DURATION {
+        bail!(
+            "--duration {} is outside 1s..{}",
+            fmt_duration(r.duration),
+            fmt_duration(MAX_DURATION)
+        );
+    }
+    Ok(s)
+}
+
+fn progress(line: &str) {
+    eprintln!("lab: {line}");
+}
+
+/// An error caused by a stop signal (set-up cut short) exits 128 + signal after saying so;
+/// other errors pass through.
+fn exit_if_stopped(e: anyhow::Error) -> anyhow::Error {
+    if let Some(sig) = stop::signal() {
+        progress(&format!(
+            "interrupted: {e:#}; everything the scenario created was removed"
+        ));
+        std::process::exit(128 + sig);
+    }
+    e
+}
+
+/// After cleanup, a run cut short by a signal exits 128 + signal, as a shell would.
+fn exit_interrupted(o: &Outcome) -> ! {
+    progress(&format!("interrupted; cleaned up: {}", o.cleaned));
+    std::process::exit(128 + stop::signal().unwrap_or(libc::SIGINT));
+}
+
+fn run_one(r: RunArgs) -> Result<()> {
+    let s = validate(&r)?;
+    stop::install();
+    let o = jitterscope_lab::run(s, r.intensity.into(), r.duration, &mut |l| progress(l))
+        .map_err(exit_if_stopped)?;
+    if o.interrupted {
+        exit_interrupted(&o);
+    }
+    if r.json {
+        println!("{}", serde_json::to_string_pretty(&o)?);
+    } else {
+        print_workers(&o);
+        println!("cleaned up: {}", o.cleaned);
+    }
+    Ok(())
+}
+
+fn print_workers(o: &Outcome) {
+    for w in &o.workers {
+        println!("{} (pid {}): {}", w.role, w.pid, w.report);
+    }
+}
+
+/// The recorder `check` runs: this binary, into the check's store, stopped with SIGTERM.
+struct Recorder {
+    child: Child,
+    stderr: std::thread::JoinHandle<String>,
+}
+
+impl Recorder {
+    fn start(dir: &Path) -> Result<Self> {
+        let exe = std::env::current_exe().context("cannot find this executable")?;
+        let mut cmd = Command::new(exe);
+        cmd.args(["record", "--interval", "1s", "--dir"])
+            .arg(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            // Its own group: a terminal's Ctrl-C reaches the lab, which stops it in order.
+            .process_group(0);
+        // SAFETY: prctl only, between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                // If the check dies, the recorder stops cleanly (SIGTERM flushes the store).
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong);
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().context("cannot start the recorder")?;
+        let mut err = child.stderr.take().expect("piped");
+        let stderr = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = err.read_to_string(&mut s);
+            s
+        });
+        Ok(Recorder { child, stderr })
+    }
+
+    /// Samples in the store so far (0 while it does not exist yet).
+    fn samples(dir: &Path) -> Vec<i64> {
+        let Ok(r) = Reader::open(dir) else {
+            return Vec::new();
+        };
+        let Ok(range) = r.range(i64::MIN, i64::MAX) else {
+            return Vec::new();
+        };
+        range.filter_map(|r| r.ok().map(|r| r.ts_ns)).collect()
+    }
+
+    /// Waits until `ok(samples)` holds; fails if the recorder exits or `timeout` passes.
+    fn wait_for(
+        &mut self,
+        dir: &Path,
+        timeout: Duration,
+        ok: impl Fn(&[i64]) -> bool,
+    ) -> Result<Vec<i64>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let ts = Self::samples(dir);
+            if ok(&ts) {
+                return Ok(ts);
+            }
+            if let Some(st) = self.child.try_wait()? {
+                bail!("the recorder exited ({st}) before the check could use it");
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "the recorder wrote {} samples in {:?}; expected more",
+                    ts.len(),
+                    timeout
+                );
+            }
+            if stop::requested() {
+                bail!("interrupted");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// SIGTERM, wait (kill after 15 s); returns its stderr.
+    fn stop(mut self) -> String {
+        // SAFETY: signalling our own unreaped child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.stderr.join().unwrap_or_default()
+    }
+}
+
+/// A store directory for the check: the user's (kept) or a fresh temporary one (removed).
+struct StoreDir {
+    path: PathBuf,
+    temporary: bool,
+}
+
+impl Drop for StoreDir {
+    fn drop(&mut self) {
+        if self.temporary {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+fn check(c: CheckArgs) -> Result<()> {
+    let s = validate(&c.run)?;
+    jitterscope_lab::sandbox::require_root("`jitterscope lab check`")?;
+    stop::install();
+    let store = match c.dir {
+        Some(d) => StoreDir {
+            path: d,
+            temporary: false,
+        },
+        None => {
+            let p =
+                std::env::temp_dir().join(format!("jitterscope-lab-check-{}", std::process::id()));
+            std::fs::create_dir_all(&p)
+                .with_context(|| format!("cannot create {}", p.display()))?;
+            StoreDir {
+                path: p,
+                temporary: true,
+            }
+        }
+    };
+    let mut rec = Recorder::start(&store.path)?;
+    // Three samples: the first has no rates, the next two are the baseline.
+    let baseline_from = match rec.wait_for(&store.path, Duration::from_secs(30), |t| t.len() >= 3) {
+        Ok(ts) => ts[0],
+        Err(e) => {
+            let err = rec.stop();
+            bail!("{e}: {}", err.trim().replace('\n', " | "));
+        }
+    };
+    progress(&format!("recording into {}", store.path.display()));
+    let outcome = jitterscope_lab::run(s, c.run.intensity.into(), c.run.duration, &mut |l| {
+        progress(l)
+    });
+    let outcome = match outcome {
+        Ok(o) => o,
+        Err(e) => {
+            rec.stop();
+            return Err(exit_if_stopped(e));
+        }
+    };
+    if outcome.interrupted {
+        rec.stop();
+        exit_interrupted(&outcome);
+    }
+    // The sample after the workload stopped covers its last second.
+    let tail = outcome.active_to_ns + 1_100_000_000;
+    let waited = rec.wait_for(&store.path, Duration::from_secs(15), |t| {
+        t.last().is_some_and(|&l| l >= tail)
+    });
+    let rec_err = rec.stop();
+    waited?;
+    let windows = Windows {
+        baseline: (baseline_from, outcome.setup_from_ns),
+        active: (outcome.active_from_ns, tail),
+    };
+    let results = evaluate(&store.path, &outcome.checks, windows)?;
+    let pass = results.iter().all(|r| r.pass);
+    let trouble: Vec<&str> = rec_err
+        .lines()
+        .filter(|l| l.starts_with("jitterscope: error") || l.contains("panicked"))
+        .collect();
+    if c.run.json {
+        let v = json!({
+            "scenario": outcome.scenario,
+            "intensity": outcome.intensity,
+            "duration_s": outcome.duration_s,
+            "store": (!store.temporary).then(|| store.path.display().to_string()),
+            "windows": windows,
+            "checks": results,
+            "pass": pass,
+            "diagnosis": {
+                "checked": false,
+                "reason": "this build has no `jitterscope diagnose`; only the recorded signature is checked",
+                "expected_rule": s.expected_rule,
+            },
+            "notes": outcome.notes,
+            "workers": outcome.workers,
+            "recorder_errors": trouble,
+            "cleaned": outcome.cleaned,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print_check(s, &outcome, &results, windows, &store, &trouble);
+    }
+    if !pass {
+        let failed = results.iter().filter(|r| !r.pass).count();
+        bail!(
+            "{}: signature not found in the recording ({failed} of {} checks failed)",
+            s.name,
+            results.len()
+        );
+    }
+    Ok(())
+}
+
+fn print_check(
+    s: &Scenario,
+    o: &Outcome,
+    results: &[CheckResult],
+    w: Windows,
+    store: &StoreDir,
+    trouble: &[&str],
+) {
+    println!(
+        "{}: {:?} intensity, {} of workload from {} to {}",
+        s.name,
+        o.intensity,
+        fmt_duration(Duration::from_secs_f64(o.duration_s)),
+        fmt_ns(w.active.0),
+        fmt_ns(o.active_to_ns)
+    );
+    println!("signature:");
+    for r in results {
+        println!("  {}", r.line());
+    }
+    println!("workers:");
+    for wr in &o.workers {
+        println!("  {} (pid {}): {}", wr.role, wr.pid, wr.report);
+    }
+    match s.expected_rule {
+        Some(rule) => println!(
+            "diagnosis: not checked (this build has no `jitterscope diagnose`; expected first: {rule})"
+        ),
+        None => println!("diagnosis: not checked (this build has no `jitterscope diagnose`; a control)"),
+    }
+    for t in trouble {
+        println!("recorder: {t}");
+    }
+    if !store.temporary {
+        println!("recording kept in {}", store.path.display());
+    }
+    println!("cleaned up: {}", o.cleaned);
+    let passed = results.iter().filter(|r| r.pass).count();
+    println!(
+        "{}: {passed}/{} checks passed",
+        if passed == results.len() {
+            "PASS"
+        } else {
+            "FAIL"
+        },
+        results.len()
+    );
+}

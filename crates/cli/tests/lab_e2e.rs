@@ -1,0 +1,522 @@
+//! End to end, as root: every lab scenario at low intensity for a few seconds under
+//! `lab check` (which records with the real recorder), asserting the signature numbers
+//! on what was recorded and that nothing the lab created is left: no lab cgroup in any
+//! hierarchy, no mount, no `lab-*` process, no lab directory, no temporary store. Then the
+//! ways a run can end badly: SIGINT, SIGTERM, SIGKILL (+ `lab cleanup`), a second concurrent
+//! run, no root.
+//!
+//! The scenarios move host-wide counters (TLB IPIs, negative dentries), so the tests of this
+//! file take one lock and run one at a time.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use common::{cmd, is_root, run, skip, text, ChildGuard};
+use serde_json::Value;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+const LAB_DIR: &str = "/var/tmp/jitterscope-lab";
+
+/// Cgroup mount points (v1 and v2) from mountinfo.
+fn cgroup_mounts() -> Vec<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    info.lines()
+        .filter_map(|l| {
+            let (pre, post) = l.split_once(" - ")?;
+            let fstype = post.split(' ').next()?;
+            let mp = pre.split(' ').nth(4)?;
+            (fstype == "cgroup" || fstype == "cgroup2").then(|| PathBuf::from(mp))
+        })
+        .collect()
+}
+
+/// Everything the lab could have left, as readable lines (empty: clean).
+fn leftovers() -> Vec<String> {
+    let mut out = Vec::new();
+    for m in cgroup_mounts() {
+        let d = m.join("jitterscope-lab");
+        if d.exists() {
+            out.push(format!("cgroup {}", d.display()));
+        }
+    }
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    for l in info.lines().filter(|l| l.contains("jitterscope-lab")) {
+        out.push(format!("mount {l}"));
+    }
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        if comm.starts_with("lab-") {
+            out.push(format!("process {pid} {}", comm.trim()));
+        }
+    }
+    if Path::new(LAB_DIR).exists() {
+        out.push(format!("directory {LAB_DIR}"));
+    }
+    for e in std::fs::read_dir(std::env::temp_dir()).unwrap().flatten() {
+        if e.file_name()
+            .to_string_lossy()
+            .starts_with("jitterscope-lab-check-")
+        {
+            out.push(format!("temporary store {}", e.path().display()));
+        }
+    }
+    out
+}
+
+fn assert_clean(after: &str) {
+    // Exiting processes can take a moment to leave /proc.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = leftovers();
+        if left.is_empty() {
+            return;
+        }
+        if Instant::now() > deadline {
+            panic!("left behind after {after}: {left:#?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Hosts without the controllers a scenario needs cannot run it: that is a skip, said so.
+fn unavailable(stderr: &str) -> Option<String> {
+    [
+        "no mounted cgroup hierarchy offers",
+        "does not enable it for children",
+        "need python3",
+    ]
+    .iter()
+    .any(|m| stderr.contains(m))
+    .then(|| stderr.trim().to_string())
+}
+
+/// Runs `lab check <name> --intensity low --duration <secs>s --json` and returns its report.
+fn check(name: &str, secs: u64) -> Option<Value> {
+    if !is_root() {
+        skip(&format!(
+            "lab scenario {name}: needs root (cgroups, mounts)"
+        ));
+        return None;
+    }
+    let dur = format!("{secs}s");
+    let o = run(
+        &[
+            "lab",
+            "check",
+            name,
+            "--intensity",
+            "low",
+            "--duration",
+            &dur,
+            "--json",
+        ],
+        Duration::from_secs(secs + 120),
+    );
+    let err = text(&o.stderr);
+    if !o.status.success() {
+        if let Some(why) = unavailable(&err) {
+            skip(&format!("lab scenario {name}: {why}"));
+            return None;
+        }
+    }
+    let out = text(&o.stdout);
+    let v: Value = serde_json::from_str(&out)
+        .unwrap_or_else(|e| panic!("{name}: no JSON report ({e}); stderr: {err}; stdout: {out}"));
+    for c in v["checks"].as_array().expect("checks") {
+        eprintln!(
+            "{name}: {} {} = {} ({})",
+            if c["pass"] == true { "PASS" } else { "FAIL" },
+            c["series"],
+            c["value"],
+            c["what"]
+        );
+    }
+    assert!(
+        o.status.success() && v["pass"] == true,
+        "{name}: signature not found: {out}\n{err}"
+    );
+    assert!(
+        v["recorder_errors"]
+            .as_array()
+            .is_some_and(|a| a.is_empty()),
+        "{name}: the recorder complained: {}",
+        v["recorder_errors"]
+    );
+    assert_clean(&format!("lab check {name}"));
+    Some(v)
+}
+
+/// The measured value of the check whose series contains `needle`.
+fn value(v: &Value, needle: &str) -> f64 {
+    v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["series"].as_str().is_some_and(|s| s.contains(needle)))
+        .unwrap_or_else(|| panic!("no check on {needle}: {v}"))["value"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no value for {needle}: {v}"))
+}
+
+fn worker<'a>(v: &'a Value, role: &str) -> &'a Value {
+    &v["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["role"] == role)
+        .unwrap_or_else(|| panic!("no worker {role}: {v}"))["report"]
+}
+
+#[test]
+fn cfs_throttle_is_throttled_at_low_usage() {
+    let _s = serial();
+    let Some(v) = check("cfs-throttle", 5) else {
+        return;
+    };
+    assert!(value(&v, "cpu.throttled_pct") > 50.0);
+    assert!(value(&v, "cpu.usage_pct") < 50.0);
+}
+
+#[test]
+fn negative_dentry_piles_up_and_is_reclaimed() {
+    let _s = serial();
+    let Some(v) = check("negative-dentry", 6) else {
+        return;
+    };
+    assert!(value(&v, "dentry.nr_negative") >= 100_000.0);
+    assert!(value(&v, "lab-nss-probe.enoent_per_s") > 0.0);
+    assert!(value(&v, "super_cache_scan.freed_per_s") > 0.0);
+    assert!(worker(&v, "nss-probe")["enoent"].as_u64().unwrap() >= 100_000);
+}
+
+#[test]
+fn shrinker_scale_walks_every_memcg() {
+    let _s = serial();
+    let Some(v) = check("shrinker-scale", 6) else {
+        return;
+    };
+    assert!(value(&v, "memory.usage_bytes") >= 180.0);
+    assert!(value(&v, "super_cache_scan.calls_per_s") >= 200.0);
+    let r = worker(&v, "memcg-mounts");
+    assert_eq!(r["memcgs"], 200);
+    assert_eq!(r["rounds_ms"].as_array().unwrap().len(), 3, "{r}");
+}
+
+#[test]
+fn tlb_shootdown_storm_is_attributed() {
+    let _s = serial();
+    let Some(v) = check("tlb-shootdown", 5) else {
+        return;
+    };
+    assert!(value(&v, "irq.tlb_per_s") >= 10.0, "ratio to idle");
+    assert!(value(&v, "lab-madvise.shootdown_ipis_sent_per_s") > 0.0);
+    assert!(value(&v, "lab-madvise.dontneed_per_s") > 0.0);
+    assert!(worker(&v, "victim")["wakeups"].as_u64().unwrap() > 100);
+}
+
+#[test]
+fn reclaim_storm_stalls_the_allocator() {
+    let _s = serial();
+    let Some(v) = check("reclaim-storm", 5) else {
+        return;
+    };
+    assert!(value(&v, "lab-reclaim.stalls_per_s") >= 5.0);
+    assert!(worker(&v, "cache-burst")["cycles"].as_u64().unwrap() >= 2);
+}
+
+#[test]
+fn pagecache_thrash_evicts_the_working_set() {
+    let _s = serial();
+    let Some(v) = check("pagecache-thrash", 6) else {
+        return;
+    };
+    assert!(value(&v, "lab-workset.majflt_per_s") >= 1000.0);
+    assert!(value(&v, "refault_file_per_s") >= 1000.0);
+}
+
+#[test]
+fn native_leak_grows() {
+    let _s = serial();
+    let Some(v) = check("native-leak", 5) else {
+        return;
+    };
+    assert!(value(&v, "lab-native-leak.rss_bytes") >= 16.0 * 1048576.0);
+}
+
+#[test]
+fn python_leak_grows() {
+    let _s = serial();
+    let Some(v) = check("python-leak", 5) else {
+        return;
+    };
+    assert!(value(&v, "lab-python-leak.rss_bytes") >= 16.0 * 1048576.0);
+    assert!(worker(&v, "lab-python-leak")["objects"].as_u64().unwrap() > 10_000);
+}
+
+#[test]
+fn controls_move_no_mechanism_signal() {
+    let _s = serial();
+    for name in ["cpu-saturation", "idle"] {
+        let Some(v) = check(name, 5) else { return };
+        assert!(value(&v, "irq.tlb_per_s") < 10.0);
+        assert_eq!(v["diagnosis"]["expected_rule"], Value::Null);
+    }
+}
+
+/// Starts `lab run <name> --intensity low --duration 120s` and waits until `ready` holds.
+fn start_run(name: &str, ready: impl Fn() -> bool) -> ChildGuard {
+    let child = cmd()
+        .args([
+            "lab",
+            "run",
+            name,
+            "--intensity",
+            "low",
+            "--duration",
+            "120s",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn lab run");
+    let mut g = ChildGuard::new(child);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ready() {
+        assert!(
+            g.try_wait().is_none(),
+            "lab run {name} exited before it was ready"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "lab run {name} not ready in 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    g
+}
+
+fn lab_processes() -> usize {
+    leftovers()
+        .iter()
+        .filter(|l| l.starts_with("process"))
+        .count()
+}
+
+fn lab_cgroups_with(sub: &str) -> bool {
+    cgroup_mounts()
+        .iter()
+        .any(|m| m.join("jitterscope-lab").join(sub).exists())
+}
+
+#[test]
+fn stop_signals_clean_up_and_exit_128_plus_signal() {
+    let _s = serial();
+    if !is_root() {
+        skip("lab stop signals: needs root");
+        return;
+    }
+    for (sig, name) in [
+        (libc::SIGINT, "tlb-shootdown"),
+        (libc::SIGTERM, "negative-dentry"),
+    ] {
+        let mut g = start_run(name, || lab_processes() >= 1 && lab_cgroups_with(name));
+        std::thread::sleep(Duration::from_millis(500));
+        g.signal(sig);
+        let st = g
+            .wait_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|| panic!("lab run {name} ignored signal {sig}"));
+        assert_eq!(st.code(), Some(128 + sig), "{name}: {st}");
+        assert_clean(&format!("signal {sig} to lab run {name}"));
+    }
+}
+
+#[test]
+fn killed_run_leaves_only_what_cleanup_removes() {
+    let _s = serial();
+    if !is_root() {
+        skip("lab cleanup: needs root");
+        return;
+    }
+    // shrinker-scale has everything: nested cgroups, mounts, files and a worker.
+    let mut g = start_run("shrinker-scale", || {
+        lab_cgroups_with("shrinker-scale/m/150")
+    });
+    g.signal(libc::SIGKILL);
+    g.wait_timeout(Duration::from_secs(10)).expect("SIGKILL");
+    // The worker dies with the lab (PDEATHSIG) and its mounts with its namespace; cgroups and
+    // files stay until cleanup.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while lab_processes() > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "workers outlived the lab: {:?}",
+            leftovers()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        lab_cgroups_with("shrinker-scale"),
+        "expected leftovers to clean"
+    );
+    assert!(Path::new(LAB_DIR).exists());
+    let o = run(&["lab", "cleanup"], Duration::from_secs(60));
+    let out = text(&o.stdout);
+    assert!(o.status.success(), "{out} {}", text(&o.stderr));
+    assert!(
+        out.starts_with("cleaned up:") && out.contains("lab directory removed"),
+        "{out}"
+    );
+    assert_clean("lab cleanup");
+    let o = run(&["lab", "cleanup"], Duration::from_secs(60));
+    assert_eq!(text(&o.stdout).trim(), "nothing to clean up");
+}
+
+#[test]
+fn one_run_at_a_time() {
+    let _s = serial();
+    if !is_root() {
+        skip("lab lock: needs root");
+        return;
+    }
+    let mut g = start_run("idle", || lab_processes() >= 1);
+    for args in [
+        &["lab", "run", "idle", "--duration", "2s"][..],
+        &["lab", "cleanup"][..],
+    ] {
+        let o = run(args, Duration::from_secs(30));
+        let err = text(&o.stderr);
+        assert!(!o.status.success(), "{args:?} ran beside another lab run");
+        assert!(
+            err.contains("another `jitterscope lab` run is in progress"),
+            "{err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+    g.signal(libc::SIGINT);
+    g.wait_timeout(Duration::from_secs(30)).expect("SIGINT");
+    assert_clean("the concurrent-run test");
+}
+
+#[test]
+fn bad_input_gets_one_line_errors() {
+    for (args, want) in [
+        (
+            &["lab", "run", "no-such"][..],
+            "unknown scenario \"no-such\"",
+        ),
+        (
+            &["lab", "check", "idle", "--duration", "0s"][..],
+            "--duration 0s is outside",
+        ),
+        (
+            &["lab", "run", "idle", "--intensity", "extreme"][..],
+            "invalid value 'extreme'",
+        ),
+    ] {
+        let o = run(args, Duration::from_secs(10));
+        let err = text(&o.stderr);
+        assert!(!o.status.success(), "{args:?}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn refuses_without_root() {
+    if !is_root() {
+        // Already unprivileged: the refusal is what we get.
+        let o = run(
+            &["lab", "run", "idle", "--duration", "1s"],
+            Duration::from_secs(10),
+        );
+        assert!(text(&o.stderr).contains("needs root"));
+        return;
+    }
+    let _s = serial();
+    // A copy of the binary nobody may execute, in a directory nobody can write.
+    let dir = tempfile::Builder::new()
+        .prefix("jitterscope-lab-nobody")
+        .tempdir()
+        .unwrap();
+    let exe = dir.path().join("jitterscope");
+    std::fs::copy(common::bin(), &exe).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for args in [
+        &["lab", "run", "idle", "--duration", "1s"][..],
+        &["lab", "check", "idle"][..],
+        &["lab", "cleanup"][..],
+    ] {
+        use std::os::unix::process::CommandExt;
+        let o = std::process::Command::new(&exe)
+            .args(args)
+            .uid(65534)
+            .gid(65534)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains("needs root") && err.lines().count() == 1,
+            "{args:?}: {err}"
+        );
+    }
+    assert_clean("refusals");
+}
+
+#[test]
+fn list_documents_every_scenario() {
+    let o = run(&["lab", "list", "--json"], Duration::from_secs(10));
+    assert!(o.status.success());
+    let v: Value = serde_json::from_str(&text(&o.stdout)).unwrap();
+    let names: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "cfs-throttle",
+            "negative-dentry",
+            "shrinker-scale",
+            "tlb-shootdown",
+            "reclaim-storm",
+            "pagecache-thrash",
+            "native-leak",
+            "python-leak",
+            "cpu-saturation",
+            "idle"
+        ]
+    );
+    for s in v.as_array().unwrap() {
+        for k in ["mirrors", "reproduces", "signals", "bounds"] {
+            assert!(
+                s[k].as_str().is_some_and(|x| x.len() > 10),
+                "{}: {k}",
+                s["name"]
+            );
+        }
+    }
+    // docs/LAB.md is the same text.
+    let doc = std::fs::read_to_string(common::workspace_root().join("docs/LAB.md")).unwrap();
+    let o = run(&["lab", "list", "--markdown"], Duration::from_secs(10));
+    assert!(
+        doc.contains(text(&o.stdout).trim()),
+        "docs/LAB.md is out of date: regenerate its scenario list with `jitterscope lab list --markdown`"
+    );
+}
