@@ -138,6 +138,24 @@ pub struct Limits {
     pub memory_bytes: Option<u64>,
 }
 
+impl Limits {
+    /// A memory limit only.
+    pub fn memory(bytes: u64) -> Self {
+        Limits {
+            memory_bytes: Some(bytes),
+            ..Default::default()
+        }
+    }
+
+    /// A CFS quota only.
+    pub fn cpu(quota_us: u64, period_us: u64) -> Self {
+        Limits {
+            cpu_quota_us: Some((quota_us, period_us)),
+            ..Default::default()
+        }
+    }
+}
+
 /// A cgroup made by the sandbox: its path as the recorder names it and its directory in each
 /// hierarchy.
 #[derive(Debug, Clone)]

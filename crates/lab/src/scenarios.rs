@@ -274,13 +274,7 @@ fn make_file(path: &Path, bytes: u64) -> Result<()> {
 fn cfs_throttle(e: &mut Env) -> Result<Started> {
     let (quota, slow) = e.intensity.pick((20_000, 2), (10_000, 8));
     let period = 100_000;
-    let cg = e.sb.cgroup(
-        "",
-        Limits {
-            cpu_quota_us: Some((quota, period)),
-            ..Default::default()
-        },
-    )?;
+    let cg = e.sb.cgroup("", Limits::cpu(quota, period))?;
     let cpus = cpus();
     let fast_cpu = cpus[0];
     let slow_cpu = *cpus.last().unwrap_or(&0);
@@ -332,13 +326,7 @@ fn negative_dentry(e: &mut Env) -> Result<Started> {
         (160 * MIB, 200_000u64, 140 * MIB, 100_000.0),
         (1024 * MIB, 2_000_000, 900 * MIB, 1_000_000.0),
     );
-    let cg = e.sb.cgroup(
-        "",
-        Limits {
-            memory_bytes: Some(limit),
-            ..Default::default()
-        },
-    )?;
+    let cg = e.sb.cgroup("", Limits::memory(limit))?;
     let dir = e.sb.dir().join("nssdb");
     std::fs::create_dir_all(&dir)?;
     let pid = e.sb.spawn(
@@ -514,13 +502,7 @@ fn reclaim_storm(e: &mut Env) -> Result<Started> {
     );
     let file = e.sb.dir().join("cache.dat");
     make_file(&file, file_bytes)?;
-    let cg = e.sb.cgroup(
-        "",
-        Limits {
-            memory_bytes: Some(limit),
-            ..Default::default()
-        },
-    )?;
+    let cg = e.sb.cgroup("", Limits::memory(limit))?;
     let pid = e.sb.spawn(
         &cg,
         "cache-burst",
@@ -570,13 +552,7 @@ fn pagecache_thrash(e: &mut Env) -> Result<Started> {
     let big_file = e.sb.dir().join("stream.dat");
     make_file(&ws_file, ws)?;
     make_file(&big_file, big)?;
-    let cg = e.sb.cgroup(
-        "",
-        Limits {
-            memory_bytes: Some(limit),
-            ..Default::default()
-        },
-    )?;
+    let cg = e.sb.cgroup("", Limits::memory(limit))?;
     let wpid = e.sb.spawn(
         &cg,
         "working-set",
@@ -622,20 +598,15 @@ fn pagecache_thrash(e: &mut Env) -> Result<Started> {
     })
 }
 
-fn leak(e: &mut Env, script: &str, comm: &str) -> Result<Started> {
+fn leak(e: &mut Env, mode: &str, comm: &str) -> Result<Started> {
     let (rate, cap) = e
         .intensity
         .pick((8 * MIB, 96 * MIB), (32 * MIB, 1024 * MIB));
-    let cg: LabCgroup = e.sb.cgroup(
-        "",
-        Limits {
-            memory_bytes: Some(cap + 256 * MIB),
-            ..Default::default()
-        },
-    )?;
+    let cg: LabCgroup = e.sb.cgroup("", Limits::memory(cap + 256 * MIB))?;
     let mut cmd = Command::new("python3");
     cmd.arg("-c")
-        .arg(script)
+        .arg(include_str!("py/leak.py"))
+        .arg(mode)
         .arg(rate.to_string())
         .arg(cap.to_string());
     let pid =
@@ -661,11 +632,11 @@ fn leak(e: &mut Env, script: &str, comm: &str) -> Result<Started> {
 }
 
 fn native_leak(e: &mut Env) -> Result<Started> {
-    leak(e, include_str!("py/native_leak.py"), "lab-native-leak")
+    leak(e, "native", "lab-native-leak")
 }
 
 fn python_leak(e: &mut Env) -> Result<Started> {
-    leak(e, include_str!("py/python_leak.py"), "lab-python-leak")
+    leak(e, "python", "lab-python-leak")
 }
 
 fn cpu_saturation(e: &mut Env) -> Result<Started> {
