@@ -50,8 +50,9 @@ struct RunArgs {
     /// How long the workload runs.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     duration: Duration,
-    /// Low: small sizes, for tests and a first look. High: the seed case's scale.
-    #[arg(long, value_enum, default_value_t = Level::High)]
+    /// Low: small sizes, enough for every signature. High: the seed case's scale (still
+    /// bounded; see `lab list`).
+    #[arg(long, value_enum, default_value_t = Level::Low)]
     intensity: Level,
     /// Print the outcome as JSON.
     #[arg(long)]
@@ -93,10 +94,11 @@ pub fn run(a: LabArgs) -> Result<()> {
         LabCmd::Check(c) => check(c),
         LabCmd::Cleanup => {
             let c = jitterscope_lab::sandbox::cleanup_all()?;
-            if c.is_empty() {
+            let stores = remove_stale_temp_stores();
+            if c.is_empty() && stores == 0 {
                 println!("nothing to clean up");
             } else {
-                println!("cleaned up: {c}");
+                println!("cleaned up: {c}, {stores} temporary recordings of killed checks");
             }
             Ok(())
         }
@@ -165,13 +167,48 @@ fn progress(line: &str) {
     eprintln!("lab: {line}");
 }
 
+/// The temporary store of a running `lab check`, removed on every way out (`process::exit`
+/// skips destructors).
+static TEMP_STORE: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
+
+fn remove_temp_store() {
+    let taken = TEMP_STORE.lock().map(|mut g| g.take()).unwrap_or(None);
+    if let Some(p) = taken {
+        let _ = std::fs::remove_dir_all(p);
+    }
+}
+
+/// Temporary stores are `jitterscope-lab-check-<pid>` in the temporary directory.
+const TEMP_PREFIX: &str = "jitterscope-lab-check-";
+
+/// Removes the temporary stores of `lab check` runs that were killed (their pid is gone).
+fn remove_stale_temp_stores() -> usize {
+    let Ok(rd) = std::fs::read_dir(std::env::temp_dir()) else {
+        return 0;
+    };
+    let mut n = 0;
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix(TEMP_PREFIX)
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() && std::fs::remove_dir_all(e.path()).is_ok()
+        {
+            n += 1;
+        }
+    }
+    n
+}
+
 /// An error caused by a stop signal (set-up cut short) exits 128 + signal after saying so;
 /// other errors pass through.
 fn exit_if_stopped(e: anyhow::Error) -> anyhow::Error {
     if let Some(sig) = stop::signal() {
-        progress(&format!(
-            "interrupted: {e:#}; everything the scenario created was removed"
-        ));
+        remove_temp_store();
+        progress(&format!("interrupted: {e:#}"));
         std::process::exit(128 + sig);
     }
     e
@@ -179,6 +216,7 @@ fn exit_if_stopped(e: anyhow::Error) -> anyhow::Error {
 
 /// After cleanup, a run cut short by a signal exits 128 + signal, as a shell would.
 fn exit_interrupted(o: &Outcome) -> ! {
+    remove_temp_store();
     progress(&format!("interrupted; cleaned up: {}", o.cleaned));
     std::process::exit(128 + stop::signal().unwrap_or(libc::SIGINT));
 }
@@ -305,7 +343,7 @@ struct StoreDir {
 impl Drop for StoreDir {
     fn drop(&mut self) {
         if self.temporary {
-            let _ = std::fs::remove_dir_all(&self.path);
+            remove_temp_store();
         }
     }
 }
@@ -320,10 +358,10 @@ fn check(c: CheckArgs) -> Result<()> {
             temporary: false,
         },
         None => {
-            let p =
-                std::env::temp_dir().join(format!("jitterscope-lab-check-{}", std::process::id()));
+            let p = std::env::temp_dir().join(format!("{TEMP_PREFIX}{}", std::process::id()));
             std::fs::create_dir_all(&p)
                 .with_context(|| format!("cannot create {}", p.display()))?;
+            *TEMP_STORE.lock().unwrap_or_else(|e| e.into_inner()) = Some(p.clone());
             StoreDir {
                 path: p,
                 temporary: true,

@@ -60,6 +60,10 @@ fn leftovers() -> Vec<String> {
         if comm.starts_with("lab-") {
             out.push(format!("process {pid} {}", comm.trim()));
         }
+        let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmdline).contains("jitterscope-lab-check-") {
+            out.push(format!("recorder {pid}"));
+        }
     }
     if Path::new(LAB_DIR).exists() {
         out.push(format!("directory {LAB_DIR}"));
@@ -253,6 +257,15 @@ fn native_leak_grows() {
         return;
     };
     assert!(value(&v, "lab-native-leak.rss_bytes") >= 16.0 * 1048576.0);
+    // RSS grew by tens of MiB while what the interpreter accounts for stayed flat.
+    let r = worker(&v, "lab-native-leak");
+    let n = |k: &str| r[k].as_i64().unwrap_or_else(|| panic!("{k}: {r}"));
+    assert!(n("records") > 100_000, "{r}");
+    assert!(
+        n("allocated_blocks_end") - n("allocated_blocks_start") < 5_000,
+        "{r}"
+    );
+    assert!(n("gc_objects_end") - n("gc_objects_start") < 1_000, "{r}");
 }
 
 #[test]
@@ -262,7 +275,14 @@ fn python_leak_grows() {
         return;
     };
     assert!(value(&v, "lab-python-leak.rss_bytes") >= 16.0 * 1048576.0);
-    assert!(worker(&v, "lab-python-leak")["objects"].as_u64().unwrap() > 10_000);
+    // The growth is in the interpreter's own heap: pymalloc's live blocks climb with it.
+    let r = worker(&v, "lab-python-leak");
+    let n = |k: &str| r[k].as_i64().unwrap_or_else(|| panic!("{k}: {r}"));
+    assert!(n("objects") > 10_000, "{r}");
+    assert!(
+        n("allocated_blocks_end") - n("allocated_blocks_start") > 20_000,
+        "{r}"
+    );
 }
 
 #[test]
@@ -277,10 +297,15 @@ fn controls_move_no_mechanism_signal() {
 
 /// Starts `lab run <name> --intensity low --duration 120s` and waits until `ready` holds.
 fn start_run(name: &str, ready: impl Fn() -> bool) -> ChildGuard {
+    start_lab("run", name, ready)
+}
+
+/// Starts `lab <verb> <name> --intensity low --duration 120s` and waits until `ready` holds.
+fn start_lab(verb: &str, name: &str, ready: impl Fn() -> bool) -> ChildGuard {
     let child = cmd()
         .args([
             "lab",
-            "run",
+            verb,
             name,
             "--intensity",
             "low",
@@ -327,11 +352,15 @@ fn stop_signals_clean_up_and_exit_128_plus_signal() {
         skip("lab stop signals: needs root");
         return;
     }
-    for (sig, name) in [
-        (libc::SIGINT, "tlb-shootdown"),
-        (libc::SIGTERM, "negative-dentry"),
+    for (sig, verb, name) in [
+        (libc::SIGINT, "run", "tlb-shootdown"),
+        (libc::SIGTERM, "run", "negative-dentry"),
+        // check also has its recorder and temporary store to remove.
+        (libc::SIGINT, "check", "cfs-throttle"),
     ] {
-        let mut g = start_run(name, || lab_processes() >= 1 && lab_cgroups_with(name));
+        let mut g = start_lab(verb, name, || {
+            lab_processes() >= 1 && lab_cgroups_with(name)
+        });
         std::thread::sleep(Duration::from_millis(500));
         g.signal(sig);
         let st = g
@@ -349,8 +378,9 @@ fn killed_run_leaves_only_what_cleanup_removes() {
         skip("lab cleanup: needs root");
         return;
     }
-    // shrinker-scale has everything: nested cgroups, mounts, files and a worker.
-    let mut g = start_run("shrinker-scale", || {
+    // shrinker-scale has everything: nested cgroups, mounts, files and a worker; under check,
+    // also a recorder and a temporary store.
+    let mut g = start_lab("check", "shrinker-scale", || {
         lab_cgroups_with("shrinker-scale/m/150")
     });
     g.signal(libc::SIGKILL);
@@ -375,7 +405,9 @@ fn killed_run_leaves_only_what_cleanup_removes() {
     let out = text(&o.stdout);
     assert!(o.status.success(), "{out} {}", text(&o.stderr));
     assert!(
-        out.starts_with("cleaned up:") && out.contains("lab directory removed"),
+        out.starts_with("cleaned up:")
+            && out.contains("lab directory removed")
+            && out.contains("1 temporary recordings"),
         "{out}"
     );
     assert_clean("lab cleanup");

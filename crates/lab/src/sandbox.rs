@@ -23,13 +23,15 @@ use jitterscope_sources::Root;
 /// The parent cgroup of every lab cgroup, directly under each hierarchy's root.
 pub const PARENT: &str = "jitterscope-lab";
 
-/// The directory holding the lab's files: `$JITTERSCOPE_LAB_DIR`, else
-/// `/var/tmp/jitterscope-lab`. It must be on a disk-backed filesystem: the page-cache
-/// scenarios need files whose pages can be evicted and read back (tmpfs pages cannot).
+/// The directory holding the lab's files: `jitterscope-lab` inside `$JITTERSCOPE_LAB_DIR`, else
+/// inside `/var/tmp`. Cleanup deletes this directory wholesale, so it is always the lab's own
+/// leaf, never the directory the user named. It must be on a disk-backed filesystem: the
+/// page-cache scenarios need files whose pages can be evicted and read back (tmpfs pages cannot).
 pub fn base_dir() -> PathBuf {
     std::env::var_os("JITTERSCOPE_LAB_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/tmp/jitterscope-lab"))
+        .unwrap_or_else(|| PathBuf::from("/var/tmp"))
+        .join("jitterscope-lab")
 }
 
 /// Fails with a one-line reason unless running as root.
@@ -134,7 +136,8 @@ fn places(hs: &[Hierarchy], controllers: &[&str]) -> Result<Vec<Place>> {
 pub struct Limits {
     /// CFS bandwidth: (quota, period) in microseconds.
     pub cpu_quota_us: Option<(u64, u64)>,
-    /// Memory limit in bytes (v1 `memory.limit_in_bytes`, v2 `memory.max`, swap off on v2).
+    /// Memory limit in bytes (v1 `memory.limit_in_bytes` and, with swap accounting,
+    /// `memory.memsw.limit_in_bytes`; v2 `memory.max` with `memory.swap.max` 0).
     pub memory_bytes: Option<u64>,
 }
 
@@ -180,6 +183,15 @@ impl LabCgroup {
         self.dirs
             .iter()
             .any(|(v, _, cs)| *v == CgroupVersion::V2 && cs.iter().any(|c| c == controller))
+    }
+
+    /// A cgroup with a path and no directories, for tests of what is built from the path.
+    #[doc(hidden)]
+    pub fn for_test(path: &str) -> Self {
+        LabCgroup {
+            path: path.to_string(),
+            dirs: Vec::new(),
+        }
     }
 
     /// Every directory of this cgroup (one per hierarchy).
@@ -316,6 +328,11 @@ impl Sandbox {
                 }
             } else {
                 write(&d.join("memory.limit_in_bytes"), &bytes.to_string())?;
+                // With swap accounting, memory + swap too: the limit must not spill into swap.
+                let memsw = d.join("memory.memsw.limit_in_bytes");
+                if memsw.exists() {
+                    write(&memsw, &bytes.to_string())?;
+                }
             }
         }
         Ok(cg)
@@ -349,9 +366,8 @@ impl Sandbox {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0
                     || libc::getppid() != lab_pid
                 {
-                    return Err(std::io::Error::other(
-                        "the lab exited while starting a worker",
-                    ));
+                    // The lab died while starting it (no allocation between fork and exec).
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
                 }
                 libc::setpgid(0, 0);
                 for p in &procs {
@@ -604,10 +620,49 @@ fn walk_dirs(dir: &Path, f: &mut dyn FnMut(&Path)) {
     }
 }
 
-/// Kills, unmounts, removes. The caller holds the lock.
+/// SIGKILLs `pid` only if it is (still) in a lab cgroup. Workers orphaned by a killed lab are
+/// reaped by init, so a pid read from `cgroup.procs` may be reused by the time it is signalled:
+/// a pidfd pins the process, /proc confirms it is the lab's, and the signal goes through the
+/// pidfd (to a process that died meanwhile it fails harmlessly). Without pidfds (before 5.3),
+/// plain kill.
+fn kill_lab_process(pid: u32) {
+    // SAFETY: plain system calls; the fd is closed below.
+    unsafe {
+        let fd = libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) as libc::c_int;
+        if fd < 0 {
+            if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+                libc::kill(pid as i32, libc::SIGKILL);
+            }
+            return;
+        }
+        let ours = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+            .is_ok_and(|c| c.contains(&format!("/{PARENT}/")));
+        if ours {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                fd,
+                libc::SIGKILL,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            );
+        }
+        libc::close(fd);
+    }
+}
+
+/// Kills, unmounts, removes. The caller holds the lock. Goes on after a failure, so that one
+/// stuck mount does not keep everything else in place, and reports every failure.
 fn cleanup_unlocked() -> Result<Cleaned> {
     let mut done = Cleaned::default();
+    let mut failed: Vec<String> = Vec::new();
     // Processes first: a cgroup with members cannot be removed, and a worker may hold mounts.
+    // v2's cgroup.kill (5.14+) kills a whole subtree at once, new forks included.
+    for d in lab_cgroup_dirs()? {
+        let kill = d.join("cgroup.kill");
+        if kill.exists() {
+            let _ = std::fs::write(kill, "1");
+        }
+    }
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut killed = std::collections::BTreeSet::new();
     loop {
@@ -616,11 +671,11 @@ fn cleanup_unlocked() -> Result<Cleaned> {
             break;
         }
         if Instant::now() > deadline {
-            bail!("lab processes survive SIGKILL: {pids:?}");
+            failed.push(format!("lab processes survive SIGKILL: {pids:?}"));
+            break;
         }
         for p in pids {
-            // SAFETY: kill with a pid read from a lab cgroup; a recycled pid cannot be in it.
-            unsafe { libc::kill(p as i32, libc::SIGKILL) };
+            kill_lab_process(p);
             killed.insert(p);
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -631,9 +686,10 @@ fn cleanup_unlocked() -> Result<Cleaned> {
         // SAFETY: valid NUL-terminated path.
         if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
             let e = std::io::Error::last_os_error();
-            bail!("cannot unmount {}: {e}", m.display());
+            failed.push(format!("cannot unmount {}: {e}", m.display()));
+        } else {
+            done.mounts += 1;
         }
-        done.mounts += 1;
     }
     for d in lab_cgroup_dirs()? {
         let mut all = Vec::new();
@@ -641,15 +697,24 @@ fn cleanup_unlocked() -> Result<Cleaned> {
         // Children before parents.
         all.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
         for p in all {
-            rmdir_retry(&p)?;
-            done.cgroups += 1;
+            match rmdir_retry(&p) {
+                Ok(()) => done.cgroups += 1,
+                Err(e) => failed.push(format!("{e:#}")),
+            }
         }
     }
     let base = base_dir();
     if base.exists() {
-        std::fs::remove_dir_all(&base)
-            .with_context(|| format!("cannot remove the lab directory {}", base.display()))?;
-        done.files = true;
+        match std::fs::remove_dir_all(&base) {
+            Ok(()) => done.files = true,
+            Err(e) => failed.push(format!(
+                "cannot remove the lab directory {}: {e}",
+                base.display()
+            )),
+        }
+    }
+    if !failed.is_empty() {
+        bail!("{} (removed meanwhile: {done})", failed.join("; "));
     }
     Ok(done)
 }

@@ -41,7 +41,10 @@ def leak_native(budget):
             for i in range(BLOCK // RECORD)
         )
         req += BLOCK // RECORD
-        ctypes.memmove(libc.malloc(BLOCK), recs, BLOCK)
+        p = libc.malloc(BLOCK)
+        if not p:  # out of memory: stop growing rather than crash
+            return None
+        ctypes.memmove(p, recs, BLOCK)
         done += BLOCK
     return done
 
@@ -56,11 +59,20 @@ def leak_python(budget):
 
 
 leak = leak_native if mode == "native" else leak_python
+# What the interpreter itself accounts for, before and after: pymalloc's live blocks and the
+# objects gc tracks. A native leak leaves both flat.
+blocks0, gc0 = sys.getallocatedblocks(), len(gc.get_objects())
 t0 = time.monotonic()
 while not stop:
     tick = time.monotonic()
-    held += leak(max(0, min(rate // 10, cap - held)))
+    grown = leak(max(0, min(rate // 10, cap - held)))
+    if grown is None:
+        cap = held
+    else:
+        held += grown
     time.sleep(max(0.0, 0.1 - (time.monotonic() - tick)))
 
 print(json.dumps({"mode": mode, "leaked_bytes": held, "records": req, "objects": len(CACHE),
-                  "gc_objects": len(gc.get_objects()), "seconds": time.monotonic() - t0}))
+                  "allocated_blocks_start": blocks0, "allocated_blocks_end": sys.getallocatedblocks(),
+                  "gc_objects_start": gc0, "gc_objects_end": len(gc.get_objects()),
+                  "seconds": time.monotonic() - t0}))
