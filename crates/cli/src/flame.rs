@@ -95,6 +95,7 @@ fn read(sel: &Selection, kernel_only: bool) -> Result<Read> {
         comm: sel.comm.clone(),
         cgroup: sel.cgroup.clone(),
         kernel_only,
+        skip_idle: false,
     };
     let mut w = Window::new();
     let mut host = String::new();

@@ -21,11 +21,14 @@ pub struct Filter {
     pub cgroup: Option<String>,
     /// Only kernel frames, and only samples that were in the kernel.
     pub kernel_only: bool,
+    /// Leave out the idle tasks (pid 0): what the CPUs did when they worked.
+    pub skip_idle: bool,
 }
 
 impl Filter {
     fn keeps(&self, p: &Profile, s: &jitterscope_model::profile::Stack) -> bool {
         self.pid.is_none_or(|pid| s.pid == pid)
+            && !(self.skip_idle && s.pid == 0)
             && self
                 .comm
                 .as_deref()
@@ -495,6 +498,12 @@ mod tests {
             ..Default::default()
         })
         .is_empty());
+        assert!(fold(Filter {
+            skip_idle: true,
+            ..Default::default()
+        })
+        .iter()
+        .all(|l| !l.starts_with("swapper")));
     }
 
     #[test]

@@ -1,0 +1,222 @@
+//! Diagnosis: rules that read a recorded window (and the baseline before it) and name the
+//! kernel mechanism behind the jitter, who set it off, what moved first and what to change.
+//!
+//! Each rule is one module under [`rules`], documented there: the mechanism, the evidence it
+//! reads, its thresholds and why, the remediation and references. A rule returns zero or more
+//! [`Finding`]s; [`diagnose`] ranks them by confidence.
+
+#![deny(missing_docs)]
+
+pub mod data;
+pub mod rules;
+pub mod text;
+
+use std::path::Path;
+
+use anyhow::Result;
+use serde::Serialize;
+
+pub use data::Data;
+
+/// Who set a mechanism off.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Culprit {
+    /// Process id.
+    pub pid: Option<u32>,
+    /// Process name.
+    pub comm: Option<String>,
+    /// Cgroup path.
+    pub cgroup: Option<String>,
+    /// Container (runtime and short id) or systemd unit, from the cgroup path.
+    pub container: Option<String>,
+    /// Library involved (allocator, NSS softokn).
+    pub library: Option<String>,
+    /// Its version, when the file says.
+    pub library_version: Option<String>,
+}
+
+/// One piece of evidence: a recorded value against its baseline.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Evidence {
+    /// The series (as `dump --select` names it) or a short label.
+    pub signal: String,
+    /// The value in the window (what `stat` says: max, mean, sum...).
+    pub value: f64,
+    /// How `value` was taken from the window.
+    pub stat: &'static str,
+    /// The baseline's median, when there was a baseline.
+    pub baseline: Option<f64>,
+    /// Unit.
+    pub unit: &'static str,
+    /// What it shows.
+    pub note: String,
+}
+
+/// When a signal first rose in the window.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Moved {
+    /// The signal.
+    pub signal: String,
+    /// When it rose (RFC 3339).
+    pub at: String,
+    /// Seconds after the first signal rose.
+    pub lag_s: f64,
+}
+
+/// A time window.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Span {
+    /// Start (RFC 3339).
+    pub from: String,
+    /// End (RFC 3339).
+    pub to: String,
+}
+
+/// One diagnosis.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Finding {
+    /// Rule id (`cpu.cfs-throttling`).
+    pub rule_id: &'static str,
+    /// One-line title naming mechanism and culprit.
+    pub title: String,
+    /// 0..1.
+    pub confidence: f64,
+    /// Whether the rule names a kernel mechanism (false for plain resource saturation).
+    pub mechanism: bool,
+    /// When it happened.
+    pub window: Span,
+    /// Who.
+    pub culprit: Culprit,
+    /// The values it rests on.
+    pub evidence: Vec<Evidence>,
+    /// Lead/lag order of the signals involved.
+    pub moved_first: Vec<Moved>,
+    /// What to change, fitted to this host.
+    pub remediation: Vec<String>,
+    /// Further notes (kernel-bug windows, caveats).
+    pub notes: Vec<String>,
+    /// Where the mechanism is described.
+    pub references: Vec<&'static str>,
+}
+
+/// The result of [`diagnose`].
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// The window diagnosed.
+    pub window: Span,
+    /// Samples in the window.
+    pub samples: usize,
+    /// Samples in the baseline before it.
+    pub baseline_samples: usize,
+    /// Findings, highest confidence first.
+    pub findings: Vec<Finding>,
+}
+
+/// Options of [`diagnose`].
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// How far before the window the baseline reaches.
+    pub lookback_ns: i64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            lookback_ns: 10 * 60 * 1_000_000_000,
+        }
+    }
+}
+
+/// RFC 3339 with milliseconds, UTC.
+pub fn rfc3339(ns: i64) -> String {
+    chrono::DateTime::from_timestamp(
+        ns.div_euclid(1_000_000_000),
+        ns.rem_euclid(1_000_000_000) as u32,
+    )
+    .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+    .unwrap_or_default()
+}
+
+/// Diagnoses the samples in `(from, to]` of the store at `dir`.
+pub fn diagnose(dir: &Path, from: i64, to: i64, opts: Options) -> Result<Report> {
+    let select: Vec<&str> = rules::RULES
+        .iter()
+        .flat_map(|r| r.select.iter().copied())
+        .collect();
+    let d = Data::load(dir, from, to, opts.lookback_ns, &select)?;
+    Ok(evaluate(&d))
+}
+
+/// Runs every rule on loaded data.
+pub fn evaluate(d: &Data) -> Report {
+    let mut findings: Vec<Finding> = rules::RULES.iter().flat_map(|r| (r.run)(d)).collect();
+    // Equal confidence: a named mechanism before plain resource saturation.
+    findings.sort_by(|a, b| {
+        b.confidence
+            .total_cmp(&a.confidence)
+            .then(b.mechanism.cmp(&a.mechanism))
+    });
+    let (from, to) = d.span();
+    Report {
+        window: Span {
+            from: rfc3339(from),
+            to: rfc3339(to),
+        },
+        samples: d.window_len(),
+        baseline_samples: d.start,
+        findings,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Every rule's selects, with placeholders filled, as candidate series names.
+    fn names() -> Vec<String> {
+        let mut v = Vec::new();
+        for r in rules::RULES {
+            for s in r.select {
+                for fill in ["1.app", "/a/b", "sda", "0", "super_cache_scan"] {
+                    v.push(s.replacen('*', fill, 1).replace('*', "x"));
+                }
+            }
+        }
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    proptest! {
+        // Any values in any series (huge, negative, sparse) must give a report, never a panic,
+        // with confidences in 0..=1.
+        #[test]
+        fn rules_survive_any_values(
+            n in 1usize..30,
+            start in 0usize..30,
+            picks in proptest::collection::vec((0usize..400, 0u32..30, -1e12f64..1e12), 0..300),
+        ) {
+            let all = names();
+            let mut d = Data {
+                ts: (0..n as i64).map(|i| i * 1_000_000_000).collect(),
+                start: start.min(n),
+                kernel: "4.19.0".into(),
+                ncpu: 2,
+                ..Default::default()
+            };
+            for (k, i, v) in picks {
+                let name = &all[k % all.len()];
+                let s = d.series.entry(name.clone()).or_default();
+                let i = i % n as u32;
+                if s.points.last().is_none_or(|p| p.0 < i) {
+                    s.points.push((i, v));
+                }
+            }
+            let r = evaluate(&d);
+            for f in &r.findings {
+                prop_assert!((0.0..=1.0).contains(&f.confidence), "{}", f.confidence);
+            }
+        }
+    }
+}

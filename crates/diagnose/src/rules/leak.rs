@@ -1,0 +1,165 @@
+//! `memory.leak` — processes whose memory grows steadily.
+//!
+//! **Mechanism.** Not a kernel mechanism but what sets several off: a process whose RSS only
+//! grows pushes the host or its cgroup into reclaim, evicts page cache, and ends in the OOM
+//! killer. Case 5: a gunicorn worker at 37 GB while Python saw 58 MB of objects.
+//!
+//! **Evidence.** `proc.<pid>.<comm>.rss_bytes` over the window: a least-squares slope and how
+//! well a line fits (R²), the growth, and the anonymous share.
+//!
+//! **Thresholds.** A finding when a process with >= 5 samples grew by >= 16 MiB and >= 5% of
+//! its starting RSS, with R² >= 0.8 (steady, not a spike) and at least 80% of its steps
+//! non-negative. Confidence by R² and growth.
+//!
+//! **Remediation.** Find where it grows (`/proc/<pid>/smaps`: the [heap] and anonymous
+//! mappings that grow; `jitterscope memleak` is planned for this); for worker servers,
+//! recycle workers (gunicorn `max_requests` + `max_requests_jitter`, uwsgi `max-requests`,
+//! celery `--max-tasks-per-child`); bound it with a memory limit.
+//!
+//! **References.** "Chasing memory leak in a Python web service" (case 5); gunicorn settings.
+
+use super::{confidence, fact, finding, mib, proc_culprit, Rule};
+use crate::data::{pid_comm, Data};
+use crate::Finding;
+
+/// The rule.
+pub const RULE: Rule = Rule {
+    id: "memory.leak",
+    summary: "a process's memory growing steadily",
+    mechanism: true,
+    select: &["proc.*.rss_bytes", "proc.*.anon_bytes"],
+    run,
+};
+
+/// Slope per second and R² of points (t seconds, value).
+pub fn fit(points: &[(f64, f64)]) -> Option<(f64, f64)> {
+    let n = points.len() as f64;
+    if points.len() < 3 {
+        return None;
+    }
+    let mx = points.iter().map(|p| p.0).sum::<f64>() / n;
+    let my = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    let syy: f64 = points.iter().map(|p| (p.1 - my).powi(2)).sum();
+    if sxx == 0.0 {
+        return None;
+    }
+    let slope = sxy / sxx;
+    let r2 = if syy == 0.0 {
+        0.0
+    } else {
+        (sxy * sxy) / (sxx * syy)
+    };
+    Some((slope, r2))
+}
+
+fn run(d: &Data) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let start = d.start as u32;
+    for (name, s) in d.matching("proc.*.rss_bytes") {
+        let Some((pid, comm)) = pid_comm(name, "proc.", ".rss_bytes") else {
+            continue;
+        };
+        let pts: Vec<(f64, f64)> = s
+            .points
+            .iter()
+            .filter(|(i, _)| *i >= start)
+            .map(|&(i, v)| ((d.at(i) - d.ts[d.start]) as f64 / 1e9, v))
+            .collect();
+        if pts.len() < 5 {
+            continue;
+        }
+        let (first, last) = (pts[0].1, pts[pts.len() - 1].1);
+        let growth = last - first;
+        if growth < 16.0 * 1048576.0 || growth < 0.05 * first {
+            continue;
+        }
+        let ups = pts.windows(2).filter(|w| w[1].1 >= w[0].1).count();
+        if (ups as f64) < 0.8 * (pts.len() - 1) as f64 {
+            continue;
+        }
+        let Some((slope, r2)) = fit(&pts) else {
+            continue;
+        };
+        if r2 < 0.8 || slope <= 0.0 {
+            continue;
+        }
+        let mut f = finding(
+            &RULE,
+            d,
+            format!(
+                "{comm} ({pid}) grows steadily: +{} MiB in {:.0} s ({} MiB/min, R² {r2:.2})",
+                mib(growth),
+                pts[pts.len() - 1].0,
+                mib(slope * 60.0)
+            ),
+            ((confidence(r2, 0.8, 0.99) * 0.6 + confidence(growth / 1048576.0, 16.0, 512.0) * 0.4)
+                * 100.0)
+                .round()
+                / 100.0,
+            proc_culprit(d, pid, comm),
+        );
+        f.evidence.push(fact(
+            name,
+            last,
+            "bytes",
+            format!("RSS from {} to {} MiB", mib(first), mib(last)),
+        ));
+        f.evidence.push(fact(
+            format!("{name} slope"),
+            slope,
+            "bytes_per_second",
+            format!("least-squares slope, R² {r2:.3}"),
+        ));
+        let anon = d.stats(&format!("proc.{pid}.{comm}.anon_bytes"));
+        if anon.n > 1 {
+            f.evidence.push(fact(
+                format!("proc.{pid}.{comm}.anon_bytes"),
+                anon.last - anon.first,
+                "bytes",
+                format!(
+                    "anonymous memory grew {} MiB of it",
+                    mib(anon.last - anon.first)
+                ),
+            ));
+        }
+        f.remediation.push(format!(
+            "see which mappings grow: grep -E '^[0-9a-f]|^Rss' /proc/{pid}/smaps twice, a minute apart ([heap] and anonymous regions; `jitterscope memleak` is planned for this)"
+        ));
+        let cmd = d.procs.get(&pid).map(|p| p.cmdline.as_str()).unwrap_or("");
+        if cmd.contains("gunicorn") {
+            f.remediation.push(
+                "gunicorn: recycle workers with max_requests = 1000 and max_requests_jitter = 100"
+                    .into(),
+            );
+        } else if cmd.contains("uwsgi") {
+            f.remediation
+                .push("uwsgi: recycle workers with max-requests (and max-requests-delta)".into());
+        } else if cmd.contains("celery") {
+            f.remediation
+                .push("celery: recycle workers with --max-tasks-per-child".into());
+        } else if comm.starts_with("python") || cmd.contains("python") {
+            f.remediation.push("Python: compare the interpreter's own accounting (tracemalloc, sys.getallocatedblocks) with RSS; growth outside it is native (a C extension)".into());
+        }
+        f.remediation.push("bound it meanwhile: a memory limit on its cgroup turns a host-wide stall into a restart of one process".into());
+        f.references = vec!["https://docs.gunicorn.org/en/stable/settings.html#max-requests"];
+        out.push(f);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fits_lines() {
+        let pts: Vec<(f64, f64)> = (0..10).map(|i| (i as f64, 5.0 + 2.0 * i as f64)).collect();
+        let (s, r2) = fit(&pts).unwrap();
+        assert!((s - 2.0).abs() < 1e-9 && (r2 - 1.0).abs() < 1e-9);
+        let flat: Vec<(f64, f64)> = (0..10).map(|i| (i as f64, 5.0)).collect();
+        assert_eq!(fit(&flat), Some((0.0, 0.0)));
+        assert_eq!(fit(&pts[..2]), None);
+    }
+}

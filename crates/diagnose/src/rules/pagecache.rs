@@ -1,0 +1,191 @@
+//! `memory.pagecache-thrash` — a working set evicted from the page cache and read back.
+//!
+//! **Mechanism.** When one reader streams more file data than memory (or its cgroup) holds,
+//! the LRU evicts everything older, including other processes' hot file pages. Those come back
+//! from disk: refaults (the kernel's shadow entries recognise pages evicted recently) and major
+//! faults for mapped files, each a disk read in the victim's path. Case 5: a fast SSD reader
+//! pushed a service's files out; disk reads rose before kswapd and the major faults.
+//!
+//! **Evidence.** `reclaim.refault_file_per_s`, `reclaim.pgmajfault_per_s`,
+//! `reclaim.pgsteal_*`, the page cache and anonymous memory levels (cache churn with flat anon
+//! is thrash, not a leak), the processes with most major faults (victims) and most read bytes
+//! (driver), the disk with most reads, and the order in which those moved.
+//!
+//! **Thresholds.** A finding when file refaults sum to >= 10,000 pages in the window at >= 10x
+//! the baseline, or major faults to >= 1,000 at >= 10x: a few refaults are normal LRU aging.
+//! Confidence by the refault ratio, 0.5 at 10x, 0.95 at 1000x; at most 0.6 when no process
+//! took >= 1,000 major faults (files re-read by their own reader, nobody else harmed).
+//!
+//! **Remediation.** Confine the streaming reader (its own memory cgroup with a limit, so it
+//! recycles its own cache; `POSIX_FADV_DONTNEED`/`O_DIRECT` in the reader); protect the
+//! victim's cgroup with `memory.low`/`min`; `vm.watermark_scale_factor` when kswapd lags.
+//!
+//! **References.** Documentation/admin-guide/mm/workingset (mm/workingset.c comments);
+//! Documentation/admin-guide/cgroup-v2.rst (memory.low).
+
+use super::{
+    confidence, evidence, fact, finding, mib, moved_first, proc_culprit, top_labels, top_procs,
+    Rule, Take,
+};
+use crate::data::Data;
+use crate::Finding;
+
+/// The rule.
+pub const RULE: Rule = Rule {
+    id: "memory.pagecache-thrash",
+    summary: "file working sets evicted and read back (refaults, major faults)",
+    mechanism: true,
+    select: &[
+        "reclaim.refault_file_per_s",
+        "reclaim.pgmajfault_per_s",
+        "reclaim.pgsteal_kswapd_per_s",
+        "reclaim.pgsteal_direct_per_s",
+        "reclaim.pgscan_kswapd_per_s",
+        "mem.cached_bytes",
+        "mem.anon_bytes",
+        "disk.*.read_bytes_per_s",
+        "proc.*.read_bytes_per_s",
+        "proc.*.majflt_per_s",
+    ],
+    run,
+};
+
+fn run(d: &Data) -> Vec<Finding> {
+    let rf = d.stats("reclaim.refault_file_per_s");
+    let mj = d.stats("reclaim.pgmajfault_per_s");
+    let ratio = |s: &crate::data::Stats| {
+        s.mean
+            / if s.base_n > 0 {
+                s.base_median.max(1.0)
+            } else {
+                1.0
+            }
+    };
+    let (rr, mr) = (ratio(&rf), ratio(&mj));
+    let refaulting = rf.sum >= 10_000.0 && rr >= 10.0;
+    let faulting = mj.sum >= 1000.0 && mr >= 10.0;
+    if !refaulting && !faulting {
+        return Vec::new();
+    }
+    let victims = top_procs(d, "proc.", ".majflt_per_s");
+    // Ranked without each process's largest sample: a parent reaping a child inherits the
+    // child's lifetime I/O counters (kernel/exit.c adds them to the parent's), which shows as a
+    // one-sample spike of the parent.
+    let readers = super::top_procs_by(d, "proc.", ".read_bytes_per_s", |s| s.sum - s.max);
+    // Without a process faulting its pages back, refaults are a reader re-reading its own
+    // files: thrash of its own cache, weaker evidence of harm to others.
+    let harmed = faulting && victims.first().is_some_and(|v| v.2 >= 1000.0);
+    let disks = top_labels(d, "disk.", ".read_bytes_per_s", |s| s.mean);
+    let culprit = readers
+        .first()
+        .map(|(p, c, _)| proc_culprit(d, *p, c))
+        .unwrap_or_default();
+    let mut f = finding(
+        &RULE,
+        d,
+        format!(
+            "page-cache thrashing: {:.0} file refaults, {:.0} major faults{}{}",
+            rf.sum,
+            mj.sum,
+            readers
+                .first()
+                .map(|(p, c, b)| format!(
+                    ", driven by {c} ({p}) reading {} MiB/s",
+                    mib(*b / d.window_len().max(1) as f64)
+                ))
+                .unwrap_or_default(),
+            victims
+                .first()
+                .map(|(p, c, _)| format!("; {c} ({p}) faults its pages back"))
+                .unwrap_or_default()
+        ),
+        if harmed {
+            confidence(rr.max(mr), 10.0, 1000.0)
+        } else {
+            confidence(rr.max(mr), 10.0, 1000.0).min(0.6)
+        },
+        culprit,
+    );
+    f.evidence.push(evidence(
+        d,
+        "reclaim.refault_file_per_s",
+        Take::Sum,
+        "pages",
+        "file pages evicted then read back (refaults)",
+    ));
+    if !harmed {
+        f.notes.push(
+            "no process faulted mapped pages back: the refaults are files being re-read after eviction".into(),
+        );
+    }
+    f.evidence.push(evidence(
+        d,
+        "reclaim.pgmajfault_per_s",
+        Take::Sum,
+        "faults",
+        "major faults (page read from disk)",
+    ));
+    for (pid, comm, n) in victims.iter().take(2) {
+        f.evidence.push(fact(
+            format!("proc.{pid}.{comm}.majflt_per_s"),
+            *n,
+            "faults",
+            format!("major faults of {comm} ({pid}): the victim"),
+        ));
+    }
+    for (pid, comm, b) in readers.iter().take(2) {
+        f.evidence.push(fact(
+            format!("proc.{pid}.{comm}.read_bytes_per_s"),
+            *b,
+            "bytes",
+            format!("read from storage by {comm} ({pid}) in the window"),
+        ));
+    }
+    if let Some((disk, v)) = disks.first() {
+        f.evidence.push(fact(
+            format!("disk.{disk}.read_bytes_per_s"),
+            *v,
+            "bytes_per_second",
+            format!("reads of {disk} (mean)"),
+        ));
+    }
+    let cache = d.stats("mem.cached_bytes");
+    let anon = d.stats("mem.anon_bytes");
+    if cache.n > 1 && anon.n > 1 {
+        f.evidence.push(fact(
+            "mem.cached_bytes / mem.anon_bytes",
+            cache.last - cache.first,
+            "bytes",
+            format!(
+                "page cache {:+} MiB, anonymous memory {:+} MiB over the window: churn without a leak",
+                mib(cache.last - cache.first),
+                mib(anon.last - anon.first)
+            ),
+        ));
+    }
+    let mut sig: Vec<(String, f64)> = vec![
+        ("reclaim.refault_file_per_s".into(), 100.0),
+        ("reclaim.pgmajfault_per_s".into(), 10.0),
+        ("reclaim.pgscan_kswapd_per_s".into(), 100.0),
+    ];
+    if let Some((disk, _)) = disks.first() {
+        sig.insert(0, (format!("disk.{disk}.read_bytes_per_s"), 1_048_576.0));
+    }
+    let refs: Vec<(&str, f64)> = sig.iter().map(|(s, v)| (s.as_str(), *v)).collect();
+    f.moved_first = moved_first(d, &refs);
+    if let Some((_, comm, _)) = readers.first() {
+        f.remediation.push(format!(
+            "give {comm} its own memory cgroup with a limit, so it recycles its own page cache instead of everyone's (or have it read with POSIX_FADV_DONTNEED / O_DIRECT)"
+        ));
+    }
+    if let Some((_, comm, _)) = victims.first() {
+        f.remediation.push(format!("protect {comm}'s working set: memory.low / memory.min on its cgroup (v2), or mlock the hot file"));
+    }
+    f.remediation
+        .push("if kswapd lags the stream, wake it earlier: vm.watermark_scale_factor=200".into());
+    f.references = vec![
+        "https://docs.kernel.org/admin-guide/cgroup-v2.html#memory",
+        "https://github.com/torvalds/linux/blob/master/mm/workingset.c",
+    ];
+    vec![f]
+}

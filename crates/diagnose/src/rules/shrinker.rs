@@ -1,0 +1,155 @@
+//! `memory.shrinker-cost` — slab shrinking that costs CPU out of proportion to what it frees.
+//!
+//! **Mechanism.** Reclaim calls every registered shrinker for every memory cgroup it visits.
+//! Each mount has its own superblock shrinker; with M memcgs and S superblocks, a reclaim pass
+//! makes up to M x S calls. Before 4.19 every pair was called (case 3: 200 containers x 20
+//! memcgs x 20 mounts, 16 million calls, 5-14 s per `drop_caches`); since, only pairs with
+//! objects, but hosts with thousands of memcgs still pay per memcg.
+//!
+//! **Evidence.** Per shrinker (`shrinker.<fn>.*`): calls, calls that freed nothing, time in the
+//! shrinker (% of the interval) and its longest call; the number of memory cgroups recorded;
+//! sys CPU; the kernel release.
+//!
+//! **Thresholds.** A finding when one shrinker takes >= 5% of the interval on average or a
+//! call lasts >= 10 ms, or when shrinker calls jump >= 10x over the baseline to >= 1,000 in the
+//! window with >= 100 memcgs: the scaling case-3 pattern.
+//!
+//! **Remediation.** Fewer memcgs and mounts per host (collapse per-container systemd slices,
+//! remove dead cgroups), kernel >= 4.19 for the shrinker bitmap; avoid host-wide
+//! `drop_caches` on container hosts.
+//!
+//! **References.** Kirill Tkhai's shrinker patchset (4.19, "mm: Speed up shrink_slab()");
+//! Virtuozzo, "How and why we optimized the algorithm of cleaning SLAB-caches" (2018).
+
+use super::{
+    confidence, evidence, fact, finding, kernel_version, moved_first, top_labels, Rule, Take,
+};
+use crate::data::Data;
+use crate::Finding;
+
+/// The rule.
+pub const RULE: Rule = Rule {
+    id: "memory.shrinker-cost",
+    summary: "slab shrinkers called out of proportion to what they free",
+    mechanism: true,
+    select: &[
+        "shrinker.*.calls_per_s",
+        "shrinker.*.zero_freed_per_s",
+        "shrinker.*.time_pct",
+        "shrinker.*.max_usec",
+        "shrinker.*.freed_per_s",
+        "cgroup.*.memory.usage_bytes",
+        "cpu.sys_pct",
+    ],
+    run,
+};
+
+fn run(d: &Data) -> Vec<Finding> {
+    let by_time = top_labels(d, "shrinker.", ".time_pct", |s| s.mean);
+    let by_calls = top_labels(d, "shrinker.", ".calls_per_s", |s| s.sum);
+    let memcgs = d
+        .matching("cgroup.*.memory.usage_bytes")
+        .filter(|(_, s)| d.stats_of(s).n > 0)
+        .count();
+    let Some((top, calls)) = by_calls.first().cloned() else {
+        return Vec::new();
+    };
+    let key = |m: &str| format!("shrinker.{top}.{m}");
+    let cs = d.stats(&key("calls_per_s"));
+    let time = by_time
+        .iter()
+        .find(|(f, _)| *f == top)
+        .map(|x| x.1)
+        .unwrap_or(0.0);
+    let max_us = d.stats(&key("max_usec")).max;
+    let base_rate = if cs.base_n > 0 { cs.base_median } else { 0.0 };
+    let jump = cs.mean / base_rate.max(1.0);
+    let scaling = calls >= 1000.0 && jump >= 10.0 && memcgs >= 100;
+    // Shrinking that frees a lot is reclaim doing its job (a bloated cache, see
+    // memory.dcache-bloat); the cost case is many calls for little.
+    let freed = d.stats(&key("freed_per_s")).sum;
+    let low_yield = freed < 128.0 * calls.max(1.0);
+    if !((time >= 5.0 || max_us >= 10_000.0 || scaling) && low_yield) {
+        return Vec::new();
+    }
+    let wasted = d.stats(&key("zero_freed_per_s")).sum;
+    let mut f = finding(
+        &RULE,
+        d,
+        format!(
+            "slab shrinking cost: {top} called {calls:.0} times ({:.0}% freed nothing) across {memcgs} memory cgroups",
+            if calls > 0.0 { wasted * 100.0 / calls } else { 0.0 }
+        ),
+        if time >= 5.0 || max_us >= 10_000.0 {
+            confidence(time.max(max_us / 2000.0), 5.0, 50.0)
+        } else {
+            confidence(jump, 10.0, 200.0).min(0.8)
+        },
+        Default::default(),
+    );
+    f.evidence.push(evidence(
+        d,
+        &key("calls_per_s"),
+        Take::Sum,
+        "calls",
+        format!("calls in the window ({jump:.0}x the baseline rate)"),
+    ));
+    f.evidence.push(evidence(
+        d,
+        &key("zero_freed_per_s"),
+        Take::Sum,
+        "calls",
+        "calls that freed nothing",
+    ));
+    f.evidence.push(evidence(
+        d,
+        &key("freed_per_s"),
+        Take::Sum,
+        "objects",
+        "objects freed",
+    ));
+    f.evidence.push(evidence(
+        d,
+        &key("time_pct"),
+        Take::Max,
+        "percent",
+        "time in the shrinker, % of the interval",
+    ));
+    f.evidence.push(evidence(
+        d,
+        &key("max_usec"),
+        Take::Max,
+        "us",
+        "longest call",
+    ));
+    f.evidence.push(fact(
+        "memory cgroups",
+        memcgs as f64,
+        "count",
+        "memory cgroups recorded in the window: reclaim visits each",
+    ));
+    f.evidence.push(evidence(
+        d,
+        "cpu.sys_pct",
+        Take::Max,
+        "percent",
+        "system CPU",
+    ));
+    f.moved_first = moved_first(d, &[(&key("calls_per_s"), 10.0), ("cpu.sys_pct", 10.0)]);
+    if let Some(v) = kernel_version(&d.kernel) {
+        if v < (4, 19) {
+            f.notes.push(format!(
+                "kernel {} predates the 4.19 shrinker bitmap: every shrinker is called for every memcg (M x S calls per pass)",
+                d.kernel
+            ));
+            f.remediation.push("upgrade to 4.19+ (or a vendor kernel with \"mm: Speed up shrink_slab()\" backported)".into());
+        }
+    }
+    f.remediation.push(format!("fewer memory cgroups ({memcgs}) and mounts per host: remove dead and per-task cgroups, collapse slices"));
+    f.remediation.push("avoid host-wide drop_caches and global memory pressure on hosts with thousands of memcgs; give containers memory limits so reclaim stays inside each".into());
+    f.references = vec![
+        "https://lore.kernel.org/all/153063036670.1818.16010062622751502.stgit@localhost.localdomain/",
+        "https://habr.com/en/companies/virtuozzo/articles/417419/",
+    ];
+    vec![f]
+}

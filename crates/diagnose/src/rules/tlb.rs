@@ -1,0 +1,281 @@
+//! `cpu.tlb-shootdown` — inter-processor interrupts flushing other CPUs' TLBs.
+//!
+//! **Mechanism.** When a multi-threaded process unmaps or frees pages (`munmap`,
+//! `madvise(MADV_DONTNEED/FREE)`), every other CPU currently running one of its threads must
+//! drop the stale translations: the freeing CPU sends IPIs and waits for all of them. Under a
+//! purging allocator (jemalloc returning dirty pages) that is thousands of IPIs per second; on
+//! VMs each IPI is a VM exit. Case 4 (ByteDance): sys-CPU surges traced to jemalloc's madvise.
+//!
+//! **Evidence.** `irq.tlb_per_s` (TLB shootdown IPIs received, /proc/interrupts TLB row) vs
+//! the baseline and per CPU (`cpu.<n>.tlb_per_s`), the sending processes
+//! (`tlb.proc.*.shootdown_ipis_sent_per_s`), their `madvise` rates by advice, and the allocator
+//! in their stack samples or mappings (jemalloc with its version string, tcmalloc, mimalloc,
+//! glibc).
+//!
+//! **Thresholds.** A finding when the window's mean is >= 1,000 IPIs/s and >= 10x the baseline
+//! median (a host that always runs at that rate has no episode; one without a baseline needs
+//! the absolute rate only). Confidence 0.5 at 10x, 0.95 at 100x.
+//!
+//! **Remediation.** jemalloc 5.x: `MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1` (or a
+//! long decay, e.g. 10000, to bound memory); 4.x: `MALLOC_CONF=purge:decay,decay_time:-1`;
+//! glibc: raise `M_TRIM_THRESHOLD` (`MALLOC_TRIM_THRESHOLD_`) and `M_MMAP_THRESHOLD`; in
+//! general, free in batches, and pin the process to fewer CPUs.
+//!
+//! **References.** jemalloc issue 1422 and TUNING.md; ByteDance infrastructure, "TLB shootdown"
+//! case study (2021); Documentation/x86/tlb.rst.
+
+use std::io::Read;
+
+use super::{
+    confidence, evidence, fact, finding, moved_first, proc_culprit, top_labels, top_procs, Rule,
+    Take,
+};
+use crate::data::Data;
+use crate::Finding;
+
+/// The rule.
+pub const RULE: Rule = Rule {
+    id: "cpu.tlb-shootdown",
+    summary: "TLB-shootdown IPI storms from a process freeing pages on many CPUs",
+    mechanism: true,
+    select: &[
+        "irq.tlb_per_s",
+        "cpu.*.tlb_per_s",
+        "tlb.shootdown_ipis_sent_per_s",
+        "tlb.proc.*.shootdown_ipis_sent_per_s",
+        "madvise.proc.*.dontneed_per_s",
+        "madvise.proc.*.free_per_s",
+        "cpu.sys_pct",
+    ],
+    run,
+};
+
+/// The allocator a process uses, from the libraries it ran code in or maps.
+fn allocator(d: &Data, pid: u32) -> Option<(String, String)> {
+    let mut paths: Vec<String> = d
+        .modules
+        .get(&pid)
+        .map(|m| m.iter().cloned().collect())
+        .unwrap_or_default();
+    if let Some(maps) = d.live_file(pid, "maps") {
+        paths.extend(
+            maps.lines()
+                .filter_map(|l| l.split_whitespace().nth(5))
+                .map(str::to_string),
+        );
+    }
+    let find = |needle: &str| {
+        paths
+            .iter()
+            .find(|p| p.rsplit('/').next().is_some_and(|f| f.contains(needle)))
+            .cloned()
+    };
+    for (needle, name) in [
+        ("jemalloc", "jemalloc"),
+        ("tcmalloc", "tcmalloc"),
+        ("mimalloc", "mimalloc"),
+    ] {
+        if let Some(p) = find(needle) {
+            return Some((name.to_string(), p));
+        }
+    }
+    find("libc.so").map(|p| ("glibc malloc".to_string(), p))
+}
+
+/// jemalloc's version string (`5.2.1-0-g<40 hex>`, its `JEMALLOC_VERSION`), read from the
+/// library file (at most 32 MiB).
+pub fn jemalloc_version(path: &str) -> Option<String> {
+    let mut buf = Vec::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(32 << 20)
+        .read_to_end(&mut buf)
+        .ok()?;
+    version_in(&buf)
+}
+
+/// Finds `<maj>.<min>.<patch>-<n>-g<40 hex>` in bytes and returns `<maj>.<min>.<patch>`.
+pub fn version_in(buf: &[u8]) -> Option<String> {
+    let mut i = 0;
+    while let Some(pos) = buf[i..].windows(2).position(|w| w == b"-g") {
+        let g = i + pos;
+        let hex = buf.get(g + 2..g + 42)?;
+        if hex.iter().all(|c| c.is_ascii_hexdigit()) {
+            // Walk back over "<n>-" then the dotted version.
+            let mut s = g;
+            while s > 0 && (buf[s - 1].is_ascii_digit() || buf[s - 1] == b'.' || buf[s - 1] == b'-')
+            {
+                s -= 1;
+            }
+            let text = std::str::from_utf8(&buf[s..g]).ok()?;
+            let ver = text.split('-').next()?;
+            if ver.split('.').count() == 3
+                && ver
+                    .split('.')
+                    .all(|p| !p.is_empty() && p.bytes().all(|c| c.is_ascii_digit()))
+            {
+                return Some(ver.to_string());
+            }
+        }
+        i = g + 2;
+    }
+    None
+}
+
+fn run(d: &Data) -> Vec<Finding> {
+    let st = d.stats("irq.tlb_per_s");
+    if st.n == 0 || st.mean < 1000.0 {
+        return Vec::new();
+    }
+    let base = if st.base_n > 0 { st.base_median } else { 0.0 };
+    let ratio = st.mean / base.max(1.0);
+    if st.base_n > 0 && ratio < 10.0 {
+        return Vec::new();
+    }
+    let senders = top_procs(d, "tlb.proc.", ".shootdown_ipis_sent_per_s");
+    let madv = top_procs(d, "madvise.proc.", ".dontneed_per_s");
+    let madv_free = top_procs(d, "madvise.proc.", ".free_per_s");
+    let lead = senders.first().or(madv.first()).cloned();
+    let mut culprit = lead
+        .as_ref()
+        .map(|(p, c, _)| proc_culprit(d, *p, c))
+        .unwrap_or_default();
+    let alloc = lead.as_ref().and_then(|(p, _, _)| allocator(d, *p));
+    let version = alloc
+        .as_ref()
+        .filter(|(n, _)| n == "jemalloc")
+        .and_then(|(_, p)| jemalloc_version(p));
+    if let Some((name, path)) = &alloc {
+        culprit.library = Some(format!("{name} ({path})"));
+        culprit.library_version = version.clone();
+    }
+    let mut f = finding(
+        &RULE,
+        d,
+        format!(
+            "TLB-shootdown storm: {:.0} IPIs/s ({ratio:.0}x the baseline){}",
+            st.mean,
+            lead.as_ref()
+                .map(|(p, c, _)| format!(
+                    ", sent by {c} ({p}){}",
+                    alloc
+                        .as_ref()
+                        .map(|a| format!(" using {}", a.0))
+                        .unwrap_or_default()
+                ))
+                .unwrap_or_default()
+        ),
+        if st.base_n > 0 {
+            confidence(ratio, 10.0, 100.0)
+        } else {
+            0.6
+        },
+        culprit,
+    );
+    f.evidence.push(evidence(
+        d,
+        "irq.tlb_per_s",
+        Take::Mean,
+        "per_second",
+        "TLB-shootdown IPIs received (all CPUs)",
+    ));
+    let per_cpu = top_labels(d, "cpu.", ".tlb_per_s", |s| s.mean);
+    if !per_cpu.is_empty() {
+        let list: Vec<String> = per_cpu
+            .iter()
+            .take(4)
+            .map(|(c, v)| format!("cpu{c} {v:.0}/s"))
+            .collect();
+        f.evidence.push(fact(
+            "cpu.<cpu>.tlb_per_s",
+            per_cpu[0].1,
+            "per_second",
+            format!("per CPU (mean): {}", list.join(", ")),
+        ));
+    }
+    for (pid, comm, n) in senders.iter().take(3) {
+        f.evidence.push(fact(
+            format!("tlb.proc.{pid}.{comm}.shootdown_ipis_sent_per_s"),
+            *n,
+            "count",
+            format!("shootdown IPIs sent by {comm} ({pid}) in the window"),
+        ));
+    }
+    for (pid, comm, n) in madv.iter().take(2) {
+        f.evidence.push(fact(
+            format!("madvise.proc.{pid}.{comm}.dontneed_per_s"),
+            *n,
+            "count",
+            format!("madvise(MADV_DONTNEED) calls by {comm} ({pid})"),
+        ));
+    }
+    for (pid, comm, n) in madv_free.iter().take(1) {
+        f.evidence.push(fact(
+            format!("madvise.proc.{pid}.{comm}.free_per_s"),
+            *n,
+            "count",
+            format!("madvise(MADV_FREE) calls by {comm} ({pid})"),
+        ));
+    }
+    f.evidence.push(evidence(
+        d,
+        "cpu.sys_pct",
+        Take::Mean,
+        "percent",
+        "system CPU",
+    ));
+    if let Some(h) = super::kernel_hot_note(d, 5) {
+        f.evidence.push(h);
+    }
+    f.moved_first = moved_first(d, &[("irq.tlb_per_s", 1000.0), ("cpu.sys_pct", 5.0)]);
+    let who = lead
+        .as_ref()
+        .map(|(_, c, _)| c.clone())
+        .unwrap_or_else(|| "the sender".into());
+    match (alloc.as_ref().map(|a| a.0.as_str()), version.as_deref()) {
+        (Some("jemalloc"), Some(v)) if v.starts_with('4') => f.remediation.push(format!(
+            "{who} uses jemalloc {v}: start it with MALLOC_CONF=purge:decay,decay_time:-1 (no purging) or a long decay_time"
+        )),
+        (Some("jemalloc"), v) => f.remediation.push(format!(
+            "{who} uses jemalloc{}: start it with MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 (no purging; or e.g. dirty_decay_ms:10000 to bound memory)",
+            v.map(|v| format!(" {v}")).unwrap_or_default()
+        )),
+        (Some("glibc malloc"), _) => f.remediation.push(format!(
+            "{who} maps only glibc's allocator: if the madvise calls come from malloc trimming, raise MALLOC_TRIM_THRESHOLD_ and MALLOC_MMAP_THRESHOLD_ (e.g. 256 MiB) so freed memory is kept; if the program calls madvise itself, batch those calls"
+        )),
+        (Some(other), _) => f.remediation.push(format!("{who} uses {other}: lengthen its release/decay interval so pages are returned in batches")),
+        (None, _) => f.remediation.push(format!("{who}: return memory in batches rather than per free (the allocator could not be identified from its mappings)")),
+    }
+    f.remediation.push(format!("confine {who} to fewer CPUs (cpuset/taskset): a shootdown interrupts only the CPUs that ran its threads"));
+    f.references = vec![
+        "https://github.com/jemalloc/jemalloc/issues/1422",
+        "https://github.com/jemalloc/jemalloc/blob/dev/TUNING.md",
+        "https://docs.kernel.org/arch/x86/tlb.html",
+    ];
+    vec![f]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jemalloc_version_strings() {
+        let s = b"\0junk5.2.1-0-gea6b3e973b477b8061e0076bb257dbd7f3faa756\0more";
+        assert_eq!(version_in(s).as_deref(), Some("5.2.1"));
+        let s = b"x4.5.0-0-g04380e79f1e2428bd0ad000bbc6e3d2dfc6b66a5";
+        assert_eq!(version_in(s).as_deref(), Some("4.5.0"));
+        assert_eq!(version_in(b"no-gversion here"), None);
+        assert_eq!(
+            version_in(b"1.2-0-gea6b3e973b477b8061e0076bb257dbd7f3faa756"),
+            None
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn version_scan_never_panics(b in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
+            let _ = version_in(&b);
+        }
+    }
+}

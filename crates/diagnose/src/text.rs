@@ -1,0 +1,96 @@
+//! The readable form of a [`Report`].
+
+use std::fmt::Write;
+
+use crate::Report;
+
+fn num(v: f64) -> String {
+    if v.abs() >= 100.0 || v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// Renders a report as text: one block per finding, evidence and remediation as lists.
+pub fn render(r: &Report) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "window {} .. {} ({} samples, baseline {} samples)",
+        r.window.from, r.window.to, r.samples, r.baseline_samples
+    );
+    if r.samples == 0 {
+        let _ = writeln!(o, "no samples in this window: nothing to diagnose");
+        return o;
+    }
+    if r.findings.is_empty() {
+        let _ = writeln!(o, "nothing wrong found: no rule fired on this window");
+        return o;
+    }
+    for (i, f) in r.findings.iter().enumerate() {
+        let _ = writeln!(
+            o,
+            "\n{}. [{}] {} (confidence {:.2})",
+            i + 1,
+            f.rule_id,
+            f.title,
+            f.confidence
+        );
+        let c = &f.culprit;
+        let mut who = Vec::new();
+        if let (Some(p), Some(n)) = (c.pid, &c.comm) {
+            who.push(format!("{n} ({p})"));
+        }
+        if let Some(g) = &c.cgroup {
+            who.push(format!("cgroup {g}"));
+        }
+        if let Some(k) = &c.container {
+            who.push(k.clone());
+        }
+        if let Some(l) = &c.library {
+            who.push(format!(
+                "library {l}{}",
+                c.library_version
+                    .as_deref()
+                    .map(|v| format!(" {v}"))
+                    .unwrap_or_default()
+            ));
+        }
+        if !who.is_empty() {
+            let _ = writeln!(o, "   culprit: {}", who.join(", "));
+        }
+        let _ = writeln!(o, "   evidence:");
+        for e in &f.evidence {
+            let base = e
+                .baseline
+                .map(|b| format!(" (baseline {})", num(b)))
+                .unwrap_or_default();
+            let _ = writeln!(
+                o,
+                "     - {}: {} {}{base} — {} [{}]",
+                e.note,
+                num(e.value),
+                e.unit,
+                e.stat,
+                e.signal
+            );
+        }
+        if !f.moved_first.is_empty() {
+            let order: Vec<String> = f
+                .moved_first
+                .iter()
+                .map(|m| format!("{} (+{:.0}s)", m.signal, m.lag_s))
+                .collect();
+            let _ = writeln!(o, "   moved first: {}", order.join(" → "));
+        }
+        for n in &f.notes {
+            let _ = writeln!(o, "   note: {n}");
+        }
+        let _ = writeln!(o, "   what to change:");
+        for r in &f.remediation {
+            let _ = writeln!(o, "     - {r}");
+        }
+    }
+    o
+}
