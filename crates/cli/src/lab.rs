@@ -404,7 +404,18 @@ fn check(c: CheckArgs) -> Result<()> {
         active: (outcome.active_from_ns, tail),
     };
     let results = evaluate(&store.path, &outcome.checks, windows)?;
-    let pass = results.iter().all(|r| r.pass);
+    let signature_pass = results.iter().all(|r| r.pass);
+    // Diagnose the workload's window against the baseline recorded before it.
+    let report = jitterscope_diagnose::diagnose(
+        &store.path,
+        windows.active.0,
+        windows.active.1,
+        jitterscope_diagnose::Options {
+            lookback_ns: windows.active.0 - baseline_from + 1_000_000_000,
+        },
+    )?;
+    let verdict = Verdict::of(s, &report);
+    let pass = signature_pass && verdict.pass;
     let trouble: Vec<&str> = rec_err
         .lines()
         .filter(|l| l.starts_with("jitterscope: error") || l.contains("panicked"))
@@ -418,10 +429,13 @@ fn check(c: CheckArgs) -> Result<()> {
             "windows": windows,
             "checks": results,
             "pass": pass,
+            "signature_pass": signature_pass,
             "diagnosis": {
-                "checked": false,
-                "reason": "this build has no `jitterscope diagnose`; only the recorded signature is checked",
                 "expected_rule": s.expected_rule,
+                "first_rule": verdict.first,
+                "mechanism_rules": verdict.mechanisms,
+                "pass": verdict.pass,
+                "report": report,
             },
             "notes": outcome.notes,
             "workers": outcome.workers,
@@ -431,8 +445,10 @@ fn check(c: CheckArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         print_check(s, &outcome, &results, windows, &store, &trouble);
+        print!("{}", jitterscope_diagnose::text::render(&report));
+        println!("{}", verdict.line(s));
     }
-    if !pass {
+    if !signature_pass {
         let failed = results.iter().filter(|r| !r.pass).count();
         bail!(
             "{}: signature not found in the recording ({failed} of {} checks failed)",
@@ -440,7 +456,54 @@ fn check(c: CheckArgs) -> Result<()> {
             results.len()
         );
     }
+    if !verdict.pass {
+        bail!("{}: {}", s.name, verdict.line(s));
+    }
     Ok(())
+}
+
+/// Whether the diagnosis named what the scenario reproduces: its rule ranked first, or for a
+/// control, no mechanism rule at all.
+struct Verdict {
+    first: Option<&'static str>,
+    mechanisms: Vec<&'static str>,
+    pass: bool,
+}
+
+impl Verdict {
+    fn of(s: &Scenario, r: &jitterscope_diagnose::Report) -> Self {
+        let first = r.findings.first().map(|f| f.rule_id);
+        let mechanisms: Vec<&'static str> = r
+            .findings
+            .iter()
+            .filter(|f| f.mechanism)
+            .map(|f| f.rule_id)
+            .collect();
+        let pass = match s.expected_rule {
+            Some(rule) => first == Some(rule),
+            None => mechanisms.is_empty(),
+        };
+        Verdict {
+            first,
+            mechanisms,
+            pass,
+        }
+    }
+
+    fn line(&self, s: &Scenario) -> String {
+        match (s.expected_rule, self.pass) {
+            (Some(rule), true) => format!("diagnosis: PASS — {rule} ranked first"),
+            (Some(rule), false) => format!(
+                "diagnosis: FAIL — expected {rule} first, got {}",
+                self.first.unwrap_or("no finding")
+            ),
+            (None, true) => "diagnosis: PASS — no mechanism rule fired on the control".into(),
+            (None, false) => format!(
+                "diagnosis: FAIL — mechanism rules fired on the control: {}",
+                self.mechanisms.join(", ")
+            ),
+        }
+    }
 }
 
 fn print_check(
@@ -467,12 +530,6 @@ fn print_check(
     for wr in &o.workers {
         println!("  {} (pid {}): {}", wr.role, wr.pid, wr.report);
     }
-    match s.expected_rule {
-        Some(rule) => println!(
-            "diagnosis: not checked (this build has no `jitterscope diagnose`; expected first: {rule})"
-        ),
-        None => println!("diagnosis: not checked (this build has no `jitterscope diagnose`; a control)"),
-    }
     for t in trouble {
         println!("recorder: {t}");
     }
@@ -482,7 +539,7 @@ fn print_check(
     println!("cleaned up: {}", o.cleaned);
     let passed = results.iter().filter(|r| r.pass).count();
     println!(
-        "{}: {passed}/{} checks passed",
+        "signature {}: {passed}/{} checks passed",
         if passed == results.len() {
             "PASS"
         } else {

@@ -1,5 +1,6 @@
 //! `jitterscope`: the command-line front end. A thin layer over the model and the store.
 
+mod diagnose;
 mod dump;
 mod flame;
 mod lab;
@@ -40,6 +41,8 @@ enum Cmd {
     Flame(flame::FlameArgs),
     /// The hottest kernel and user functions of a past window.
     TopFunctions(flame::TopArgs),
+    /// Name the kernel mechanism, culprit and fix behind a recorded window, with the evidence.
+    Diagnose(diagnose::DiagnoseArgs),
     /// Self-cleaning reproducers of the seed mechanisms: list, run, check (record + verify), cleanup.
     Lab(lab::LabArgs),
 }
@@ -63,6 +66,7 @@ fn main() -> ExitCode {
         Cmd::Tracers(a) => tracers::run(a),
         Cmd::Flame(a) => flame::run_flame(a),
         Cmd::TopFunctions(a) => flame::run_top(a),
+        Cmd::Diagnose(a) => diagnose::run(a),
         Cmd::Lab(a) => lab::run(a),
     };
     match r {

@@ -151,6 +151,18 @@ fn check(name: &str, secs: u64) -> Option<Value> {
         o.status.success() && v["pass"] == true,
         "{name}: signature not found: {out}\n{err}"
     );
+    // The diagnosis of the workload's window: the scenario's rule first, or for a control no
+    // mechanism rule at all.
+    let dg = &v["diagnosis"];
+    match dg["expected_rule"].as_str() {
+        Some(rule) => assert_eq!(dg["first_rule"], rule, "{name}: {}", dg["report"]),
+        None => assert_eq!(
+            dg["mechanism_rules"],
+            serde_json::json!([]),
+            "{name}: {}",
+            dg["report"]
+        ),
+    }
     assert!(
         v["recorder_errors"]
             .as_array()

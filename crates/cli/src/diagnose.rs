@@ -1,0 +1,98 @@
+//! `jitterscope diagnose`: the findings of a recorded window, ranked by confidence.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
+use clap::Args;
+use jitterscope_diagnose::{diagnose, rules::RULES, text, Options};
+
+use crate::timearg::{fmt_ns, parse_duration, parse_time};
+
+/// Arguments of `diagnose`.
+#[derive(Args, Debug)]
+pub struct DiagnoseArgs {
+    /// Diagnose the minute around this time (30 s either side).
+    #[arg(long, conflicts_with_all = ["from", "to", "since"])]
+    at: Option<String>,
+    /// Start of the window (RFC 3339, HH:MM:SS, '10m ago', epoch seconds).
+    #[arg(long, requires = "to", conflicts_with = "since")]
+    from: Option<String>,
+    /// End of the window.
+    #[arg(long, requires = "from", conflicts_with = "since")]
+    to: Option<String>,
+    /// The window ending now.
+    #[arg(long, value_parser = parse_duration)]
+    since: Option<std::time::Duration>,
+    /// How far before the window the baseline reaches.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    baseline: std::time::Duration,
+    /// Print the report as JSON (schema in docs/DIAGNOSIS.md).
+    #[arg(long)]
+    json: bool,
+    /// List the rules instead.
+    #[arg(long)]
+    list_rules: bool,
+    /// Store directory [default: $JITTERSCOPE_DIR or /var/lib/jitterscope].
+    #[arg(long)]
+    dir: Option<PathBuf>,
+}
+
+/// Runs `diagnose`.
+pub fn run(a: DiagnoseArgs) -> Result<()> {
+    if a.list_rules {
+        for r in RULES {
+            println!(
+                "{:<26} {}{}",
+                r.id,
+                r.summary,
+                if r.mechanism { "" } else { " (resource)" }
+            );
+        }
+        return Ok(());
+    }
+    let now = chrono::Utc::now();
+    let (from, to) = match (&a.at, &a.from, &a.to, a.since) {
+        (Some(t), ..) => {
+            let t = parse_time(t, now).map_err(anyhow::Error::msg)?;
+            (t - 30_000_000_000, t + 30_000_000_000)
+        }
+        (None, Some(f), Some(t), _) => (
+            parse_time(f, now).map_err(anyhow::Error::msg)?,
+            parse_time(t, now).map_err(anyhow::Error::msg)?,
+        ),
+        (None, _, _, since) => {
+            let to = parse_time("now", now).map_err(anyhow::Error::msg)?;
+            let d = since.unwrap_or(std::time::Duration::from_secs(300));
+            (to - d.as_nanos() as i64, to)
+        }
+    };
+    if from >= to {
+        bail!(
+            "the window is empty: {} is not before {}",
+            fmt_ns(from),
+            fmt_ns(to)
+        );
+    }
+    let dir = crate::store_dir(a.dir);
+    if !dir.is_dir() {
+        bail!(
+            "no store at {} (record with `jitterscope record --dir {}`)",
+            dir.display(),
+            dir.display()
+        );
+    }
+    let report = diagnose(
+        &dir,
+        from,
+        to,
+        Options {
+            lookback_ns: a.baseline.as_nanos() as i64,
+        },
+    )?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", text::render(&report));
+    }
+    Ok(())
+}
