@@ -388,7 +388,15 @@ $(cat "$TMP/tracers-always-targets.md")"
 JITTERSCOPE=$JITTERSCOPE PROFILE_OUT=$TMP/profile.md PROFILE_TARGETS=$TMP/profile-targets.md \
     bash "$HERE/profile.sh"
 PROFILE_SECTION=$(cat "$TMP/profile.md")
+
+# ---------------------------------------------------------------------------------------------
+# Diagnosis read-back: diagnose over 1 h with 500 processes, events over 24 h (bench/diagnose.sh).
+say "diagnosis read-back (bench/diagnose.sh)"
+JITTERSCOPE=$JITTERSCOPE SYNTH_STORE=$SYNTH DIAGNOSE_OUT="$TMP/diagnose.md" \
+    DIAGNOSE_TARGETS="$TMP/diagnose-targets.md" bash "$HERE/diagnose.sh"
+DIAGNOSE_SECTION=$(cat "$TMP/diagnose.md")
 PROFILE_TARGET_ROWS=$(cat "$TMP/profile-targets.md")
+DIAGNOSE_TARGET_ROWS=$(cat "$TMP/diagnose-targets.md" 2>/dev/null || true)
 
 # ---------------------------------------------------------------------------------------------
 # 7. Report
@@ -525,6 +533,8 @@ $TRACER_SECTION
 
 $PROFILE_SECTION
 
+$DIAGNOSE_SECTION
+
 ## Targets
 
 | target | measured | |
@@ -537,6 +547,7 @@ $PROFILE_SECTION
 | \`flame\` over a 10-minute window < 1 s (${SYNTH_HOURS} h store) | $FLAME10 | $OK_FLAME |
 $TRACER_TARGET_ROWS
 $PROFILE_TARGET_ROWS
+$DIAGNOSE_TARGET_ROWS
 
 CPU against the target: $CPU_SHORT.
 EOF

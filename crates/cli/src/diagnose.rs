@@ -12,8 +12,11 @@ use crate::timearg::{fmt_ns, parse_duration, parse_time};
 #[derive(Args, Debug)]
 pub struct DiagnoseArgs {
     /// Diagnose the minute around this time (30 s either side).
-    #[arg(long, conflicts_with_all = ["from", "to", "since"])]
+    #[arg(long, conflicts_with_all = ["from", "to", "since", "event"])]
     at: Option<String>,
+    /// Diagnose an episode listed by `jitterscope events` (its id), with 10 s either side.
+    #[arg(long, conflicts_with_all = ["from", "to", "since"])]
+    event: Option<String>,
     /// Start of the window (RFC 3339, HH:MM:SS, '10m ago', epoch seconds).
     #[arg(long, requires = "to", conflicts_with = "since")]
     from: Option<String>,
@@ -52,6 +55,13 @@ pub fn run(a: DiagnoseArgs) -> Result<()> {
     }
     let now = chrono::Utc::now();
     let (from, to) = match (&a.at, &a.from, &a.to, a.since) {
+        _ if a.event.is_some() => {
+            let id = a.event.as_deref().unwrap_or_default();
+            let Some((f, t)) = jitterscope_diagnose::events::parse_id(id) else {
+                bail!("--event {id:?} is not an event id (`<kind>@<start epoch s>+<seconds>`, as `jitterscope events` prints)");
+            };
+            (f - 10_000_000_000, t + 10_000_000_000)
+        }
         (Some(t), ..) => {
             let t = parse_time(t, now).map_err(anyhow::Error::msg)?;
             (t - 30_000_000_000, t + 30_000_000_000)

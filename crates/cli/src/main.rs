@@ -2,6 +2,7 @@
 
 mod diagnose;
 mod dump;
+mod events;
 mod flame;
 mod lab;
 mod prio;
@@ -41,6 +42,8 @@ enum Cmd {
     Flame(flame::FlameArgs),
     /// The hottest kernel and user functions of a past window.
     TopFunctions(flame::TopArgs),
+    /// List the jitter episodes of a recorded range (spikes over each signal's own baseline).
+    Events(events::EventsArgs),
     /// Name the kernel mechanism, culprit and fix behind a recorded window, with the evidence.
     Diagnose(diagnose::DiagnoseArgs),
     /// Self-cleaning reproducers of the seed mechanisms: list, run, check (record + verify), cleanup.
@@ -66,6 +69,7 @@ fn main() -> ExitCode {
         Cmd::Tracers(a) => tracers::run(a),
         Cmd::Flame(a) => flame::run_flame(a),
         Cmd::TopFunctions(a) => flame::run_top(a),
+        Cmd::Events(a) => events::run(a),
         Cmd::Diagnose(a) => diagnose::run(a),
         Cmd::Lab(a) => lab::run(a),
     };

@@ -160,3 +160,64 @@ fn list_rules_and_errors() {
         assert!(err.contains(want), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn events_list_episodes_that_diagnose_takes_by_id() {
+    let (dir, from, to) = fixture("tlb-shootdown");
+    let (f, t) = ((from - 60).to_string(), (to + 60).to_string());
+    let o = run(
+        &["events", "--dir", &dir, "--from", &f, "--to", &t, "--json"],
+        Duration::from_secs(30),
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let storm = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "tlb-storm")
+        .unwrap_or_else(|| panic!("no tlb-storm episode: {v}"));
+    assert_eq!(storm["series"], "irq.tlb_per_s");
+    assert!(storm["peak"].as_f64().unwrap() >= 1000.0);
+    let id = storm["id"].as_str().unwrap();
+    let o = run(
+        &["diagnose", "--dir", &dir, "--event", id, "--json"],
+        Duration::from_secs(30),
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let d: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(d["findings"][0]["rule_id"], "cpu.tlb-shootdown", "{d}");
+    // Text form, and a quiet store has no episodes.
+    let o = run(
+        &["events", "--dir", &dir, "--from", &f, "--to", &t],
+        Duration::from_secs(30),
+    );
+    assert!(
+        text(&o.stdout).contains("TLB-shootdown IPI storm"),
+        "{}",
+        text(&o.stdout)
+    );
+    let (idle, from, to) = fixture("idle");
+    let o = run(
+        &[
+            "events",
+            "--dir",
+            &idle,
+            "--from",
+            &(from - 60).to_string(),
+            "--to",
+            &(to + 60).to_string(),
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(
+        text(&o.stdout).starts_with("no episodes"),
+        "{}",
+        text(&o.stdout)
+    );
+    let o = run(
+        &["diagnose", "--dir", &idle, "--event", "tlb-storm@x+1"],
+        Duration::from_secs(10),
+    );
+    assert!(!o.status.success() && text(&o.stderr).contains("is not an event id"));
+}

@@ -125,8 +125,16 @@ pub fn pid_comm<'a>(name: &'a str, prefix: &str, suffix: &str) -> Option<(u32, &
 
 impl Data {
     /// Loads the samples in `(from - lookback, to]`: the series matching `select` (all of
-    /// them when empty), and for the window `(from, to]` the processes and stack samples.
-    pub fn load(dir: &Path, from: i64, to: i64, lookback_ns: i64, select: &[&str]) -> Result<Data> {
+    /// them when empty), and with `detail`, for the window `(from, to]`, the processes and
+    /// stack samples (episode detection over a day needs neither, and skips decoding them).
+    pub fn load(
+        dir: &Path,
+        from: i64,
+        to: i64,
+        lookback_ns: i64,
+        select: &[&str],
+        detail: bool,
+    ) -> Result<Data> {
         let reader =
             Reader::open(dir).with_context(|| format!("cannot open store {}", dir.display()))?;
         let pats: Vec<Pattern> = select.iter().map(|s| Pattern::new(s)).collect();
@@ -140,7 +148,7 @@ impl Data {
         for rec in reader.range(lo.saturating_sub(5_000_000_000), to)? {
             let rec = rec?;
             let in_window = rec.ts_ns > from;
-            let parts = if in_window {
+            let parts = if in_window && detail {
                 base_parts.union(Parts::PROCESSES).union(Parts::PROFILE)
             } else {
                 base_parts
@@ -175,7 +183,7 @@ impl Data {
                             }
                         }
                     });
-                    if in_window {
+                    if in_window && detail {
                         d.absorb(&sample, &mut win);
                     }
                 }

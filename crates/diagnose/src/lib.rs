@@ -8,6 +8,7 @@
 #![deny(missing_docs)]
 
 pub mod data;
+pub mod events;
 pub mod rules;
 pub mod text;
 
@@ -143,8 +144,15 @@ pub fn diagnose(dir: &Path, from: i64, to: i64, opts: Options) -> Result<Report>
         .iter()
         .flat_map(|r| r.select.iter().copied())
         .collect();
-    let d = Data::load(dir, from, to, opts.lookback_ns, &select)?;
+    let d = Data::load(dir, from, to, opts.lookback_ns, &select, true)?;
     Ok(evaluate(&d))
+}
+
+/// The episodes in `(from, to]` of the store at `dir` (the 5 minutes before feed the first
+/// baselines).
+pub fn events(dir: &Path, from: i64, to: i64) -> Result<Vec<events::Event>> {
+    let d = Data::load(dir, from, to, 300 * 1_000_000_000, &events::select(), false)?;
+    Ok(events::detect(&d))
 }
 
 /// Runs every rule on loaded data.
