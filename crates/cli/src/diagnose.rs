@@ -1,4 +1,4 @@
-//! `jitterscope diagnose`: the findings of a recorded window, ranked by confidence.
+//! `jitterscope diagnose`: the findings of a recorded window, mechanisms first, by confidence.
 
 use std::path::PathBuf;
 

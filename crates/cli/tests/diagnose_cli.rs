@@ -65,13 +65,23 @@ fn json_is_ranked_and_complete() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["findings"][0]["rule_id"], "memory.pagecache-thrash");
     assert!(v["window"]["from"].is_string() && v["window"]["to"].is_string());
-    let c: Vec<f64> = v["findings"]
+    let c: Vec<(bool, f64)> = v["findings"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|f| f["confidence"].as_f64().unwrap())
+        .map(|f| {
+            (
+                f["mechanism"].as_bool().unwrap(),
+                f["confidence"].as_f64().unwrap(),
+            )
+        })
         .collect();
-    assert!(c.windows(2).all(|w| w[0] >= w[1]), "{c:?}");
+    // Mechanism findings first, each tier by confidence.
+    assert!(
+        c.windows(2)
+            .all(|w| w[0].0 > w[1].0 || (w[0].0 == w[1].0 && w[0].1 >= w[1].1)),
+        "ranked: {c:?}"
+    );
 }
 
 #[test]

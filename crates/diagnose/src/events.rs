@@ -79,8 +79,8 @@ pub static SIGNALS: &[Signal] = &[
     },
     Signal {
         kind: "d-state",
-        what: "surge of tasks in D state",
-        series: "procs.d_state",
+        what: "surge of tasks blocked on I/O (D state)",
+        series: "sched.procs_blocked",
         floor: 4.0,
     },
     Signal {

@@ -109,7 +109,7 @@ pub struct Report {
     pub samples: usize,
     /// Samples in the baseline before it.
     pub baseline_samples: usize,
-    /// Findings, highest confidence first.
+    /// Findings: mechanism findings by confidence, then resource findings by confidence.
     pub findings: Vec<Finding>,
 }
 
@@ -158,11 +158,13 @@ pub fn events(dir: &Path, from: i64, to: i64) -> Result<Vec<events::Event>> {
 /// Runs every rule on loaded data.
 pub fn evaluate(d: &Data) -> Report {
     let mut findings: Vec<Finding> = rules::RULES.iter().flat_map(|r| (r.run)(d)).collect();
-    // Equal confidence: a named mechanism before plain resource saturation.
+    // Mechanism findings first, each tier by confidence: a saturated resource is context (and
+    // often a consequence); the mechanism is the cause an operator acts on. A busy CPU on a
+    // host with a steady leak must not hide the leak.
     findings.sort_by(|a, b| {
-        b.confidence
-            .total_cmp(&a.confidence)
-            .then(b.mechanism.cmp(&a.mechanism))
+        b.mechanism
+            .cmp(&a.mechanism)
+            .then(b.confidence.total_cmp(&a.confidence))
     });
     let (from, to) = d.span();
     Report {

@@ -238,15 +238,22 @@ fn json_schema_fields() {
     ] {
         assert!(f["culprit"].get(k).is_some(), "culprit.{k}");
     }
-    let c: Vec<f64> = v["findings"]
+    let c: Vec<(bool, f64)> = v["findings"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|f| f["confidence"].as_f64().unwrap())
+        .map(|f| {
+            (
+                f["mechanism"].as_bool().unwrap(),
+                f["confidence"].as_f64().unwrap(),
+            )
+        })
         .collect();
+    // Mechanism findings first, each tier by confidence.
     assert!(
-        c.windows(2).all(|w| w[0] >= w[1]),
-        "sorted by confidence: {c:?}"
+        c.windows(2)
+            .all(|w| w[0].0 > w[1].0 || (w[0].0 == w[1].0 && w[0].1 >= w[1].1)),
+        "ranked: {c:?}"
     );
 }
 

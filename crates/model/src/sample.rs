@@ -171,10 +171,16 @@ pub struct Sample {
     /// /proc/net/dev.
     pub netdev: Option<NetDevs>,
     /// Every cgroup of every v1 (cpu, cpuacct, memory) and v2 hierarchy, merged by path.
-    #[serde(deserialize_with = "crate::codec::de_cgroups")]
+    #[serde(
+        serialize_with = "crate::codec::ser_blob",
+        deserialize_with = "crate::codec::de_cgroups"
+    )]
     pub cgroups: Option<Vec<Cgroup>>,
     /// Every process.
-    #[serde(deserialize_with = "crate::codec::de_processes")]
+    #[serde(
+        serialize_with = "crate::codec::ser_blob",
+        deserialize_with = "crate::codec::de_processes"
+    )]
     pub processes: Option<Vec<Process>>,
     /// What the process scan skipped (vanished processes, parse errors, descriptor use).
     pub process_scan: Option<ProcessScanStats>,

@@ -66,7 +66,7 @@ pub const IO: Rule = Rule {
         "disk.*.util_pct",
         "disk.*.await_ms",
         "disk.*.queue_depth",
-        "procs.d_state",
+        "sched.procs_blocked",
         "proc.*.read_bytes_per_s",
         "proc.*.write_bytes_per_s",
     ],
@@ -226,7 +226,7 @@ fn io(d: &Data) -> Vec<Finding> {
     let Some((disk, util)) = disks.first().cloned() else {
         return Vec::new();
     };
-    let dstate = d.stats("procs.d_state");
+    let dstate = d.stats("sched.procs_blocked");
     if util < 90.0 || dstate.mean < 0.5 {
         return Vec::new();
     }
@@ -262,7 +262,7 @@ fn io(d: &Data) -> Vec<Finding> {
     ));
     f.evidence.push(evidence(
         d,
-        "procs.d_state",
+        "sched.procs_blocked",
         Take::Max,
         "count",
         "tasks in uninterruptible sleep",

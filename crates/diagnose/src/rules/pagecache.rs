@@ -13,8 +13,9 @@
 //!
 //! **Thresholds.** A finding when file refaults sum to >= 10,000 pages in the window at >= 10x
 //! the baseline, or major faults to >= 1,000 at >= 10x: a few refaults are normal LRU aging.
-//! Confidence by the refault ratio, 0.5 at 10x, 0.95 at 1000x; at most 0.6 when no process
-//! took >= 1,000 major faults (files re-read by their own reader, nobody else harmed).
+//! Confidence by the refault ratio, 0.5 at 10x, 0.95 at 1000x; at least 0.85 when a process
+//! took >= 1,000 major faults (the harm itself), at most 0.6 when none did (files re-read by
+//! their own reader, nobody else harmed).
 //!
 //! **Remediation.** Confine the streaming reader (its own memory cgroup with a limit, so it
 //! recycles its own cache; `POSIX_FADV_DONTNEED`/`O_DIRECT` in the reader); protect the
@@ -100,7 +101,9 @@ fn run(d: &Data) -> Vec<Finding> {
                 .unwrap_or_default()
         ),
         if harmed {
-            confidence(rr.max(mr), 10.0, 1000.0)
+            // A process faulting thousands of pages back is the harm itself, whatever the
+            // baseline's refault rate was.
+            confidence(rr.max(mr), 10.0, 1000.0).max(0.85)
         } else {
             confidence(rr.max(mr), 10.0, 1000.0).min(0.6)
         },
