@@ -79,7 +79,7 @@ fn json_is_ranked_and_complete() {
     // Mechanism findings first, each tier by confidence.
     assert!(
         c.windows(2)
-            .all(|w| w[0].0 > w[1].0 || (w[0].0 == w[1].0 && w[0].1 >= w[1].1)),
+            .all(|w| (w[0].0 && !w[1].0) || (w[0].0 == w[1].0 && w[0].1 >= w[1].1)),
         "ranked: {c:?}"
     );
 }

@@ -252,7 +252,7 @@ fn json_schema_fields() {
     // Mechanism findings first, each tier by confidence.
     assert!(
         c.windows(2)
-            .all(|w| w[0].0 > w[1].0 || (w[0].0 == w[1].0 && w[0].1 >= w[1].1)),
+            .all(|w| (w[0].0 && !w[1].0) || (w[0].0 == w[1].0 && w[0].1 >= w[1].1)),
         "ranked: {c:?}"
     );
 }
