@@ -12,13 +12,16 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use jitterscope_model::codec::{self, Parts};
-use jitterscope_model::derive::for_each_series;
+use jitterscope_model::derive::Selection;
 use jitterscope_model::glob::Pattern;
 use jitterscope_model::profile::FrameKind;
 use jitterscope_model::registry::{all, parts_for};
 use jitterscope_model::Sample;
 use jitterscope_profile::window::{Filter, NoFiles, Space, Window};
 use jitterscope_store::Reader;
+
+/// Points of the process-table series over the window (at the same spacing in the baseline).
+const PROCESS_POINTS: i64 = 240;
 
 /// One series: (sample index, value) for the samples where it had a value.
 #[derive(Debug, Clone, Default)]
@@ -88,7 +91,8 @@ pub struct Stats {
     pub max: f64,
     /// Window: mean.
     pub mean: f64,
-    /// Window: sum (per-second rates over 1 s samples: a count).
+    /// Window: each value times the seconds since the series' previous point (a per-second
+    /// rate integrated: a count).
     pub sum: f64,
     /// Window: first and last values.
     pub first: f64,
@@ -138,21 +142,38 @@ impl Data {
         let reader =
             Reader::open(dir).with_context(|| format!("cannot open store {}", dir.display()))?;
         let pats: Vec<Pattern> = select.iter().map(|s| Pattern::new(s)).collect();
-        let base_parts = parts_for(&pats);
+        // Series computed from the process table are evaluated on a subsample: decoding 500
+        // processes per sample was nearly all the time of diagnosing an hour. Rates then span
+        // the subsample's interval (derive uses the two samples' monotonic times), and
+        // `Stats::sum` integrates over each point's interval, so totals stay totals.
+        let (proc_pats, host_pats): (Vec<Pattern>, Vec<Pattern>) = pats
+            .into_iter()
+            .partition(|p| parts_for(std::slice::from_ref(p)).contains(Parts::PROCESSES));
+        let host_parts =
+            parts_for(&host_pats).union(parts_for(&proc_pats).without(Parts::PROCESSES));
+        let host_sel = Selection::new(all(), &host_pats);
+        let proc_sel = Selection::new(all(), &proc_pats);
+        let lo = from.saturating_sub(lookback_ns);
+        let stride = (to.saturating_sub(from) / PROCESS_POINTS).max(1_000_000_000);
         let mut d = Data::default();
         let mut win = Window::new();
         let mut prev: Option<Sample> = None;
+        let mut prev_procs: Option<Sample> = None;
+        let mut next_procs = i64::MIN;
         let mut started = false;
-        let lo = from.saturating_sub(lookback_ns);
         // One sample before the range so its first sample has rates.
         for rec in reader.range(lo.saturating_sub(5_000_000_000), to)? {
             let rec = rec?;
             let in_window = rec.ts_ns > from;
-            let parts = if in_window && detail {
-                base_parts.union(Parts::PROCESSES).union(Parts::PROFILE)
-            } else {
-                base_parts
-            };
+            let with_procs =
+                (!proc_pats.is_empty() || (detail && in_window)) && rec.ts_ns >= next_procs;
+            let mut parts = host_parts;
+            if with_procs {
+                parts = parts.union(Parts::PROCESSES);
+                if detail && in_window {
+                    parts = parts.union(Parts::PROFILE);
+                }
+            }
             let sample = match codec::decode_parts(&rec.payload, parts) {
                 Ok(s) => s,
                 Err(_) => {
@@ -168,23 +189,17 @@ impl Data {
                         started = true;
                     }
                     d.ts.push(sample.ts_ns);
-                    for_each_series(all(), &sample, Some(p), &pats, |_, _, name, v| {
-                        if let Some(v) = v.filter(|v| v.is_finite()) {
-                            match d.series.get_mut(name) {
-                                Some(s) => s.points.push((idx, v)),
-                                None => {
-                                    d.series.insert(
-                                        name.to_string(),
-                                        Series {
-                                            points: vec![(idx, v)],
-                                        },
-                                    );
-                                }
-                            }
+                    if !host_pats.is_empty() {
+                        d.add_series(&sample, p, &host_sel, idx);
+                    }
+                    if with_procs {
+                        // (An empty selection would mean every series.)
+                        if let (Some(pp), false) = (prev_procs.as_ref(), proc_pats.is_empty()) {
+                            d.add_series(&sample, pp, &proc_sel, idx);
                         }
-                    });
-                    if in_window && detail {
-                        d.absorb(&sample, &mut win);
+                        if in_window && detail {
+                            d.absorb(&sample, &mut win);
+                        }
                     }
                 }
             }
@@ -192,6 +207,10 @@ impl Data {
                 d.kernel = sample.host.kernel.clone();
                 d.boot_id = sample.host.boot_id.clone();
                 d.ncpu = sample.host.ncpu;
+            }
+            if with_procs {
+                next_procs = sample.ts_ns.saturating_add(stride - stride / 10);
+                prev_procs = Some(sample.clone());
             }
             prev = Some(sample);
         }
@@ -210,6 +229,26 @@ impl Data {
             })
             .collect();
         Ok(d)
+    }
+
+    /// Evaluates `sel` on `cur` against `prev` and appends the values at index `idx`.
+    fn add_series(&mut self, cur: &Sample, prev: &Sample, sel: &Selection, idx: u32) {
+        let series = &mut self.series;
+        sel.for_each(cur, Some(prev), |_, _, name, v| {
+            if let Some(v) = v.filter(|v| v.is_finite()) {
+                match series.get_mut(name) {
+                    Some(s) => s.points.push((idx, v)),
+                    None => {
+                        series.insert(
+                            name.to_string(),
+                            Series {
+                                points: vec![(idx, v)],
+                            },
+                        );
+                    }
+                }
+            }
+        });
     }
 
     /// Processes, libraries and kernel stacks of one window sample.
@@ -317,7 +356,14 @@ impl Data {
         let mut base: Vec<f64> = Vec::new();
         let mut st = Stats::default();
         let mut first = true;
+        let mut last_t: Option<i64> = None;
         for &(i, v) in &s.points {
+            // Each point stands for the time since the series' previous point (1 s when it has
+            // none), so a rate sums to a count whether the series has a point every second or
+            // every minute (process series are subsampled over long windows).
+            let t = self.at(i);
+            let dt = last_t.map_or(1.0, |l| ((t - l) as f64 / 1e9).clamp(0.0, 300.0));
+            last_t = Some(t);
             if i < start {
                 base.push(v);
                 continue;
@@ -329,7 +375,7 @@ impl Data {
             }
             st.n += 1;
             st.max = st.max.max(v);
-            st.sum += v;
+            st.sum += v * dt;
             st.last = v;
         }
         if st.n > 0 {

@@ -36,6 +36,11 @@ impl Parts {
         Parts(self.0 | o.0)
     }
 
+    /// These parts without those of `o`.
+    pub fn without(self, o: Parts) -> Parts {
+        Parts(self.0 & !o.0)
+    }
+
     /// Whether every part of `o` is in `self`.
     pub fn contains(self, o: Parts) -> bool {
         self.0 & o.0 == o.0
