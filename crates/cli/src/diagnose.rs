@@ -6,7 +6,7 @@ use anyhow::{bail, Result};
 use clap::Args;
 use jitterscope_diagnose::{diagnose, rules::RULES, text, Options};
 
-use crate::timearg::{fmt_ns, parse_duration, parse_time};
+use crate::timearg::{parse_duration, parse_time};
 
 /// Arguments of `diagnose`.
 #[derive(Args, Debug)]
@@ -76,21 +76,7 @@ pub fn run(a: DiagnoseArgs) -> Result<()> {
             (to - d.as_nanos() as i64, to)
         }
     };
-    if from >= to {
-        bail!(
-            "the window is empty: {} is not before {}",
-            fmt_ns(from),
-            fmt_ns(to)
-        );
-    }
-    let dir = crate::store_dir(a.dir);
-    if !dir.is_dir() {
-        bail!(
-            "no store at {} (record with `jitterscope record --dir {}`)",
-            dir.display(),
-            dir.display()
-        );
-    }
+    let dir = crate::existing_store(a.dir, from, to)?;
     let report = diagnose(
         &dir,
         from,

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use clap::Args;
 
 use crate::timearg::{fmt_ns, parse_duration, parse_time};
@@ -40,21 +40,7 @@ pub fn run(a: EventsArgs) -> Result<()> {
             (to - a.since.as_nanos() as i64, to)
         }
     };
-    if from >= to {
-        bail!(
-            "the range is empty: {} is not before {}",
-            fmt_ns(from),
-            fmt_ns(to)
-        );
-    }
-    let dir = crate::store_dir(a.dir);
-    if !dir.is_dir() {
-        bail!(
-            "no store at {} (record with `jitterscope record --dir {}`)",
-            dir.display(),
-            dir.display()
-        );
-    }
+    let dir = crate::existing_store(a.dir, from, to)?;
     let ev = jitterscope_diagnose::events(&dir, from, to)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&ev)?);

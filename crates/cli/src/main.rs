@@ -56,6 +56,27 @@ pub fn store_dir(arg: Option<PathBuf>) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(DEFAULT_DIR))
 }
 
+/// The store directory (as [`store_dir`]) for a command that reads it, with the range it reads:
+/// fails in one line when the range is empty or there is no store.
+pub fn existing_store(arg: Option<PathBuf>, from: i64, to: i64) -> anyhow::Result<PathBuf> {
+    if from >= to {
+        anyhow::bail!(
+            "the range is empty: {} is not before {}",
+            timearg::fmt_ns(from),
+            timearg::fmt_ns(to)
+        );
+    }
+    let dir = store_dir(arg);
+    if !dir.is_dir() {
+        anyhow::bail!(
+            "no store at {} (record with `jitterscope record --dir {}`)",
+            dir.display(),
+            dir.display()
+        );
+    }
+    Ok(dir)
+}
+
 fn main() -> ExitCode {
     // The lab's workers are this binary too, started outside clap (see jitterscope_lab::worker).
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -20,21 +20,18 @@ fn fixture(s: &str) -> (String, i64, i64) {
     )
 }
 
+/// `jitterscope diagnose --dir D --from F --to T [extra]`.
+fn diagnose(dir: &str, from: i64, to: i64, extra: &[&str]) -> std::process::Output {
+    let (f, t) = (from.to_string(), to.to_string());
+    let mut args = vec!["diagnose", "--dir", dir, "--from", &f, "--to", &t];
+    args.extend_from_slice(extra);
+    run(&args, Duration::from_secs(30))
+}
+
 #[test]
 fn text_names_mechanism_culprit_and_fix() {
     let (dir, from, to) = fixture("tlb-shootdown");
-    let o = run(
-        &[
-            "diagnose",
-            "--dir",
-            &dir,
-            "--from",
-            &from.to_string(),
-            "--to",
-            &to.to_string(),
-        ],
-        Duration::from_secs(30),
-    );
+    let o = diagnose(&dir, from, to, &[]);
     let out = text(&o.stdout);
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert!(
@@ -48,19 +45,7 @@ fn text_names_mechanism_culprit_and_fix() {
 #[test]
 fn json_is_ranked_and_complete() {
     let (dir, from, to) = fixture("pagecache-thrash");
-    let o = run(
-        &[
-            "diagnose",
-            "--dir",
-            &dir,
-            "--from",
-            &from.to_string(),
-            "--to",
-            &to.to_string(),
-            "--json",
-        ],
-        Duration::from_secs(30),
-    );
+    let o = diagnose(&dir, from, to, &["--json"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["findings"][0]["rule_id"], "memory.pagecache-thrash");
@@ -87,18 +72,7 @@ fn json_is_ranked_and_complete() {
 #[test]
 fn a_quiet_window_says_nothing_is_wrong() {
     let (dir, from, to) = fixture("idle");
-    let o = run(
-        &[
-            "diagnose",
-            "--dir",
-            &dir,
-            "--from",
-            &from.to_string(),
-            "--to",
-            &to.to_string(),
-        ],
-        Duration::from_secs(30),
-    );
+    let o = diagnose(&dir, from, to, &[]);
     assert!(o.status.success());
     assert!(
         text(&o.stdout).contains("nothing wrong found"),
@@ -153,7 +127,7 @@ fn list_rules_and_errors() {
         ),
         (
             vec!["diagnose", "--dir", &dir, "--from", "10", "--to", "5"],
-            "the window is empty",
+            "the range is empty",
         ),
         (
             vec!["diagnose", "--dir", &dir, "--at", "yesterday-ish"],
