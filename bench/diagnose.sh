@@ -108,8 +108,8 @@ findings=$(python3 -c "import json;print(len(json.load(open('$TMP/diag.json'))['
 events=$(python3 -c "import json;print(len(json.load(open('$TMP/events.json'))))")
 verdict() { awk -v v="$1" -v t="$2" 'BEGIN { print (v < t) ? "met" : "missed" }'; }
 
-printf '| `diagnose` over 1 h, %s processes | < 2 s | %s s | %s |\n' "$procs" "$diag" "$(verdict "$diag" 2)" >>"$TARGETS"
-printf '| `events` over 24 h | < 5 s | %s s | %s |\n' "$ev" "$(verdict "$ev" 5)" >>"$TARGETS"
+printf '| `diagnose` over 1 h with %s processes < 2 s | %s s | **%s** |\n' "$procs" "$diag" "$(verdict "$diag" 2)" >>"$TARGETS"
+printf '| `events` over 24 h < 5 s | %s s | **%s** |\n' "$ev" "$(verdict "$ev" 5)" >>"$TARGETS"
 section <<EOF2
 ## Diagnosis read-back
 
