@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use jitterscope_sources::process::Process;
 
 use crate::glob::Pattern;
-use crate::registry::MetricDef;
+use crate::registry::{Fit, MetricDef};
 use crate::sample::{Cgroup, Sample};
 
 /// What a metric's `eval` sees: the current sample, the previous one (if any) and the interval.
@@ -209,7 +209,9 @@ pub fn for_each_series(
 /// every emitted series against every one of them was a quarter of its time.
 pub struct Selection {
     pats: Vec<Pattern>,
-    entries: Vec<(&'static MetricDef, Vec<&'static str>, Vec<usize>)>,
+    /// Metric, template pieces, and the patterns to check each series against (`None`: some
+    /// pattern matches every series of the metric, or the selection is empty).
+    entries: Vec<(&'static MetricDef, Vec<&'static str>, Option<Vec<usize>>)>,
 }
 
 impl Selection {
@@ -224,10 +226,15 @@ impl Selection {
         let entries = defs
             .iter()
             .filter_map(|&def| {
-                let cand: Vec<usize> = (0..pats.len())
-                    .filter(|&i| def.may_match(&pats[i]))
-                    .collect();
-                (pats.is_empty() || !cand.is_empty()).then(|| (def, def.literals(), cand))
+                if pats.is_empty() {
+                    return Some((def, def.literals(), None));
+                }
+                let fits: Vec<Fit> = pats.iter().map(|p| def.fit(p)).collect();
+                if fits.contains(&Fit::Always) {
+                    return Some((def, def.literals(), None));
+                }
+                let cand: Vec<usize> = (0..pats.len()).filter(|&i| fits[i] == Fit::Check).collect();
+                (!cand.is_empty()).then(|| (def, def.literals(), Some(cand)))
             })
             .collect();
         Selection { pats, entries }
@@ -247,7 +254,11 @@ impl Selection {
             let mut emit = |labels: &[&str], value: Option<f64>| {
                 name.clear();
                 crate::registry::write_series_name(literals, labels, &mut name);
-                if self.pats.is_empty() || cand.iter().any(|&i| self.pats[i].matches(&name)) {
+                let keep = match cand {
+                    None => true,
+                    Some(c) => c.iter().any(|&i| self.pats[i].matches(&name)),
+                };
+                if keep {
                     f(def, labels, &name, value);
                 }
             };

@@ -32,6 +32,20 @@ impl Pattern {
         &self.raw[..self.literal_prefix_len]
     }
 
+    /// The characters after the last wildcard (the whole pattern when it has none).
+    pub fn literal_suffix(&self) -> &str {
+        match self.raw.rfind(['*', '?']) {
+            Some(i) => &self.raw[i + 1..],
+            None => &self.raw,
+        }
+    }
+
+    /// For a pattern of the form `prefix*suffix` (one `*`, no `?`): its prefix and suffix.
+    pub fn star_split(&self) -> Option<(&str, &str)> {
+        let (a, b) = self.raw.split_once('*')?;
+        (!b.contains(['*', '?']) && !a.contains('?')).then_some((a, b))
+    }
+
     /// Whether `s` matches the whole pattern.
     pub fn matches(&self, s: &str) -> bool {
         wildmatch(self.raw.as_bytes(), s.as_bytes())
@@ -80,6 +94,11 @@ mod tests {
         assert!(Pattern::new("a*b*c").matches("aXXbYYc"));
         assert!(!Pattern::new("a*b*c").matches("aXXbYY"));
         assert_eq!(Pattern::new("proc.*.rss").literal_prefix(), "proc.");
+        assert_eq!(Pattern::new("proc.*.rss").literal_suffix(), ".rss");
+        assert_eq!(Pattern::new("cpu.sys").literal_suffix(), "cpu.sys");
+        assert_eq!(Pattern::new("a*b").star_split(), Some(("a", "b")));
+        assert_eq!(Pattern::new("a*b*").star_split(), None);
+        assert_eq!(Pattern::new("a?*b").star_split(), None);
     }
 
     proptest::proptest! {
