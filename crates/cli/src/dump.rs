@@ -10,7 +10,8 @@ use clap::{Args, ValueEnum};
 use jitterscope_model::derive::{evaluate, for_each_series, SeriesValue};
 use jitterscope_model::glob::Pattern;
 use jitterscope_model::registry::{all, Kind, MetricDef};
-use jitterscope_model::{codec, Sample};
+use jitterscope_model::codec::{self, Parts};
+use jitterscope_model::Sample;
 use jitterscope_store::Reader;
 
 use crate::timearg::{fmt_ns, parse_time};
@@ -100,10 +101,14 @@ fn dump(a: DumpArgs) -> Result<()> {
     }
     let reader =
         Reader::open(&dir).with_context(|| format!("cannot open store {}", dir.display()))?;
-    let range = reader.range(from.saturating_sub(LOOKBACK_NS), to)?;
-
     let defs = all();
     let parts = jitterscope_model::registry::parts_for(&select);
+    let lo = from.saturating_sub(LOOKBACK_NS);
+    let range = if parts.contains(Parts::PROCESSES) {
+        reader.range(lo, to)?
+    } else {
+        reader.range_main(lo, to)?
+    };
     let mut prev: Option<Sample> = None;
     let mut undecodable = 0u64;
     let mut om: BTreeMap<&'static str, Vec<(i64, SeriesValue)>> = BTreeMap::new();
@@ -112,7 +117,7 @@ fn dump(a: DumpArgs) -> Result<()> {
     }
     for rec in range {
         let rec = rec?;
-        let sample = match codec::decode_parts(&rec.payload, parts) {
+        let sample = match codec::decode_lanes(&rec.payload, rec.detail.as_deref(), parts) {
             Ok(s) => s,
             Err(e) => {
                 if undecodable == 0 {

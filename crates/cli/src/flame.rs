@@ -102,7 +102,7 @@ fn read(sel: &Selection, kernel_only: bool) -> Result<Read> {
     let mut undecodable = 0u64;
     // A slice belongs to the window when it ends inside it (its sample's time), so adjacent
     // windows split the slices between them without overlap.
-    for rec in reader.range(from, to)? {
+    for rec in reader.range_main(from, to)? {
         let rec = rec?;
         if rec.ts_ns <= from || rec.ts_ns > to {
             continue;

@@ -284,7 +284,7 @@ impl Recorder {
         let Ok(r) = Reader::open(dir) else {
             return Vec::new();
         };
-        let Ok(range) = r.range(i64::MIN, i64::MAX) else {
+        let Ok(range) = r.range_main(i64::MIN, i64::MAX) else {
             return Vec::new();
         };
         range.filter_map(|r| r.ok().map(|r| r.ts_ns)).collect()

@@ -349,21 +349,23 @@ fn write_loop(
     shared: Arc<Shared>,
     status: bool,
 ) -> Result<()> {
-    let mut buf = Vec::with_capacity(256 << 10);
+    let mut buf = Vec::with_capacity(64 << 10);
+    let mut detail = Vec::with_capacity(256 << 10);
     let mut prev: Option<Box<Sample>> = None;
     let mut last_error_log: Option<Instant> = None;
     let mut written_before = w.bytes_written();
     // One pause spans every sample that waits for space, so it is announced once.
     let mut paused_since: Option<Instant> = None;
-    while let Ok(sample) = rx.recv() {
+    while let Ok(mut sample) = rx.recv() {
         shared.queued.fetch_sub(1, Ordering::Relaxed);
-        if let Err(e) = codec::encode_into(&sample, &mut buf) {
+        if let Err(e) = codec::encode_lanes(&mut sample, &mut buf, &mut detail) {
             log(&format!("cannot encode a sample: {e}"));
             shared.dropped.fetch_add(1, Ordering::Relaxed);
             continue;
         }
         loop {
-            match w.append(sample.ts_ns, &buf) {
+            let d = (!detail.is_empty()).then_some(detail.as_slice());
+            match w.append_with_detail(sample.ts_ns, &buf, d) {
                 Ok(()) => {
                     if let Some(t) = paused_since.take() {
                         log(&format!(

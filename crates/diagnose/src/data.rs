@@ -161,8 +161,15 @@ impl Data {
         let mut prev_procs: Option<Sample> = None;
         let mut next_procs = i64::MIN;
         let mut started = false;
-        // One sample before the range so its first sample has rates.
-        for rec in reader.range(lo.saturating_sub(5_000_000_000), to)? {
+        // One sample before the range so its first sample has rates. Process tables are in
+        // the detail lane; without them (episode detection), it is not read at all.
+        let range_lo = lo.saturating_sub(5_000_000_000);
+        let range = if proc_pats.is_empty() && !detail {
+            reader.range_main(range_lo, to)?
+        } else {
+            reader.range(range_lo, to)?
+        };
+        for rec in range {
             let rec = rec?;
             let in_window = rec.ts_ns > from;
             let with_procs =
@@ -174,7 +181,7 @@ impl Data {
                     parts = parts.union(Parts::PROFILE);
                 }
             }
-            let sample = match codec::decode_parts(&rec.payload, parts) {
+            let sample = match codec::decode_lanes(&rec.payload, rec.detail.as_deref(), parts) {
                 Ok(s) => s,
                 Err(_) => {
                     d.undecodable += 1;

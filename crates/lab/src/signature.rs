@@ -165,7 +165,7 @@ pub fn evaluate(dir: &Path, checks: &[Check], w: Windows) -> Result<Vec<CheckRes
     // One interval before the baseline so its first sample has rates.
     for rec in reader.range(w.baseline.0 - 5_000_000_000, w.active.1)? {
         let rec = rec?;
-        let Ok(sample) = codec::decode_parts(&rec.payload, parts) else {
+        let Ok(sample) = codec::decode_lanes(&rec.payload, rec.detail.as_deref(), parts) else {
             continue;
         };
         let ts = sample.ts_ns;

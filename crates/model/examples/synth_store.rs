@@ -15,7 +15,7 @@
 use std::path::PathBuf;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use jitterscope_model::codec::{decode, encode};
+use jitterscope_model::codec::{decode_lanes, encode_lanes, Parts};
 use jitterscope_store::{Reader, StoreConfig, Writer};
 
 const SEC: i64 = 1_000_000_000;
@@ -42,7 +42,7 @@ fn main() {
         .expect("cannot read the source store")
     {
         let rec = rec.expect("damaged source store");
-        match decode(&rec.payload) {
+        match decode_lanes(&rec.payload, rec.detail.as_deref(), Parts::ALL) {
             Ok(s) => samples.push(s),
             Err(e) => {
                 undecodable += 1;
@@ -59,7 +59,12 @@ fn main() {
         );
         std::process::exit(2);
     }
-    let src_raw: usize = samples.iter().map(|s| encode(s).unwrap().len()).sum();
+    let (mut main, mut detail) = (Vec::new(), Vec::new());
+    let mut src_raw = 0;
+    for s in samples.iter_mut() {
+        encode_lanes(s, &mut main, &mut detail).unwrap();
+        src_raw += main.len() + detail.len();
+    }
 
     let n = (hours * 3600.0).round() as i64;
     let now = SystemTime::now()
@@ -80,9 +85,10 @@ fn main() {
         let mut s = samples[(i as usize) % samples.len()].clone();
         s.ts_ns = first_ts + i * SEC;
         s.mono_ns = mono0 + (i as u64) * SEC as u64;
-        let p = encode(&s).expect("encode");
-        raw += p.len() as u64;
-        w.append(s.ts_ns, &p).expect("append");
+        encode_lanes(&mut s, &mut main, &mut detail).expect("encode");
+        raw += (main.len() + detail.len()) as u64;
+        let d = (!detail.is_empty()).then_some(detail.as_slice());
+        w.append_with_detail(s.ts_ns, &main, d).expect("append");
     }
     w.close().expect("close");
     let write_s = start.elapsed().as_secs_f64();

@@ -284,6 +284,72 @@ pub fn encode(sample: &Sample) -> Result<Vec<u8>, CodecError> {
     Ok(v)
 }
 
+/// What the recorder puts in a record's detail lane (see the store's lanes): the process table,
+/// 90% of a busy host's bytes, which reading host metrics over a day then never decompresses.
+#[derive(serde::Serialize, serde::Deserialize, Default)]
+struct Detail {
+    #[serde(
+        default,
+        serialize_with = "ser_blob",
+        deserialize_with = "de_processes"
+    )]
+    processes: Option<Vec<jitterscope_sources::process::Process>>,
+}
+
+/// Encodes a sample for the store's two lanes: `main` gets everything but the process table,
+/// `detail` the process table (cleared, and left empty when the sample has none). The sample's
+/// processes are moved out for the encoding and put back.
+pub fn encode_lanes(
+    sample: &mut Sample,
+    main: &mut Vec<u8>,
+    detail: &mut Vec<u8>,
+) -> Result<(), CodecError> {
+    detail.clear();
+    let d = Detail {
+        processes: sample.processes.take(),
+    };
+    let r = encode_into(sample, main);
+    if r.is_ok() && d.processes.is_some() {
+        detail.push(CODEC_MSGPACK_NAMED);
+        let mut ser = rmp_serde::Serializer::new(&mut *detail).with_struct_map();
+        if let Err(e) = serde::Serialize::serialize(&d, &mut ser) {
+            sample.processes = d.processes;
+            return Err(e.into());
+        }
+    }
+    sample.processes = d.processes;
+    r
+}
+
+/// Decodes a record read from the store: its main payload and, when the read brought it, its
+/// detail (the process table of payloads written by [`encode_lanes`]). Older payloads hold their
+/// processes in `main` and have no detail. A detail this build cannot decode (a newer codec)
+/// leaves the sample without processes rather than losing its host data too.
+pub fn decode_lanes(
+    main: &[u8],
+    detail: Option<&[u8]>,
+    wanted: Parts,
+) -> Result<Sample, CodecError> {
+    let mut s = decode_parts(main, wanted)?;
+    if let (Some(d), true, None) = (detail, wanted.contains(Parts::PROCESSES), &s.processes) {
+        s.processes = decode_detail(d, wanted).ok().and_then(|d| d.processes);
+    }
+    Ok(s)
+}
+
+fn decode_detail(payload: &[u8], wanted: Parts) -> Result<Detail, CodecError> {
+    match payload.split_first() {
+        None => Err(CodecError::Empty),
+        Some((&CODEC_MSGPACK_NAMED, rest)) => {
+            let before = WANTED.with(|w| w.replace(wanted));
+            let r = rmp_serde::from_slice(rest);
+            WANTED.with(|w| w.set(before));
+            Ok(r?)
+        }
+        Some((&c, _)) => Err(CodecError::UnknownCodec(c)),
+    }
+}
+
 /// Decodes a payload written by this or any earlier (or later, same codec) build.
 pub fn decode(payload: &[u8]) -> Result<Sample, CodecError> {
     decode_parts(payload, Parts::ALL)
@@ -338,6 +404,33 @@ mod tests {
         let only = decode_parts(&b, Parts::CGROUPS).unwrap();
         assert!(only.processes.is_none());
         assert_eq!(only.cgroups, s.cgroups);
+    }
+
+    #[test]
+    fn lanes_split_the_process_table_and_join_it_back() {
+        let mut s = sample();
+        let (mut main, mut detail) = (Vec::new(), Vec::new());
+        encode_lanes(&mut s, &mut main, &mut detail).unwrap();
+        assert_eq!(s, sample(), "the sample is left as it was");
+        assert!(decode(&main).unwrap().processes.is_none());
+        assert_eq!(decode_lanes(&main, Some(&detail), Parts::ALL).unwrap(), s);
+        let host = decode_lanes(&main, Some(&detail), Parts::CGROUPS).unwrap();
+        assert!(host.processes.is_none());
+        assert_eq!(host.cgroups, s.cgroups);
+        // Without its detail (a main-lane read, or lost), no processes; never an error.
+        assert!(decode_lanes(&main, None, Parts::ALL)
+            .unwrap()
+            .processes
+            .is_none());
+        // A sample without processes writes no detail.
+        let mut bare = Sample::default();
+        encode_lanes(&mut bare, &mut main, &mut detail).unwrap();
+        assert!(detail.is_empty());
+        // A single-payload record (before lanes) still has its processes.
+        let one = encode(&sample()).unwrap();
+        assert_eq!(decode_lanes(&one, None, Parts::ALL).unwrap(), sample());
+        let newer = decode_lanes(&main, Some(&[9, 0x80]), Parts::ALL).unwrap();
+        assert!(newer.processes.is_none() && newer.cgroups.is_some());
     }
 
     #[test]

@@ -187,6 +187,33 @@ pub(crate) fn index_path(segment: &Path) -> PathBuf {
     segment.with_extension("idx")
 }
 
+/// Path of the detail lane of a segment: `seg-<ts>.d.jss` (its index: `seg-<ts>.d.idx`).
+/// Builds that predate lanes do not list it as a segment, and read the main lane alone.
+pub(crate) fn detail_path(segment: &Path) -> PathBuf {
+    segment.with_extension("d.jss")
+}
+
+/// Every file of a segment, in the order they are deleted: the detail lane first, so a deletion
+/// cut short leaves a segment without detail rather than detail without a segment.
+pub(crate) fn segment_files(segment: &Path) -> [PathBuf; 4] {
+    let d = detail_path(segment);
+    [
+        index_path(&d),
+        d,
+        index_path(segment),
+        segment.to_path_buf(),
+    ]
+}
+
+/// For a detail lane file name (`seg-<ts>.d.jss` or `.d.idx`), the name of its segment.
+pub(crate) fn segment_of_detail_file(name: &str) -> Option<String> {
+    let stem = name
+        .strip_suffix(".d.jss")
+        .or_else(|| name.strip_suffix(".d.idx"))?;
+    let seg = format!("{stem}.jss");
+    is_segment_file_name(&seg).then_some(seg)
+}
+
 /// True if `name` is a segment file name written by [`segment_file_name`].
 pub(crate) fn is_segment_file_name(name: &str) -> bool {
     name.len() == 4 + 20 + 4
@@ -256,6 +283,17 @@ mod tests {
         assert!(is_segment_file_name(&segment_file_name(i64::MAX)));
         assert!(!is_segment_file_name("seg-0000000000000000004x.jss"));
         assert!(!is_segment_file_name("LOCK"));
+        let seg = Path::new("/s").join(segment_file_name(42));
+        let d = detail_path(&seg);
+        assert_eq!(d, Path::new("/s/seg-00000000000000000042.d.jss"));
+        assert!(!is_segment_file_name(d.file_name().unwrap().to_str().unwrap()));
+        assert_eq!(index_path(&d), Path::new("/s/seg-00000000000000000042.d.idx"));
+        assert_eq!(
+            segment_of_detail_file("seg-00000000000000000042.d.idx").as_deref(),
+            Some("seg-00000000000000000042.jss")
+        );
+        assert_eq!(segment_of_detail_file("seg-42.d.jss"), None);
+        assert_eq!(segment_of_detail_file(&segment_file_name(42)), None);
     }
 
     #[test]

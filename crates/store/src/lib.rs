@@ -9,6 +9,13 @@
 //! A store is a directory holding `LOCK` (flocked by the one writer) and pairs of files
 //! `seg-<first ts ns, 20 digits>.jss` / `seg-<same>.idx`. See [`format`] for the byte layout.
 //!
+//! **Lanes.** A record may carry a detail payload besides its main one (the recorder puts the
+//! process table there: 90% of a busy host's bytes). Details go to the segment's detail lane,
+//! `seg-<same>.d.jss` / `seg-<same>.d.idx`, a second file of the same format whose frames end
+//! with the main lane's. A read that needs no detail ([`Reader::range_main`]) never opens it:
+//! reading a day of host metrics then decompresses a tenth of the bytes. A read with detail
+//! joins the two lanes by timestamp; a detail lost to damage leaves its record without one.
+//!
 //! Every writer run starts a new segment, so a segment torn by a crash is never appended to. Within a
 //! segment, records are compressed together in zstd frames of up to [`StoreConfig::frame_records`]
 //! records; each append is flushed to the file as a complete zstd block, so it is readable (and
@@ -36,6 +43,9 @@ pub struct Record {
     pub ts_ns: i64,
     /// Payload bytes exactly as passed to [`Writer::append`].
     pub payload: Vec<u8>,
+    /// The detail passed to [`Writer::append_with_detail`], when the read asked for detail
+    /// ([`Reader::range`]) and it was written and is intact.
+    pub detail: Option<Vec<u8>>,
 }
 
 /// Default [`StoreConfig::segment_span`]: one hour of data per segment.

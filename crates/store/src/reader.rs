@@ -1,6 +1,6 @@
 //! Reading records back by time.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use crate::decode::{Damage, FrameDecoder};
 use crate::format::{
-    check_header, index_path, is_segment_file_name, Header, IndexEntry, HEADER_LEN,
-    INDEX_ENTRY_LEN, INDEX_MAGIC, SEGMENT_MAGIC,
+    check_header, detail_path, index_path, is_segment_file_name, segment_files, Header,
+    IndexEntry, HEADER_LEN, INDEX_ENTRY_LEN, INDEX_MAGIC, SEGMENT_MAGIC,
 };
 use crate::{Record, Result, StoreError, FORMAT_VERSION};
 
@@ -80,13 +80,24 @@ impl Reader {
         list_segments(&self.dir)
     }
 
-    /// Records with `from_ns <= ts <= to_ns`, in file order: segments by name, then frames in the
-    /// order written. Errors concerning one segment (unknown version, unreadable file) are yielded
-    /// in its place and iteration goes on with the next segment.
+    /// Records with `from_ns <= ts <= to_ns`, with their detail, in file order: segments by
+    /// name, then frames in the order written. Errors concerning one segment (unknown version,
+    /// unreadable file) are yielded in its place and iteration goes on with the next segment.
     pub fn range(&self, from_ns: i64, to_ns: i64) -> Result<Range> {
+        self.range_lanes(from_ns, to_ns, true)
+    }
+
+    /// As [`range`](Reader::range), without the detail lane: records come with `detail: None`,
+    /// and the detail is never read or decompressed.
+    pub fn range_main(&self, from_ns: i64, to_ns: i64) -> Result<Range> {
+        self.range_lanes(from_ns, to_ns, false)
+    }
+
+    fn range_lanes(&self, from_ns: i64, to_ns: i64, with_detail: bool) -> Result<Range> {
         Ok(Range {
             from: from_ns,
             to: to_ns,
+            with_detail,
             segments: self.segments()?.into(),
             current: None,
             pending: VecDeque::new(),
@@ -96,7 +107,7 @@ impl Reader {
         })
     }
 
-    /// The last record in file order (the newest appended), if any.
+    /// The last record in file order (the newest appended), if any, with its detail.
     pub fn latest(&self) -> Result<Option<Record>> {
         let mut decoder = FrameDecoder::new().map_err(|e| StoreError::io(&self.dir, e))?;
         let mut damage = Damage::default();
@@ -117,7 +128,12 @@ impl Reader {
                 })?;
             }
             if let Some((ts_ns, payload)) = last {
-                return Ok(Some(Record { ts_ns, payload }));
+                let detail = detail_of(path, ts_ns, &mut decoder, &mut damage)?;
+                return Ok(Some(Record {
+                    ts_ns,
+                    payload,
+                    detail,
+                }));
             }
         }
         Ok(None)
@@ -146,7 +162,7 @@ impl Reader {
         let segments = self.segments()?;
         let mut total_bytes = 0;
         for seg in &segments {
-            total_bytes += file_len(seg) + file_len(&index_path(seg));
+            total_bytes += segment_files(seg).iter().map(|f| file_len(f)).sum::<u64>();
         }
         let mut range = self.range(i64::MIN, i64::MAX)?;
         let mut records = 0;
@@ -197,10 +213,43 @@ pub(crate) fn segment_max_ts(path: &Path) -> Result<Option<i64>> {
     Ok(max)
 }
 
+/// The detail of the record at `ts_ns` in `segment`, searched from the newest frame back.
+fn detail_of(
+    segment: &Path,
+    ts_ns: i64,
+    decoder: &mut FrameDecoder,
+    damage: &mut Damage,
+) -> Result<Option<Vec<u8>>> {
+    let Some(lane) = Segment::open_detail(segment, damage) else {
+        return Ok(None);
+    };
+    let mut found = None;
+    lane.scan_tail(decoder, damage, &mut |ts, payload| {
+        if ts == ts_ns {
+            found = Some(payload.to_vec());
+        }
+    })?;
+    for i in (0..lane.frames.len()).rev() {
+        if found.is_some() {
+            break;
+        }
+        let e = lane.frames[i];
+        if e.min_ts <= ts_ns && ts_ns <= e.max_ts {
+            lane.decode_frame(i, decoder, damage, &mut |ts, payload| {
+                if ts == ts_ns {
+                    found = Some(payload.to_vec());
+                }
+            })?;
+        }
+    }
+    Ok(found)
+}
+
 /// Iterator over the records of [`Reader::range`].
 pub struct Range {
     from: i64,
     to: i64,
+    with_detail: bool,
     segments: VecDeque<PathBuf>,
     current: Option<Cursor>,
     pending: VecDeque<Record>,
@@ -213,6 +262,60 @@ struct Cursor {
     seg: Segment,
     next_frame: usize,
     tail_done: bool,
+    detail: Option<DetailLane>,
+}
+
+/// The detail lane of the segment being read: frames are decoded when a main frame needs them,
+/// and details wait, by timestamp, for their record.
+struct DetailLane {
+    seg: Segment,
+    decoded: Vec<bool>,
+    tail_done: bool,
+    by_ts: HashMap<i64, Vec<u8>>,
+}
+
+impl DetailLane {
+    /// Attaches their details to `records` (the records of one main frame or tail).
+    fn attach(
+        &mut self,
+        records: &mut [Record],
+        (from, to): (i64, i64),
+        decoder: &mut FrameDecoder,
+        damage: &mut Damage,
+    ) -> Result<()> {
+        let Some(min) = records.iter().map(|r| r.ts_ns).min() else {
+            return Ok(());
+        };
+        let max = records.iter().map(|r| r.ts_ns).max().unwrap_or(min);
+        let by_ts = &mut self.by_ts;
+        let mut keep = |ts: i64, payload: &[u8]| {
+            if from <= ts && ts <= to {
+                by_ts.insert(ts, payload.to_vec());
+            }
+        };
+        for (i, e) in self.seg.frames.iter().enumerate() {
+            if !self.decoded[i] && e.max_ts >= min && e.min_ts <= max {
+                self.decoded[i] = true;
+                self.seg.decode_frame(i, decoder, damage, &mut keep)?;
+            }
+        }
+        for r in records.iter_mut() {
+            r.detail = self.by_ts.remove(&r.ts_ns);
+            if r.detail.is_none() && !self.tail_done {
+                // Its frame may not be indexed yet (a live writer, or a crash between a detail
+                // frame and its index entry): the unindexed tail holds it.
+                self.tail_done = true;
+                let by_ts = &mut self.by_ts;
+                self.seg.scan_tail(decoder, damage, &mut |ts, payload| {
+                    if from <= ts && ts <= to {
+                        by_ts.insert(ts, payload.to_vec());
+                    }
+                })?;
+                r.detail = self.by_ts.remove(&r.ts_ns);
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Range {
@@ -231,10 +334,26 @@ impl Range {
             let Some(path) = self.segments.pop_front() else {
                 return Ok(false);
             };
-            self.current = Segment::open(&path, &mut self.damage)?.map(|seg| Cursor {
+            let Some(seg) = Segment::open(&path, &mut self.damage)? else {
+                return Ok(true);
+            };
+            // Opened after the main lane: a live writer adds detail before its record, so every
+            // record seen in the main lane has its detail within what is seen here.
+            let detail = if self.with_detail {
+                Segment::open_detail(&path, &mut self.damage).map(|seg| DetailLane {
+                    decoded: vec![false; seg.frames.len()],
+                    seg,
+                    tail_done: false,
+                    by_ts: HashMap::new(),
+                })
+            } else {
+                None
+            };
+            self.current = Some(Cursor {
                 seg,
                 next_frame: 0,
                 tail_done: false,
+                detail,
             });
             return Ok(true);
         };
@@ -244,11 +363,13 @@ impl Range {
         }
         let decoder = self.decoder.as_mut().expect("set above");
         let (from, to, pending) = (self.from, self.to, &mut self.pending);
+        let before = pending.len();
         let mut keep = |ts_ns: i64, payload: &[u8]| {
             if from <= ts_ns && ts_ns <= to {
                 pending.push_back(Record {
                     ts_ns,
                     payload: payload.to_vec(),
+                    detail: None,
                 });
             }
         };
@@ -267,6 +388,11 @@ impl Range {
             cursor.seg.scan_tail(decoder, &mut self.damage, &mut keep)?;
         } else {
             self.current = None;
+            return Ok(true);
+        }
+        if let Some(lane) = cursor.detail.as_mut() {
+            let new = self.pending.make_contiguous();
+            lane.attach(&mut new[before..], (from, to), decoder, &mut self.damage)?;
         }
         Ok(true)
     }
@@ -356,6 +482,22 @@ impl Segment {
             tail_start: expected,
             file_len,
         }))
+    }
+
+    /// Opens the detail lane of `segment`, if it has one. A lane that cannot be read is counted
+    /// as a damaged frame and read around: its records then come without detail.
+    fn open_detail(segment: &Path, damage: &mut Damage) -> Option<Segment> {
+        let path = detail_path(segment);
+        if !path.exists() {
+            return None;
+        }
+        match Segment::open(&path, damage) {
+            Ok(seg) => seg,
+            Err(_) => {
+                damage.corrupt_frames += 1;
+                None
+            }
+        }
     }
 
     fn read_at(&self, offset: u64, len: u64) -> Result<Vec<u8>> {

@@ -11,8 +11,9 @@ use zstd::stream::raw::{CParameter, Encoder, InBuffer, Operation, OutBuffer};
 
 use crate::decode::WRITER_WINDOW_LOG;
 use crate::format::{
-    file_header, index_path, record_header, segment_file_name, IndexEntry, INDEX_MAGIC,
-    MAX_FRAME_RAW_BYTES, MAX_PAYLOAD_BYTES, RECORD_HEADER_LEN, SEGMENT_MAGIC,
+    detail_path, file_header, index_path, record_header, segment_file_name, segment_files,
+    segment_of_detail_file, IndexEntry, INDEX_MAGIC, MAX_FRAME_RAW_BYTES, MAX_PAYLOAD_BYTES, RECORD_HEADER_LEN,
+    SEGMENT_MAGIC,
 };
 use crate::reader::{file_len, list_segments, segment_max_ts};
 use crate::{Result, StoreConfig, StoreError};
@@ -35,8 +36,18 @@ pub struct Writer {
     out: Vec<u8>,
 }
 
-/// The segment being written.
+/// The segment being written: its main lane and, once a record brought detail, its detail lane.
 struct Active {
+    main: Lane,
+    detail: Option<Lane>,
+    records: u64,
+    min_ts: i64,
+    max_ts: i64,
+    last_sync: Instant,
+}
+
+/// One compressed stream of a segment, with its index.
+struct Lane {
     seg_path: PathBuf,
     idx_path: PathBuf,
     seg: File,
@@ -45,11 +56,7 @@ struct Active {
     /// End of the last complete write: everything before it decodes.
     seg_len: u64,
     idx_len: u64,
-    records: u64,
-    min_ts: i64,
-    max_ts: i64,
     frame: Option<OpenFrame>,
-    last_sync: Instant,
     unsynced: bool,
 }
 
@@ -111,7 +118,7 @@ impl Writer {
 
     /// Path of the segment being written, if any.
     pub fn current_segment(&self) -> Option<&Path> {
-        self.active.as_ref().map(|a| a.seg_path.as_path())
+        self.active.as_ref().map(|a| a.main.seg_path.as_path())
     }
 
     /// Appends one record. `ts_ns` is nanoseconds since the Unix epoch; it need not increase.
@@ -120,18 +127,32 @@ impl Writer {
     /// abandoned (it stays readable) and, once per episode, old segments were deleted to make room.
     /// Retrying later starts a new segment.
     pub fn append(&mut self, ts_ns: i64, payload: &[u8]) -> Result<()> {
-        if payload.len() > MAX_PAYLOAD_BYTES {
-            return Err(StoreError::PayloadTooLarge {
-                len: payload.len(),
-                max: MAX_PAYLOAD_BYTES,
-            });
+        self.append_with_detail(ts_ns, payload, None)
+    }
+
+    /// Appends one record whose `detail` goes to the segment's detail lane (see the crate docs):
+    /// readers that do not ask for detail never decompress it. The detail is written before the
+    /// main payload, so a reader that sees the record finds its detail.
+    pub fn append_with_detail(
+        &mut self,
+        ts_ns: i64,
+        payload: &[u8],
+        detail: Option<&[u8]>,
+    ) -> Result<()> {
+        for len in [payload.len(), detail.map_or(0, <[u8]>::len)] {
+            if len > MAX_PAYLOAD_BYTES {
+                return Err(StoreError::PayloadTooLarge {
+                    len,
+                    max: MAX_PAYLOAD_BYTES,
+                });
+            }
         }
         if self
             .active
             .as_ref()
             .is_some_and(|a| self.should_rotate(a, ts_ns))
         {
-            let result = self.with_active(|a, out, written| a.end_frame(out, written));
+            let result = self.with_active(|a, out, written| a.end_frames(out, written));
             self.finish_failure(result)?;
             self.active = None;
             self.apply_retention()?;
@@ -150,13 +171,25 @@ impl Writer {
         }
         let frame_records = self.config.frame_records.max(1);
         let fsync_interval = self.config.fsync_interval;
-        let result = self.with_active(|a, out, written| {
-            a.write_record(ts_ns, payload, frame_records, out, written)?;
-            if a.unsynced && a.last_sync.elapsed() >= fsync_interval {
-                a.sync()?;
-            }
-            Ok(())
-        });
+        let config = &self.config;
+        let result = match self.active.as_mut() {
+            None => Ok(()),
+            Some(a) => (|| {
+                a.write_record(
+                    config,
+                    ts_ns,
+                    payload,
+                    detail,
+                    frame_records,
+                    &mut self.out,
+                    &mut self.bytes_written,
+                )?;
+                if a.unsynced() && a.last_sync.elapsed() >= fsync_interval {
+                    a.sync()?;
+                }
+                Ok(())
+            })(),
+        };
         self.finish_failure(result)?;
         self.in_no_space_episode = false;
         Ok(())
@@ -175,7 +208,7 @@ impl Writer {
 
     fn close_active(&mut self) -> Result<()> {
         let result = self.with_active(|a, out, written| {
-            a.end_frame(out, written)?;
+            a.end_frames(out, written)?;
             a.sync()
         });
         self.finish_failure(result)?;
@@ -189,7 +222,8 @@ impl Writer {
         }
         let span = (a.max_ts.max(ts_ns) as i128) - (a.min_ts.min(ts_ns) as i128);
         span >= self.config.segment_span.as_nanos() as i128
-            || a.seg_len >= self.config.segment_max_bytes
+            || a.main.seg_len + a.detail.as_ref().map_or(0, |d| d.seg_len)
+                >= self.config.segment_max_bytes
     }
 
     fn with_active(
@@ -238,7 +272,8 @@ impl Writer {
     /// Never the segment being written.
     fn apply_retention(&mut self) -> Result<()> {
         let dir = &self.config.dir;
-        let active = self.active.as_ref().map(|a| a.seg_path.clone());
+        remove_orphan_details(dir);
+        let active = self.active.as_ref().map(|a| a.main.seg_path.clone());
         let mut segments: Vec<PathBuf> = list_segments(dir)?
             .into_iter()
             .filter(|s| Some(s) != active.as_ref())
@@ -256,7 +291,7 @@ impl Writer {
             }
             !too_old
         });
-        let size = |s: &Path| file_len(s) + file_len(&index_path(s));
+        let size = |s: &Path| segment_files(s).iter().map(|f| file_len(f)).sum::<u64>();
         let mut total: u64 = segments.iter().map(|s| size(s)).sum();
         if let Some(a) = &active {
             total += size(a);
@@ -278,19 +313,137 @@ impl Drop for Writer {
     }
 }
 
-/// Removes a segment and its index; returns the bytes freed.
+/// Removes detail lane files whose segment is gone (a deletion cut short by a crash), which
+/// nothing would otherwise ever delete.
+fn remove_orphan_details(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(seg) = name.to_str().and_then(segment_of_detail_file) else {
+            continue;
+        };
+        if !dir.join(seg).exists() {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+/// Removes a segment, its detail lane and their indexes; returns the bytes freed.
 fn delete_segment(seg: &Path) -> u64 {
-    let idx = index_path(seg);
-    let size = file_len(seg) + file_len(&idx);
-    let _ = std::fs::remove_file(seg);
-    let _ = std::fs::remove_file(&idx);
+    let mut size = 0;
+    for f in segment_files(seg) {
+        size += file_len(&f);
+        let _ = std::fs::remove_file(&f);
+    }
     size
 }
 
 impl Active {
     fn create(config: &StoreConfig, first_ts: i64, written: &mut u64) -> Result<Active> {
+        let (seg_path, seg) = create_new_segment_file(&config.dir, first_ts)?;
+        Ok(Active {
+            main: Lane::create(config, seg_path, seg, written)?,
+            detail: None,
+            records: 0,
+            min_ts: first_ts,
+            max_ts: first_ts,
+            last_sync: Instant::now(),
+        })
+    }
+
+    fn lanes(&mut self) -> impl Iterator<Item = &mut Lane> {
+        std::iter::once(&mut self.main).chain(self.detail.as_mut())
+    }
+
+    fn unsynced(&self) -> bool {
+        self.main.unsynced || self.detail.as_ref().is_some_and(|d| d.unsynced)
+    }
+
+    /// Writes the detail (if any) then the main record. Both lanes end their frames together,
+    /// so main frame `i` and detail frame `i` usually hold the same records.
+    #[allow(clippy::too_many_arguments)]
+    fn write_record(
+        &mut self,
+        config: &StoreConfig,
+        ts_ns: i64,
+        payload: &[u8],
+        detail: Option<&[u8]>,
+        frame_records: u32,
+        out: &mut Vec<u8>,
+        written: &mut u64,
+    ) -> Result<()> {
+        let too_big = |lane: Option<&Lane>, len: usize| {
+            lane.and_then(|l| l.frame.as_ref())
+                .is_some_and(|f| f.raw_bytes + RECORD_HEADER_LEN + len > MAX_FRAME_RAW_BYTES)
+        };
+        if too_big(Some(&self.main), payload.len())
+            || too_big(self.detail.as_ref(), detail.map_or(0, <[u8]>::len))
+        {
+            self.end_frames(out, written)?;
+        }
+        let ends_frame = self.main.frame.as_ref().map_or(0, |f| f.count) + 1 >= frame_records;
+        if let Some(d) = detail {
+            if self.detail.is_none() {
+                let path = detail_path(&self.main.seg_path);
+                let file = create_detail_file(&path)?;
+                self.detail = Some(Lane::create(config, path, file, written)?);
+            }
+            let lane = self.detail.as_mut().expect("created above");
+            lane.write_record(ts_ns, d, ends_frame, out, written)?;
+        }
+        self.main
+            .write_record(ts_ns, payload, ends_frame, out, written)?;
+        if ends_frame {
+            // A detail frame left open (this record had no detail) ends with the main one.
+            if let Some(d) = self.detail.as_mut() {
+                d.end_frame(out, written)?;
+            }
+        }
+        self.records += 1;
+        self.min_ts = self.min_ts.min(ts_ns);
+        self.max_ts = self.max_ts.max(ts_ns);
+        if ends_frame {
+            self.sync()?;
+        }
+        Ok(())
+    }
+
+    /// Ends the open frames, if any, without a new record.
+    fn end_frames(&mut self, out: &mut Vec<u8>, written: &mut u64) -> Result<()> {
+        if let Some(d) = self.detail.as_mut() {
+            d.end_frame(out, written)?;
+        }
+        self.main.end_frame(out, written)?;
+        self.sync()
+    }
+
+    fn sync(&mut self) -> Result<()> {
+        for lane in self.lanes() {
+            lane.sync()?;
+        }
+        self.last_sync = Instant::now();
+        Ok(())
+    }
+
+    /// Cuts every file back to its last complete write; returns the segment path.
+    fn abandon(self) -> PathBuf {
+        if let Some(d) = self.detail {
+            d.abandon();
+        }
+        self.main.abandon()
+    }
+}
+
+impl Lane {
+    fn create(
+        config: &StoreConfig,
+        seg_path: PathBuf,
+        seg: File,
+        written: &mut u64,
+    ) -> Result<Lane> {
         let dir = &config.dir;
-        let (seg_path, seg) = create_new_segment_file(dir, first_ts)?;
         let idx_path = index_path(&seg_path);
         let result = (|| {
             let seg_header = file_header(SEGMENT_MAGIC);
@@ -320,7 +473,7 @@ impl Active {
         match result {
             Ok((idx, encoder, header_bytes)) => {
                 *written += header_bytes;
-                Ok(Active {
+                Ok(Lane {
                     seg_len: header_bytes / 2,
                     idx_len: header_bytes / 2,
                     seg_path,
@@ -328,11 +481,7 @@ impl Active {
                     seg,
                     idx,
                     encoder,
-                    records: 0,
-                    min_ts: first_ts,
-                    max_ts: first_ts,
                     frame: None,
-                    last_sync: Instant::now(),
                     unsynced: false,
                 })
             }
@@ -348,18 +497,11 @@ impl Active {
         &mut self,
         ts_ns: i64,
         payload: &[u8],
-        frame_records: u32,
+        ends_frame: bool,
         out: &mut Vec<u8>,
         written: &mut u64,
     ) -> Result<()> {
         let raw_len = RECORD_HEADER_LEN + payload.len();
-        if self
-            .frame
-            .as_ref()
-            .is_some_and(|f| f.raw_bytes + raw_len > MAX_FRAME_RAW_BYTES)
-        {
-            self.end_frame(out, written)?;
-        }
         let frame = self.frame.get_or_insert(OpenFrame {
             offset: self.seg_len,
             first_ts: ts_ns,
@@ -369,7 +511,6 @@ impl Active {
             count: 0,
             raw_bytes: 0,
         });
-        let ends_frame = frame.count + 1 >= frame_records;
         out.clear();
         let path = &self.seg_path;
         let io = |e| StoreError::io(path, e);
@@ -390,9 +531,6 @@ impl Active {
         frame.max_ts = frame.max_ts.max(ts_ns);
         frame.count += 1;
         frame.raw_bytes += raw_len;
-        self.records += 1;
-        self.min_ts = self.min_ts.min(ts_ns);
-        self.max_ts = self.max_ts.max(ts_ns);
         if ends_frame {
             self.index_frame(written)?;
         }
@@ -415,7 +553,7 @@ impl Active {
         self.index_frame(written)
     }
 
-    /// Appends the index entry of the frame just ended and syncs both files.
+    /// Appends the index entry of the frame just ended (synced with the rest of the segment).
     fn index_frame(&mut self, written: &mut u64) -> Result<()> {
         let Some(f) = self.frame.take() else {
             return Ok(());
@@ -436,7 +574,7 @@ impl Active {
         self.idx_len += entry.len() as u64;
         *written += entry.len() as u64;
         self.unsynced = true;
-        self.sync()
+        Ok(())
     }
 
     fn sync(&mut self) -> Result<()> {
@@ -450,7 +588,6 @@ impl Active {
             .sync_data()
             .map_err(|e| StoreError::io(&self.idx_path, e))?;
         self.unsynced = false;
-        self.last_sync = Instant::now();
         Ok(())
     }
 
@@ -461,6 +598,19 @@ impl Active {
         let _ = self.idx.set_len(self.idx_len);
         self.seg_path
     }
+}
+
+/// Creates a detail lane file. Its segment's name was taken exclusively, so an existing detail
+/// file is a leftover of a segment deleted half-way (its lane would not match): replaced.
+fn create_detail_file(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o644)
+        .open(path)
+        .map_err(|e| StoreError::io(path, e))
 }
 
 /// Creates `seg-<ts>.jss` exclusively. Another run may already own that name (same first

@@ -41,6 +41,7 @@ fn write(c: &StoreConfig, ts: impl IntoIterator<Item = i64>) -> Vec<Record> {
         out.push(Record {
             ts_ns: t,
             payload: p,
+            detail: None,
         });
     }
     w.close().unwrap();
@@ -133,7 +134,8 @@ fn reader_sees_each_append_of_a_live_writer() {
             latest,
             Record {
                 ts_ns: t0 + i * SEC,
-                payload: p
+                payload: p,
+                detail: None,
             }
         );
         let s = r.stats().unwrap();
@@ -167,6 +169,7 @@ fn rotates_by_span_and_by_size() {
         all.push(Record {
             ts_ns: t0 + i * SEC,
             payload: p,
+            detail: None,
         });
     }
     drop(w);
@@ -276,6 +279,7 @@ fn write_incompressible(dir: &Path, n: i64, t0: i64) -> Vec<Record> {
         all.push(Record {
             ts_ns: t0 + i * SEC,
             payload: p,
+            detail: None,
         });
     }
     drop(w);
@@ -327,6 +331,7 @@ fn torn_tail_is_counted_not_an_error() {
         all.push(Record {
             ts_ns: t0 + i * SEC,
             payload: p,
+            detail: None,
         });
         lens.push(
             std::fs::metadata(w.current_segment().unwrap())
@@ -418,7 +423,8 @@ fn oversized_payload_is_refused_and_writer_goes_on() {
         read_all(d.path()),
         vec![Record {
             ts_ns: 2,
-            payload: b"ok".to_vec()
+            payload: b"ok".to_vec(),
+            detail: None,
         }]
     );
 }

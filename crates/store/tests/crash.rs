@@ -1,4 +1,4 @@
-//! kill -9 of a writer at random moments loses nothing it acknowledged.
+//! kill -9 of a writer at random moments loses nothing it acknowledged, in either lane.
 //!
 //! The test re-executes its own binary as the writer, so the crash is a real SIGKILL of a process
 //! in the middle of whatever it was doing (compressing, writing, syncing, rotating frames).
@@ -30,6 +30,13 @@ fn payload(ts: i64) -> Vec<u8> {
     p
 }
 
+/// A ~20 KB detail derived from its timestamp.
+fn detail(ts: i64) -> Vec<u8> {
+    let mut p: Vec<u8> = (0..20_000u32).map(|k| (k / 3 % 241) as u8).collect();
+    p[..8].copy_from_slice(&ts.to_le_bytes());
+    p
+}
+
 fn child(dir: &str) -> ! {
     let mut config = StoreConfig::new(dir);
     // Small frames, so kills also land while frames end and index entries are written.
@@ -41,7 +48,10 @@ fn child(dir: &str) -> ! {
         // Unique and increasing across runs even if the clock stands still.
         let ts = now_ns().max(last + 1);
         last = ts;
-        w.append(ts, &payload(ts)).expect("append");
+        // Odd timestamps carry a detail lane record, even ones do not.
+        let d = (ts % 2 == 1).then(|| detail(ts));
+        w.append_with_detail(ts, &payload(ts), d.as_deref())
+            .expect("append");
         writeln!(out, "ACK {ts}").unwrap();
         out.flush().unwrap();
     }
@@ -111,6 +121,13 @@ fn kill_9_loses_no_acknowledged_record() {
     let mut stored = BTreeMap::new();
     for r in &mut range {
         let r = r.unwrap();
+        // Written before its record was, so a stored record has its detail whole.
+        assert_eq!(
+            r.detail,
+            (r.ts_ns % 2 == 1).then(|| detail(r.ts_ns)),
+            "detail of {} differs",
+            r.ts_ns
+        );
         assert_eq!(
             r.payload,
             payload(r.ts_ns),

@@ -105,6 +105,7 @@ fn full_disk_gives_no_space_and_recovers() {
             acked.push(Record {
                 ts_ns: ts,
                 payload: p,
+                detail: None,
             });
         }
         r

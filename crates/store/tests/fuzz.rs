@@ -30,6 +30,7 @@ fn original() -> &'static Original {
             records.push(Record {
                 ts_ns: 1_700_000_000 * SEC + i * SEC,
                 payload: p,
+                detail: None,
             });
         }
         let seg = w.current_segment().unwrap().to_path_buf();

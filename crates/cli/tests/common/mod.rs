@@ -274,7 +274,11 @@ pub fn check_store(dir: &Path) -> StoreCheck {
     let mut records = 0;
     for rec in &mut range {
         let rec = rec.expect("segment readable");
-        let s = jitterscope_model::codec::decode(&rec.payload)
+        let s = jitterscope_model::codec::decode_lanes(
+            &rec.payload,
+            rec.detail.as_deref(),
+            jitterscope_model::codec::Parts::ALL,
+        )
             .unwrap_or_else(|e| panic!("payload at {} undecodable: {e}", rec.ts_ns));
         assert_eq!(s.ts_ns, rec.ts_ns, "payload and record disagree on time");
         records += 1;

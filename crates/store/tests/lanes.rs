@@ -1,0 +1,246 @@
+//! The detail lane: joined by timestamp on `range`, never read by `range_main`, deleted with
+//! its segment, and damage to it costs details only.
+
+use std::path::{Path, PathBuf};
+
+use jitterscope_store::{Reader, Record, StoreConfig, Writer};
+use proptest::prelude::*;
+
+const SEC: i64 = 1_000_000_000;
+const T0: i64 = 1_700_000_000 * SEC;
+
+fn main_payload(i: i64) -> Vec<u8> {
+    let mut p: Vec<u8> = (0..700u32).map(|k| (k % 13) as u8).collect();
+    p[..8].copy_from_slice(&i.to_le_bytes());
+    p
+}
+
+fn detail(i: i64) -> Vec<u8> {
+    let mut p: Vec<u8> = (0..3000u32).map(|k| (k % 29) as u8).collect();
+    p[..8].copy_from_slice(&(i * 31).to_le_bytes());
+    p
+}
+
+/// Every third record has no detail.
+fn has_detail(i: i64) -> bool {
+    i % 3 != 2
+}
+
+fn write(dir: &Path, n: i64, frame_records: u32) -> Vec<Record> {
+    let mut c = StoreConfig::new(dir);
+    c.frame_records = frame_records;
+    c.retain = std::time::Duration::from_secs(u32::MAX as u64);
+    let mut w = Writer::open(c).unwrap();
+    let mut out = Vec::new();
+    for i in 0..n {
+        let d = has_detail(i).then(|| detail(i));
+        w.append_with_detail(T0 + i * SEC, &main_payload(i), d.as_deref())
+            .unwrap();
+        out.push(Record {
+            ts_ns: T0 + i * SEC,
+            payload: main_payload(i),
+            detail: d,
+        });
+    }
+    w.close().unwrap();
+    out
+}
+
+fn read(dir: &Path, main_only: bool) -> Vec<Record> {
+    let r = Reader::open(dir).unwrap();
+    let range = if main_only {
+        r.range_main(i64::MIN, i64::MAX)
+    } else {
+        r.range(i64::MIN, i64::MAX)
+    };
+    range.unwrap().collect::<Result<_, _>>().unwrap()
+}
+
+fn detail_file(dir: &Path) -> PathBuf {
+    let seg = Reader::open(dir).unwrap().segments().unwrap().remove(0);
+    seg.with_extension("d.jss")
+}
+
+#[test]
+fn details_join_their_records_and_main_reads_skip_them() {
+    let d = tempfile::tempdir().unwrap();
+    let written = write(d.path(), 50, 8);
+    assert_eq!(read(d.path(), false), written);
+    let main: Vec<Record> = written
+        .iter()
+        .map(|r| Record {
+            detail: None,
+            ..r.clone()
+        })
+        .collect();
+    assert_eq!(read(d.path(), true), main);
+    let r = Reader::open(d.path()).unwrap();
+    assert_eq!(r.latest().unwrap().unwrap(), written[49]);
+    // A range inside one frame reads only what overlaps.
+    let mid: Vec<Record> = r
+        .range(T0 + 20 * SEC, T0 + 22 * SEC)
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(mid, written[20..=22]);
+    // Only the segment's files: one lane pair besides the main pair.
+    let mut names: Vec<String> = std::fs::read_dir(d.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "LOCK",
+            "seg-01700000000000000000.d.idx",
+            "seg-01700000000000000000.d.jss",
+            "seg-01700000000000000000.idx",
+            "seg-01700000000000000000.jss"
+        ]
+    );
+}
+
+#[test]
+fn a_live_writer_s_details_are_readable_at_once() {
+    let d = tempfile::tempdir().unwrap();
+    let mut c = StoreConfig::new(d.path());
+    c.frame_records = 5;
+    c.retain = std::time::Duration::from_secs(u32::MAX as u64);
+    let mut w = Writer::open(c).unwrap();
+    for i in 0..12 {
+        w.append_with_detail(T0 + i * SEC, &main_payload(i), Some(&detail(i)))
+            .unwrap();
+        let got = read(d.path(), false);
+        assert_eq!(got.len() as i64, i + 1);
+        assert!(
+            got.iter()
+                .enumerate()
+                .all(|(k, r)| r.detail.as_deref() == Some(&detail(k as i64)[..])),
+            "after {i}"
+        );
+        let latest = Reader::open(d.path()).unwrap().latest().unwrap().unwrap();
+        assert_eq!(latest.detail, Some(detail(i)));
+    }
+}
+
+#[test]
+fn a_lost_or_unreadable_detail_lane_costs_details_only() {
+    let d = tempfile::tempdir().unwrap();
+    let written = write(d.path(), 20, 4);
+    let lane = detail_file(d.path());
+    std::fs::write(&lane, b"not a segment at all").unwrap();
+    let got = read(d.path(), false);
+    assert_eq!(got.len(), written.len());
+    assert!(got.iter().all(|r| r.detail.is_none()));
+    std::fs::remove_file(&lane).unwrap();
+    assert_eq!(read(d.path(), false).len(), written.len());
+}
+
+#[test]
+fn retention_deletes_the_lane_with_its_segment_and_orphans_at_open() {
+    let d = tempfile::tempdir().unwrap();
+    write(d.path(), 10, 4);
+    let lane = detail_file(d.path());
+    let seg = Reader::open(d.path()).unwrap().segments().unwrap().remove(0);
+    // As if a deletion was cut short after the main files went.
+    std::fs::remove_file(&seg).unwrap();
+    std::fs::remove_file(seg.with_extension("idx")).unwrap();
+    assert!(lane.exists());
+    drop(Writer::open(StoreConfig::new(d.path())).unwrap());
+    assert!(!lane.exists(), "orphan lane kept");
+    assert!(!lane.with_extension("idx").exists(), "orphan lane index kept");
+
+    // Old segments go with their lanes (the default retention of 7 days covers T0 = 2023).
+    write(d.path(), 10, 4);
+    let lane = detail_file(d.path());
+    assert!(lane.exists());
+    drop(Writer::open(StoreConfig::new(d.path())).unwrap());
+    assert!(!lane.exists());
+    assert!(Reader::open(d.path()).unwrap().segments().unwrap().is_empty());
+}
+
+/// The store's files after writing 14 records in frames of 4, the last frame left open.
+fn files() -> &'static (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>, Vec<Record>) {
+    static FILES: std::sync::OnceLock<(Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>, Vec<Record>)> =
+        std::sync::OnceLock::new();
+    FILES.get_or_init(|| {
+        let d = tempfile::tempdir().unwrap();
+        let mut c = StoreConfig::new(d.path());
+        c.frame_records = 4;
+        let mut w = Writer::open(c).unwrap();
+        let mut records = Vec::new();
+        for i in 0..14 {
+            let dt = has_detail(i).then(|| detail(i));
+            w.append_with_detail(T0 + i * SEC, &main_payload(i), dt.as_deref())
+                .unwrap();
+            records.push(Record {
+                ts_ns: T0 + i * SEC,
+                payload: main_payload(i),
+                detail: dt,
+            });
+        }
+        let seg = w.current_segment().unwrap().to_path_buf();
+        std::mem::forget(w);
+        let lane = seg.with_extension("d.jss");
+        let r = |p: &Path| std::fs::read(p).unwrap();
+        (
+            r(&seg),
+            r(&seg.with_extension("idx")),
+            r(&lane),
+            r(&lane.with_extension("idx")),
+            records,
+        )
+    })
+}
+
+fn read_damaged(lane: &[u8], lane_idx: &[u8]) -> Vec<Record> {
+    let (seg, idx, _, _, _) = files();
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("seg-01700000000000000000.jss");
+    std::fs::write(&p, seg).unwrap();
+    std::fs::write(p.with_extension("idx"), idx).unwrap();
+    std::fs::write(p.with_extension("d.jss"), lane).unwrap();
+    std::fs::write(p.with_extension("d.idx"), lane_idx).unwrap();
+    let r = Reader::open(d.path()).unwrap();
+    let _ = r.latest();
+    let _ = r.stats();
+    read(d.path(), false)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// Cutting or flipping bits in the lane never loses a main record and never attaches a
+    /// detail that was not written with it.
+    #[test]
+    fn damage_to_the_lane_costs_only_details(
+        cut in 0.0f64..=1.0,
+        idx_cut in 0.0f64..=1.0,
+        flips in proptest::collection::vec((any::<prop::sample::Index>(), 0u8..8), 0..5),
+    ) {
+        let (_, _, lane, lane_idx, records) = files();
+        let mut lane = lane[..(lane.len() as f64 * cut) as usize].to_vec();
+        for (at, bit) in &flips {
+            if !lane.is_empty() {
+                let i = at.index(lane.len());
+                lane[i] ^= 1 << bit;
+            }
+        }
+        let lane_idx = &lane_idx[..(lane_idx.len() as f64 * idx_cut) as usize];
+        let got = read_damaged(&lane, lane_idx);
+        prop_assert_eq!(got.len(), records.len());
+        for (g, w) in got.iter().zip(records) {
+            prop_assert_eq!(&g.payload, &w.payload);
+            if g.detail.is_some() {
+                prop_assert_eq!(&g.detail, &w.detail, "wrong detail at {}", g.ts_ns);
+            }
+        }
+    }
+}
+
+#[test]
+fn undamaged_lane_files_read_back_whole() {
+    let (_, _, lane, lane_idx, records) = files();
+    assert_eq!(&read_damaged(lane, lane_idx), records);
+}
