@@ -7,10 +7,10 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
+use jitterscope_model::codec::{self, Parts};
 use jitterscope_model::derive::{evaluate, for_each_series, SeriesValue};
 use jitterscope_model::glob::Pattern;
 use jitterscope_model::registry::{all, Kind, MetricDef};
-use jitterscope_model::codec::{self, Parts};
 use jitterscope_model::Sample;
 use jitterscope_store::Reader;
 

@@ -19,7 +19,7 @@ use jitterscope_model::collector::{collectors, Notes};
 use jitterscope_model::sample::{monotonic_ns, HostInfo, RecorderStats, Sample};
 use jitterscope_model::sources::CollectConfig;
 use jitterscope_sources::Root;
-use jitterscope_store::{StoreConfig, Writer};
+use jitterscope_store::{Lane, StoreConfig, Writer};
 
 use crate::timearg::{parse_duration, parse_size};
 
@@ -364,8 +364,12 @@ fn write_loop(
             continue;
         }
         loop {
-            let d = (!detail.is_empty()).then_some(detail.as_slice());
-            match w.append_with_detail(sample.ts_ns, &buf, d) {
+            let lanes: &[(Lane, &[u8])] = if detail.is_empty() {
+                &[]
+            } else {
+                &[(Lane::Detail, &detail)]
+            };
+            match w.append_lanes(sample.ts_ns, &buf, lanes) {
                 Ok(()) => {
                     if let Some(t) = paused_since.take() {
                         log(&format!(

@@ -109,8 +109,8 @@ fn first_build_store_is_undamaged_and_every_payload_decodes() {
     let reader = jitterscope_store::Reader::open(&dir).unwrap();
     for rec in reader.range(i64::MIN, i64::MAX).unwrap() {
         let rec = rec.unwrap();
-        let s = codec::decode_lanes(&rec.payload, rec.detail.as_deref(), codec::Parts::ALL)
-            .unwrap();
+        let s =
+            codec::decode_lanes(&rec.payload, rec.detail.as_deref(), codec::Parts::ALL).unwrap();
         assert_eq!(s.format, 1, "fixture written with sample format 1");
         assert!(s.meminfo.is_some(), "fixture samples carry meminfo");
         assert!(s.recorder.is_some(), "fixture samples carry recorder stats");

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use jitterscope_model::codec::{decode_lanes, encode_lanes, Parts};
-use jitterscope_store::{Reader, StoreConfig, Writer};
+use jitterscope_store::{Lane, Reader, StoreConfig, Writer};
 
 const SEC: i64 = 1_000_000_000;
 
@@ -87,8 +87,12 @@ fn main() {
         s.mono_ns = mono0 + (i as u64) * SEC as u64;
         encode_lanes(&mut s, &mut main, &mut detail).expect("encode");
         raw += (main.len() + detail.len()) as u64;
-        let d = (!detail.is_empty()).then_some(detail.as_slice());
-        w.append_with_detail(s.ts_ns, &main, d).expect("append");
+        let lanes: &[(Lane, &[u8])] = if detail.is_empty() {
+            &[]
+        } else {
+            &[(Lane::Detail, &detail)]
+        };
+        w.append_lanes(s.ts_ns, &main, lanes).expect("append");
     }
     w.close().expect("close");
     let write_s = start.elapsed().as_secs_f64();

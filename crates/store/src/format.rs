@@ -187,30 +187,60 @@ pub(crate) fn index_path(segment: &Path) -> PathBuf {
     segment.with_extension("idx")
 }
 
-/// Path of the detail lane of a segment: `seg-<ts>.d.jss` (its index: `seg-<ts>.d.idx`).
-/// Builds that predate lanes do not list it as a segment, and read the main lane alone.
-pub(crate) fn detail_path(segment: &Path) -> PathBuf {
-    segment.with_extension("d.jss")
+/// A segment's lanes besides its main one: second streams of records with the same
+/// timestamps, in files of the segment format named `seg-<ts>.<letter>.jss` (index
+/// `seg-<ts>.<letter>.idx`). Builds that predate lanes do not list them as segments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Lane {
+    /// Bulky per-record detail (the recorder: the process table), joined to main records by
+    /// [`Reader::range`](crate::Reader::range).
+    Detail,
+    /// Small per-record summaries (the recorder: derived key series and event marks), read on
+    /// their own by [`Reader::range_lane`](crate::Reader::range_lane).
+    Signals,
 }
 
-/// Every file of a segment, in the order they are deleted: the detail lane first, so a deletion
-/// cut short leaves a segment without detail rather than detail without a segment.
-pub(crate) fn segment_files(segment: &Path) -> [PathBuf; 4] {
-    let d = detail_path(segment);
-    [
-        index_path(&d),
-        d,
-        index_path(segment),
-        segment.to_path_buf(),
-    ]
+impl Lane {
+    /// Every lane, in deletion order.
+    pub const ALL: [Lane; 2] = [Lane::Detail, Lane::Signals];
+
+    fn letter(self) -> &'static str {
+        match self {
+            Lane::Detail => "d",
+            Lane::Signals => "s",
+        }
+    }
 }
 
-/// For a detail lane file name (`seg-<ts>.d.jss` or `.d.idx`), the name of its segment.
-pub(crate) fn segment_of_detail_file(name: &str) -> Option<String> {
+/// Path of `lane`'s file beside a segment path.
+pub(crate) fn lane_path(segment: &Path, lane: Lane) -> PathBuf {
+    segment.with_extension(format!("{}.jss", lane.letter()))
+}
+
+/// Every file of a segment, in the order they are deleted: lanes first, so a deletion cut
+/// short leaves a segment without some lane rather than a lane without its segment.
+pub(crate) fn segment_files(segment: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::with_capacity(6);
+    for lane in Lane::ALL {
+        let p = lane_path(segment, lane);
+        out.push(index_path(&p));
+        out.push(p);
+    }
+    out.push(index_path(segment));
+    out.push(segment.to_path_buf());
+    out
+}
+
+/// For a lane file name (`seg-<ts>.<letter>.jss` or `.idx`), the name of its segment.
+pub(crate) fn segment_of_lane_file(name: &str) -> Option<String> {
     let stem = name
-        .strip_suffix(".d.jss")
-        .or_else(|| name.strip_suffix(".d.idx"))?;
-    let seg = format!("{stem}.jss");
+        .strip_suffix(".jss")
+        .or_else(|| name.strip_suffix(".idx"))?;
+    let (seg, letter) = stem.rsplit_once('.')?;
+    if !Lane::ALL.iter().any(|l| l.letter() == letter) {
+        return None;
+    }
+    let seg = format!("{seg}.jss");
     is_segment_file_name(&seg).then_some(seg)
 }
 
@@ -284,16 +314,31 @@ mod tests {
         assert!(!is_segment_file_name("seg-0000000000000000004x.jss"));
         assert!(!is_segment_file_name("LOCK"));
         let seg = Path::new("/s").join(segment_file_name(42));
-        let d = detail_path(&seg);
+        let d = lane_path(&seg, Lane::Detail);
         assert_eq!(d, Path::new("/s/seg-00000000000000000042.d.jss"));
-        assert!(!is_segment_file_name(d.file_name().unwrap().to_str().unwrap()));
-        assert_eq!(index_path(&d), Path::new("/s/seg-00000000000000000042.d.idx"));
+        assert!(!is_segment_file_name(
+            d.file_name().unwrap().to_str().unwrap()
+        ));
         assert_eq!(
-            segment_of_detail_file("seg-00000000000000000042.d.idx").as_deref(),
+            index_path(&d),
+            Path::new("/s/seg-00000000000000000042.d.idx")
+        );
+        assert_eq!(
+            lane_path(&seg, Lane::Signals),
+            Path::new("/s/seg-00000000000000000042.s.jss")
+        );
+        assert_eq!(
+            segment_of_lane_file("seg-00000000000000000042.d.idx").as_deref(),
             Some("seg-00000000000000000042.jss")
         );
-        assert_eq!(segment_of_detail_file("seg-42.d.jss"), None);
-        assert_eq!(segment_of_detail_file(&segment_file_name(42)), None);
+        assert_eq!(
+            segment_of_lane_file("seg-00000000000000000042.s.jss").as_deref(),
+            Some("seg-00000000000000000042.jss")
+        );
+        assert_eq!(segment_of_lane_file("seg-00000000000000000042.x.jss"), None);
+        assert_eq!(segment_of_lane_file("seg-42.d.jss"), None);
+        assert_eq!(segment_of_lane_file(&segment_file_name(42)), None);
+        assert_eq!(segment_files(&seg).len(), 6);
     }
 
     #[test]

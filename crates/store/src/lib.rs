@@ -9,12 +9,15 @@
 //! A store is a directory holding `LOCK` (flocked by the one writer) and pairs of files
 //! `seg-<first ts ns, 20 digits>.jss` / `seg-<same>.idx`. See [`format`] for the byte layout.
 //!
-//! **Lanes.** A record may carry a detail payload besides its main one (the recorder puts the
-//! process table there: 90% of a busy host's bytes). Details go to the segment's detail lane,
-//! `seg-<same>.d.jss` / `seg-<same>.d.idx`, a second file of the same format whose frames end
-//! with the main lane's. A read that needs no detail ([`Reader::range_main`]) never opens it:
-//! reading a day of host metrics then decompresses a tenth of the bytes. A read with detail
-//! joins the two lanes by timestamp; a detail lost to damage leaves its record without one.
+//! **Lanes.** A record may carry payloads for [`Lane`]s besides its main one. Each lane is a
+//! further file of the segment format, `seg-<same>.<letter>.jss` / `.idx`, whose frames end
+//! with the main stream's:
+//! - [`Lane::Detail`] holds bulk a reader rarely needs (the recorder: the process table, 90%
+//!   of a busy host's bytes). [`Reader::range`] joins it to main records by timestamp;
+//!   [`Reader::range_main`] never opens it, so reading a day of host metrics decompresses a
+//!   tenth of the bytes. A detail lost to damage leaves its record without one.
+//! - [`Lane::Signals`] holds a small summary per record (the recorder: key derived series and
+//!   event marks), read on its own by [`Reader::range_lane`]: a day of it is a few MB.
 //!
 //! Every writer run starts a new segment, so a segment torn by a crash is never appended to. Within a
 //! segment, records are compressed together in zstd frames of up to [`StoreConfig::frame_records`]
@@ -32,7 +35,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use format::FORMAT_VERSION;
+pub use format::{Lane, FORMAT_VERSION};
 pub use reader::{Range, RangeStats, Reader, StoreStats};
 pub use writer::Writer;
 
@@ -43,8 +46,8 @@ pub struct Record {
     pub ts_ns: i64,
     /// Payload bytes exactly as passed to [`Writer::append`].
     pub payload: Vec<u8>,
-    /// The detail passed to [`Writer::append_with_detail`], when the read asked for detail
-    /// ([`Reader::range`]) and it was written and is intact.
+    /// The [`Lane::Detail`] payload passed to [`Writer::append_lanes`], when the read asked for
+    /// it ([`Reader::range`]) and it was written and is intact.
     pub detail: Option<Vec<u8>>,
 }
 

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use crate::decode::{Damage, FrameDecoder};
 use crate::format::{
-    check_header, detail_path, index_path, is_segment_file_name, segment_files, Header,
-    IndexEntry, HEADER_LEN, INDEX_ENTRY_LEN, INDEX_MAGIC, SEGMENT_MAGIC,
+    check_header, index_path, is_segment_file_name, lane_path, segment_files, Header, IndexEntry,
+    Lane, HEADER_LEN, INDEX_ENTRY_LEN, INDEX_MAGIC, SEGMENT_MAGIC,
 };
 use crate::{Record, Result, StoreError, FORMAT_VERSION};
 
@@ -84,20 +84,49 @@ impl Reader {
     /// name, then frames in the order written. Errors concerning one segment (unknown version,
     /// unreadable file) are yielded in its place and iteration goes on with the next segment.
     pub fn range(&self, from_ns: i64, to_ns: i64) -> Result<Range> {
-        self.range_lanes(from_ns, to_ns, true)
+        self.range_of(from_ns, to_ns, Source::Main { detail: true })
     }
 
     /// As [`range`](Reader::range), without the detail lane: records come with `detail: None`,
     /// and the detail is never read or decompressed.
     pub fn range_main(&self, from_ns: i64, to_ns: i64) -> Result<Range> {
-        self.range_lanes(from_ns, to_ns, false)
+        self.range_of(from_ns, to_ns, Source::Main { detail: false })
     }
 
-    fn range_lanes(&self, from_ns: i64, to_ns: i64, with_detail: bool) -> Result<Range> {
+    /// The records of one lane alone (their `payload` is the lane's), in the same order as
+    /// [`range`](Reader::range). Segments without the lane are passed over: see
+    /// [`lane_covers`](Reader::lane_covers).
+    pub fn range_lane(&self, lane: Lane, from_ns: i64, to_ns: i64) -> Result<Range> {
+        self.range_of(from_ns, to_ns, Source::Lane(lane))
+    }
+
+    /// Whether every segment that may hold records of `[from_ns, to_ns]` has `lane` (segments
+    /// written by builds before the lane existed do not). A segment's span is taken from its
+    /// name to the next segment's, which a clock jumping back could make inexact.
+    pub fn lane_covers(&self, lane: Lane, from_ns: i64, to_ns: i64) -> Result<bool> {
+        let segs = self.segments()?;
+        let first_ts = |p: &Path| -> i64 {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.get(4..24))
+                .and_then(|d| d.parse().ok())
+                .unwrap_or(0)
+        };
+        for (i, seg) in segs.iter().enumerate() {
+            let start = first_ts(seg);
+            let end = segs.get(i + 1).map_or(i64::MAX, |n| first_ts(n));
+            if start <= to_ns && end > from_ns && !lane_path(seg, lane).exists() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn range_of(&self, from_ns: i64, to_ns: i64, source: Source) -> Result<Range> {
         Ok(Range {
             from: from_ns,
             to: to_ns,
-            with_detail,
+            source,
             segments: self.segments()?.into(),
             current: None,
             pending: VecDeque::new(),
@@ -245,11 +274,18 @@ fn detail_of(
     Ok(found)
 }
 
+/// What a [`Range`] reads.
+#[derive(Debug, Clone, Copy)]
+enum Source {
+    Main { detail: bool },
+    Lane(Lane),
+}
+
 /// Iterator over the records of [`Reader::range`].
 pub struct Range {
     from: i64,
     to: i64,
-    with_detail: bool,
+    source: Source,
     segments: VecDeque<PathBuf>,
     current: Option<Cursor>,
     pending: VecDeque<Record>,
@@ -334,12 +370,22 @@ impl Range {
             let Some(path) = self.segments.pop_front() else {
                 return Ok(false);
             };
+            let path = match self.source {
+                Source::Lane(lane) => {
+                    let p = lane_path(&path, lane);
+                    if !p.exists() {
+                        return Ok(true);
+                    }
+                    p
+                }
+                Source::Main { .. } => path,
+            };
             let Some(seg) = Segment::open(&path, &mut self.damage)? else {
                 return Ok(true);
             };
             // Opened after the main lane: a live writer adds detail before its record, so every
             // record seen in the main lane has its detail within what is seen here.
-            let detail = if self.with_detail {
+            let detail = if matches!(self.source, Source::Main { detail: true }) {
                 Segment::open_detail(&path, &mut self.damage).map(|seg| DetailLane {
                     decoded: vec![false; seg.frames.len()],
                     seg,
@@ -487,7 +533,7 @@ impl Segment {
     /// Opens the detail lane of `segment`, if it has one. A lane that cannot be read is counted
     /// as a damaged frame and read around: its records then come without detail.
     fn open_detail(segment: &Path, damage: &mut Damage) -> Option<Segment> {
-        let path = detail_path(segment);
+        let path = lane_path(segment, Lane::Detail);
         if !path.exists() {
             return None;
         }

@@ -11,9 +11,9 @@ use zstd::stream::raw::{CParameter, Encoder, InBuffer, Operation, OutBuffer};
 
 use crate::decode::WRITER_WINDOW_LOG;
 use crate::format::{
-    detail_path, file_header, index_path, record_header, segment_file_name, segment_files,
-    segment_of_detail_file, IndexEntry, INDEX_MAGIC, MAX_FRAME_RAW_BYTES, MAX_PAYLOAD_BYTES, RECORD_HEADER_LEN,
-    SEGMENT_MAGIC,
+    file_header, index_path, lane_path, record_header, segment_file_name, segment_files,
+    segment_of_lane_file, IndexEntry, Lane, INDEX_MAGIC, MAX_FRAME_RAW_BYTES, MAX_PAYLOAD_BYTES,
+    RECORD_HEADER_LEN, SEGMENT_MAGIC,
 };
 use crate::reader::{file_len, list_segments, segment_max_ts};
 use crate::{Result, StoreConfig, StoreError};
@@ -36,18 +36,18 @@ pub struct Writer {
     out: Vec<u8>,
 }
 
-/// The segment being written: its main lane and, once a record brought detail, its detail lane.
+/// The segment being written: its main stream and the lanes records have brought so far.
 struct Active {
-    main: Lane,
-    detail: Option<Lane>,
+    main: Stream,
+    lanes: Vec<(Lane, Stream)>,
     records: u64,
     min_ts: i64,
     max_ts: i64,
     last_sync: Instant,
 }
 
-/// One compressed stream of a segment, with its index.
-struct Lane {
+/// One compressed stream of a segment (main or lane), with its index.
+struct Stream {
     seg_path: PathBuf,
     idx_path: PathBuf,
     seg: File,
@@ -127,19 +127,20 @@ impl Writer {
     /// abandoned (it stays readable) and, once per episode, old segments were deleted to make room.
     /// Retrying later starts a new segment.
     pub fn append(&mut self, ts_ns: i64, payload: &[u8]) -> Result<()> {
-        self.append_with_detail(ts_ns, payload, None)
+        self.append_lanes(ts_ns, payload, &[])
     }
 
-    /// Appends one record whose `detail` goes to the segment's detail lane (see the crate docs):
-    /// readers that do not ask for detail never decompress it. The detail is written before the
-    /// main payload, so a reader that sees the record finds its detail.
-    pub fn append_with_detail(
+    /// Appends one record with payloads for some of its lanes (see the crate docs): readers
+    /// that do not ask for a lane never decompress it. Lanes are written before the main
+    /// payload, so a reader that sees the record finds them.
+    pub fn append_lanes(
         &mut self,
         ts_ns: i64,
         payload: &[u8],
-        detail: Option<&[u8]>,
+        lanes: &[(Lane, &[u8])],
     ) -> Result<()> {
-        for len in [payload.len(), detail.map_or(0, <[u8]>::len)] {
+        let lens = lanes.iter().map(|(_, p)| p.len());
+        for len in std::iter::once(payload.len()).chain(lens) {
             if len > MAX_PAYLOAD_BYTES {
                 return Err(StoreError::PayloadTooLarge {
                     len,
@@ -179,7 +180,7 @@ impl Writer {
                     config,
                     ts_ns,
                     payload,
-                    detail,
+                    lanes,
                     frame_records,
                     &mut self.out,
                     &mut self.bytes_written,
@@ -222,7 +223,7 @@ impl Writer {
         }
         let span = (a.max_ts.max(ts_ns) as i128) - (a.min_ts.min(ts_ns) as i128);
         span >= self.config.segment_span.as_nanos() as i128
-            || a.main.seg_len + a.detail.as_ref().map_or(0, |d| d.seg_len)
+            || a.main.seg_len + a.lanes.iter().map(|(_, l)| l.seg_len).sum::<u64>()
                 >= self.config.segment_max_bytes
     }
 
@@ -272,7 +273,7 @@ impl Writer {
     /// Never the segment being written.
     fn apply_retention(&mut self) -> Result<()> {
         let dir = &self.config.dir;
-        remove_orphan_details(dir);
+        remove_orphan_lanes(dir);
         let active = self.active.as_ref().map(|a| a.main.seg_path.clone());
         let mut segments: Vec<PathBuf> = list_segments(dir)?
             .into_iter()
@@ -313,15 +314,15 @@ impl Drop for Writer {
     }
 }
 
-/// Removes detail lane files whose segment is gone (a deletion cut short by a crash), which
-/// nothing would otherwise ever delete.
-fn remove_orphan_details(dir: &Path) {
+/// Removes lane files whose segment is gone (a deletion cut short by a crash), which nothing
+/// would otherwise ever delete.
+fn remove_orphan_lanes(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for e in entries.flatten() {
         let name = e.file_name();
-        let Some(seg) = name.to_str().and_then(segment_of_detail_file) else {
+        let Some(seg) = name.to_str().and_then(segment_of_lane_file) else {
             continue;
         };
         if !dir.join(seg).exists() {
@@ -330,7 +331,7 @@ fn remove_orphan_details(dir: &Path) {
     }
 }
 
-/// Removes a segment, its detail lane and their indexes; returns the bytes freed.
+/// Removes a segment, its lanes and their indexes; returns the bytes freed.
 fn delete_segment(seg: &Path) -> u64 {
     let mut size = 0;
     for f in segment_files(seg) {
@@ -344,8 +345,8 @@ impl Active {
     fn create(config: &StoreConfig, first_ts: i64, written: &mut u64) -> Result<Active> {
         let (seg_path, seg) = create_new_segment_file(&config.dir, first_ts)?;
         Ok(Active {
-            main: Lane::create(config, seg_path, seg, written)?,
-            detail: None,
+            main: Stream::create(config, seg_path, seg, written)?,
+            lanes: Vec::new(),
             records: 0,
             min_ts: first_ts,
             max_ts: first_ts,
@@ -353,52 +354,62 @@ impl Active {
         })
     }
 
-    fn lanes(&mut self) -> impl Iterator<Item = &mut Lane> {
-        std::iter::once(&mut self.main).chain(self.detail.as_mut())
+    fn streams(&mut self) -> impl Iterator<Item = &mut Stream> {
+        std::iter::once(&mut self.main).chain(self.lanes.iter_mut().map(|(_, s)| s))
     }
 
     fn unsynced(&self) -> bool {
-        self.main.unsynced || self.detail.as_ref().is_some_and(|d| d.unsynced)
+        self.main.unsynced || self.lanes.iter().any(|(_, s)| s.unsynced)
     }
 
-    /// Writes the detail (if any) then the main record. Both lanes end their frames together,
-    /// so main frame `i` and detail frame `i` usually hold the same records.
+    /// Writes the lanes' payloads, then the main one. Every stream ends its frame with the
+    /// main one, so frame `i` of each usually holds the same records.
     #[allow(clippy::too_many_arguments)]
     fn write_record(
         &mut self,
         config: &StoreConfig,
         ts_ns: i64,
         payload: &[u8],
-        detail: Option<&[u8]>,
+        lanes: &[(Lane, &[u8])],
         frame_records: u32,
         out: &mut Vec<u8>,
         written: &mut u64,
     ) -> Result<()> {
-        let too_big = |lane: Option<&Lane>, len: usize| {
-            lane.and_then(|l| l.frame.as_ref())
+        let too_big = |s: &Stream, len: usize| {
+            s.frame
+                .as_ref()
                 .is_some_and(|f| f.raw_bytes + RECORD_HEADER_LEN + len > MAX_FRAME_RAW_BYTES)
         };
-        if too_big(Some(&self.main), payload.len())
-            || too_big(self.detail.as_ref(), detail.map_or(0, <[u8]>::len))
-        {
+        let lane_too_big = lanes.iter().any(|(lane, p)| {
+            self.lanes
+                .iter()
+                .any(|(l, s)| l == lane && too_big(s, p.len()))
+        });
+        if too_big(&self.main, payload.len()) || lane_too_big {
             self.end_frames(out, written)?;
         }
         let ends_frame = self.main.frame.as_ref().map_or(0, |f| f.count) + 1 >= frame_records;
-        if let Some(d) = detail {
-            if self.detail.is_none() {
-                let path = detail_path(&self.main.seg_path);
-                let file = create_detail_file(&path)?;
-                self.detail = Some(Lane::create(config, path, file, written)?);
-            }
-            let lane = self.detail.as_mut().expect("created above");
-            lane.write_record(ts_ns, d, ends_frame, out, written)?;
+        for &(lane, p) in lanes {
+            let i = match self.lanes.iter().position(|(l, _)| *l == lane) {
+                Some(i) => i,
+                None => {
+                    let path = lane_path(&self.main.seg_path, lane);
+                    let file = create_lane_file(&path)?;
+                    let stream = Stream::create(config, path, file, written)?;
+                    self.lanes.push((lane, stream));
+                    self.lanes.len() - 1
+                }
+            };
+            self.lanes[i]
+                .1
+                .write_record(ts_ns, p, ends_frame, out, written)?;
         }
         self.main
             .write_record(ts_ns, payload, ends_frame, out, written)?;
         if ends_frame {
-            // A detail frame left open (this record had no detail) ends with the main one.
-            if let Some(d) = self.detail.as_mut() {
-                d.end_frame(out, written)?;
+            // A lane frame left open (this record had nothing for it) ends with the main one.
+            for (_, s) in self.lanes.iter_mut() {
+                s.end_frame(out, written)?;
             }
         }
         self.records += 1;
@@ -412,16 +423,16 @@ impl Active {
 
     /// Ends the open frames, if any, without a new record.
     fn end_frames(&mut self, out: &mut Vec<u8>, written: &mut u64) -> Result<()> {
-        if let Some(d) = self.detail.as_mut() {
-            d.end_frame(out, written)?;
+        for (_, s) in self.lanes.iter_mut() {
+            s.end_frame(out, written)?;
         }
         self.main.end_frame(out, written)?;
         self.sync()
     }
 
     fn sync(&mut self) -> Result<()> {
-        for lane in self.lanes() {
-            lane.sync()?;
+        for s in self.streams() {
+            s.sync()?;
         }
         self.last_sync = Instant::now();
         Ok(())
@@ -429,20 +440,20 @@ impl Active {
 
     /// Cuts every file back to its last complete write; returns the segment path.
     fn abandon(self) -> PathBuf {
-        if let Some(d) = self.detail {
-            d.abandon();
+        for (_, s) in self.lanes {
+            s.abandon();
         }
         self.main.abandon()
     }
 }
 
-impl Lane {
+impl Stream {
     fn create(
         config: &StoreConfig,
         seg_path: PathBuf,
         seg: File,
         written: &mut u64,
-    ) -> Result<Lane> {
+    ) -> Result<Stream> {
         let dir = &config.dir;
         let idx_path = index_path(&seg_path);
         let result = (|| {
@@ -473,7 +484,7 @@ impl Lane {
         match result {
             Ok((idx, encoder, header_bytes)) => {
                 *written += header_bytes;
-                Ok(Lane {
+                Ok(Stream {
                     seg_len: header_bytes / 2,
                     idx_len: header_bytes / 2,
                     seg_path,
@@ -600,9 +611,9 @@ impl Lane {
     }
 }
 
-/// Creates a detail lane file. Its segment's name was taken exclusively, so an existing detail
-/// file is a leftover of a segment deleted half-way (its lane would not match): replaced.
-fn create_detail_file(path: &Path) -> Result<File> {
+/// Creates a lane file. Its segment's name was taken exclusively, so an existing lane file is
+/// a leftover of a segment deleted half-way (its records would not match): replaced.
+fn create_lane_file(path: &Path) -> Result<File> {
     OpenOptions::new()
         .read(true)
         .write(true)

@@ -8,7 +8,12 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use jitterscope_store::{Reader, StoreConfig, Writer};
+use jitterscope_store::{Lane, Reader, StoreConfig, Writer};
+
+/// The lanes argument for an optional detail.
+fn lanes(detail: Option<&[u8]>) -> Vec<(Lane, &[u8])> {
+    detail.map(|d| (Lane::Detail, d)).into_iter().collect()
+}
 
 const CHILD_ENV: &str = "JITTERSCOPE_STORE_CRASH_CHILD_DIR";
 const TEST_NAME: &str = "kill_9_loses_no_acknowledged_record";
@@ -50,7 +55,7 @@ fn child(dir: &str) -> ! {
         last = ts;
         // Odd timestamps carry a detail lane record, even ones do not.
         let d = (ts % 2 == 1).then(|| detail(ts));
-        w.append_with_detail(ts, &payload(ts), d.as_deref())
+        w.append_lanes(ts, &payload(ts), &lanes(d.as_deref()))
             .expect("append");
         writeln!(out, "ACK {ts}").unwrap();
         out.flush().unwrap();

@@ -3,7 +3,12 @@
 
 use std::path::{Path, PathBuf};
 
-use jitterscope_store::{Reader, Record, StoreConfig, Writer};
+use jitterscope_store::{Lane, Reader, Record, StoreConfig, Writer};
+
+/// The lanes argument for an optional detail.
+fn lanes(detail: Option<&[u8]>) -> Vec<(Lane, &[u8])> {
+    detail.map(|d| (Lane::Detail, d)).into_iter().collect()
+}
 use proptest::prelude::*;
 
 const SEC: i64 = 1_000_000_000;
@@ -34,7 +39,7 @@ fn write(dir: &Path, n: i64, frame_records: u32) -> Vec<Record> {
     let mut out = Vec::new();
     for i in 0..n {
         let d = has_detail(i).then(|| detail(i));
-        w.append_with_detail(T0 + i * SEC, &main_payload(i), d.as_deref())
+        w.append_lanes(T0 + i * SEC, &main_payload(i), &lanes(d.as_deref()))
             .unwrap();
         out.push(Record {
             ts_ns: T0 + i * SEC,
@@ -109,8 +114,12 @@ fn a_live_writer_s_details_are_readable_at_once() {
     c.retain = std::time::Duration::from_secs(u32::MAX as u64);
     let mut w = Writer::open(c).unwrap();
     for i in 0..12 {
-        w.append_with_detail(T0 + i * SEC, &main_payload(i), Some(&detail(i)))
-            .unwrap();
+        w.append_lanes(
+            T0 + i * SEC,
+            &main_payload(i),
+            &[(Lane::Detail, &detail(i))],
+        )
+        .unwrap();
         let got = read(d.path(), false);
         assert_eq!(got.len() as i64, i + 1);
         assert!(
@@ -142,14 +151,21 @@ fn retention_deletes_the_lane_with_its_segment_and_orphans_at_open() {
     let d = tempfile::tempdir().unwrap();
     write(d.path(), 10, 4);
     let lane = detail_file(d.path());
-    let seg = Reader::open(d.path()).unwrap().segments().unwrap().remove(0);
+    let seg = Reader::open(d.path())
+        .unwrap()
+        .segments()
+        .unwrap()
+        .remove(0);
     // As if a deletion was cut short after the main files went.
     std::fs::remove_file(&seg).unwrap();
     std::fs::remove_file(seg.with_extension("idx")).unwrap();
     assert!(lane.exists());
     drop(Writer::open(StoreConfig::new(d.path())).unwrap());
     assert!(!lane.exists(), "orphan lane kept");
-    assert!(!lane.with_extension("idx").exists(), "orphan lane index kept");
+    assert!(
+        !lane.with_extension("idx").exists(),
+        "orphan lane index kept"
+    );
 
     // Old segments go with their lanes (the default retention of 7 days covers T0 = 2023).
     write(d.path(), 10, 4);
@@ -157,7 +173,11 @@ fn retention_deletes_the_lane_with_its_segment_and_orphans_at_open() {
     assert!(lane.exists());
     drop(Writer::open(StoreConfig::new(d.path())).unwrap());
     assert!(!lane.exists());
-    assert!(Reader::open(d.path()).unwrap().segments().unwrap().is_empty());
+    assert!(Reader::open(d.path())
+        .unwrap()
+        .segments()
+        .unwrap()
+        .is_empty());
 }
 
 /// The store's files after writing 14 records in frames of 4, the last frame left open.
@@ -172,7 +192,7 @@ fn files() -> &'static (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>, Vec<Record>) {
         let mut records = Vec::new();
         for i in 0..14 {
             let dt = has_detail(i).then(|| detail(i));
-            w.append_with_detail(T0 + i * SEC, &main_payload(i), dt.as_deref())
+            w.append_lanes(T0 + i * SEC, &main_payload(i), &lanes(dt.as_deref()))
                 .unwrap();
             records.push(Record {
                 ts_ns: T0 + i * SEC,
@@ -243,4 +263,49 @@ proptest! {
 fn undamaged_lane_files_read_back_whole() {
     let (_, _, lane, lane_idx, records) = files();
     assert_eq!(&read_damaged(lane, lane_idx), records);
+}
+
+#[test]
+fn a_lane_reads_on_its_own_and_says_where_it_is_missing() {
+    let d = tempfile::tempdir().unwrap();
+    let mut c = StoreConfig::new(d.path());
+    c.frame_records = 4;
+    c.retain = std::time::Duration::from_secs(u32::MAX as u64);
+    // A first run without the lane (an older build), then one with it.
+    let mut w = Writer::open(c.clone()).unwrap();
+    for i in 0..6 {
+        w.append(T0 + i * SEC, &main_payload(i)).unwrap();
+    }
+    w.close().unwrap();
+    let mut w = Writer::open(c).unwrap();
+    for i in 10..20i64 {
+        let sig = i.to_le_bytes();
+        w.append_lanes(
+            T0 + i * SEC,
+            &main_payload(i),
+            &[(Lane::Detail, &detail(i)), (Lane::Signals, &sig)],
+        )
+        .unwrap();
+    }
+    w.close().unwrap();
+    let r = Reader::open(d.path()).unwrap();
+    let got: Vec<(i64, Vec<u8>)> = r
+        .range_lane(Lane::Signals, i64::MIN, i64::MAX)
+        .unwrap()
+        .map(|x| x.map(|x| (x.ts_ns, x.payload)).unwrap())
+        .collect();
+    let want: Vec<(i64, Vec<u8>)> = (10..20i64)
+        .map(|i| (T0 + i * SEC, i.to_le_bytes().to_vec()))
+        .collect();
+    assert_eq!(got, want);
+    assert!(r
+        .lane_covers(Lane::Signals, T0 + 12 * SEC, T0 + 30 * SEC)
+        .unwrap());
+    assert!(!r
+        .lane_covers(Lane::Signals, T0 + 2 * SEC, T0 + 12 * SEC)
+        .unwrap());
+    // The main read is untouched by the extra lane.
+    let main = read(d.path(), false);
+    assert_eq!(main.len(), 16);
+    assert_eq!(main[15].detail, Some(detail(19)));
 }

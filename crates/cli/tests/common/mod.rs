@@ -279,7 +279,7 @@ pub fn check_store(dir: &Path) -> StoreCheck {
             rec.detail.as_deref(),
             jitterscope_model::codec::Parts::ALL,
         )
-            .unwrap_or_else(|e| panic!("payload at {} undecodable: {e}", rec.ts_ns));
+        .unwrap_or_else(|e| panic!("payload at {} undecodable: {e}", rec.ts_ns));
         assert_eq!(s.ts_ns, rec.ts_ns, "payload and record disagree on time");
         records += 1;
     }
