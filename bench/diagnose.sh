@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # How fast diagnosis reads history: `jitterscope diagnose` over 1 h of 1 s samples of a host
 # with 500 processes (target < 2 s) and `jitterscope events` over 24 h (target < 5 s). The
-# stores are synthesized (crates/model/examples/synth_store) from a real 60 s recording made
+# stores are synthesized (crates/diagnose/examples/synth_store) from a real 60 s recording made
 # while DIAG_PROCS extra processes sleep. Writes a Markdown section for docs/BENCHMARKS.md
 # (bench/run.sh calls this and embeds it). Alone:
 #
@@ -55,7 +55,7 @@ trap 'exit 130' INT TERM
 if [ -n "${SYNTH_STORE:-}" ]; then
     SYNTH=$SYNTH_STORE
 else
-    (cd "$REPO" && cargo build --release -q -p jitterscope-model --example synth_store)
+    (cd "$REPO" && cargo build --release -q -p jitterscope-diagnose --example synth_store)
     SYNTH=${CARGO_TARGET_DIR:-$REPO/target}/release/examples/synth_store
     case $SYNTH in /*) ;; *) SYNTH=$REPO/$SYNTH ;; esac
 fi

@@ -305,7 +305,7 @@ if [ -n "${SYNTH_STORE:-}" ]; then
     SYNTH=$SYNTH_STORE
 else
     say "building the synth_store example"
-    (cd "$REPO" && cargo build --release -q -p jitterscope-model --example synth_store)
+    (cd "$REPO" && cargo build --release -q -p jitterscope-diagnose --example synth_store)
     SYNTH=${CARGO_TARGET_DIR:-$REPO/target}/release/examples/synth_store
     case $SYNTH in /*) ;; *) SYNTH=$REPO/$SYNTH ;; esac
 fi
@@ -461,7 +461,7 @@ removes everything it created (processes, the stress cgroup, temporary stores) o
   ${STRESS_SECONDS} s. Max gap is the largest difference of \`ts_ns\` between consecutive samples taken
   while the stressors ran (\`jitterscope dump --select self.lateness_ms --format json\`); lateness is
   how late the recorder woke up against its schedule (\`self.lateness_ms\`).
-- **Read-back**: \`crates/model/examples/synth_store.rs\` cycles the real samples of the
+- **Read-back**: \`crates/diagnose/examples/synth_store.rs\` cycles the real samples of the
   ${BENCH_SECONDS} s recording into a ${SYNTH_HOURS} h store (one sample per second, re-stamped
   \`ts_ns\` and \`mono_ns\`, product codec and store writer at default settings). Then
   \`jitterscope dump --from T --to T+60s --format csv >/dev/null\` with T in the middle of the store is

@@ -415,6 +415,8 @@ fn check(c: CheckArgs) -> Result<()> {
         },
     )?;
     let verdict = Verdict::of(s, &report);
+    // The episodes of the workload's window, flagged where the recorder marked them live.
+    let episodes = jitterscope_diagnose::events(&store.path, windows.active.0, windows.active.1)?;
     let pass = signature_pass && verdict.pass;
     let trouble: Vec<&str> = rec_err
         .lines()
@@ -437,6 +439,7 @@ fn check(c: CheckArgs) -> Result<()> {
                 "pass": verdict.pass,
                 "report": report,
             },
+            "events": episodes,
             "notes": outcome.notes,
             "workers": outcome.workers,
             "recorder_errors": trouble,
@@ -445,6 +448,19 @@ fn check(c: CheckArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         print_check(s, &outcome, &results, windows, &store, &trouble);
+        for e in &episodes {
+            println!(
+                "episode {} on {} (peak {:.1}){}",
+                e.id,
+                e.series,
+                e.peak,
+                if e.online {
+                    ", marked live by the recorder"
+                } else {
+                    ""
+                }
+            );
+        }
         print!("{}", jitterscope_diagnose::text::render(&report));
         println!("{}", verdict.line(s));
     }

@@ -14,12 +14,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use jitterscope_model::codec;
+use jitterscope_diagnose::events::{Mark, MarkState, SampleEncoder};
 use jitterscope_model::collector::{collectors, Notes};
 use jitterscope_model::sample::{monotonic_ns, HostInfo, RecorderStats, Sample};
 use jitterscope_model::sources::CollectConfig;
 use jitterscope_sources::Root;
-use jitterscope_store::{Lane, StoreConfig, Writer};
+use jitterscope_store::{StoreConfig, Writer};
 
 use crate::timearg::{parse_duration, parse_size};
 
@@ -343,14 +343,32 @@ pub fn run(a: RecordArgs) -> Result<()> {
     Ok(())
 }
 
+/// A log line for an episode mark.
+fn mark_line(m: &Mark) -> String {
+    match m.state {
+        MarkState::Start => format!(
+            "episode started: {} on {} = {:.1} (baseline {:.1}, threshold {:.1})",
+            m.kind, m.series, m.peak, m.baseline, m.threshold
+        ),
+        MarkState::End => format!(
+            "episode ended: {} on {} after {} s, peak {:.1}",
+            m.kind,
+            m.series,
+            ((m.to_ns - m.from_ns) / 1_000_000_000).max(1),
+            m.peak
+        ),
+    }
+}
+
 fn write_loop(
     mut w: Writer,
     rx: Receiver<Box<Sample>>,
     shared: Arc<Shared>,
     status: bool,
 ) -> Result<()> {
-    let mut buf = Vec::with_capacity(64 << 10);
-    let mut detail = Vec::with_capacity(256 << 10);
+    // Episodes are detected here, on the writer thread, so the collector's tick never waits
+    // on them; they reach the store in the same record as the sample they were seen in.
+    let mut enc = SampleEncoder::new();
     let mut prev: Option<Box<Sample>> = None;
     let mut last_error_log: Option<Instant> = None;
     let mut written_before = w.bytes_written();
@@ -358,18 +376,19 @@ fn write_loop(
     let mut paused_since: Option<Instant> = None;
     while let Ok(mut sample) = rx.recv() {
         shared.queued.fetch_sub(1, Ordering::Relaxed);
-        if let Err(e) = codec::encode_lanes(&mut sample, &mut buf, &mut detail) {
-            log(&format!("cannot encode a sample: {e}"));
-            shared.dropped.fetch_add(1, Ordering::Relaxed);
-            continue;
+        let encoded = match enc.encode(&mut sample, prev.as_deref()) {
+            Ok(e) => e,
+            Err(e) => {
+                log(&format!("cannot encode a sample: {e}"));
+                shared.dropped.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+        };
+        for m in &encoded.marks {
+            log(&mark_line(m));
         }
         loop {
-            let lanes: &[(Lane, &[u8])] = if detail.is_empty() {
-                &[]
-            } else {
-                &[(Lane::Detail, &detail)]
-            };
-            match w.append_lanes(sample.ts_ns, &buf, lanes) {
+            match w.append_lanes(sample.ts_ns, encoded.main, &encoded.lanes) {
                 Ok(()) => {
                     if let Some(t) = paused_since.take() {
                         log(&format!(

@@ -174,6 +174,18 @@ fn check(name: &str, secs: u64) -> Option<Value> {
     Some(v)
 }
 
+/// Asserts the recorder marked, as it happened, an episode of `kind` on a series containing
+/// `series`, and that `events` finds it in the workload's window.
+fn marked_live(v: &Value, kind: &str, series: &str) {
+    let ev = v["events"].as_array().expect("events");
+    assert!(
+        ev.iter().any(|e| e["kind"] == kind
+            && e["online"] == true
+            && e["series"].as_str().is_some_and(|s| s.contains(series))),
+        "no live-marked {kind} episode on *{series}*: {ev:?}"
+    );
+}
+
 /// The measured value of the check whose series contains `needle`.
 fn value(v: &Value, needle: &str) -> f64 {
     v["checks"]
@@ -203,6 +215,7 @@ fn cfs_throttle_is_throttled_at_low_usage() {
     };
     assert!(value(&v, "cpu.throttled_pct") > 50.0);
     assert!(value(&v, "cpu.usage_pct") < 50.0);
+    marked_live(&v, "throttling", "/jitterscope-lab/cfs-throttle");
 }
 
 #[test]
@@ -215,6 +228,7 @@ fn negative_dentry_piles_up_and_is_reclaimed() {
     assert!(value(&v, "lab-nss-probe.enoent_per_s") > 0.0);
     assert!(value(&v, "super_cache_scan.freed_per_s") > 0.0);
     assert!(worker(&v, "nss-probe")["enoent"].as_u64().unwrap() >= 100_000);
+    marked_live(&v, "negative-dentries", "dentry.negative_growth_per_s");
 }
 
 #[test]
@@ -237,6 +251,7 @@ fn tlb_shootdown_storm_is_attributed() {
         return;
     };
     assert!(value(&v, "irq.tlb_per_s") >= 10.0, "ratio to idle");
+    marked_live(&v, "tlb-storm", "irq.tlb_per_s");
     assert!(value(&v, "lab-madvise.shootdown_ipis_sent_per_s") > 0.0);
     assert!(value(&v, "lab-madvise.dontneed_per_s") > 0.0);
     assert!(worker(&v, "victim")["wakeups"].as_u64().unwrap() > 100);
@@ -249,6 +264,7 @@ fn reclaim_storm_stalls_the_allocator() {
         return;
     };
     assert!(value(&v, "lab-reclaim.stalls_per_s") >= 5.0);
+    marked_live(&v, "reclaim-stalls", "reclaim.stalls_per_s");
     assert!(worker(&v, "cache-burst")["cycles"].as_u64().unwrap() >= 2);
 }
 
@@ -269,6 +285,7 @@ fn native_leak_grows() {
         return;
     };
     assert!(value(&v, "lab-native-leak.rss_bytes") >= 16.0 * 1048576.0);
+    marked_live(&v, "leak-trend", ".lab-native-leak.rss_bytes");
     // RSS grew by tens of MiB while what the interpreter accounts for stayed flat.
     let r = worker(&v, "lab-native-leak");
     let n = |k: &str| r[k].as_i64().unwrap_or_else(|| panic!("{k}: {r}"));
@@ -287,6 +304,7 @@ fn python_leak_grows() {
         return;
     };
     assert!(value(&v, "lab-python-leak.rss_bytes") >= 16.0 * 1048576.0);
+    marked_live(&v, "leak-trend", ".lab-python-leak.rss_bytes");
     // The growth is in the interpreter's own heap: pymalloc's live blocks climb with it.
     let r = worker(&v, "lab-python-leak");
     let n = |k: &str| r[k].as_i64().unwrap_or_else(|| panic!("{k}: {r}"));
@@ -304,6 +322,20 @@ fn controls_move_no_mechanism_signal() {
         let Some(v) = check(name, 5) else { return };
         assert!(value(&v, "irq.tlb_per_s") < 10.0);
         assert_eq!(v["diagnosis"]["expected_rule"], Value::Null);
+        // No mechanism episode either (a control may still show a CPU spike).
+        let ev = v["events"].as_array().expect("events");
+        let mechanisms = [
+            "tlb-storm",
+            "throttling",
+            "reclaim-stalls",
+            "negative-dentries",
+            "leak-trend",
+        ];
+        assert!(
+            !ev.iter()
+                .any(|e| mechanisms.iter().any(|m| e["kind"] == *m)),
+            "{name}: {ev:?}"
+        );
     }
 }
 

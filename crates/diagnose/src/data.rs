@@ -106,6 +106,14 @@ pub struct Stats {
     pub base_mad: f64,
 }
 
+/// The median and the median absolute deviation of `v` (reordered): the robust centre and
+/// spread that baselines here are built on.
+pub fn median_mad(v: &mut [f64]) -> (f64, f64) {
+    let m = median(v);
+    let mut dev: Vec<f64> = v.iter().map(|x| (x - m).abs()).collect();
+    (m, median(&mut dev))
+}
+
 fn median(v: &mut [f64]) -> f64 {
     if v.is_empty() {
         return 0.0;
@@ -389,10 +397,7 @@ impl Data {
             st.mean = st.sum / st.n as f64;
         }
         st.base_n = base.len();
-        st.base_median = median(&mut base);
-        let m = st.base_median;
-        let mut dev: Vec<f64> = base.iter().map(|v| (v - m).abs()).collect();
-        st.base_mad = median(&mut dev);
+        (st.base_median, st.base_mad) = median_mad(&mut base);
         st
     }
 

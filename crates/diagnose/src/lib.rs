@@ -151,8 +151,8 @@ pub fn diagnose(dir: &Path, from: i64, to: i64, opts: Options) -> Result<Report>
 /// The episodes in `(from, to]` of the store at `dir` (the 5 minutes before feed the first
 /// baselines).
 pub fn events(dir: &Path, from: i64, to: i64) -> Result<Vec<events::Event>> {
-    let d = Data::load(dir, from, to, 300 * 1_000_000_000, &events::select(), false)?;
-    Ok(events::detect(&d))
+    let l = events::load(dir, from, to, 300 * 1_000_000_000)?;
+    Ok(events::detect(&l.data, &l.marks))
 }
 
 /// Runs every rule on loaded data.

@@ -211,8 +211,11 @@ pub struct Selection {
     pats: Vec<Pattern>,
     /// Metric, template pieces, and the patterns to check each series against (`None`: some
     /// pattern matches every series of the metric, or the selection is empty).
-    entries: Vec<(&'static MetricDef, Vec<&'static str>, Option<Vec<usize>>)>,
+    entries: Vec<Entry>,
 }
+
+/// A selected metric: its definition, template pieces, and candidate patterns.
+type Entry = (&'static MetricDef, Vec<&'static str>, Option<Vec<usize>>);
 
 impl Selection {
     /// Prepares `select` (all series when empty) over `defs`. Duplicate patterns count once.

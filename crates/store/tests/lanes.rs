@@ -180,10 +180,12 @@ fn retention_deletes_the_lane_with_its_segment_and_orphans_at_open() {
         .is_empty());
 }
 
+/// Segment, index, detail lane, lane index, and the records written.
+type Files = (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>, Vec<Record>);
+
 /// The store's files after writing 14 records in frames of 4, the last frame left open.
-fn files() -> &'static (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>, Vec<Record>) {
-    static FILES: std::sync::OnceLock<(Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>, Vec<Record>)> =
-        std::sync::OnceLock::new();
+fn files() -> &'static Files {
+    static FILES: std::sync::OnceLock<Files> = std::sync::OnceLock::new();
     FILES.get_or_init(|| {
         let d = tempfile::tempdir().unwrap();
         let mut c = StoreConfig::new(d.path());

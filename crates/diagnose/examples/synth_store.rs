@@ -1,11 +1,12 @@
 //! Builds a long store out of a short real recording, for read-back benchmarks at scale.
 //!
-//! `cargo run --release -p jitterscope-model --example synth_store -- <src-store> <dst-store> [hours]`
+//! `cargo run --release -p jitterscope-diagnose --example synth_store -- <src-store> <dst-store> [hours]`
 //!
 //! Reads every sample of `<src-store>` (e.g. a 60 s `jitterscope record`), then writes `hours`
 //! (default 24) of one-second samples into the new store `<dst-store>` by cycling through them:
 //! each copy is decoded, re-stamped (`ts_ns` one second apart ending now, `mono_ns` advancing in
-//! step so derived rates stay sane) and encoded again with the product's codec, then appended with
+//! step so derived rates stay sane), run through the recorder's online episode detection for its
+//! signals lane, and encoded again with the product's codec, then appended with
 //! the product's store writer at its default settings (only the size cap is lifted). Consecutive
 //! samples are real consecutive samples, so the compression seen is that of real data; at each
 //! wrap-around counters step backwards once (rates are "unknown" for that one sample).
@@ -15,8 +16,10 @@
 use std::path::PathBuf;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use jitterscope_diagnose::events::SampleEncoder;
 use jitterscope_model::codec::{decode_lanes, encode_lanes, Parts};
-use jitterscope_store::{Lane, Reader, StoreConfig, Writer};
+use jitterscope_model::Sample;
+use jitterscope_store::{Reader, StoreConfig, Writer};
 
 const SEC: i64 = 1_000_000_000;
 
@@ -81,18 +84,17 @@ fn main() {
     let start = Instant::now();
     let mut w = Writer::open(cfg).expect("cannot open the destination store");
     let mut raw = 0u64;
+    // Encoded as the recorder encodes, signals lane and online detection included.
+    let mut enc = SampleEncoder::new();
+    let mut prev: Option<Sample> = None;
     for i in 0..n {
         let mut s = samples[(i as usize) % samples.len()].clone();
         s.ts_ns = first_ts + i * SEC;
         s.mono_ns = mono0 + (i as u64) * SEC as u64;
-        encode_lanes(&mut s, &mut main, &mut detail).expect("encode");
-        raw += (main.len() + detail.len()) as u64;
-        let lanes: &[(Lane, &[u8])] = if detail.is_empty() {
-            &[]
-        } else {
-            &[(Lane::Detail, &detail)]
-        };
-        w.append_lanes(s.ts_ns, &main, lanes).expect("append");
+        let e = enc.encode(&mut s, prev.as_ref()).expect("encode");
+        raw += (e.main.len() + e.lanes.iter().map(|l| l.1.len()).sum::<usize>()) as u64;
+        w.append_lanes(s.ts_ns, e.main, &e.lanes).expect("append");
+        prev = Some(s);
     }
     w.close().expect("close");
     let write_s = start.elapsed().as_secs_f64();
