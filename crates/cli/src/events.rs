@@ -52,7 +52,7 @@ pub fn run(a: EventsArgs) -> Result<()> {
     }
     for e in &ev {
         println!(
-            "{}  {:>4}s  {:<32} peak {} (baseline {}, threshold {})  {}  [{}]",
+            "{}  {:>4}s  {:<32} peak {} (baseline {}, threshold {})  {}  [{}]{}",
             e.from,
             (e.to_ns - e.from_ns) / 1_000_000_000,
             e.what,
@@ -60,7 +60,8 @@ pub fn run(a: EventsArgs) -> Result<()> {
             num(e.baseline),
             num(e.threshold),
             e.series,
-            e.id
+            e.id,
+            if e.online { " live" } else { "" }
         );
     }
     let c = jitterscope_diagnose::events::counts(&ev);

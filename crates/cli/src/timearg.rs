@@ -53,14 +53,7 @@ fn to_ns(t: DateTime<Utc>) -> Option<i64> {
 }
 
 /// Formats nanoseconds since the epoch as RFC 3339 UTC with milliseconds.
-pub fn fmt_ns(ns: i64) -> String {
-    let secs = ns.div_euclid(1_000_000_000);
-    let nsec = ns.rem_euclid(1_000_000_000) as u32;
-    match Utc.timestamp_opt(secs, nsec).single() {
-        Some(t) => t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-        None => ns.to_string(),
-    }
-}
+pub use jitterscope_model::time::rfc3339 as fmt_ns;
 
 /// Parses a size such as `2GiB`, `500MB`, `1048576`.
 pub fn parse_size(s: &str) -> Result<u64, String> {

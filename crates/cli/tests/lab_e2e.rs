@@ -28,14 +28,11 @@ const LAB_DIR: &str = "/var/tmp/jitterscope-lab";
 
 /// Cgroup mount points (v1 and v2) from mountinfo.
 fn cgroup_mounts() -> Vec<PathBuf> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    info.lines()
-        .filter_map(|l| {
-            let (pre, post) = l.split_once(" - ")?;
-            let fstype = post.split(' ').next()?;
-            let mp = pre.split(' ').nth(4)?;
-            (fstype == "cgroup" || fstype == "cgroup2").then(|| PathBuf::from(mp))
-        })
+    let root = jitterscope_sources::Root::new("/");
+    jitterscope_sources::cgroup::discover(&root)
+        .expect("cgroup hierarchies")
+        .into_iter()
+        .map(|h| h.mount_point)
         .collect()
 }
 

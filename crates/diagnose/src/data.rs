@@ -318,10 +318,10 @@ impl Data {
         if self.boot_id.is_empty() || boot.trim() != self.boot_id {
             return None;
         }
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        // Field 22 (starttime), counted after the parenthesised comm.
-        let after = stat.rsplit_once(')')?.1;
-        let start: u64 = after.split_whitespace().nth(19)?.parse().ok()?;
+        let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+        let start = jitterscope_sources::process::parse_pid_stat(&stat)
+            .ok()?
+            .starttime_ticks;
         if start != p.starttime {
             return None;
         }

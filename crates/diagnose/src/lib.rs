@@ -129,14 +129,7 @@ impl Default for Options {
 }
 
 /// RFC 3339 with milliseconds, UTC.
-pub fn rfc3339(ns: i64) -> String {
-    chrono::DateTime::from_timestamp(
-        ns.div_euclid(1_000_000_000),
-        ns.rem_euclid(1_000_000_000) as u32,
-    )
-    .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
-    .unwrap_or_default()
-}
+pub use jitterscope_model::time::rfc3339;
 
 /// Diagnoses the samples in `(from, to]` of the store at `dir`.
 pub fn diagnose(dir: &Path, from: i64, to: i64, opts: Options) -> Result<Report> {

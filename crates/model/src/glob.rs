@@ -57,12 +57,13 @@ fn wildmatch(p: &[u8], s: &[u8]) -> bool {
     let (mut pi, mut si) = (0, 0);
     let mut star: Option<(usize, usize)> = None;
     while si < s.len() {
-        if pi < p.len() && (p[pi] == b'?' || p[pi] == s[si]) {
-            pi += 1;
-            si += 1;
-        } else if pi < p.len() && p[pi] == b'*' {
+        // A `*` in the pattern is a wildcard even where the name has a `*` (a comm may).
+        if pi < p.len() && p[pi] == b'*' {
             star = Some((pi, si));
             pi += 1;
+        } else if pi < p.len() && (p[pi] == b'?' || p[pi] == s[si]) {
+            pi += 1;
+            si += 1;
         } else if let Some((sp, ss)) = star {
             pi = sp + 1;
             si = ss + 1;
@@ -92,6 +93,7 @@ mod tests {
         assert!(Pattern::new("cpu.?.sys_pct").matches("cpu.1.sys_pct"));
         assert!(Pattern::new("*").matches(""));
         assert!(Pattern::new("a*b*c").matches("aXXbYYc"));
+        assert!(Pattern::new("proc.*.cpu_pct").matches("proc.*..cpu_pct"));
         assert!(!Pattern::new("a*b*c").matches("aXXbYY"));
         assert_eq!(Pattern::new("proc.*.rss").literal_prefix(), "proc.");
         assert_eq!(Pattern::new("proc.*.rss").literal_suffix(), ".rss");

@@ -16,6 +16,7 @@ pub mod profile;
 pub mod registry;
 pub mod sample;
 pub mod sources;
+pub mod time;
 pub mod tracers;
 
 pub use registry::{Kind, MetricDef, Unit};
