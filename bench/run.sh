@@ -398,6 +398,13 @@ DIAGNOSE_SECTION=$(cat "$TMP/diagnose.md")
 PROFILE_TARGET_ROWS=$(cat "$TMP/profile-targets.md")
 DIAGNOSE_TARGET_ROWS=$(cat "$TMP/diagnose-targets.md" 2>/dev/null || true)
 
+# memleak: census speed and the target's slowdown while it is read (bench/memleak.sh).
+say "memleak census (bench/memleak.sh)"
+JITTERSCOPE=$JITTERSCOPE MEMLEAK_OUT="$TMP/memleak.md" MEMLEAK_TARGETS="$TMP/memleak-targets.md" \
+    bash "$HERE/memleak.sh"
+MEMLEAK_SECTION=$(cat "$TMP/memleak.md")
+MEMLEAK_TARGET_ROWS=$(cat "$TMP/memleak-targets.md" 2>/dev/null || true)
+
 # ---------------------------------------------------------------------------------------------
 # 7. Report
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
@@ -535,6 +542,8 @@ $PROFILE_SECTION
 
 $DIAGNOSE_SECTION
 
+$MEMLEAK_SECTION
+
 ## Targets
 
 | target | measured | |
@@ -548,6 +557,7 @@ $DIAGNOSE_SECTION
 $TRACER_TARGET_ROWS
 $PROFILE_TARGET_ROWS
 $DIAGNOSE_TARGET_ROWS
+$MEMLEAK_TARGET_ROWS
 
 CPU against the target: $CPU_SHORT.
 EOF

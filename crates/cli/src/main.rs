@@ -5,6 +5,7 @@ mod dump;
 mod events;
 mod flame;
 mod lab;
+mod memleak;
 mod prio;
 mod record;
 mod status;
@@ -48,6 +49,8 @@ enum Cmd {
     Diagnose(diagnose::DiagnoseArgs),
     /// Self-cleaning reproducers of the seed mechanisms: list, run, check (record + verify), cleanup.
     Lab(lab::LabArgs),
+    /// Is a running process leaking, where (mappings, Python heap or native), and what piles up.
+    Memleak(memleak::MemleakArgs),
 }
 
 /// The store directory: `--dir`, else `$JITTERSCOPE_DIR`, else [`DEFAULT_DIR`].
@@ -93,6 +96,7 @@ fn main() -> ExitCode {
         Cmd::Events(a) => events::run(a),
         Cmd::Diagnose(a) => diagnose::run(a),
         Cmd::Lab(a) => lab::run(a),
+        Cmd::Memleak(a) => memleak::run(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

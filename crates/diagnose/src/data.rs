@@ -248,22 +248,27 @@ impl Data {
 
     /// Evaluates `sel` on `cur` against `prev` and appends the values at index `idx`.
     fn add_series(&mut self, cur: &Sample, prev: &Sample, sel: &Selection, idx: u32) {
-        let series = &mut self.series;
         sel.for_each(cur, Some(prev), |_, _, name, v| {
             if let Some(v) = v.filter(|v| v.is_finite()) {
-                match series.get_mut(name) {
-                    Some(s) => s.points.push((idx, v)),
-                    None => {
-                        series.insert(
-                            name.to_string(),
-                            Series {
-                                points: vec![(idx, v)],
-                            },
-                        );
-                    }
-                }
+                self.push_point(name, idx, v);
             }
         });
+    }
+
+    /// Appends the value of series `name` at sample `idx` (the name is copied only the first
+    /// time a series is seen).
+    pub fn push_point(&mut self, name: &str, idx: u32, v: f64) {
+        match self.series.get_mut(name) {
+            Some(s) => s.points.push((idx, v)),
+            None => {
+                self.series.insert(
+                    name.to_string(),
+                    Series {
+                        points: vec![(idx, v)],
+                    },
+                );
+            }
+        }
     }
 
     /// Processes, libraries and kernel stacks of one window sample.

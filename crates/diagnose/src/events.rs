@@ -39,7 +39,7 @@ use jitterscope_model::Sample;
 use jitterscope_store::{Lane, Reader};
 use serde::{Deserialize, Serialize};
 
-use crate::data::{median_mad, Data, Series};
+use crate::data::{median_mad, Data};
 use crate::rfc3339;
 use crate::rules::leak::fit;
 
@@ -676,17 +676,7 @@ pub fn load(dir: &Path, from: i64, to: i64, lookback_ns: i64) -> Result<Loaded> 
         let idx = d.ts.len() as u32;
         d.ts.push(ts);
         for (name, v) in values {
-            match d.series.get_mut(name.as_str()) {
-                Some(s) => s.points.push((idx, *v)),
-                None => {
-                    d.series.insert(
-                        name.clone(),
-                        Series {
-                            points: vec![(idx, *v)],
-                        },
-                    );
-                }
-            }
+            d.push_point(name, idx, *v);
         }
     };
     if reader.lane_covers(Lane::Signals, lo, to)? {
@@ -811,6 +801,7 @@ pub fn counts(ev: &[Event]) -> BTreeMap<&'static str, usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::data::Series;
 
     fn data(values: &[f64], start: usize) -> Data {
         let mut d = Data {

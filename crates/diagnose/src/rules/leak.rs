@@ -11,8 +11,8 @@
 //! its starting RSS, with R² >= 0.8 (steady, not a spike) and at least 80% of its steps
 //! non-negative. Confidence by R² and growth.
 //!
-//! **Remediation.** Find where it grows (`/proc/<pid>/smaps`: the [heap] and anonymous
-//! mappings that grow; `jitterscope memleak` is planned for this); for worker servers,
+//! **Remediation.** Find where it grows (`jitterscope memleak --pid`: the mappings that grow,
+//! Python heap or native, the strings that pile up); for worker servers,
 //! recycle workers (gunicorn `max_requests` + `max_requests_jitter`, uwsgi `max-requests`,
 //! celery `--max-tasks-per-child`); bound it with a memory limit.
 //!
@@ -125,20 +125,11 @@ fn run(d: &Data) -> Vec<Finding> {
             ));
         }
         f.remediation.push(format!(
-            "see which mappings grow: grep -E '^[0-9a-f]|^Rss' /proc/{pid}/smaps twice, a minute apart ([heap] and anonymous regions; `jitterscope memleak` is planned for this)"
+            "see where it grows and what piles up, while it runs: jitterscope memleak --pid {pid} (the mappings that grow, Python heap or native, the strings that pile up)"
         ));
         let cmd = d.procs.get(&pid).map(|p| p.cmdline.as_str()).unwrap_or("");
-        if cmd.contains("gunicorn") {
-            f.remediation.push(
-                "gunicorn: recycle workers with max_requests = 1000 and max_requests_jitter = 100"
-                    .into(),
-            );
-        } else if cmd.contains("uwsgi") {
-            f.remediation
-                .push("uwsgi: recycle workers with max-requests (and max-requests-delta)".into());
-        } else if cmd.contains("celery") {
-            f.remediation
-                .push("celery: recycle workers with --max-tasks-per-child".into());
+        if let Some(w) = jitterscope_memleak::process::worker_server(cmd) {
+            f.remediation.push(format!("{}: {}", w.name, w.mitigation));
         } else if comm.starts_with("python") || cmd.contains("python") {
             f.remediation.push("Python: compare the interpreter's own accounting (tracemalloc, sys.getallocatedblocks) with RSS; growth outside it is native (a C extension)".into());
         }

@@ -24,8 +24,6 @@
 //! **References.** jemalloc issue 1422 and TUNING.md; ByteDance infrastructure, "TLB shootdown"
 //! case study (2021); Documentation/x86/tlb.rst.
 
-use std::io::Read;
-
 use super::{
     confidence, evidence, fact, finding, moved_first, proc_culprit, top_labels, top_procs, Rule,
     Take,
@@ -50,7 +48,7 @@ pub const RULE: Rule = Rule {
     run,
 };
 
-/// The allocator a process uses, from the libraries it ran code in or maps.
+/// The allocator a process uses, from the libraries it ran code in or maps: (name, library).
 fn allocator(d: &Data, pid: u32) -> Option<(String, String)> {
     let mut paths: Vec<String> = d
         .modules
@@ -64,62 +62,9 @@ fn allocator(d: &Data, pid: u32) -> Option<(String, String)> {
                 .map(str::to_string),
         );
     }
-    let find = |needle: &str| {
-        paths
-            .iter()
-            .find(|p| p.rsplit('/').next().is_some_and(|f| f.contains(needle)))
-            .cloned()
-    };
-    for (needle, name) in [
-        ("jemalloc", "jemalloc"),
-        ("tcmalloc", "tcmalloc"),
-        ("mimalloc", "mimalloc"),
-    ] {
-        if let Some(p) = find(needle) {
-            return Some((name.to_string(), p));
-        }
-    }
-    find("libc.so").map(|p| ("glibc malloc".to_string(), p))
-}
-
-/// jemalloc's version string (`5.2.1-0-g<40 hex>`, its `JEMALLOC_VERSION`), read from the
-/// library file (at most 32 MiB).
-pub fn jemalloc_version(path: &str) -> Option<String> {
-    let mut buf = Vec::new();
-    std::fs::File::open(path)
-        .ok()?
-        .take(32 << 20)
-        .read_to_end(&mut buf)
-        .ok()?;
-    version_in(&buf)
-}
-
-/// Finds `<maj>.<min>.<patch>-<n>-g<40 hex>` in bytes and returns `<maj>.<min>.<patch>`.
-pub fn version_in(buf: &[u8]) -> Option<String> {
-    let mut i = 0;
-    while let Some(pos) = buf[i..].windows(2).position(|w| w == b"-g") {
-        let g = i + pos;
-        let hex = buf.get(g + 2..g + 42)?;
-        if hex.iter().all(|c| c.is_ascii_hexdigit()) {
-            // Walk back over "<n>-" then the dotted version.
-            let mut s = g;
-            while s > 0 && (buf[s - 1].is_ascii_digit() || buf[s - 1] == b'.' || buf[s - 1] == b'-')
-            {
-                s -= 1;
-            }
-            let text = std::str::from_utf8(&buf[s..g]).ok()?;
-            let ver = text.split('-').next()?;
-            if ver.split('.').count() == 3
-                && ver
-                    .split('.')
-                    .all(|p| !p.is_empty() && p.bytes().all(|c| c.is_ascii_digit()))
-            {
-                return Some(ver.to_string());
-            }
-        }
-        i = g + 2;
-    }
-    None
+    let refs: Vec<&str> = paths.iter().map(String::as_str).collect();
+    let a = jitterscope_memleak::process::allocator(&refs)?;
+    Some((a.name, a.library.unwrap_or_default()))
 }
 
 fn run(d: &Data) -> Vec<Finding> {
@@ -144,7 +89,7 @@ fn run(d: &Data) -> Vec<Finding> {
     let version = alloc
         .as_ref()
         .filter(|(n, _)| n == "jemalloc")
-        .and_then(|(_, p)| jemalloc_version(p));
+        .and_then(|(_, p)| jitterscope_memleak::process::jemalloc_version(p));
     if let Some((name, path)) = &alloc {
         culprit.library = Some(format!("{name} ({path})"));
         culprit.library_version = version.clone();
@@ -253,29 +198,4 @@ fn run(d: &Data) -> Vec<Finding> {
         "https://docs.kernel.org/arch/x86/tlb.html",
     ];
     vec![f]
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn jemalloc_version_strings() {
-        let s = b"\0junk5.2.1-0-gea6b3e973b477b8061e0076bb257dbd7f3faa756\0more";
-        assert_eq!(version_in(s).as_deref(), Some("5.2.1"));
-        let s = b"x4.5.0-0-g04380e79f1e2428bd0ad000bbc6e3d2dfc6b66a5";
-        assert_eq!(version_in(s).as_deref(), Some("4.5.0"));
-        assert_eq!(version_in(b"no-gversion here"), None);
-        assert_eq!(
-            version_in(b"1.2-0-gea6b3e973b477b8061e0076bb257dbd7f3faa756"),
-            None
-        );
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn version_scan_never_panics(b in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
-            let _ = version_in(&b);
-        }
-    }
 }

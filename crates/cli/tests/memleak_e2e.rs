@@ -1,0 +1,227 @@
+//! `jitterscope memleak` on real processes (root): a Python process leaking natively (ctypes
+//! mallocs carrying a marker string) is reported as native with the marker among the strings
+//! that pile up; one leaking dicts is reported as Python-heap growth; a steady one as no
+//! growth; snapshots compare; and bad input gets one-line errors.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{is_root, run, skip, text, ChildGuard};
+use serde_json::Value;
+
+/// Starts `python3 -c script` and waits for its "ready" line.
+fn python(script: &str) -> Option<ChildGuard> {
+    let child = Command::new("python3")
+        .args(["-c", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn();
+    let Ok(mut child) = child else {
+        skip("memleak: python3 is not installed");
+        return None;
+    };
+    let out = child.stdout.take().unwrap();
+    let g = ChildGuard::new(child);
+    let mut line = String::new();
+    BufReader::new(out).read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready", "the python target did not start");
+    Some(g)
+}
+
+/// ~4 MiB/s of malloc'd records `jitterscope.memleak.context_info{req=N}`, no Python object
+/// kept: what Python accounts for stays flat.
+const NATIVE: &str = r#"
+import ctypes, time, sys
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+print("ready", flush=True)
+i = 0
+while True:
+    for _ in range(400):
+        rec = b"jitterscope.memleak.context_info{req=%d}" % i
+        p = libc.malloc(96)
+        ctypes.memmove(p, rec, len(rec) + 1)
+        i += 1
+    time.sleep(0.01)
+"#;
+
+/// ~4 MiB/s of small dicts kept in a list: Python's own heap grows.
+const PYTHON: &str = r#"
+import time
+keep = []
+print("ready", flush=True)
+i = 0
+while True:
+    for _ in range(200):
+        keep.append({"req": i, "peer": i * 2})
+        i += 1
+    time.sleep(0.01)
+"#;
+
+/// 64 MiB once, then nothing.
+const STEADY: &str = r#"
+import time
+blob = [bytearray(1 << 20) for _ in range(64)]
+print("ready", flush=True)
+time.sleep(3600)
+"#;
+
+fn memleak(pid: u32, extra: &[&str]) -> (Option<i32>, String, String) {
+    let p = pid.to_string();
+    let mut args = vec!["memleak", "--pid", &p];
+    args.extend_from_slice(extra);
+    let o = run(&args, Duration::from_secs(120));
+    (o.status.code(), text(&o.stdout), text(&o.stderr))
+}
+
+fn report(pid: u32, extra: &[&str]) -> Value {
+    let mut args = vec!["--json"];
+    args.extend_from_slice(extra);
+    let (code, out, err) = memleak(pid, &args);
+    assert_eq!(code, Some(0), "{err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("no JSON ({e}): {out}\n{err}"))
+}
+
+fn root() -> bool {
+    if !is_root() {
+        skip("memleak end to end: needs root to read other processes' memory");
+        return false;
+    }
+    true
+}
+
+#[test]
+fn a_native_leak_is_native_and_its_marker_piles_up() {
+    if !root() {
+        return;
+    }
+    let Some(t) = python(NATIVE) else { return };
+    let v = report(t.pid(), &["--interval", "2s", "--samples", "3"]);
+    eprintln!("{}", serde_json::to_string_pretty(&v["verdict"]).unwrap());
+    assert_eq!(v["growing"], true, "{v}");
+    let verdict = v["verdict"].as_str().unwrap();
+    assert!(
+        verdict.starts_with("grows outside the Python heap"),
+        "{verdict}"
+    );
+    let strings: Vec<&str> = v["strings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .take(3)
+        .map(|s| s["string"].as_str().unwrap())
+        .collect();
+    assert!(
+        strings.contains(&"jitterscope.memleak.context_info{req=#}"),
+        "top strings: {strings:?}"
+    );
+    assert!(v["python"]["version"].as_str().unwrap().starts_with("3."));
+    assert_eq!(v["allocator"]["name"], "glibc malloc");
+    eprintln!("census: {} MiB/s", v["census_mib_per_s"]);
+}
+
+#[test]
+fn a_python_leak_is_python_objects_with_their_type() {
+    if !root() {
+        return;
+    }
+    let Some(t) = python(PYTHON) else { return };
+    let v = report(t.pid(), &["--interval", "2s", "--samples", "3"]);
+    let verdict = v["verdict"].as_str().unwrap();
+    assert!(verdict.starts_with("Python objects grow"), "{verdict}");
+    let types: Vec<&str> = v["python"]["types"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(types.contains(&"dict"), "{types:?}");
+}
+
+#[test]
+fn a_steady_process_does_not_grow() {
+    if !root() {
+        return;
+    }
+    let Some(t) = python(STEADY) else { return };
+    let v = report(t.pid(), &["--interval", "1s", "--samples", "3"]);
+    assert_eq!(v["growing"], false, "{v}");
+    assert!(v["verdict"].as_str().unwrap().starts_with("no growth"));
+}
+
+#[test]
+fn a_snapshot_compares_later() {
+    if !root() {
+        return;
+    }
+    let Some(t) = python(NATIVE) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let snap = dir.path().join("before.json");
+    let s = snap.to_str().unwrap();
+    let (code, out, err) = memleak(t.pid(), &["--snapshot", s]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("snapshot written"), "{out}");
+    std::thread::sleep(Duration::from_secs(4));
+    let v = report(t.pid(), &["--compare", s]);
+    assert_eq!(v["growing"], true, "{v}");
+    assert_eq!(v["readings"].as_array().unwrap().len(), 2);
+    // Another process's snapshot is refused.
+    let Some(other) = python(STEADY) else { return };
+    let (code, _, err) = memleak(other.pid(), &["--compare", s]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("the snapshot is of pid"), "{err}");
+}
+
+#[test]
+fn errors_are_one_line() {
+    // No such process (pid_max is at most 2^22).
+    let (code, _, err) = memleak(4_194_305, &[]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("no process with pid 4194305") && err.lines().count() == 1,
+        "{err}"
+    );
+    let (code, _, err) = memleak(1, &["--samples", "1"]);
+    assert_eq!(code, Some(2), "{err}");
+    if !root() {
+        return;
+    }
+    // Exits during the run.
+    let Some(mut t) = python("import time\nprint('ready', flush=True)\ntime.sleep(1.5)\n") else {
+        return;
+    };
+    let (code, _, err) = memleak(t.pid(), &["--interval", "1s", "--samples", "4"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("exited during the run"), "{err}");
+    t.wait_timeout(Duration::from_secs(5));
+    // Permission denied, as nobody, on a root process.
+    let Some(target) = python(STEADY) else { return };
+    let dir = tempfile::Builder::new()
+        .prefix("jitterscope-memleak-nobody")
+        .tempdir()
+        .unwrap();
+    let exe = dir.path().join("jitterscope");
+    std::fs::copy(common::bin(), &exe).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    use std::os::unix::process::CommandExt;
+    let o = Command::new(&exe)
+        .args(["memleak", "--pid", &target.pid().to_string()])
+        .uid(65534)
+        .gid(65534)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("permission denied")
+            && err.contains("CAP_SYS_PTRACE")
+            && err.lines().count() == 1,
+        "{err}"
+    );
+}
