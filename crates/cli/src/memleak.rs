@@ -59,7 +59,6 @@ pub fn run(a: MemleakArgs) -> Result<()> {
             budget_bytes: a.budget,
             exact: a.exact,
         },
-        ..Options::default()
     };
     let t = Target::open(a.pid)?;
     if let Some(path) = &a.snapshot {

@@ -2,7 +2,7 @@
 //! plain verdict.
 
 use std::io;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
@@ -10,11 +10,11 @@ use jitterscope_sources::smaps::{parse_smaps, Mapping};
 
 use crate::census::{self, Census, Growth};
 use crate::growth::{compare, scan_order, MappingGrowth, Totals};
-use crate::mem::ProcMem;
+use crate::mem::{for_each_chunk, ProcMem};
 use crate::process::{
     allocator, mapped_paths, python_version, worker_server, Allocator, WorkerServer,
 };
-use crate::pymalloc::{self, PyHeap};
+use crate::pymalloc::{PyHeap, Scanner};
 
 /// Why a run could not be done.
 #[derive(Debug, thiserror::Error)]
@@ -56,21 +56,11 @@ pub enum Error {
 }
 
 /// How to take the readings.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Options {
-    /// Census settings (its budget bounds the bytes read per census).
+    /// Census settings. Its budget bounds the bytes read per full reading, which feeds the
+    /// census and the Python heap scan from the same reads.
     pub census: census::Options,
-    /// Most bytes the Python heap scan reads.
-    pub py_budget_bytes: u64,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            census: census::Options::default(),
-            py_budget_bytes: 4 << 30,
-        }
-    }
 }
 
 /// Everything read from a process at one moment; also what `--snapshot` writes.
@@ -223,10 +213,23 @@ impl Target {
     ) -> Result<Snapshot, Error> {
         let mappings = self.mappings(readings)?;
         let regions = scan_order(&mappings, before);
-        let census = census::take(&self.mem, &regions, o.census);
-        let python_heap = self
-            .python(&mappings)
-            .map(|_| pymalloc::scan(&self.mem, &regions, o.py_budget_bytes));
+        // One pass: every chunk read once feeds both the census and the pool scan, so the
+        // target's mmap lock is taken half as often as with two passes.
+        let started = Instant::now();
+        let mut c = Census::default();
+        let mut key = Vec::new();
+        let mut pools = self.python(&mappings).map(|_| Scanner::new(&self.mem));
+        let r = for_each_chunk(&self.mem, &regions, o.census.budget_bytes, |addr, b| {
+            census::scan(b, o.census, &mut key, &mut c.counts);
+            if let Some(p) = pools.as_mut() {
+                p.feed(addr, b);
+            }
+        });
+        c.bytes_scanned = r.scanned;
+        c.bytes_skipped = r.skipped;
+        c.seconds = started.elapsed().as_secs_f64();
+        let census = c;
+        let python_heap = pools.map(Scanner::finish);
         if !self.alive() {
             return Err(Error::Exited {
                 pid: self.pid,

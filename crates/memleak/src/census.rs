@@ -6,7 +6,7 @@
 //! (unless `exact`), so `ctx{req=1041}` and `ctx{req=7}` count as one string: leaked records
 //! usually differ only in their ids. Strings are cut at [`MAX_LEN`] bytes.
 //!
-//! Memory is read in [`CHUNK`]-byte reads through [`MemRead`], never more than the budget, so
+//! Memory is read in [`CHUNK`](crate::mem::CHUNK)-byte reads through [`MemRead`], never more than the budget, so
 //! the target is never stopped and its mmap lock is taken only for one chunk's copy at a time.
 //! A string that straddles two chunks is counted once, from the chunk it starts in.
 //!
@@ -19,10 +19,8 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::mem::MemRead;
+use crate::mem::{for_each_chunk, MemRead};
 
-/// Bytes per read of the target's memory.
-pub const CHUNK: usize = 1 << 20;
 /// Longest string kept (longer runs are cut).
 pub const MAX_LEN: usize = 96;
 
@@ -92,31 +90,12 @@ static PRINTABLE: [bool; 256] = printable_table();
 pub fn take(mem: &dyn MemRead, regions: &[(u64, u64)], o: Options) -> Census {
     let started = Instant::now();
     let mut c = Census::default();
-    let mut buf = vec![0u8; CHUNK];
     let mut key = Vec::with_capacity(MAX_LEN);
-    let mut left = o.budget_bytes;
-    for &(start, end) in regions {
-        let mut addr = start;
-        while addr < end {
-            if left == 0 {
-                c.bytes_skipped += end - addr;
-                break;
-            }
-            let want = ((end - addr) as usize).min(CHUNK).min(left as usize);
-            let n = match mem.read_at(addr, &mut buf[..want]) {
-                Ok(0) | Err(_) => {
-                    // Unreadable (a guard page, or unmapped since smaps was read): skip a page.
-                    addr = (addr + 4096) & !4095;
-                    continue;
-                }
-                Ok(n) => n,
-            };
-            scan(&buf[..n], o, &mut key, &mut c.counts);
-            c.bytes_scanned += n as u64;
-            left -= n as u64;
-            addr += n as u64;
-        }
-    }
+    let r = for_each_chunk(mem, regions, o.budget_bytes, |_, b| {
+        scan(b, o, &mut key, &mut c.counts)
+    });
+    c.bytes_scanned = r.scanned;
+    c.bytes_skipped = r.skipped;
     c.seconds = started.elapsed().as_secs_f64();
     c
 }
@@ -235,16 +214,16 @@ mod tests {
 
     #[test]
     fn the_budget_bounds_what_is_read() {
-        let mem = vec![b'a'; 3 * CHUNK];
+        let mem = vec![b'a'; 3 * crate::mem::CHUNK];
         let c = census(
             &mem,
             Options {
-                budget_bytes: CHUNK as u64 + 10,
+                budget_bytes: crate::mem::CHUNK as u64 + 10,
                 ..Options::default()
             },
         );
-        assert_eq!(c.bytes_scanned, CHUNK as u64 + 10);
-        assert_eq!(c.bytes_skipped, 2 * CHUNK as u64 - 10);
+        assert_eq!(c.bytes_scanned, crate::mem::CHUNK as u64 + 10);
+        assert_eq!(c.bytes_skipped, 2 * crate::mem::CHUNK as u64 - 10);
     }
 
     #[test]

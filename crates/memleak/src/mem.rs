@@ -14,6 +14,8 @@ pub trait MemRead {
 
 /// A live process's memory.
 pub struct ProcMem {
+    pid: u32,
+    // Opened to check access up front: it fails with the error the reads would give.
     file: File,
 }
 
@@ -22,14 +24,37 @@ impl ProcMem {
     /// `ptrace_scope` 0, or `CAP_SYS_PTRACE`); the error says which check failed.
     pub fn open(pid: u32) -> io::Result<ProcMem> {
         Ok(ProcMem {
+            pid,
             file: File::open(format!("/proc/{pid}/mem"))?,
         })
     }
 }
 
 impl MemRead for ProcMem {
+    /// Reads with process_vm_readv: it takes the target's mmap lock once per 16 pages, where
+    /// a read of /proc/<pid>/mem takes it once per page, and a target that maps and unmaps
+    /// memory at a high rate waits for that lock each time. Falls back to /proc/<pid>/mem.
     fn read_at(&self, addr: u64, buf: &mut [u8]) -> io::Result<usize> {
-        self.file.read_at(buf, addr)
+        let local = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: addr as *mut libc::c_void,
+            iov_len: buf.len(),
+        };
+        // SAFETY: `local` describes `buf`, which we own mutably for the call; the remote
+        // address is only read by the kernel from the other process.
+        let n =
+            unsafe { libc::process_vm_readv(self.pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ENOSYS) {
+            return self.file.read_at(buf, addr);
+        }
+        Err(e)
     }
 }
 
@@ -53,4 +78,53 @@ impl MemRead for Image {
         }
         Err(io::Error::from_raw_os_error(libc::EIO))
     }
+}
+
+/// Bytes per read of a target's memory: big enough that a scan is a few thousand reads, small
+/// enough that no read holds the target's mmap lock for long.
+pub const CHUNK: usize = 1 << 20;
+
+/// What [`for_each_chunk`] read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Read {
+    /// Bytes read.
+    pub scanned: u64,
+    /// Bytes of the regions the budget left unread.
+    pub skipped: u64,
+}
+
+/// Reads `regions` (`(start, end)`) in order, at most `budget` bytes, handing each chunk to
+/// `f` with its address. Chunks end at [`CHUNK`]-aligned addresses (or a region's end), so
+/// anything aligned to a power of two up to `CHUNK` (pymalloc pools) never straddles two.
+/// Unreadable pages (guard pages, ranges unmapped since smaps was read) are skipped.
+pub fn for_each_chunk(
+    mem: &dyn MemRead,
+    regions: &[(u64, u64)],
+    budget: u64,
+    mut f: impl FnMut(u64, &[u8]),
+) -> Read {
+    let mut r = Read::default();
+    let mut buf = vec![0u8; CHUNK];
+    let mut left = budget;
+    for &(start, end) in regions {
+        let mut addr = start;
+        while addr < end {
+            if left == 0 {
+                r.skipped += end - addr;
+                break;
+            }
+            let boundary = (addr / CHUNK as u64 + 1) * CHUNK as u64;
+            let want = (boundary.min(end) - addr).min(left) as usize;
+            match mem.read_at(addr, &mut buf[..want]) {
+                Ok(n) if n > 0 => {
+                    f(addr, &buf[..n]);
+                    r.scanned += n as u64;
+                    left -= n as u64;
+                    addr += n as u64;
+                }
+                _ => addr = (addr + 4096) & !4095,
+            }
+        }
+    }
+    r
 }

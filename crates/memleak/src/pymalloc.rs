@@ -41,8 +41,6 @@ const ALIGN: usize = 16;
 const CLASSES: u32 = 32;
 /// Pool sizes tried, largest first (3.10+ and before).
 const POOL_SIZES: [usize; 2] = [16 << 10, 4 << 10];
-/// Bytes read at a time.
-const CHUNK: usize = 1 << 20;
 /// Types kept in a result.
 const TOP_TYPES: usize = 50;
 
@@ -201,66 +199,75 @@ fn pool_types(p: &[u8], pool: u64, size: usize, carved: usize, types: &mut Types
     true
 }
 
-/// Measures the pymalloc heap in `regions` (`(start, end)`), reading at most `budget_bytes`.
-pub fn scan(mem: &dyn MemRead, regions: &[(u64, u64)], budget_bytes: u64) -> PyHeap {
-    let mut h = PyHeap::default();
-    let mut types = Types {
-        mem,
-        names: HashMap::new(),
-        list: Vec::new(),
-    };
-    let mut buf = vec![0u8; CHUNK];
-    let mut left = budget_bytes;
-    let small = POOL_SIZES[1] as u64;
-    for &(start, end) in regions {
-        let mut addr = start.div_ceil(small) * small;
-        while addr < end && left > 0 {
-            let want = ((end - addr) as usize).min(CHUNK).min(left as usize);
-            let want = want - want % POOL_SIZES[1];
-            if want == 0 {
-                break;
-            }
-            let n = match mem.read_at(addr, &mut buf[..want]) {
-                Ok(n) if n >= POOL_SIZES[1] => n - n % POOL_SIZES[1],
-                _ => {
-                    addr += small;
-                    continue;
-                }
-            };
-            h.bytes_scanned += n as u64;
-            left -= n as u64;
-            let mut off = 0;
-            while off < n {
-                let at = addr + off as u64;
-                let mut step = POOL_SIZES[1];
-                for ps in POOL_SIZES {
-                    if !at.is_multiple_of(ps as u64) || off + ps > n {
-                        continue;
-                    }
-                    let p = &buf[off..off + ps];
-                    if let Some((size, carved)) = header(p, ps) {
-                        let count = u32_at(p, 0) as u64;
-                        h.pools += 1;
-                        h.allocated_blocks += count;
-                        h.allocated_bytes += count * size as u64;
-                        if !pool_types(p, at, size, carved, &mut types) {
-                            h.pools_changing += 1;
-                        }
-                        step = ps;
-                        break;
-                    }
-                }
-                off += step;
-            }
-            addr += n as u64;
+/// Finds pools in memory handed to it chunk by chunk (so one read of a process can feed both
+/// this and the string census).
+pub struct Scanner<'a> {
+    heap: PyHeap,
+    types: Types<'a>,
+}
+
+impl<'a> Scanner<'a> {
+    /// A scanner resolving type names through `mem`.
+    pub fn new(mem: &'a dyn MemRead) -> Self {
+        Scanner {
+            heap: PyHeap::default(),
+            types: Types {
+                mem,
+                names: HashMap::new(),
+                list: Vec::new(),
+            },
         }
     }
-    let mut list = types.list;
-    list.retain(|t| t.count > 0);
-    list.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.name.cmp(&b.name)));
-    list.truncate(TOP_TYPES);
-    h.types = list;
-    h
+
+    /// Looks for pools in `b`, read at `addr`. Pools are aligned to their size, so a chunk
+    /// that ends at a 16 KiB-aligned address never cuts one.
+    pub fn feed(&mut self, addr: u64, b: &[u8]) {
+        let h = &mut self.heap;
+        h.bytes_scanned += b.len() as u64;
+        let small = POOL_SIZES[1] as u64;
+        let first = (addr.div_ceil(small) * small - addr) as usize;
+        let mut off = first;
+        while off + POOL_SIZES[1] <= b.len() {
+            let at = addr + off as u64;
+            let mut step = POOL_SIZES[1];
+            for ps in POOL_SIZES {
+                if !at.is_multiple_of(ps as u64) || off + ps > b.len() {
+                    continue;
+                }
+                let p = &b[off..off + ps];
+                if let Some((size, carved)) = header(p, ps) {
+                    let count = u32_at(p, 0) as u64;
+                    h.pools += 1;
+                    h.allocated_blocks += count;
+                    h.allocated_bytes += count * size as u64;
+                    if !pool_types(p, at, size, carved, &mut self.types) {
+                        h.pools_changing += 1;
+                    }
+                    step = ps;
+                    break;
+                }
+            }
+            off += step;
+        }
+    }
+
+    /// The heap seen, with its most frequent types.
+    pub fn finish(self) -> PyHeap {
+        let mut h = self.heap;
+        let mut list = self.types.list;
+        list.retain(|t| t.count > 0);
+        list.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.name.cmp(&b.name)));
+        list.truncate(TOP_TYPES);
+        h.types = list;
+        h
+    }
+}
+
+/// Measures the pymalloc heap in `regions` (`(start, end)`), reading at most `budget_bytes`.
+pub fn scan(mem: &dyn MemRead, regions: &[(u64, u64)], budget_bytes: u64) -> PyHeap {
+    let mut s = Scanner::new(mem);
+    crate::mem::for_each_chunk(mem, regions, budget_bytes, |addr, b| s.feed(addr, b));
+    s.finish()
 }
 
 #[cfg(test)]
