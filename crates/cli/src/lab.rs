@@ -440,6 +440,7 @@ fn check(c: CheckArgs) -> Result<()> {
                 "report": report,
             },
             "events": episodes,
+            "memleak": outcome.memleak,
             "notes": outcome.notes,
             "workers": outcome.workers,
             "recorder_errors": trouble,
@@ -448,6 +449,21 @@ fn check(c: CheckArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         print_check(s, &outcome, &results, windows, &store, &trouble);
+        if let Some(m) = &outcome.memleak {
+            match (m["verdict"].as_str(), m["error"].as_str()) {
+                (Some(v), _) => {
+                    println!("memleak on the leaking worker: {v}");
+                    if let Some(s) = m["strings"].get(0) {
+                        println!(
+                            "  the string that piles up most: {} ({} -> {})",
+                            s["string"], s["before"], s["after"]
+                        );
+                    }
+                }
+                (None, Some(e)) => println!("memleak on the leaking worker failed: {e}"),
+                _ => {}
+            }
+        }
         for e in &episodes {
             println!(
                 "episode {} on {} (peak {:.1}){}",

@@ -283,6 +283,24 @@ fn native_leak_grows() {
     };
     assert!(value(&v, "lab-native-leak.rss_bytes") >= 16.0 * 1048576.0);
     marked_live(&v, "leak-trend", ".lab-native-leak.rss_bytes");
+    // memleak, run on the worker while it leaked, calls it native and finds the marker.
+    let m = &v["memleak"];
+    assert!(
+        m["verdict"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("grows outside the Python heap")),
+        "{m}"
+    );
+    assert!(
+        m["strings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .take(3)
+            .any(|s| s["string"] == "jitterscope.lab.context_info{req=#}"),
+        "{}",
+        m["strings"]
+    );
     // RSS grew by tens of MiB while what the interpreter accounts for stayed flat.
     let r = worker(&v, "lab-native-leak");
     let n = |k: &str| r[k].as_i64().unwrap_or_else(|| panic!("{k}: {r}"));
@@ -302,6 +320,13 @@ fn python_leak_grows() {
     };
     assert!(value(&v, "lab-python-leak.rss_bytes") >= 16.0 * 1048576.0);
     marked_live(&v, "leak-trend", ".lab-python-leak.rss_bytes");
+    let m = &v["memleak"];
+    assert!(
+        m["verdict"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("Python objects grow")),
+        "{m}"
+    );
     // The growth is in the interpreter's own heap: pymalloc's live blocks climb with it.
     let r = worker(&v, "lab-python-leak");
     let n = |k: &str| r[k].as_i64().unwrap_or_else(|| panic!("{k}: {r}"));

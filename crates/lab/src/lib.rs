@@ -120,6 +120,9 @@ pub struct Outcome {
     pub interrupted: bool,
     /// What the cleanup removed.
     pub cleaned: sandbox::Cleaned,
+    /// For a leaking worker (role `*-leak`), what `jitterscope memleak` reported on it while
+    /// it ran.
+    pub memleak: Option<Value>,
 }
 
 /// Wall-clock now in ns since the epoch (the recorder's sample times are the same clock).
@@ -164,6 +167,16 @@ pub fn run(
         pids.len()
     ));
     let deadline = Instant::now() + duration;
+    // A leaking worker is also read by `memleak` while it runs, as an operator would: two
+    // readings most of the workload apart.
+    let inspect = pids
+        .iter()
+        .find(|(role, _)| role.ends_with("-leak"))
+        .map(|(role, pid)| {
+            let (role, pid) = (role.clone(), *pid);
+            let gap = duration.mul_f64(0.6).max(Duration::from_millis(500));
+            std::thread::spawn(move || memleak(pid, &role, gap))
+        });
     let mut failure = None;
     while stop::sleep(
         Duration::from_millis(200).min(deadline.saturating_duration_since(Instant::now())),
@@ -176,6 +189,10 @@ pub fn run(
             break;
         }
     }
+    let memleak = inspect.map(|h| {
+        h.join()
+            .unwrap_or_else(|_| serde_json::json!({"error": "memleak panicked"}))
+    });
     let active_to_ns = now_ns();
     let stopped = sb.stop_workers(Duration::from_secs(5));
     let cleaned = sb.close()?;
@@ -219,7 +236,26 @@ pub fn run(
         checks: started.checks,
         interrupted: stop::requested(),
         cleaned,
+        memleak,
     })
+}
+
+/// `jitterscope memleak` on a worker: its report, or `{"error": ...}`. It waits for the worker
+/// to have renamed itself `role`: until then the pid may still be a launcher (pyenv's shim is
+/// a shell script that execs python) and reading it would measure the wrong program.
+fn memleak(pid: u32, role: &str, gap: Duration) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() != role)
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let r = jitterscope_memleak::Target::open(pid)
+        .and_then(|t| jitterscope_memleak::run(&t, Default::default(), gap, 2, None, |_, _| {}));
+    match r {
+        Ok((report, _)) => serde_json::to_value(report).unwrap_or(Value::Null),
+        Err(e) => serde_json::json!({ "error": e.to_string() }),
+    }
 }
 
 /// `5s`, `1m30s`.

@@ -2,7 +2,8 @@
 //! censuses taken apart show which strings pile up. This is what found case 5's leak (2,082,193
 //! copies of `couchbase.context_info`, up from 49,791), done without a core dump.
 //!
-//! A string is a run of at least `min_len` printable ASCII bytes. Digit runs are folded to `#`
+//! A string is a run of at least `min_len` printable ASCII bytes, without the blanks around it
+//! (records are often padded). Digit runs are folded to `#`
 //! (unless `exact`), so `ctx{req=1041}` and `ctx{req=7}` count as one string: leaked records
 //! usually differ only in their ids. Strings are cut at [`MAX_LEN`] bytes.
 //!
@@ -109,14 +110,22 @@ pub fn scan(b: &[u8], o: Options, key: &mut Vec<u8>, counts: &mut Counts) {
             i += 1;
             continue;
         }
-        let s = i;
+        let mut s = i;
         while i < n && PRINTABLE[b[i] as usize] {
             i += 1;
         }
-        if i - s < o.min_len {
+        // Records padded with blanks are common; the padding is not part of the string.
+        let mut e = i;
+        while s < e && matches!(b[s], b' ' | b'\t') {
+            s += 1;
+        }
+        while e > s && matches!(b[e - 1], b' ' | b'\t') {
+            e -= 1;
+        }
+        if e - s < o.min_len {
             continue;
         }
-        let run = &b[s..i.min(s + MAX_LEN)];
+        let run = &b[s..e.min(s + MAX_LEN)];
         key.clear();
         if o.exact {
             key.extend_from_slice(run);
@@ -201,6 +210,8 @@ mod tests {
         let c = census(&mem, Options::default());
         assert_eq!(c.counts.get("couchbase.context_info{req=#}"), Some(&50));
         assert!(!c.counts.keys().any(|k| k.contains("short")));
+        let padded = census(b"\0   a padded record      \0", Options::default());
+        assert_eq!(padded.counts.get("a padded record"), Some(&1));
         assert_eq!(c.bytes_scanned, mem.len() as u64);
         let exact = census(
             &mem,
