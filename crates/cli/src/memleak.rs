@@ -219,6 +219,14 @@ pub fn render(r: &Report) -> String {
                 .unwrap_or_default()
         );
     }
+    if let Some(g) = &r.glibc_arenas {
+        s += &format!(
+            "glibc arenas: main ([heap]) {} resident; {} thread arena heap(s), {} resident\n",
+            mib(g.main_resident as f64),
+            g.heaps,
+            mib(g.heaps_resident as f64)
+        );
+    }
     if !r.advice.is_empty() {
         s += "\nwhat to do:\n";
         for a in &r.advice {

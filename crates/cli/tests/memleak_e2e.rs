@@ -121,6 +121,11 @@ fn a_native_leak_is_native_and_its_marker_piles_up() {
     );
     assert!(v["python"]["version"].as_str().unwrap().starts_with("3."));
     assert_eq!(v["allocator"]["name"], "glibc malloc");
+    // The records are malloc'd by the main thread: the main arena ([heap]) holds them.
+    assert!(
+        v["glibc_arenas"]["main_resident"].as_u64().unwrap() > 16 << 20,
+        "{v}"
+    );
     eprintln!("census: {} MiB/s", v["census_mib_per_s"]);
 }
 

@@ -12,7 +12,8 @@ use crate::census::{self, Census, Growth};
 use crate::growth::{compare, scan_order, MappingGrowth, Totals};
 use crate::mem::{for_each_chunk, ProcMem};
 use crate::process::{
-    allocator, mapped_paths, python_version, worker_server, Allocator, WorkerServer,
+    allocator, glibc_arenas, mapped_paths, python_version, worker_server, Allocator, GlibcArenas,
+    WorkerServer,
 };
 use crate::pymalloc::{PyHeap, Scanner};
 
@@ -329,6 +330,8 @@ pub struct Report {
     pub python: Option<PythonHeap>,
     /// The allocator.
     pub allocator: Option<Allocator>,
+    /// For glibc malloc, its arenas in the last reading.
+    pub glibc_arenas: Option<GlibcArenas>,
     /// The worker server it runs under.
     pub worker_server: Option<WorkerServer>,
     /// The plain verdict.
@@ -403,6 +406,10 @@ pub fn analyze(
         _ => None,
     };
     let alloc = allocator(&paths);
+    let arenas = alloc
+        .as_ref()
+        .filter(|a| a.name == "glibc malloc")
+        .map(|_| glibc_arenas(&last.mappings));
     let ws = worker_server(&t.cmdline);
     let (verdict, mut advice) = verdict(
         growing,
@@ -432,6 +439,7 @@ pub fn analyze(
         census_mib_per_s: lc.bytes_scanned as f64 / 1048576.0 / lc.seconds.max(1e-9),
         python,
         allocator: alloc,
+        glibc_arenas: arenas,
         worker_server: ws,
         verdict,
         advice,

@@ -48,6 +48,46 @@ pub fn allocator(paths: &[&str]) -> Option<Allocator> {
     })
 }
 
+/// glibc malloc's memory as its mappings show it: the main arena is `[heap]`; every other arena
+/// (one per thread that contended for malloc, up to 8 per CPU) is a heap of its own, reserved as
+/// a 64 MiB-aligned 64 MiB region, of which the used part is read-write and the rest
+/// inaccessible. Their bookkeeping (free lists, top chunk) is inside the process and not read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct GlibcArenas {
+    /// Resident bytes of the main arena (`[heap]`).
+    pub main_resident: u64,
+    /// Thread arenas' heaps.
+    pub heaps: u64,
+    /// Their resident bytes.
+    pub heaps_resident: u64,
+}
+
+/// Finds glibc's thread-arena heaps among the mappings: 64 MiB-aligned anonymous regions whose
+/// read-write start and inaccessible rest add up to 64 MiB.
+pub fn glibc_arenas(m: &[Mapping]) -> GlibcArenas {
+    const HEAP: u64 = 64 << 20;
+    let mut a = GlibcArenas::default();
+    for (i, x) in m.iter().enumerate() {
+        if x.path == "[heap]" {
+            a.main_resident += x.rss_bytes;
+        }
+        if !x.path.is_empty() || x.start % HEAP != 0 || !x.perms.starts_with("rw") {
+            continue;
+        }
+        let mut end = x.end;
+        if let Some(rest) = m.get(i + 1) {
+            if rest.start == end && rest.perms.starts_with("---") && rest.path.is_empty() {
+                end = rest.end;
+            }
+        }
+        if end - x.start == HEAP {
+            a.heaps += 1;
+            a.heaps_resident += x.rss_bytes;
+        }
+    }
+    a
+}
+
 /// The file paths of a process's mappings, once each.
 pub fn mapped_paths(m: &[Mapping]) -> Vec<&str> {
     let mut v: Vec<&str> = m
@@ -171,6 +211,28 @@ mod tests {
         fn version_scan_never_panics(b in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
             let _ = version_in(&b);
         }
+    }
+
+    #[test]
+    fn finds_glibc_thread_arenas() {
+        let map = |start: u64, end: u64, perms: &str, path: &str, rss: u64| Mapping {
+            start,
+            end,
+            perms: perms.into(),
+            path: path.into(),
+            rss_bytes: rss,
+            ..Default::default()
+        };
+        let base = 0x7f00_0000_0000u64;
+        let m = vec![
+            map(0x5000_0000, 0x5010_0000, "rw-p", "[heap]", 700),
+            map(base, base + (1 << 20), "rw-p", "", 300),
+            map(base + (1 << 20), base + (64 << 20), "---p", "", 0),
+            // 64 MiB-aligned but not a heap: too small with nothing after it.
+            map(base + (128 << 20), base + (130 << 20), "rw-p", "", 50),
+        ];
+        let a = glibc_arenas(&m);
+        assert_eq!((a.main_resident, a.heaps, a.heaps_resident), (700, 1, 300));
     }
 
     #[test]
