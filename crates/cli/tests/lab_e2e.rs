@@ -542,29 +542,13 @@ fn refuses_without_root() {
         return;
     }
     let _s = serial();
-    // A copy of the binary nobody may execute, in a directory nobody can write.
-    let dir = tempfile::Builder::new()
-        .prefix("jitterscope-lab-nobody")
-        .tempdir()
-        .unwrap();
-    let exe = dir.path().join("jitterscope");
-    std::fs::copy(common::bin(), &exe).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let nobody = common::NobodyBin::new();
     for args in [
         &["lab", "run", "idle", "--duration", "1s"][..],
         &["lab", "check", "idle"][..],
         &["lab", "cleanup"][..],
     ] {
-        use std::os::unix::process::CommandExt;
-        let o = std::process::Command::new(&exe)
-            .args(args)
-            .uid(65534)
-            .gid(65534)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
+        let o = nobody.run(args);
         let err = text(&o.stderr);
         assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
         assert!(

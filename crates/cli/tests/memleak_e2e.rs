@@ -205,22 +205,7 @@ fn errors_are_one_line() {
     t.wait_timeout(Duration::from_secs(5));
     // Permission denied, as nobody, on a root process.
     let Some(target) = python(STEADY) else { return };
-    let dir = tempfile::Builder::new()
-        .prefix("jitterscope-memleak-nobody")
-        .tempdir()
-        .unwrap();
-    let exe = dir.path().join("jitterscope");
-    std::fs::copy(common::bin(), &exe).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    use std::os::unix::process::CommandExt;
-    let o = Command::new(&exe)
-        .args(["memleak", "--pid", &target.pid().to_string()])
-        .uid(65534)
-        .gid(65534)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let o = common::NobodyBin::new().run(&["memleak", "--pid", &target.pid().to_string()]);
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(

@@ -18,7 +18,7 @@ use jitterscope_model::profile::FrameKind;
 use jitterscope_model::registry::{all, parts_for};
 use jitterscope_model::Sample;
 use jitterscope_profile::window::{Filter, NoFiles, Space, Window};
-use jitterscope_store::Reader;
+use jitterscope_store::{Reader, Record};
 
 /// Points of the process-table series over the window (at the same spacing in the baseline).
 const PROCESS_POINTS: i64 = 240;
@@ -189,12 +189,8 @@ impl Data {
                     parts = parts.union(Parts::PROFILE);
                 }
             }
-            let sample = match codec::decode_lanes(&rec.payload, rec.detail.as_deref(), parts) {
-                Ok(s) => s,
-                Err(_) => {
-                    d.undecodable += 1;
-                    continue;
-                }
+            let Some(sample) = d.decode(&rec, parts) else {
+                continue;
             };
             if sample.ts_ns > lo {
                 if let Some(p) = prev.as_ref() {
@@ -253,6 +249,15 @@ impl Data {
                 self.push_point(name, idx, v);
             }
         });
+    }
+
+    /// Decodes a record's `parts`, counting it in `undecodable` when it cannot be.
+    pub fn decode(&mut self, rec: &Record, parts: Parts) -> Option<Sample> {
+        let s = codec::decode_lanes(&rec.payload, rec.detail.as_deref(), parts).ok();
+        if s.is_none() {
+            self.undecodable += 1;
+        }
+        s
     }
 
     /// Appends the value of series `name` at sample `idx` (the name is copied only the first

@@ -700,12 +700,8 @@ pub fn load(dir: &Path, from: i64, to: i64, lookback_ns: i64) -> Result<Loaded> 
         // One sample before the range so its first sample has rates.
         for rec in reader.range(lo.saturating_sub(5_000_000_000), to)? {
             let rec = rec?;
-            let sample = match codec::decode_lanes(&rec.payload, rec.detail.as_deref(), parts) {
-                Ok(s) => s,
-                Err(_) => {
-                    d.undecodable += 1;
-                    continue;
-                }
+            let Some(sample) = d.decode(&rec, parts) else {
+                continue;
             };
             if sample.ts_ns > lo {
                 if let Some(p) = prev.as_ref() {

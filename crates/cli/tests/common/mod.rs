@@ -298,3 +298,38 @@ pub fn s(p: &Path) -> &str {
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
+
+/// A copy of the binary that `nobody` may execute (the build directory may be closed to it),
+/// in a directory `nobody` cannot write; removed when dropped.
+pub struct NobodyBin {
+    _dir: tempfile::TempDir,
+    exe: PathBuf,
+}
+
+impl NobodyBin {
+    /// Copies the binary.
+    pub fn new() -> Self {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::Builder::new()
+            .prefix("jitterscope-nobody")
+            .tempdir()
+            .unwrap();
+        let exe = dir.path().join("jitterscope");
+        std::fs::copy(bin(), &exe).unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        NobodyBin { _dir: dir, exe }
+    }
+
+    /// Runs it as uid and gid 65534 (`nobody`).
+    pub fn run(&self, args: &[&str]) -> Output {
+        use std::os::unix::process::CommandExt;
+        Command::new(&self.exe)
+            .args(args)
+            .uid(65534)
+            .gid(65534)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+}
