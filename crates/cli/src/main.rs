@@ -11,6 +11,7 @@ mod record;
 mod status;
 mod timearg;
 mod tracers;
+mod view;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -51,6 +52,11 @@ enum Cmd {
     Lab(lab::LabArgs),
     /// Is a running process leaking, where (mappings, Python heap or native), and what piles up.
     Memleak(memleak::MemleakArgs),
+    /// Live screen: CPU, load and run-queue latency, memory, reclaim, IPIs, PSI, disks,
+    /// processes, cgroups, episodes and findings (follows a running recorder's store).
+    Top(view::TopArgs),
+    /// The same screen over the recorded past: step, jump between episodes, go to a time.
+    Replay(view::ReplayArgs),
 }
 
 /// The store directory: `--dir`, else `$JITTERSCOPE_DIR`, else [`DEFAULT_DIR`].
@@ -97,6 +103,8 @@ fn main() -> ExitCode {
         Cmd::Diagnose(a) => diagnose::run(a),
         Cmd::Lab(a) => lab::run(a),
         Cmd::Memleak(a) => memleak::run(a),
+        Cmd::Top(a) => view::run_top(a),
+        Cmd::Replay(a) => view::run_replay(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
