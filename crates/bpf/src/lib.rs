@@ -171,6 +171,15 @@ pub struct Started {
     pub map_bytes: u64,
 }
 
+/// The names of the tracers that started.
+pub fn running(started: &[Started]) -> Vec<&'static str> {
+    started
+        .iter()
+        .filter(|s| s.outcome.is_ok())
+        .map(|s| s.name.as_str())
+        .collect()
+}
+
 /// Storage for a skeleton's object that lives as long as the process: a skeleton borrows it,
 /// and tracers run until the recorder exits. A failed load leaks one small allocation, once.
 fn object_storage() -> &'static mut MaybeUninit<OpenObject> {

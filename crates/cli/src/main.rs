@@ -8,6 +8,7 @@ mod lab;
 mod memleak;
 mod prio;
 mod record;
+mod signals;
 mod status;
 mod timearg;
 mod tracers;

@@ -7,7 +7,9 @@
 //! fills, samples are dropped and counted rather than the loop stalling.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::signals::STOP;
 use std::sync::mpsc::{sync_channel, Receiver, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -87,24 +89,6 @@ fn parse_tracer(s: &str) -> Result<jitterscope_bpf::Name, String> {
     jitterscope_bpf::Name::parse(s.trim())
 }
 
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
-}
-
-fn install_signal_handlers() {
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe. No SA_RESTART,
-    // so the sleep returns early and the loop notices the flag.
-    unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_signal as *const () as usize;
-        libc::sigemptyset(&mut sa.sa_mask);
-        libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut());
-        libc::sigaction(libc::SIGTERM, &sa, std::ptr::null_mut());
-    }
-}
-
 fn sleep_until_monotonic(ns: u64) {
     let ts = libc::timespec {
         tv_sec: (ns / 1_000_000_000) as libc::time_t,
@@ -181,7 +165,7 @@ pub fn run(a: RecordArgs) -> Result<()> {
     let writer =
         Writer::open(cfg).with_context(|| format!("cannot open store {}", dir.display()))?;
 
-    install_signal_handlers();
+    crate::signals::install();
     for n in crate::prio::harden(a.nice, !a.no_mlock).notes {
         log(&n);
     }
@@ -222,11 +206,7 @@ pub fn run(a: RecordArgs) -> Result<()> {
                 Err(why) => log(&format!("tracer {}: not running: {why}", s.name.as_str())),
             }
         }
-        let up: Vec<&str> = started
-            .iter()
-            .filter(|s| s.outcome.is_ok())
-            .map(|s| s.name.as_str())
-            .collect();
+        let up = jitterscope_bpf::running(&started);
         if !up.is_empty() {
             log(&format!("tracers running: {}", up.join(", ")));
             let idle: Vec<&str> = c.waiting().iter().map(|n| n.as_str()).collect();

@@ -97,7 +97,8 @@ fn finish(mut app: App, v: ViewArgs) -> Result<()> {
     if unsafe { libc::isatty(1) } == 0 {
         bail!("standard output is not a terminal (use --json-once for scripts)");
     }
-    jitterscope_views::term::run(app)
+    crate::signals::install();
+    jitterscope_views::term::run(app, &crate::signals::STOP)
 }
 
 /// Whether a recorder is writing to `dir`: its newest record is at most a few seconds old.
@@ -148,11 +149,7 @@ fn live_source(interval: Duration, no_tracers: bool) -> LiveSource {
     if !no_tracers && unsafe { libc::geteuid() } == 0 {
         let (c, started) =
             jitterscope_bpf::TracerCollector::start_on_demand(&root, &jitterscope_bpf::Name::ALL);
-        let up: Vec<&str> = started
-            .iter()
-            .filter(|s| s.outcome.is_ok())
-            .map(|s| s.name.as_str())
-            .collect();
+        let up = jitterscope_bpf::running(&started);
         if !up.is_empty() {
             what = format!("BPF {}", up.join(","));
             set.push(Box::new(c));

@@ -403,3 +403,40 @@ fn a_closed_terminal_ends_the_view() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+#[test]
+fn sigterm_restores_the_terminal_and_exits_cleanly() {
+    if !Tmux::available() {
+        skip("tmux is not installed (scripts/setup.sh installs it)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let pidfile = tmp.path().join("pid");
+    let t = Tmux::start(
+        "term",
+        &format!(
+            "echo $$ > {}; {} replay --dir {}",
+            pidfile.display(),
+            bin(),
+            fixture("tlb-shootdown").display()
+        ),
+    );
+    t.wait("the replay screen", |l| {
+        l.starts_with("jitterscope replay ")
+    });
+    let shell: u32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let children = std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children")).unwrap();
+    let pid: i32 = children.split_whitespace().next().unwrap().parse().unwrap();
+    // SAFETY: signalling the replay process this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    // Back on the normal screen (the alternate screen left), with a clean exit.
+    let s = t.wait("the exit", |l| l == "EXIT=0");
+    assert!(
+        !s.iter().any(|l| l.starts_with("jitterscope replay ")),
+        "{s:?}"
+    );
+}

@@ -349,6 +349,18 @@ pub struct Tracers {
 }
 
 impl Tracers {
+    /// Each tracer's name and whether it contributed to this sample.
+    pub fn running(&self) -> [(&'static str, bool); 6] {
+        [
+            ("reclaim", self.reclaim.is_some()),
+            ("shrinker", self.shrinker.is_some()),
+            ("tlb", self.tlb.is_some()),
+            ("madvise", self.madvise.is_some()),
+            ("runqlat", self.runqlat.is_some()),
+            ("lookups", self.lookups.is_some()),
+        ]
+    }
+
     /// Per-second factor for counts of this interval (0 when the span is unknown).
     pub fn per_s(&self) -> f64 {
         if self.span_ns == 0 {

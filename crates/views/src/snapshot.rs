@@ -294,21 +294,12 @@ impl Snapshot {
             s.missing_before_s = Some(ctx.dt_s - interval);
         }
         if let Some(t) = &cur.tracers {
-            let mut on = Vec::new();
-            let parts: [(&str, bool); 6] = [
-                ("reclaim", t.reclaim.is_some()),
-                ("shrinker", t.shrinker.is_some()),
-                ("tlb", t.tlb.is_some()),
-                ("madvise", t.madvise.is_some()),
-                ("runqlat", t.runqlat.is_some()),
-                ("lookups", t.lookups.is_some()),
-            ];
-            for (n, up) in parts {
-                if up {
-                    on.push(n.to_string());
-                }
-            }
-            s.tracers = on;
+            s.tracers = t
+                .running()
+                .iter()
+                .filter(|(_, up)| *up)
+                .map(|(n, _)| n.to_string())
+                .collect();
         }
         let traced = |n: &str| s.tracers.iter().any(|t| t == n);
         let (has_madvise, has_lookups, has_tlb, has_reclaim) = (

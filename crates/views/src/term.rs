@@ -10,26 +10,6 @@ use serde_json::json;
 use crate::analysis::{self, Worker};
 use crate::app::{App, Findings};
 
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
-}
-
-/// SIGTERM and SIGINT end the loop so the terminal is restored (in raw mode Ctrl-C arrives as
-/// a key). SIGHUP keeps its default, ending the process: its terminal is gone, so there is
-/// nothing to restore, and a handled hang-up left crossterm reading end-of-file forever.
-fn install_signal_handlers() {
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_signal as *const () as usize;
-        libc::sigemptyset(&mut sa.sa_mask);
-        libc::sigaction(libc::SIGTERM, &sa, std::ptr::null_mut());
-        libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut());
-    }
-}
-
 /// Whether the terminal on standard input hung up (closed pty, killed tmux pane): then every
 /// read returns end-of-file at once and the loop must end rather than spin.
 fn terminal_gone() -> bool {
@@ -50,15 +30,16 @@ fn wall_ns() -> i64 {
         .unwrap_or(0)
 }
 
-/// Runs the screen until `q`, Ctrl-C, SIGTERM or SIGHUP.
-pub fn run(mut app: App) -> Result<()> {
-    install_signal_handlers();
+/// Runs the screen until `q`, Ctrl-C, `stop` (the caller's SIGTERM/SIGINT flag) or a closed
+/// terminal. SIGHUP is left at its default, ending the process: its terminal is gone, so there
+/// is nothing to restore, and a handled hang-up left crossterm reading end-of-file forever.
+pub fn run(mut app: App, stop: &AtomicBool) -> Result<()> {
     let worker = match app_store(&app) {
         Some(dir) => Some(Worker::start(dir).context("cannot start the analysis thread")?),
         None => None,
     };
     let mut term = ratatui::try_init().context("cannot set up the terminal")?;
-    let r = event_loop(&mut app, &mut term, worker.as_ref());
+    let r = event_loop(&mut app, &mut term, worker.as_ref(), stop);
     ratatui::restore();
     r
 }
@@ -71,8 +52,9 @@ fn event_loop(
     app: &mut App,
     term: &mut ratatui::DefaultTerminal,
     worker: Option<&Worker>,
+    stop: &AtomicBool,
 ) -> Result<()> {
-    while !STOP.load(Ordering::SeqCst) && !app.quit {
+    while !stop.load(Ordering::SeqCst) && !app.quit {
         app.tick()?;
         if let Some(w) = worker {
             for a in app.asks() {

@@ -161,15 +161,7 @@ fn dropped(cx: &Ctx, out: &mut Emit) {
 
 fn attached(cx: &Ctx, out: &mut Emit) {
     let Some((t, _)) = tr(cx) else { return };
-    let on = [
-        ("reclaim", t.reclaim.is_some()),
-        ("shrinker", t.shrinker.is_some()),
-        ("tlb", t.tlb.is_some()),
-        ("madvise", t.madvise.is_some()),
-        ("runqlat", t.runqlat.is_some()),
-        ("lookups", t.lookups.is_some()),
-    ];
-    for (name, on) in on {
+    for (name, on) in t.running() {
         if on {
             gauge(out, &[name], Some(1.0));
         } else if t.idle.iter().any(|i| i == name) {
