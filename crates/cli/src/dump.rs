@@ -1,7 +1,6 @@
 //! `jitterscope dump`: recorded metrics for a time range as CSV, JSON lines or OpenMetrics, and
 //! `dump --list`, the metric registry.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -10,7 +9,8 @@ use clap::{Args, ValueEnum};
 use jitterscope_model::codec::{self, Parts};
 use jitterscope_model::derive::{evaluate, for_each_series, SeriesValue};
 use jitterscope_model::glob::Pattern;
-use jitterscope_model::registry::{all, Kind, MetricDef};
+use jitterscope_model::openmetrics::{self, write_num};
+use jitterscope_model::registry::{all, MetricDef};
 use jitterscope_model::Sample;
 use jitterscope_store::Reader;
 
@@ -111,7 +111,7 @@ fn dump(a: DumpArgs) -> Result<()> {
     };
     let mut prev: Option<Sample> = None;
     let mut undecodable = 0u64;
-    let mut om: BTreeMap<&'static str, Vec<(i64, SeriesValue)>> = BTreeMap::new();
+    let mut om: Vec<(Option<i64>, SeriesValue)> = Vec::new();
     if a.format == Format::Csv {
         writeln!(out, "time,series,value,unit")?;
     }
@@ -136,7 +136,7 @@ fn dump(a: DumpArgs) -> Result<()> {
                 Format::Json => write_json(&mut out, defs, &sample, prev.as_ref(), &select)?,
                 Format::Openmetrics => {
                     for v in evaluate(defs, &sample, prev.as_ref(), &select) {
-                        om.entry(v.def.name).or_default().push((sample.ts_ns, v));
+                        om.push((Some(sample.ts_ns), v));
                     }
                 }
             }
@@ -144,7 +144,7 @@ fn dump(a: DumpArgs) -> Result<()> {
         prev = Some(sample);
     }
     if a.format == Format::Openmetrics {
-        write_openmetrics(&mut out, &om)?;
+        openmetrics::write(&mut out, &om)?;
     }
     if undecodable > 1 {
         eprintln!("jitterscope: {undecodable} undecodable samples skipped");
@@ -158,23 +158,6 @@ fn finish(mut out: impl Write) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         r => Ok(r?),
     }
-}
-
-fn num(v: f64) -> String {
-    let mut s = String::new();
-    write_num(&mut s, v);
-    s
-}
-
-fn write_num(out: &mut impl std::fmt::Write, v: f64) {
-    use std::fmt::Write as _;
-    let _ = if v.fract() == 0.0 && v.abs() < 1e15 {
-        write!(out, "{}", v as i64)
-    } else {
-        let mut buf = String::with_capacity(24);
-        let _ = write!(buf, "{v:.4}");
-        out.write_str(buf.trim_end_matches('0').trim_end_matches('.'))
-    };
 }
 
 fn csv_field(s: &str) -> std::borrow::Cow<'_, str> {
@@ -232,84 +215,6 @@ fn write_json(
     Ok(())
 }
 
-/// The OpenMetrics family name of a metric: `jitterscope_` + the template without its
-/// placeholders, dots turned into underscores.
-pub fn openmetrics_name(d: &MetricDef) -> String {
-    let mut s = String::from("jitterscope_");
-    let mut depth = 0;
-    for c in d.name.chars() {
-        match c {
-            '<' => depth += 1,
-            '>' => depth -= 1,
-            _ if depth > 0 => {}
-            '.' => {
-                if !s.ends_with('_') {
-                    s.push('_');
-                }
-            }
-            c => s.push(c),
-        }
-    }
-    s
-}
-
-fn escape_label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-fn write_openmetrics(
-    out: &mut impl Write,
-    fams: &BTreeMap<&'static str, Vec<(i64, SeriesValue)>>,
-) -> Result<()> {
-    for vals in fams.values() {
-        let Some((_, first)) = vals.first() else {
-            continue;
-        };
-        let d = first.def;
-        let name = openmetrics_name(d);
-        let (ty, sample_name) = match d.kind {
-            Kind::Counter => ("counter", format!("{name}_total")),
-            _ => ("gauge", name.clone()),
-        };
-        writeln!(out, "# TYPE {name} {ty}")?;
-        // OpenMetrics requires the unit to be the name's suffix; only state it where it is.
-        let unit = d.unit.as_str();
-        if name.ends_with(&format!("_{unit}")) {
-            writeln!(out, "# UNIT {name} {unit}")?;
-        }
-        writeln!(
-            out,
-            "# HELP {name} {}",
-            d.help.replace('\\', "\\\\").replace('\n', " ")
-        )?;
-        let keys = d.placeholders();
-        for (ts, v) in vals {
-            let Some(value) = v.value else { continue };
-            let labels: Vec<String> = keys
-                .iter()
-                .zip(&v.labels)
-                .map(|(k, l)| format!("{k}=\"{}\"", escape_label(l)))
-                .collect();
-            let lbl = if labels.is_empty() {
-                String::new()
-            } else {
-                format!("{{{}}}", labels.join(","))
-            };
-            writeln!(
-                out,
-                "{sample_name}{lbl} {} {}.{:03}",
-                num(value),
-                ts.div_euclid(1_000_000_000),
-                ts.rem_euclid(1_000_000_000) / 1_000_000
-            )?;
-        }
-    }
-    writeln!(out, "# EOF")?;
-    Ok(())
-}
-
 fn list(out: &mut impl Write, format: Format) -> Result<()> {
     if format == Format::Json {
         let v: Vec<_> = all()
@@ -339,13 +244,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn openmetrics_names() {
-        let d = jitterscope_model::registry::find("cgroup.<cgroup>.cpu.throttled_pct").unwrap();
-        assert_eq!(openmetrics_name(d), "jitterscope_cgroup_cpu_throttled_pct");
-        assert_eq!(num(2.0), "2");
-        assert_eq!(num(2.5), "2.5");
-        assert_eq!(num(1.0 / 3.0), "0.3333");
+    fn csv_fields() {
         assert_eq!(csv_field("a,b"), "\"a,b\"");
-        assert_eq!(escape_label("a\"b"), "a\\\"b");
     }
 }

@@ -6,10 +6,8 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use jitterscope_model::codec::{self, Parts};
 use jitterscope_profile::system::FileSymbolizer;
-use jitterscope_profile::window::{Filter, Hot, Named, Window};
-use jitterscope_store::Reader;
+use jitterscope_profile::window::{Filter, Hot, Named};
 
 use crate::timearg::{fmt_ns, parse_time};
 
@@ -88,8 +86,6 @@ fn read(sel: &Selection, kernel_only: bool) -> Result<Read> {
     if !dir.is_dir() {
         bail!("no store at {}", dir.display());
     }
-    let reader =
-        Reader::open(&dir).with_context(|| format!("cannot open store {}", dir.display()))?;
     let filter = Filter {
         pid: sel.pid,
         comm: sel.comm.clone(),
@@ -97,26 +93,8 @@ fn read(sel: &Selection, kernel_only: bool) -> Result<Read> {
         kernel_only,
         skip_idle: false,
     };
-    let mut w = Window::new();
-    let mut host = String::new();
-    let mut undecodable = 0u64;
-    // A slice belongs to the window when it ends inside it (its sample's time), so adjacent
-    // windows split the slices between them without overlap.
-    for rec in reader.range_main(from, to)? {
-        let rec = rec?;
-        if rec.ts_ns <= from || rec.ts_ns > to {
-            continue;
-        }
-        match codec::decode_parts(&rec.payload, Parts::PROFILE) {
-            Ok(s) => {
-                if let Some(p) = &s.profile {
-                    w.add(p, &filter);
-                    host = s.host.hostname;
-                }
-            }
-            Err(_) => undecodable += 1,
-        }
-    }
+    let (w, host, undecodable) = jitterscope_profile::window::read_store(&dir, from, to, &filter)
+        .with_context(|| format!("cannot read store {}", dir.display()))?;
     if undecodable > 0 {
         eprintln!("jitterscope: skipped {undecodable} undecodable samples");
     }

@@ -12,6 +12,7 @@ pub mod collector;
 pub mod derive;
 pub mod glob;
 pub mod metrics;
+pub mod openmetrics;
 pub mod profile;
 pub mod registry;
 pub mod sample;

@@ -1,0 +1,150 @@
+//! OpenMetrics text exposition of evaluated series: `dump --format openmetrics` (with
+//! timestamps) and `serve`'s `/metrics` (the latest sample, without: Prometheus stamps a
+//! scrape itself and drops samples older than its head block).
+
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+
+use crate::derive::SeriesValue;
+use crate::registry::{Kind, MetricDef};
+
+/// The family name of a metric: `jitterscope_` + the template without its placeholders,
+/// dots turned into underscores (`cgroup.<cgroup>.cpu.throttled_pct` →
+/// `jitterscope_cgroup_cpu_throttled_pct`).
+pub fn family_name(d: &MetricDef) -> String {
+    let mut s = String::from("jitterscope_");
+    let mut depth = 0;
+    for c in d.name.chars() {
+        match c {
+            '<' => depth += 1,
+            '>' => depth -= 1,
+            _ if depth > 0 => {}
+            '.' => {
+                if !s.ends_with('_') {
+                    s.push('_');
+                }
+            }
+            c => s.push(c),
+        }
+    }
+    s
+}
+
+/// A label value escaped for the exposition.
+pub fn escape_label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// A value as written: integers without a fraction, others to four decimals, trailing zeros
+/// trimmed.
+pub fn write_num(out: &mut impl std::fmt::Write, v: f64) {
+    use std::fmt::Write as _;
+    let _ = if v.fract() == 0.0 && v.abs() < 1e15 {
+        write!(out, "{}", v as i64)
+    } else {
+        let mut buf = String::with_capacity(24);
+        let _ = write!(buf, "{v:.4}");
+        out.write_str(buf.trim_end_matches('0').trim_end_matches('.'))
+    };
+}
+
+/// Writes the points as families, then `# EOF`. Metrics whose templates give the same family
+/// name (`cpu.usr_pct` and `cpu.<cpu>.usr_pct`) share one family, told apart by their labels:
+/// a family may be declared only once. Unknown values are left out. `ts_ns` of `None` writes
+/// no timestamp.
+pub fn write(out: &mut impl Write, points: &[(Option<i64>, SeriesValue)]) -> io::Result<()> {
+    let mut fams: BTreeMap<String, Vec<&(Option<i64>, SeriesValue)>> = BTreeMap::new();
+    for p in points {
+        fams.entry(family_name(p.1.def)).or_default().push(p);
+    }
+    for (name, vals) in &fams {
+        let d = vals[0].1.def;
+        let (ty, sample_name) = match d.kind {
+            Kind::Counter => ("counter", format!("{name}_total")),
+            _ => ("gauge", name.clone()),
+        };
+        writeln!(out, "# TYPE {name} {ty}")?;
+        // OpenMetrics requires the unit to be the name's suffix; only state it where it is.
+        let unit = d.unit.as_str();
+        if name.ends_with(&format!("_{unit}")) {
+            writeln!(out, "# UNIT {name} {unit}")?;
+        }
+        writeln!(
+            out,
+            "# HELP {name} {}",
+            d.help.replace('\\', "\\\\").replace('\n', " ")
+        )?;
+        for (ts, v) in vals.iter().map(|p| (p.0, &p.1)) {
+            let Some(value) = v.value else { continue };
+            let keys = v.def.placeholders();
+            let labels: Vec<String> = keys
+                .iter()
+                .zip(&v.labels)
+                .map(|(k, l)| format!("{k}=\"{}\"", escape_label(l)))
+                .collect();
+            let mut line = sample_name.clone();
+            if !labels.is_empty() {
+                line.push('{');
+                line.push_str(&labels.join(","));
+                line.push('}');
+            }
+            line.push(' ');
+            write_num(&mut line, value);
+            if let Some(ts) = ts {
+                line.push_str(&format!(
+                    " {}.{:03}",
+                    ts.div_euclid(1_000_000_000),
+                    ts.rem_euclid(1_000_000_000) / 1_000_000
+                ));
+            }
+            writeln!(out, "{line}")?;
+        }
+    }
+    writeln!(out, "# EOF")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::find;
+
+    fn sv(name: &str, labels: &[&str], v: Option<f64>) -> SeriesValue {
+        let def = find(name).unwrap();
+        SeriesValue {
+            def,
+            labels: labels.iter().map(|s| s.to_string()).collect(),
+            series: def.series_name(labels),
+            value: v,
+        }
+    }
+
+    #[test]
+    fn names_values_and_one_family_per_name() {
+        let d = find("cgroup.<cgroup>.cpu.throttled_pct").unwrap();
+        assert_eq!(family_name(d), "jitterscope_cgroup_cpu_throttled_pct");
+        let mut s = String::new();
+        write_num(&mut s, 2.0);
+        s.push(' ');
+        write_num(&mut s, 1.0 / 3.0);
+        assert_eq!(s, "2 0.3333");
+        assert_eq!(escape_label("a\"b"), "a\\\"b");
+        let pts = vec![
+            (None, sv("cpu.usr_pct", &[], Some(2.5))),
+            (None, sv("cpu.<cpu>.usr_pct", &["0"], Some(1.0))),
+            (None, sv("cpu.<cpu>.usr_pct", &["1"], None)),
+        ];
+        let mut out = Vec::new();
+        write(&mut out, &pts).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(
+            text.matches("# TYPE jitterscope_cpu_usr_pct gauge").count(),
+            1
+        );
+        assert!(text.contains("\njitterscope_cpu_usr_pct 2.5\n"));
+        assert!(text.contains("\njitterscope_cpu_usr_pct{cpu=\"0\"} 1\n"));
+        assert!(!text.contains("cpu=\"1\""), "unknown values are left out");
+        assert!(text.ends_with("# EOF\n"));
+    }
+}
