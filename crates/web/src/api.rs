@@ -1,0 +1,461 @@
+//! The JSON API. Reading the store blocks, so each handler runs on the blocking pool.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::extract::{Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use jitterscope_diagnose::{Data, Options};
+use jitterscope_model::registry::all;
+use jitterscope_profile::window::{Filter, Named};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::AppState;
+
+/// An API error: a status and a one-line reason, as `{"error": …}`.
+#[derive(Debug)]
+pub struct ApiError(StatusCode, String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.0, Json(json!({ "error": self.1 }))).into_response()
+    }
+}
+
+fn bad(msg: impl Into<String>) -> ApiError {
+    ApiError(StatusCode::BAD_REQUEST, msg.into())
+}
+
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}"))
+}
+
+/// Runs `f` on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f).await.map_err(internal)?
+}
+
+/// A time parameter: epoch seconds (fractions allowed) or RFC 3339.
+pub fn parse_time(s: &str) -> Result<i64, ApiError> {
+    let t = s.trim();
+    if let Ok(secs) = t.parse::<f64>() {
+        if secs.is_finite() && (0.0..=4.0e9).contains(&secs) {
+            return Ok((secs * 1e9).round() as i64);
+        }
+        return Err(bad(format!("time {s:?} is out of range")));
+    }
+    chrono::DateTime::parse_from_rfc3339(t)
+        .ok()
+        .and_then(|d| d.timestamp_nanos_opt())
+        .ok_or_else(|| bad(format!("time {s:?} is neither epoch seconds nor RFC 3339")))
+}
+
+/// `from` and `to` of a request.
+#[derive(Debug, Deserialize, Default)]
+pub struct Window {
+    pub from: Option<String>,
+    pub to: Option<String>,
+}
+
+/// The store's first and last record times.
+fn bounds(dir: &PathBuf) -> Result<(i64, i64), ApiError> {
+    let r = jitterscope_store::Reader::open(dir).map_err(internal)?;
+    r.time_bounds()
+        .map_err(internal)?
+        .ok_or_else(|| ApiError(StatusCode::NOT_FOUND, "the store holds no samples".into()))
+}
+
+impl Window {
+    /// The requested window; without `to`, the store's newest sample; without `from`, the
+    /// hour before `to`.
+    fn resolve(&self, dir: &PathBuf) -> Result<(i64, i64), ApiError> {
+        let to = match &self.to {
+            Some(t) => parse_time(t)?,
+            None => bounds(dir)?.1,
+        };
+        let from = match &self.from {
+            Some(f) => parse_time(f)?,
+            None => to - 3_600_000_000_000,
+        };
+        if from >= to {
+            return Err(bad("from must be before to"));
+        }
+        Ok((from, to))
+    }
+}
+
+/// `GET /api/v1/metrics`: every metric of the registry.
+pub async fn metrics() -> impl IntoResponse {
+    let v: Vec<_> = all()
+        .iter()
+        .map(|d| {
+            json!({
+                "name": d.name,
+                "kind": d.kind.as_str(),
+                "unit": d.unit.as_str(),
+                "help": d.help,
+                "openmetrics": jitterscope_model::openmetrics::family_name(d),
+            })
+        })
+        .collect();
+    Json(v)
+}
+
+/// `GET /api/v1/range`: the recorded span.
+pub async fn range(State(st): State<Arc<AppState>>) -> Result<Json<serde_json::Value>, ApiError> {
+    let dir = st.cfg.dir.clone();
+    let (first, last) = blocking(move || bounds(&dir)).await?;
+    Ok(Json(json!({
+        "from_ns": first,
+        "to_ns": last,
+        "from": jitterscope_model::time::rfc3339(first),
+        "to": jitterscope_model::time::rfc3339(last),
+    })))
+}
+
+/// Parameters of `/api/v1/series`.
+#[derive(Debug, Deserialize)]
+pub struct SeriesQuery {
+    /// Comma-separated names or globs (`cgroup.*.cpu.throttled_pct`).
+    pub select: String,
+    pub from: Option<String>,
+    pub to: Option<String>,
+    /// Points across the window (the screen's width in pixels, say); 1..=5000.
+    pub points: Option<usize>,
+    /// Keep only the series with the highest maxima (for globs over processes or cgroups).
+    pub top: Option<usize>,
+}
+
+/// One series downsampled: per bucket, the mean and the maximum of its points (`null` where
+/// the bucket has none). A jitter spike lives in the maximum; the mean says how long it
+/// lasted.
+#[derive(Debug, Serialize)]
+pub struct SeriesOut {
+    pub name: String,
+    pub unit: &'static str,
+    pub mean: Vec<Option<f64>>,
+    pub max: Vec<Option<f64>>,
+}
+
+/// Buckets `points` (sample index, value) over the sample times `ts` into `n` equal spans of
+/// `[from, to]`: (bucket start times in seconds, mean, max).
+pub fn downsample(
+    ts: &[i64],
+    points: &[(u32, f64)],
+    from: i64,
+    to: i64,
+    n: usize,
+) -> (Vec<Option<f64>>, Vec<Option<f64>>) {
+    let n = n.max(1);
+    let width = ((to - from) as f64 / n as f64).max(1.0);
+    let mut sum = vec![0.0f64; n];
+    let mut cnt = vec![0u32; n];
+    let mut max = vec![f64::NEG_INFINITY; n];
+    for &(i, v) in points {
+        let Some(&t) = ts.get(i as usize) else {
+            continue;
+        };
+        if t <= from || t > to || !v.is_finite() {
+            continue;
+        }
+        // Buckets are (start, end], as windows are.
+        let b = (((t - from) as f64 / width).ceil() as usize).clamp(1, n) - 1;
+        sum[b] += v;
+        cnt[b] += 1;
+        max[b] = max[b].max(v);
+    }
+    let mean = (0..n)
+        .map(|b| (cnt[b] > 0).then(|| sum[b] / cnt[b] as f64))
+        .collect();
+    let max = (0..n).map(|b| (cnt[b] > 0).then_some(max[b])).collect();
+    (mean, max)
+}
+
+/// `GET /api/v1/series`: the selected series over a window, downsampled.
+pub async fn series(
+    State(st): State<Arc<AppState>>,
+    Query(q): Query<SeriesQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let dir = st.cfg.dir.clone();
+    blocking(move || {
+        let (from, to) = Window {
+            from: q.from.clone(),
+            to: q.to.clone(),
+        }
+        .resolve(&dir)?;
+        let select: Vec<String> = q
+            .select
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+        if select.is_empty() {
+            return Err(bad("select names no series"));
+        }
+        let points = q.points.unwrap_or(600);
+        if !(1..=5000).contains(&points) {
+            return Err(bad("points must be 1..=5000"));
+        }
+        let sel: Vec<&str> = select.iter().map(String::as_str).collect();
+        // Load only the recorded part of the window: process series are evaluated on a
+        // subsample whose stride follows the loaded span, and an hour's stride over ten
+        // recorded seconds would leave them no pair of samples.
+        let (first, last) = bounds(&dir)?;
+        let (lo, hi) = (from.max(first - 1), to.min(last));
+        let d = if lo < hi {
+            Data::load(&dir, lo, hi, 0, &sel, false).map_err(internal)?
+        } else {
+            Data::default()
+        };
+        // No more buckets than samples: a short window is drawn sample by sample.
+        let in_window = d.ts.iter().filter(|&&t| t > from && t <= to).count();
+        let n = points.min(in_window.max(1));
+        let width = (to - from) as f64 / n as f64;
+        let t: Vec<f64> = (0..n)
+            .map(|b| (from as f64 + (b as f64 + 0.5) * width) / 1e9)
+            .collect();
+        let mut out: Vec<SeriesOut> = d
+            .series
+            .iter()
+            .map(|(name, s)| {
+                let (mean, max) = downsample(&d.ts, &s.points, from, to, n);
+                SeriesOut {
+                    name: name.clone(),
+                    unit: unit_of(name),
+                    mean,
+                    max,
+                }
+            })
+            .filter(|s| s.max.iter().any(Option::is_some))
+            .collect();
+        if let Some(top) = q.top {
+            let peak = |s: &SeriesOut| s.max.iter().flatten().fold(f64::MIN, |a, &b| a.max(b));
+            out.sort_by(|a, b| peak(b).total_cmp(&peak(a)).then(a.name.cmp(&b.name)));
+            out.truncate(top);
+        }
+        Ok(Json(json!({
+            "from_ns": from,
+            "to_ns": to,
+            "samples": in_window,
+            "t": t,
+            "series": out,
+        })))
+    })
+    .await
+}
+
+/// The unit of a series, found through the metric whose template it fits.
+fn unit_of(series: &str) -> &'static str {
+    all()
+        .iter()
+        .find(|d| template_matches(d.name, series))
+        .map_or("", |d| d.unit.as_str())
+}
+
+/// Whether `series` is an instance of `template` (each `<placeholder>` stands for one or more
+/// characters).
+fn template_matches(template: &str, series: &str) -> bool {
+    let lits: Vec<&str> = {
+        let mut out = Vec::new();
+        let mut rest = template;
+        while let Some(a) = rest.find('<') {
+            let Some(b) = rest[a..].find('>') else { break };
+            out.push(&rest[..a]);
+            rest = &rest[a + b + 1..];
+        }
+        out.push(rest);
+        out
+    };
+    if lits.len() == 1 {
+        return template == series;
+    }
+    let (first, last) = (lits[0], lits[lits.len() - 1]);
+    if !series.starts_with(first)
+        || !series.ends_with(last)
+        || series.len() < first.len() + last.len()
+    {
+        return false;
+    }
+    let mut pos = first.len();
+    let end = series.len() - last.len();
+    for lit in &lits[1..lits.len() - 1] {
+        match series[pos + 1..end].find(lit) {
+            Some(i) => pos = pos + 1 + i + lit.len(),
+            None => return false,
+        }
+    }
+    pos < end
+}
+
+/// `GET /api/v1/events`: the episodes of a window.
+pub async fn events(
+    State(st): State<Arc<AppState>>,
+    Query(w): Query<Window>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let dir = st.cfg.dir.clone();
+    blocking(move || {
+        let (from, to) = w.resolve(&dir)?;
+        let ev = jitterscope_diagnose::events(&dir, from, to).map_err(internal)?;
+        Ok(Json(json!(ev)))
+    })
+    .await
+}
+
+/// `GET /api/v1/findings`: `diagnose` of a window.
+pub async fn findings(
+    State(st): State<Arc<AppState>>,
+    Query(w): Query<Window>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let dir = st.cfg.dir.clone();
+    blocking(move || {
+        let (from, to) = w.resolve(&dir)?;
+        if to - from > 24 * 3_600_000_000_000 {
+            return Err(bad("diagnose at most a day at once"));
+        }
+        let r =
+            jitterscope_diagnose::diagnose(&dir, from, to, Options::default()).map_err(internal)?;
+        Ok(Json(json!(r)))
+    })
+    .await
+}
+
+/// Parameters of `/api/v1/flame`.
+#[derive(Debug, Deserialize)]
+pub struct FlameQuery {
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub pid: Option<u32>,
+    pub comm: Option<String>,
+    pub cgroup: Option<String>,
+    #[serde(default)]
+    pub kernel_only: bool,
+    /// `json` (d3-flame-graph's tree, default) or `folded`.
+    pub format: Option<String>,
+}
+
+/// A node of d3-flame-graph's tree.
+#[derive(Debug, Default, Serialize)]
+pub struct Node {
+    pub name: String,
+    pub value: u64,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<Node>,
+}
+
+/// The named stacks as a tree: root `all`, then process names, then frames root first.
+/// Kernel frames carry `[k]` as in folded stacks.
+pub fn tree(named: &Named) -> Node {
+    #[derive(Default)]
+    struct T {
+        value: u64,
+        kids: BTreeMap<String, T>,
+    }
+    let mut root = T::default();
+    for s in &named.stacks {
+        root.value += s.count;
+        let mut n = root.kids.entry(s.comm.to_string()).or_default();
+        n.value += s.count;
+        for f in &s.frames {
+            let name = if f.space == jitterscope_profile::window::Space::Kernel {
+                format!("{} [k]", f.name)
+            } else {
+                f.name.to_string()
+            };
+            n = n.kids.entry(name).or_default();
+            n.value += s.count;
+        }
+    }
+    fn conv(name: String, t: T) -> Node {
+        let mut children: Vec<Node> = t.kids.into_iter().map(|(k, v)| conv(k, v)).collect();
+        children.sort_by(|a, b| b.value.cmp(&a.value).then(a.name.cmp(&b.name)));
+        Node {
+            name,
+            value: t.value,
+            children,
+        }
+    }
+    conv("all".into(), root)
+}
+
+/// `GET /api/v1/flame`: the stack samples of a window.
+pub async fn flame(
+    State(st): State<Arc<AppState>>,
+    Query(q): Query<FlameQuery>,
+) -> Result<Response, ApiError> {
+    let dir = st.cfg.dir.clone();
+    blocking(move || {
+        let (from, to) = Window {
+            from: q.from.clone(),
+            to: q.to.clone(),
+        }
+        .resolve(&dir)?;
+        let filter = Filter {
+            pid: q.pid,
+            comm: q.comm.clone(),
+            cgroup: q.cgroup.clone(),
+            kernel_only: q.kernel_only,
+            skip_idle: false,
+        };
+        let (w, _, _) =
+            jitterscope_profile::window::read_store(&dir, from, to, &filter).map_err(internal)?;
+        let named = w.resolve(&mut jitterscope_profile::system::FileSymbolizer::new());
+        match q.format.as_deref() {
+            None | Some("json") => Ok(Json(json!({
+                "from_ns": from,
+                "to_ns": to,
+                "samples": named.samples,
+                "total": named.total,
+                "hz": named.hz,
+                "tree": tree(&named),
+            }))
+            .into_response()),
+            Some("folded") => {
+                let mut text = named.folded().join("\n");
+                text.push('\n');
+                Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
+            }
+            Some(f) => Err(bad(format!("format {f:?} is not json or folded"))),
+        }
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_keep_mean_and_max() {
+        let ts = [10, 20, 30, 40];
+        let pts = [(0, 1.0), (1, 3.0), (2, 10.0), (3, f64::NAN)];
+        let (mean, max) = downsample(&ts, &pts, 0, 40, 2);
+        assert_eq!(mean, vec![Some(2.0), Some(10.0)]);
+        assert_eq!(max, vec![Some(3.0), Some(10.0)]);
+        let (mean, _) = downsample(&ts, &pts, 0, 40, 8);
+        assert_eq!(mean.iter().flatten().count(), 3);
+    }
+
+    #[test]
+    fn units_come_from_the_template() {
+        assert_eq!(unit_of("cpu.sys_pct"), "percent");
+        assert_eq!(unit_of("cgroup./a/b.c.cpu.throttled_pct"), "percent");
+        assert_eq!(unit_of("proc.12.bash.rss_bytes"), "bytes");
+        assert_eq!(unit_of("nothing.like.this"), "");
+        assert!(template_matches("a.<x>.b", "a.y.z.b"));
+        assert!(!template_matches("a.<x>.b", "a..b"));
+    }
+
+    #[test]
+    fn times_parse_or_say_why() {
+        assert_eq!(parse_time("1.5").unwrap(), 1_500_000_000);
+        assert_eq!(parse_time("1970-01-01T00:00:02Z").unwrap(), 2_000_000_000);
+        assert!(parse_time("soon").is_err());
+        assert!(parse_time("-1").is_err());
+    }
+}

@@ -1,0 +1,86 @@
+//! The UI's files, embedded: our own from `assets/`, the libraries copied by `build.rs` from
+//! npm's install.
+
+use axum::extract::Path;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+/// Name, content type, bytes.
+const FILES: &[(&str, &str, &[u8])] = &[
+    (
+        "app.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../assets/app.js"),
+    ),
+    (
+        "app.css",
+        "text/css; charset=utf-8",
+        include_bytes!("../assets/app.css"),
+    ),
+    (
+        "uPlot.iife.min.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!(concat!(env!("OUT_DIR"), "/uPlot.iife.min.js")),
+    ),
+    (
+        "uPlot.min.css",
+        "text/css; charset=utf-8",
+        include_bytes!(concat!(env!("OUT_DIR"), "/uPlot.min.css")),
+    ),
+    (
+        "d3-flamegraph.min.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!(concat!(env!("OUT_DIR"), "/d3-flamegraph.min.js")),
+    ),
+    (
+        "d3-selection.min.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!(concat!(env!("OUT_DIR"), "/d3-selection.min.js")),
+    ),
+    (
+        "d3-flamegraph.css",
+        "text/css; charset=utf-8",
+        include_bytes!(concat!(env!("OUT_DIR"), "/d3-flamegraph.css")),
+    ),
+];
+
+const INDEX: &str = include_str!("../assets/index.html");
+
+/// The OpenAPI description of `/api/v1`.
+pub const OPENAPI: &str = include_str!("../assets/openapi.json");
+
+/// `GET /`.
+pub async fn index() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            // The page loads only its own files and talks only to this server.
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:",
+            ),
+        ],
+        INDEX,
+    )
+        .into_response()
+}
+
+/// `GET /assets/{name}`.
+pub async fn file(Path(name): Path<String>) -> Response {
+    match FILES.iter().find(|f| f.0 == name) {
+        Some((_, ty, body)) => (
+            [
+                (header::CONTENT_TYPE, *ty),
+                (header::CACHE_CONTROL, "max-age=3600"),
+            ],
+            *body,
+        )
+            .into_response(),
+        None => (StatusCode::NOT_FOUND, "no such asset\n").into_response(),
+    }
+}
+
+/// `GET /api/v1/openapi.json`.
+pub async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}

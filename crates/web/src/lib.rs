@@ -1,0 +1,239 @@
+//! `jitterscope serve`: a read-only web UI over a store, its JSON API (`/api/v1`, described
+//! by `/api/v1/openapi.json`) and a Prometheus endpoint (`/metrics`).
+//!
+//! - [`api`]: the JSON handlers (metrics, range, series, events, findings, flame graph).
+//! - [`prom`]: `/metrics`, the latest sample with bounded cardinality.
+//! - [`assets`]: the UI, embedded at build time.
+//!
+//! Access: without a token the server binds only loopback addresses and also refuses any
+//! request whose peer is not loopback. Binding anything else needs a token, which every
+//! request must then carry (`Authorization: Bearer …`, or `?token=` for a browser's first
+//! page, which sets a same-site cookie for the page's own requests). Only GET and HEAD are
+//! routed.
+
+pub mod api;
+pub mod assets;
+pub mod prom;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+
+/// What `serve` serves and how.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// The store.
+    pub dir: PathBuf,
+    /// The token every request must carry; required for a non-loopback address.
+    pub token: Option<String>,
+    /// Processes exposed on `/metrics` (the busiest by CPU).
+    pub top_processes: usize,
+    /// `/metrics` answers 503 when the newest sample is older than this (a stopped recorder
+    /// must not look like a flat line); zero serves any age.
+    pub metrics_max_age: Duration,
+}
+
+/// Shared by the handlers.
+#[derive(Debug)]
+pub struct AppState {
+    pub cfg: Config,
+}
+
+/// Refuses a configuration that would expose the store without a token.
+pub fn check(cfg: &Config) -> Result<()> {
+    if !cfg.listen.ip().is_loopback() && cfg.token.is_none() {
+        bail!(
+            "{} is not a loopback address: serving it needs --auth-token-file (every request then carries the token)",
+            cfg.listen
+        );
+    }
+    if let Some(t) = &cfg.token {
+        if t.len() < 16 {
+            bail!(
+                "the auth token is too short ({} characters; use at least 16)",
+                t.len()
+            );
+        }
+    }
+    if !cfg.dir.is_dir() {
+        bail!("no store at {}", cfg.dir.display());
+    }
+    Ok(())
+}
+
+/// Compares without stopping at the first difference, so timing says nothing of the token.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Where a request's token came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Carried {
+    Header,
+    Query,
+    Cookie,
+}
+
+/// The cookie set when a browser opens the UI with `?token=`: its page's own requests (the
+/// scripts it loads, its API calls) then carry the token without it sitting in every URL.
+const COOKIE: &str = "jitterscope_token";
+
+fn token_of(req: &Request) -> Option<(&str, Carried)> {
+    if let Some(h) = req.headers().get(header::AUTHORIZATION) {
+        return h
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(|t| (t, Carried::Header));
+    }
+    if let Some(t) = req
+        .uri()
+        .query()
+        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("token=")))
+    {
+        return Some((t, Carried::Query));
+    }
+    req.headers()
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|c| c.trim().strip_prefix(COOKIE)?.strip_prefix('='))
+        .map(|t| (t, Carried::Cookie))
+}
+
+async fn access(
+    State(st): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    req: Request,
+    next: Next,
+) -> Response {
+    match &st.cfg.token {
+        Some(t) => match token_of(&req) {
+            Some((given, how)) if same(given.as_bytes(), t.as_bytes()) => {
+                let mut r = next.run(req).await;
+                if how == Carried::Query {
+                    if let Ok(v) = header::HeaderValue::from_str(&format!(
+                        "{COOKIE}={t}; HttpOnly; SameSite=Strict; Path=/"
+                    )) {
+                        r.headers_mut().insert(header::SET_COOKIE, v);
+                    }
+                }
+                r
+            }
+            _ => (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Bearer")],
+                "a token is required: Authorization: Bearer <token>\n",
+            )
+                .into_response(),
+        },
+        None if peer.ip().is_loopback() => next.run(req).await,
+        None => (
+            StatusCode::FORBIDDEN,
+            "only loopback clients are served without --auth-token-file\n",
+        )
+            .into_response(),
+    }
+}
+
+/// The routes.
+pub fn router(st: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/", get(assets::index))
+        .route("/assets/{name}", get(assets::file))
+        .route("/metrics", get(prom::metrics))
+        .route("/api/v1/openapi.json", get(assets::openapi))
+        .route("/api/v1/metrics", get(api::metrics))
+        .route("/api/v1/range", get(api::range))
+        .route("/api/v1/series", get(api::series))
+        .route("/api/v1/events", get(api::events))
+        .route("/api/v1/findings", get(api::findings))
+        .route("/api/v1/flame", get(api::flame))
+        .layer(axum::middleware::from_fn_with_state(st.clone(), access))
+        .with_state(st)
+}
+
+/// Serves until `stop` is set (polled every 200 ms): the caller's SIGINT/SIGTERM flag.
+pub fn run(cfg: Config, stop: &'static std::sync::atomic::AtomicBool) -> Result<()> {
+    check(&cfg)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .thread_name("serve")
+        .build()
+        .context("cannot start the server's runtime")?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(cfg.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", cfg.listen))?;
+        let addr = listener.local_addr()?;
+        eprintln!(
+            "jitterscope: serving {} on http://{addr}/{}",
+            cfg.dir.display(),
+            if cfg.token.is_some() {
+                " (token required)"
+            } else {
+                ""
+            }
+        );
+        let app = router(Arc::new(AppState { cfg }));
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(async move {
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+        .await
+        .context("server failed")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_compare_whole() {
+        assert!(same(b"abcdefghijklmnop", b"abcdefghijklmnop"));
+        assert!(!same(b"abcdefghijklmnop", b"abcdefghijklmnoq"));
+        assert!(!same(b"abc", b"abcd"));
+    }
+
+    #[test]
+    fn exposing_without_a_token_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = Config {
+            listen: "0.0.0.0:9630".parse().unwrap(),
+            dir: dir.path().to_path_buf(),
+            token: None,
+            top_processes: 20,
+            metrics_max_age: Duration::from_secs(60),
+        };
+        assert!(check(&cfg)
+            .unwrap_err()
+            .to_string()
+            .contains("--auth-token-file"));
+        cfg.token = Some("short".into());
+        assert!(check(&cfg).unwrap_err().to_string().contains("too short"));
+        cfg.token = Some("0123456789abcdef".into());
+        check(&cfg).unwrap();
+        cfg.listen = "[::1]:0".parse().unwrap();
+        cfg.token = None;
+        check(&cfg).unwrap();
+    }
+}

@@ -1,0 +1,122 @@
+//! `/metrics`: the newest sample as OpenMetrics text, named from the registry.
+//!
+//! Cardinality is bounded: every host series and every cgroup, processes only for the
+//! `top_processes` busiest by CPU, and none of the raw per-field families that repeat curated
+//! metrics or grow with the kernel's tables (`vmstat.<field>`, `meminfo.<field>`,
+//! `cgroup.<cgroup>.memory.stat.<field>`, buddyinfo, per-slab-cache, per-IRQ, look-up path
+//! patterns). Those stay in the store, where `dump` and the API read them.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use jitterscope_model::codec::{decode_lanes, Parts};
+use jitterscope_model::derive::{evaluate, SeriesValue};
+use jitterscope_model::registry::{all, MetricDef};
+use jitterscope_model::Sample;
+
+use crate::AppState;
+
+/// Families left out of `/metrics` (see the module comment).
+const LEFT_OUT: &[&str] = &[
+    "vmstat.",
+    "meminfo.",
+    "buddy.",
+    "slab.<cache>.",
+    "irq.<irq>",
+    "softirq.<softirq>",
+    "lookups.pattern.",
+    "cgroup.<cgroup>.memory.stat.",
+];
+
+/// The metrics exposed: the registry less [`LEFT_OUT`].
+pub fn exposed() -> Vec<&'static MetricDef> {
+    all()
+        .iter()
+        .filter(|d| !LEFT_OUT.iter().any(|p| d.name.starts_with(p)))
+        .copied()
+        .collect()
+}
+
+/// The exposition of `cur` (rates against `prev`), processes limited to the `top` busiest.
+pub fn exposition(cur: &Sample, prev: Option<&Sample>, top: usize) -> Vec<u8> {
+    let vals = evaluate(&exposed(), cur, prev, &[]);
+    let mut busy: Vec<(f64, &str)> = vals
+        .iter()
+        .filter(|v| v.def.name == "proc.<pid>.<comm>.cpu_pct")
+        .filter_map(|v| Some((v.value?, v.labels.first()?.as_str())))
+        .collect();
+    busy.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
+    let keep: HashSet<&str> = busy.iter().take(top).map(|b| b.1).collect();
+    let points: Vec<(Option<i64>, SeriesValue)> = vals
+        .iter()
+        .filter(
+            |v| match v.def.placeholders().iter().position(|p| *p == "pid") {
+                Some(i) => v
+                    .labels
+                    .get(i)
+                    .is_some_and(|pid| keep.contains(pid.as_str())),
+                None => true,
+            },
+        )
+        .map(|v| (None, v.clone()))
+        .collect();
+    let mut out = Vec::with_capacity(64 * 1024);
+    // Writing to a Vec cannot fail.
+    let _ = jitterscope_model::openmetrics::write(&mut out, &points);
+    out
+}
+
+/// The newest sample and the one before it.
+fn latest(dir: &std::path::Path) -> anyhow::Result<Option<(Sample, Option<Sample>)>> {
+    let r = jitterscope_store::Reader::open(dir)?;
+    let Some(last) = r.latest()? else {
+        return Ok(None);
+    };
+    let cur = decode_lanes(&last.payload, last.detail.as_deref(), Parts::ALL)?;
+    let mut prev = None;
+    for rec in r.range(last.ts_ns - 300_000_000_000, last.ts_ns - 1)? {
+        let Ok(rec) = rec else { continue };
+        prev = Some(rec);
+    }
+    let prev = prev.and_then(|p| decode_lanes(&p.payload, p.detail.as_deref(), Parts::ALL).ok());
+    Ok(Some((cur, prev)))
+}
+
+/// `GET /metrics`.
+pub async fn metrics(State(st): State<Arc<AppState>>) -> Response {
+    let cfg = st.cfg.clone();
+    let r = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, (StatusCode, String)> {
+        let err = |e: anyhow::Error| (StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}\n"));
+        let Some((cur, prev)) = latest(&cfg.dir).map_err(err)? else {
+            return Err((StatusCode::SERVICE_UNAVAILABLE, "the store holds no samples\n".into()));
+        };
+        let now = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX);
+        let age_s = (now - cur.ts_ns) as f64 / 1e9;
+        if !cfg.metrics_max_age.is_zero() && age_s > cfg.metrics_max_age.as_secs_f64() {
+            return Err((
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "the newest sample is {age_s:.0} s old (more than {:?}): is the recorder running?\n",
+                    cfg.metrics_max_age
+                ),
+            ));
+        }
+        Ok(exposition(&cur, prev.as_ref(), cfg.top_processes))
+    })
+    .await;
+    match r {
+        Ok(Ok(body)) => (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            body,
+        )
+            .into_response(),
+        Ok(Err((code, msg))) => (code, msg).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+    }
+}

@@ -1,0 +1,501 @@
+//! The API, `/metrics` and access control over a recorded lab store, through a real server on
+//! an ephemeral port and plain HTTP/1.1 requests.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use jitterscope_web::{router, AppState, Config};
+
+fn store(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/diagnose")
+        .join(name)
+}
+
+/// A server on `ip:0` over `dir`, running until the test process ends.
+fn start(ip: IpAddr, dir: PathBuf, token: Option<&str>, max_age: Duration) -> SocketAddr {
+    let cfg = Config {
+        listen: SocketAddr::new(ip, 0),
+        dir,
+        token: token.map(str::to_string),
+        top_processes: 3,
+        metrics_max_age: max_age,
+    };
+    jitterscope_web::check(&cfg).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let l = tokio::net::TcpListener::bind(cfg.listen).await.unwrap();
+            tx.send(l.local_addr().unwrap()).unwrap();
+            let app = router(Arc::new(AppState { cfg }));
+            axum::serve(l, app.into_make_service_with_connect_info::<SocketAddr>())
+                .await
+                .unwrap();
+        });
+    });
+    rx.recv().unwrap()
+}
+
+fn fixture_server() -> SocketAddr {
+    start(
+        "127.0.0.1".parse().unwrap(),
+        store("tlb-shootdown"),
+        None,
+        Duration::ZERO,
+    )
+}
+
+/// (status, headers, body) of one request.
+fn request(addr: SocketAddr, method: &str, path: &str, headers: &[&str]) -> (u16, String, Vec<u8>) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n");
+    for h in headers {
+        req.push_str(h);
+        req.push_str("\r\n");
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).unwrap();
+    let split = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8_lossy(&buf[..split]).to_string();
+    let status: u16 = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let mut body = buf[split + 4..].to_vec();
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        body = dechunk(&body);
+    }
+    (status, head, body)
+}
+
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let eol = b.windows(2).position(|w| w == b"\r\n").unwrap();
+        let n = usize::from_str_radix(std::str::from_utf8(&b[..eol]).unwrap().trim(), 16).unwrap();
+        if n == 0 {
+            return out;
+        }
+        out.extend_from_slice(&b[eol + 2..eol + 2 + n]);
+        b = &b[eol + 2 + n + 2..];
+    }
+}
+
+fn get_json(addr: SocketAddr, path: &str) -> (u16, serde_json::Value) {
+    let (st, _, body) = request(addr, "GET", path, &[]);
+    (
+        st,
+        serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+const STORM: (i64, i64) = (1_795_331_568, 1_795_331_574);
+
+#[test]
+fn range_metrics_and_series() {
+    let a = fixture_server();
+    let (st, r) = get_json(a, "/api/v1/range");
+    assert_eq!(st, 200);
+    assert_eq!(r["from"], "2026-11-22T07:12:45.399Z");
+    assert_eq!(r["to"], "2026-11-22T07:12:55.399Z");
+
+    let (_, m) = get_json(a, "/api/v1/metrics");
+    let names: Vec<&str> = m
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"cgroup.<cgroup>.cpu.throttled_pct"));
+    assert_eq!(names.len(), jitterscope_model::registry::all().len());
+
+    // Sample by sample (10 samples < 600 points): the storm's peak is the recorded one.
+    let (st, s) = get_json(a, "/api/v1/series?select=irq.tlb_per_s,cpu.sys_pct");
+    assert_eq!(st, 200, "{s}");
+    assert_eq!(s["samples"], 10);
+    assert_eq!(s["t"].as_array().unwrap().len(), 10);
+    let tlb = s["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == "irq.tlb_per_s")
+        .unwrap();
+    assert_eq!(tlb["unit"], "per_second");
+    let peak = tlb["max"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v.as_f64())
+        .fold(0.0, f64::max);
+    let ev = jitterscope_diagnose::events(&store("tlb-shootdown"), 0, i64::MAX / 2).unwrap();
+    let storm = ev.iter().find(|e| e.kind == "tlb-storm").unwrap();
+    assert!((peak - storm.peak).abs() < 1e-6, "{peak} vs {}", storm.peak);
+
+    // Downsampled to 2 buckets: each keeps the maximum of its samples.
+    let (_, s2) = get_json(
+        a,
+        "/api/v1/series?select=irq.tlb_per_s&points=2&from=1795331565&to=1795331576",
+    );
+    let max2: Vec<f64> = s2["series"][0]["max"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v.as_f64())
+        .collect();
+    assert_eq!(max2.len(), 2);
+    assert!((max2.iter().cloned().fold(0.0, f64::max) - peak).abs() < 1e-6);
+
+    // Globs over processes, the busiest kept.
+    let (_, p) = get_json(
+        a,
+        "/api/v1/series?select=madvise.proc.*.dontneed_per_s&top=1",
+    );
+    let ps = p["series"].as_array().unwrap();
+    assert_eq!(ps.len(), 1);
+    assert!(
+        ps[0]["name"].as_str().unwrap().contains("lab-madvise"),
+        "{p}"
+    );
+}
+
+#[test]
+fn events_findings_and_flame() {
+    let a = fixture_server();
+    let (st, ev) = get_json(a, "/api/v1/events");
+    assert_eq!(st, 200);
+    let want = jitterscope_diagnose::events(
+        &store("tlb-shootdown"),
+        1_795_327_975_399_435_220,
+        1_795_331_575_399_435_220,
+    )
+    .unwrap();
+    assert_eq!(ev, serde_json::to_value(&want).unwrap());
+
+    let (st, f) = get_json(
+        a,
+        &format!("/api/v1/findings?from={}&to={}", STORM.0, STORM.1),
+    );
+    assert_eq!(st, 200, "{f}");
+    assert_eq!(f["findings"][0]["rule_id"], "cpu.tlb-shootdown");
+
+    let (st, fl) = get_json(a, &format!("/api/v1/flame?from={}&to={}", STORM.0, STORM.1));
+    assert_eq!(st, 200);
+    let tree = &fl["tree"];
+    assert_eq!(tree["name"], "all");
+    assert_eq!(tree["value"], fl["samples"]);
+    let kids: u64 = tree["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["value"].as_u64().unwrap())
+        .sum();
+    assert_eq!(kids, tree["value"].as_u64().unwrap(), "children add up");
+    assert!(tree["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["name"] == "lab-madvise"));
+
+    let (st, head, body) = request(
+        a,
+        "GET",
+        &format!(
+            "/api/v1/flame?from={}&to={}&format=folded&comm=lab-madvise",
+            STORM.0, STORM.1
+        ),
+        &[],
+    );
+    assert_eq!(st, 200);
+    assert!(head.contains("text/plain"));
+    let text = String::from_utf8(body).unwrap();
+    assert!(
+        text.lines().all(|l| l.starts_with("lab-madvise;")),
+        "{text}"
+    );
+}
+
+#[test]
+fn bad_requests_get_one_line_errors() {
+    let a = fixture_server();
+    for (path, want) in [
+        (
+            "/api/v1/series?select=cpu.sys_pct&from=soon",
+            "neither epoch seconds nor RFC 3339",
+        ),
+        (
+            "/api/v1/series?select=cpu.sys_pct&points=0",
+            "points must be",
+        ),
+        ("/api/v1/series?select=,", "select names no series"),
+        ("/api/v1/events?from=20&to=10", "from must be before to"),
+        ("/api/v1/flame?format=svg", "not json or folded"),
+        ("/api/v1/findings?from=0&to=1000000", "at most a day"),
+    ] {
+        let (st, v) = get_json(a, path);
+        assert_eq!(st, 400, "{path}: {v}");
+        assert!(v["error"].as_str().unwrap().contains(want), "{path}: {v}");
+    }
+    let (st, _, _) = request(a, "GET", "/api/v1/series", &[]);
+    assert_eq!(st, 400, "select is required");
+    let (st, _, _) = request(a, "POST", "/api/v1/range", &[]);
+    assert_eq!(st, 405, "read-only");
+    let (st, _, _) = request(a, "DELETE", "/metrics", &[]);
+    assert_eq!(st, 405);
+    let (st, _, _) = request(a, "GET", "/assets/../Cargo.toml", &[]);
+    assert_eq!(st, 404);
+    let empty = tempfile::tempdir().unwrap();
+    let e = start(
+        "127.0.0.1".parse().unwrap(),
+        empty.path().to_path_buf(),
+        None,
+        Duration::ZERO,
+    );
+    let (st, v) = get_json(e, "/api/v1/range");
+    assert_eq!(
+        (st, v["error"].as_str().unwrap()),
+        (404, "the store holds no samples")
+    );
+}
+
+#[test]
+fn openapi_documents_every_route() {
+    let a = fixture_server();
+    let (st, doc) = get_json(a, "/api/v1/openapi.json");
+    assert_eq!(st, 200);
+    assert_eq!(doc["openapi"], "3.0.3");
+    let paths = doc["paths"].as_object().unwrap();
+    let src = include_str!("../src/lib.rs");
+    let routed: Vec<&str> = src
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix(".route(\""))
+        .map(|l| &l[..l.find('"').unwrap()])
+        .filter(|p| p.starts_with("/api/") || *p == "/metrics")
+        .collect();
+    assert!(routed.len() >= 8);
+    for r in &routed {
+        assert!(
+            paths.contains_key(*r),
+            "{r} is routed but not in openapi.json"
+        );
+    }
+    for p in paths.keys() {
+        assert!(
+            routed.contains(&p.as_str()),
+            "{p} is documented but not routed"
+        );
+    }
+}
+
+#[test]
+fn ui_and_assets_are_embedded() {
+    let a = fixture_server();
+    let (st, head, body) = request(a, "GET", "/", &[]);
+    assert_eq!(st, 200);
+    assert!(head.contains("text/html"));
+    let html = String::from_utf8(body).unwrap();
+    for asset in [
+        "uPlot.iife.min.js",
+        "d3-selection.min.js",
+        "d3-flamegraph.min.js",
+        "app.js",
+        "app.css",
+        "uPlot.min.css",
+        "d3-flamegraph.css",
+    ] {
+        assert!(
+            html.contains(&format!("/assets/{asset}")),
+            "{asset} not linked"
+        );
+        let (st, _, b) = request(a, "GET", &format!("/assets/{asset}"), &[]);
+        assert_eq!(st, 200, "{asset}");
+        assert!(b.len() > 500, "{asset} is {} bytes", b.len());
+    }
+}
+
+#[test]
+fn metrics_endpoint_is_bounded_and_refuses_stale_data() {
+    let a = fixture_server();
+    let (st, head, body) = request(a, "GET", "/metrics", &[]);
+    assert_eq!(st, 200);
+    assert!(head.contains("application/openmetrics-text"));
+    let text = String::from_utf8(body).unwrap();
+    assert!(text.ends_with("# EOF\n"));
+    assert!(text.contains("\njitterscope_irq_tlb_per_s "), "host series");
+    assert!(text.contains("jitterscope_cgroup_memory_usage_bytes{cgroup=\"/process_api\"}"));
+    assert!(
+        !text.contains("jitterscope_vmstat"),
+        "raw per-field families are left out"
+    );
+    let pids: std::collections::HashSet<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split("pid=\"").nth(1))
+        .map(|r| &r[..r.find('"').unwrap()])
+        .collect();
+    assert!(
+        !pids.is_empty() && pids.len() <= 3,
+        "top 3 processes only: {pids:?}"
+    );
+    // They are the busiest of the newest sample, as the registry derives CPU.
+    let r = jitterscope_store::Reader::open(store("tlb-shootdown")).unwrap();
+    let recs: Vec<_> = r
+        .range(i64::MIN, i64::MAX)
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    let dec = |i: usize| {
+        jitterscope_model::codec::decode_lanes(
+            &recs[i].payload,
+            recs[i].detail.as_deref(),
+            jitterscope_model::codec::Parts::ALL,
+        )
+        .unwrap()
+    };
+    let (cur, prev) = (dec(recs.len() - 1), dec(recs.len() - 2));
+    let def = jitterscope_model::registry::find("proc.<pid>.<comm>.cpu_pct").unwrap();
+    let mut cpu: Vec<(f64, String)> =
+        jitterscope_model::derive::evaluate(&[def], &cur, Some(&prev), &[])
+            .into_iter()
+            .filter_map(|v| Some((v.value?, v.labels[0].clone())))
+            .collect();
+    cpu.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    let want: std::collections::HashSet<&str> = cpu.iter().take(3).map(|c| c.1.as_str()).collect();
+    assert_eq!(pids, want);
+    // One TYPE line per family.
+    let mut types: Vec<&str> = text.lines().filter(|l| l.starts_with("# TYPE ")).collect();
+    let n = types.len();
+    types.dedup();
+    assert_eq!(types.len(), n);
+
+    // The fixture is old: with a maximum age, /metrics says so instead of a flat line.
+    let s = start(
+        "127.0.0.1".parse().unwrap(),
+        store("tlb-shootdown"),
+        None,
+        Duration::from_secs(60),
+    );
+    let (st, _, body) = request(s, "GET", "/metrics", &[]);
+    assert_eq!(st, 503);
+    assert!(String::from_utf8(body)
+        .unwrap()
+        .contains("is the recorder running?"));
+}
+
+/// This host's address on its default route, found without sending anything (a UDP
+/// "connection" only picks the source address).
+fn non_loopback_ip() -> Option<IpAddr> {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    s.connect("192.0.2.1:9").ok()?;
+    let ip = s.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
+#[test]
+fn non_loopback_clients_need_the_token() {
+    let Some(ip) = non_loopback_ip() else {
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: no non-loopback IPv4 address on this host"
+        );
+        return;
+    };
+    let any: IpAddr = "0.0.0.0".parse().unwrap();
+    // A server bound to all addresses without a token (check() refuses this configuration;
+    // the router refuses such clients anyway, which is what is tested here).
+    let cfg = Config {
+        listen: SocketAddr::new(any, 0),
+        dir: store("idle"),
+        token: None,
+        top_processes: 3,
+        metrics_max_age: Duration::ZERO,
+    };
+    assert!(jitterscope_web::check(&cfg).is_err());
+    let open = {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            rt.block_on(async move {
+                let l = tokio::net::TcpListener::bind(cfg.listen).await.unwrap();
+                tx.send(l.local_addr().unwrap().port()).unwrap();
+                let app = router(Arc::new(AppState { cfg }));
+                axum::serve(l, app.into_make_service_with_connect_info::<SocketAddr>())
+                    .await
+                    .unwrap();
+            });
+        });
+        rx.recv().unwrap()
+    };
+    let (st, _, _) = request(SocketAddr::new(ip, open), "GET", "/api/v1/range", &[]);
+    assert_eq!(st, 403, "a non-loopback client without a token configured");
+    let (st, _, _) = request(
+        SocketAddr::new("127.0.0.1".parse().unwrap(), open),
+        "GET",
+        "/api/v1/range",
+        &[],
+    );
+    assert_eq!(st, 200, "loopback clients are served");
+
+    let token = "s3cret-token-0123456789";
+    let port = start(any, store("idle"), Some(token), Duration::ZERO).port();
+    let to = SocketAddr::new(ip, port);
+    let (st, head, _) = request(to, "GET", "/api/v1/range", &[]);
+    assert_eq!(st, 401);
+    assert!(head
+        .to_ascii_lowercase()
+        .contains("www-authenticate: bearer"));
+    let (st, _, _) = request(
+        to,
+        "GET",
+        "/api/v1/range",
+        &["Authorization: Bearer wrong-token-0123456789"],
+    );
+    assert_eq!(st, 401);
+    let (st, _, _) = request(
+        to,
+        "GET",
+        "/metrics",
+        &[&format!("Authorization: Bearer {token}")],
+    );
+    assert_eq!(st, 200);
+    let (st, head, _) = request(to, "GET", &format!("/?token={token}"), &[]);
+    assert_eq!(
+        st, 200,
+        "a browser's first page carries the token in the query"
+    );
+    assert!(head.contains(&format!(
+        "jitterscope_token={token}; HttpOnly; SameSite=Strict"
+    )));
+    let (st, _, _) = request(
+        to,
+        "GET",
+        "/assets/app.js",
+        &[&format!("Cookie: jitterscope_token={token}")],
+    );
+    assert_eq!(st, 200, "then the page's own requests carry the cookie");
+    let (st, _, _) = request(
+        to,
+        "GET",
+        "/assets/app.js",
+        &["Cookie: jitterscope_token=nope"],
+    );
+    assert_eq!(st, 401);
+    // With a token, loopback clients carry it too.
+    let (st, _, _) = request(
+        SocketAddr::new("127.0.0.1".parse().unwrap(), port),
+        "GET",
+        "/api/v1/range",
+        &[],
+    );
+    assert_eq!(st, 401);
+}
