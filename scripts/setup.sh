@@ -1,25 +1,49 @@
 #!/usr/bin/env bash
 # Installs what building and testing jitterscope needs, only what is missing:
-# a C toolchain and pkg-config (zstd-sys compiles libzstd), clang and libelf/zlib headers (the BPF
-# tracers are compiled by clang; libbpf-sys builds libbpf against libelf), and Rust stable via
-# rustup if no cargo is on PATH; tmux for the terminal views' end-to-end tests. Safe to run
-# repeatedly.
+# - a C toolchain and pkg-config (zstd-sys compiles libzstd), clang and libelf/zlib headers
+#   (the BPF tracers are compiled by clang; libbpf-sys builds libbpf against libelf);
+# - npm and the web UI's libraries (web/package-lock.json, embedded by crates/web/build.rs);
+# - for the end-to-end tests: tmux (terminal views), chromium and prometheus (web UI, /metrics);
+# - Rust stable via rustup if no cargo is on PATH.
+# Safe to run repeatedly.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 need=()
-for cmd in cc make pkg-config clang tmux; do
-  command -v "$cmd" >/dev/null 2>&1 || need+=("$cmd")
-done
-for hdr in /usr/include/libelf.h /usr/include/zlib.h; do
-  [ -e "$hdr" ] || need+=("$hdr")
-done
+pkgs=()
+want() { # want COMMAND-OR-FILE PACKAGE
+  if [[ $1 == /* ]]; then [ -e "$1" ] && return 0; else command -v "$1" >/dev/null 2>&1 && return 0; fi
+  need+=("$1")
+  pkgs+=("$2")
+}
+want cc build-essential
+want make build-essential
+want pkg-config pkg-config
+want clang clang
+want /usr/include/libelf.h libelf-dev
+want /usr/include/zlib.h zlib1g-dev
+want npm npm
+want tmux tmux
+want chromium chromium
+want prometheus prometheus
 if ((${#need[@]})); then
   if [ "$(id -u)" -ne 0 ]; then
-    echo "setup: missing ${need[*]}; install build-essential pkg-config clang libelf-dev zlib1g-dev tmux (needs root)" >&2
+    echo "setup: missing ${need[*]}; install ${pkgs[*]} (needs root)" >&2
     exit 1
   fi
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -q
-  apt-get install -y -q build-essential pkg-config clang libelf-dev zlib1g-dev tmux
+  # Installing prometheus must not start it as a service: invoke-rc.d asks policy-rc.d.
+  made_policy=
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+    chmod +x /usr/sbin/policy-rc.d
+    made_policy=1
+  fi
+  apt-get install -y -q --no-install-recommends $(printf '%s\n' "${pkgs[@]}" | sort -u)
+  if [ -n "$made_policy" ]; then rm -f /usr/sbin/policy-rc.d; fi
+fi
+if [ ! -e web/node_modules/.package-lock.json ] || [ web/package-lock.json -nt web/node_modules/.package-lock.json ]; then
+  npm ci --prefix web --ignore-scripts --no-audit --no-fund
 fi
 if ! command -v cargo >/dev/null 2>&1; then
   # shellcheck disable=SC1091

@@ -8,6 +8,7 @@ mod lab;
 mod memleak;
 mod prio;
 mod record;
+mod serve;
 mod signals;
 mod status;
 mod timearg;
@@ -58,6 +59,9 @@ enum Cmd {
     Top(view::TopArgs),
     /// The same screen over the recorded past: step, jump between episodes, go to a time.
     Replay(view::ReplayArgs),
+    /// Web UI (timelines, episodes, findings and flame graph of a dragged window), JSON API
+    /// and Prometheus /metrics over the store; read-only, loopback unless given a token.
+    Serve(serve::ServeArgs),
 }
 
 /// The store directory: `--dir`, else `$JITTERSCOPE_DIR`, else [`DEFAULT_DIR`].
@@ -106,6 +110,7 @@ fn main() -> ExitCode {
         Cmd::Memleak(a) => memleak::run(a),
         Cmd::Top(a) => view::run_top(a),
         Cmd::Replay(a) => view::run_replay(a),
+        Cmd::Serve(a) => serve::run(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,283 @@
+//! `jitterscope serve` end to end: headless Chromium (Debian's `chromium`) loads the UI over a
+//! recorded lab store, with a window selected, and the findings panel and the flame graph
+//! render (a screenshot is kept in target/test-artifacts); a real Prometheus (Debian's
+//! `prometheus`) scrapes `/metrics` of a live recording and a PromQL query returns our series;
+//! listening beyond loopback without a token is refused. Without Chromium or Prometheus the
+//! test concerned prints `SKIPPED:`.
+
+mod common;
+
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{cmd, skip, ChildGuard};
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/diagnose")
+        .join(name)
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn have(prog: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {prog}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// `serve` over `dir` on a free loopback port, waited for until it answers.
+fn serve(dir: &Path, extra: &[&str]) -> (ChildGuard, SocketAddr) {
+    let port = free_port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let child = cmd()
+        .arg("serve")
+        .arg("--dir")
+        .arg(dir)
+        .args(["--listen", &addr.to_string()])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let g = ChildGuard::new(child);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < deadline, "serve did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (g, addr)
+}
+
+fn http_get(url_path: &str, addr: SocketAddr) -> String {
+    use std::io::Write;
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "GET {url_path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+fn chromium(args: &[&str], url: &str) -> std::process::Output {
+    Command::new("timeout")
+        .args([
+            "120",
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+        ])
+        .args([
+            "--disable-dev-shm-usage",
+            "--hide-scrollbars",
+            "--no-first-run",
+        ])
+        .args(["--virtual-time-budget=20000", "--window-size=1400,1700"])
+        .args(args)
+        .arg(url)
+        .stdin(Stdio::null())
+        .output()
+        .expect("chromium runs")
+}
+
+#[test]
+fn the_ui_renders_findings_and_flame_graph_of_a_selected_window() {
+    if !have("chromium") {
+        skip("chromium is not installed (scripts/setup.sh installs it)");
+        return;
+    }
+    let (_srv, addr) = serve(&fixture("tlb-shootdown"), &[]);
+    // The whole recording, and the storm's seconds selected: the URL carries the selection
+    // the way a drag leaves it there, and the page applies it through the same function.
+    let url = format!(
+        "http://{addr}/?from=1795331565&to=1795331576&sel_from=1795331568&sel_to=1795331574"
+    );
+    let o = chromium(&["--dump-dom"], &url);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let dom = String::from_utf8_lossy(&o.stdout);
+    for want in [
+        "data-timeline=\"ready\"",
+        "data-findings=\"ready\"",
+        "data-flame=\"ready\"",
+        // The finding of the window, with its evidence and fix.
+        "data-rule=\"cpu.tlb-shootdown\"",
+        "TLB-shootdown storm",
+        "MALLOC_TRIM_THRESHOLD_",
+        // Both episodes listed.
+        "data-id=\"tlb-storm@1795331568+5\"",
+        "data-id=\"sys-cpu@1795331568+5\"",
+        // The flame graph: an SVG with the storm's process in it.
+        "class=\"partition d3-flame-graph\"",
+        "lab-madvise",
+    ] {
+        assert!(dom.contains(want), "the page lacks {want:?}");
+    }
+    assert_eq!(
+        dom.matches("class=\"uplot").count(),
+        6,
+        "six charts have data"
+    );
+    assert!(!dom.contains("class=\"error\""), "an error is shown");
+
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("../test-artifacts");
+    std::fs::create_dir_all(&dir).unwrap();
+    let png = dir.join("web-ui.png");
+    let _ = std::fs::remove_file(&png);
+    let o = chromium(&[&format!("--screenshot={}", png.display())], &url);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let bytes = std::fs::read(&png).unwrap();
+    assert!(
+        bytes.starts_with(b"\x89PNG") && bytes.len() > 50_000,
+        "{} bytes",
+        bytes.len()
+    );
+}
+
+#[test]
+fn prometheus_scrapes_a_live_recording() {
+    if !have("prometheus") {
+        skip("prometheus is not installed (scripts/setup.sh installs it)");
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    let _rec = ChildGuard::new(
+        cmd()
+            .args([
+                "record",
+                "--no-tracers",
+                "--profile-hz",
+                "0",
+                "--no-mlock",
+                "--nice",
+                "0",
+            ])
+            .arg("--dir")
+            .arg(store.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let (_srv, addr) = serve(store.path(), &["--metrics-top-processes", "5"]);
+    let prom_port = free_port();
+    let work = tempfile::tempdir().unwrap();
+    let cfg = work.path().join("prometheus.yml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\nscrape_configs:\n  - job_name: jitterscope\n    static_configs:\n      - targets: ['{addr}']\n"
+        ),
+    )
+    .unwrap();
+    let _prom = ChildGuard::new(
+        Command::new("prometheus")
+            .arg(format!("--config.file={}", cfg.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                work.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let prom: SocketAddr = format!("127.0.0.1:{prom_port}").parse().unwrap();
+    let query = |q: &str| -> String {
+        let enc: String = q
+            .bytes()
+            .map(|b| match b {
+                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' => (b as char).to_string(),
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        TcpStream::connect(prom)
+            .map(|_| http_get(&format!("/api/v1/query?query={enc}"), prom))
+            .unwrap_or_default()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let host = query("jitterscope_cpu_usr_pct");
+        let procs = query("count(jitterscope_proc_cpu_pct)");
+        let up = query("up{job=\"jitterscope\"}");
+        if host.contains("\"__name__\":\"jitterscope_cpu_usr_pct\"")
+            && procs.contains("\"value\":[")
+            && up.contains("\"1\"]")
+        {
+            // Processes are bounded by --metrics-top-processes.
+            let n: f64 = procs
+                .rsplit("\"value\":[")
+                .next()
+                .and_then(|v| v.split('"').nth(1))
+                .and_then(|v| v.parse().ok())
+                .unwrap();
+            assert!((1.0..=5.0).contains(&n), "{procs}");
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no jitterscope series in Prometheus after 60 s: {host} {procs} {up}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[test]
+fn listening_beyond_loopback_needs_a_token() {
+    let o = cmd()
+        .args(["serve", "--listen", "0.0.0.0:0", "--dir"])
+        .arg(fixture("idle"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert!(
+        e.contains("is not a loopback address") && e.contains("--auth-token-file"),
+        "{e}"
+    );
+
+    let tmp = tempfile::tempdir().unwrap();
+    let short = tmp.path().join("short");
+    std::fs::write(&short, "abc\n").unwrap();
+    for (file, want) in [
+        (short.as_path(), "too short"),
+        (
+            Path::new("/nonexistent/token"),
+            "cannot read the token file",
+        ),
+    ] {
+        let o = cmd()
+            .args(["serve", "--listen", "0.0.0.0:0", "--dir"])
+            .arg(fixture("idle"))
+            .arg("--auth-token-file")
+            .arg(file)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(1));
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(e.contains(want), "{e}");
+    }
+    let o = cmd()
+        .args(["serve", "--dir", "/nonexistent/store"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no store at /nonexistent/store"));
+}
