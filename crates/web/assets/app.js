@@ -20,7 +20,7 @@ const PANELS = [
 const STROKES = ['#1f5fbf', '#c0392b', '#2e8b57', '#8e44ad', '#d35400', '#555555'];
 const DASHES = [[], [6, 3], [2, 2], [10, 3, 2, 3], [4, 4], [1, 3]];
 
-const state = { from: null, to: null, events: [], plots: [], flame: null };
+const state = { from: null, to: null, events: [], plots: [], flame: null, sel: null, seq: 0 };
 
 function setStatus(text, isError) {
   const s = document.getElementById('status');
@@ -184,17 +184,18 @@ function renderFindings(report) {
   }
 }
 
-async function renderFlame(a, b) {
+async function renderFlame(a, b, seq) {
   const box = document.getElementById('flame');
   const info = document.getElementById('flame-info');
-  box.textContent = '';
   let data;
   try {
     data = await api('/api/v1/flame', { from: a, to: b });
   } catch (e) {
-    box.append(el('p', { class: 'error' }, e.message));
+    if (seq === state.seq) box.replaceChildren(el('p', { class: 'error' }, e.message));
     return;
   }
+  if (seq !== state.seq) return;
+  box.textContent = '';
   info.textContent = data.samples + ' samples at ' + data.hz + ' Hz';
   if (!data.samples) {
     box.append(el('p', { class: 'hint' }, 'No stack samples in this window.'));
@@ -206,6 +207,11 @@ async function renderFlame(a, b) {
     .transitionDuration(0)
     .minFrameSize(2)
     .selfValue(false);
+  const total = data.samples;
+  state.flame.setSearchHandler((results, sum) => {
+    info.textContent = 'search: ' + sum + ' of ' + total + ' samples (' +
+      (100 * sum / Math.max(1, total)).toFixed(1) + '%)';
+  });
   d3.select(box).datum(data.tree).call(state.flame);
 }
 
@@ -222,6 +228,10 @@ function markSelection(a, b) {
 
 async function selectWindow(a, b) {
   if (!(b > a)) return;
+  // Synchronised charts all report the same drag: act on it once.
+  if (state.sel && Math.abs(state.sel[0] - a) < 0.5 && Math.abs(state.sel[1] - b) < 0.5) return;
+  state.sel = [a, b];
+  const seq = ++state.seq;
   markSelection(a, b);
   const sel = document.getElementById('selection');
   sel.textContent = iso(a).slice(11, 19) + ' – ' + iso(b).slice(11, 19) + ' UTC';
@@ -230,15 +240,20 @@ async function selectWindow(a, b) {
   history.replaceState(null, '', '?' + params.toString());
   document.body.dataset.findings = 'loading';
   document.getElementById('findings-body').textContent = 'diagnosing…';
+  document.body.dataset.flame = 'loading';
+  // A newer selection made while waiting wins: its answers are the ones shown.
   try {
-    renderFindings(await api('/api/v1/findings', { from: a, to: b }));
+    const report = await api('/api/v1/findings', { from: a, to: b });
+    if (seq !== state.seq) return;
+    renderFindings(report);
     document.body.dataset.findings = 'ready';
   } catch (e) {
+    if (seq !== state.seq) return;
     document.getElementById('findings-body').replaceChildren(el('p', { class: 'error' }, e.message));
     document.body.dataset.findings = 'error';
   }
-  await renderFlame(a, b);
-  document.body.dataset.flame = 'ready';
+  await renderFlame(a, b, seq);
+  if (seq === state.seq) document.body.dataset.flame = 'ready';
 }
 
 async function show(from, to) {
