@@ -195,24 +195,7 @@ fn prometheus_scrapes_a_live_recording() {
         return;
     }
     let store = tempfile::tempdir().unwrap();
-    let _rec = ChildGuard::new(
-        cmd()
-            .args([
-                "record",
-                "--no-tracers",
-                "--profile-hz",
-                "0",
-                "--no-mlock",
-                "--nice",
-                "0",
-            ])
-            .arg("--dir")
-            .arg(store.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let _rec = common::recorder(store.path());
     let (_srv, addr) = serve(store.path(), &["--metrics-top-processes", "5"]);
     let prom_port = free_port();
     let work = tempfile::tempdir().unwrap();

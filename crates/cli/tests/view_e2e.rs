@@ -4,11 +4,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{cmd, skip, ChildGuard};
+use common::{cmd, skip};
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -184,27 +184,6 @@ fn replay_steps_jumps_and_quits_in_a_terminal() {
     t.wait("the exit", |l| l == "EXIT=0");
 }
 
-/// A recorder into a temporary store, stopped when dropped.
-fn recorder(dir: &Path) -> ChildGuard {
-    let child = cmd()
-        .args([
-            "record",
-            "--no-tracers",
-            "--profile-hz",
-            "0",
-            "--no-mlock",
-            "--nice",
-            "0",
-        ])
-        .arg("--dir")
-        .arg(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("record starts");
-    ChildGuard::new(child)
-}
-
 #[test]
 fn top_follows_a_running_recorder() {
     if !Tmux::available() {
@@ -212,7 +191,7 @@ fn top_follows_a_running_recorder() {
         return;
     }
     let store = tempfile::tempdir().unwrap();
-    let _rec = recorder(store.path());
+    let _rec = common::recorder(store.path());
     let deadline = Instant::now() + Duration::from_secs(15);
     // Two samples, so the first screen has rates.
     while jitterscope_store::Reader::open(store.path())
@@ -365,19 +344,17 @@ fn json_once_and_bad_input() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("unknown sort key \"colour\""));
 }
 
-#[test]
-fn a_closed_terminal_ends_the_view() {
-    if !Tmux::available() {
-        skip("tmux is not installed (scripts/setup.sh installs it)");
-        return;
-    }
+/// A replay in tmux started by a shell line (`exec` or not), on its screen; returns the pane
+/// and the shell's pid (the replay's own when `exec`ed).
+fn replay_with_pid(tag: &str, exec: bool) -> (Tmux, u32, tempfile::TempDir) {
     let tmp = tempfile::tempdir().unwrap();
     let pidfile = tmp.path().join("pid");
     let t = Tmux::start(
-        "hangup",
+        tag,
         &format!(
-            "echo $$ > {}; exec {} replay --dir {}",
+            "echo $$ > {}; {}{} replay --dir {}",
             pidfile.display(),
+            if exec { "exec " } else { "" },
             bin(),
             fixture("tlb-shootdown").display()
         ),
@@ -385,11 +362,21 @@ fn a_closed_terminal_ends_the_view() {
     t.wait("the replay screen", |l| {
         l.starts_with("jitterscope replay ")
     });
-    let pid: u32 = std::fs::read_to_string(&pidfile)
+    let pid = std::fs::read_to_string(&pidfile)
         .unwrap()
         .trim()
         .parse()
         .unwrap();
+    (t, pid, tmp)
+}
+
+#[test]
+fn a_closed_terminal_ends_the_view() {
+    if !Tmux::available() {
+        skip("tmux is not installed (scripts/setup.sh installs it)");
+        return;
+    }
+    let (t, pid, _tmp) = replay_with_pid("hangup", true);
     drop(t); // kills the tmux server: the pane's terminal hangs up
     let gone = |pid: u32| {
         std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| s.contains(") Z "))
@@ -410,25 +397,7 @@ fn sigterm_restores_the_terminal_and_exits_cleanly() {
         skip("tmux is not installed (scripts/setup.sh installs it)");
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let pidfile = tmp.path().join("pid");
-    let t = Tmux::start(
-        "term",
-        &format!(
-            "echo $$ > {}; {} replay --dir {}",
-            pidfile.display(),
-            bin(),
-            fixture("tlb-shootdown").display()
-        ),
-    );
-    t.wait("the replay screen", |l| {
-        l.starts_with("jitterscope replay ")
-    });
-    let shell: u32 = std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let (t, shell, _tmp) = replay_with_pid("term", false);
     let children = std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children")).unwrap();
     let pid: i32 = children.split_whitespace().next().unwrap().parse().unwrap();
     // SAFETY: signalling the replay process this test started.

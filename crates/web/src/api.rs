@@ -9,7 +9,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use jitterscope_diagnose::{Data, Options};
-use jitterscope_model::registry::all;
+use jitterscope_model::registry::{all, MetricDef};
 use jitterscope_profile::window::{Filter, Named};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -71,22 +71,30 @@ fn bounds(dir: &PathBuf) -> Result<(i64, i64), ApiError> {
         .ok_or_else(|| ApiError(StatusCode::NOT_FOUND, "the store holds no samples".into()))
 }
 
+/// The requested window; without `to`, the store's newest sample; without `from`, the hour
+/// before `to`.
+fn resolve(
+    from: &Option<String>,
+    to: &Option<String>,
+    dir: &PathBuf,
+) -> Result<(i64, i64), ApiError> {
+    let to = match to {
+        Some(t) => parse_time(t)?,
+        None => bounds(dir)?.1,
+    };
+    let from = match from {
+        Some(f) => parse_time(f)?,
+        None => to - 3_600_000_000_000,
+    };
+    if from >= to {
+        return Err(bad("from must be before to"));
+    }
+    Ok((from, to))
+}
+
 impl Window {
-    /// The requested window; without `to`, the store's newest sample; without `from`, the
-    /// hour before `to`.
     fn resolve(&self, dir: &PathBuf) -> Result<(i64, i64), ApiError> {
-        let to = match &self.to {
-            Some(t) => parse_time(t)?,
-            None => bounds(dir)?.1,
-        };
-        let from = match &self.from {
-            Some(f) => parse_time(f)?,
-            None => to - 3_600_000_000_000,
-        };
-        if from >= to {
-            return Err(bad("from must be before to"));
-        }
-        Ok((from, to))
+        resolve(&self.from, &self.to, dir)
     }
 }
 
@@ -184,11 +192,7 @@ pub async fn series(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let dir = st.cfg.dir.clone();
     blocking(move || {
-        let (from, to) = Window {
-            from: q.from.clone(),
-            to: q.to.clone(),
-        }
-        .resolve(&dir)?;
+        let (from, to) = resolve(&q.from, &q.to, &dir)?;
         let select: Vec<String> = q
             .select
             .split(',')
@@ -254,38 +258,28 @@ pub async fn series(
 fn unit_of(series: &str) -> &'static str {
     all()
         .iter()
-        .find(|d| template_matches(d.name, series))
+        .find(|d| instance_of(d, series))
         .map_or("", |d| d.unit.as_str())
 }
 
-/// Whether `series` is an instance of `template` (each `<placeholder>` stands for one or more
+/// Whether `series` is an instance of the metric `d` (each placeholder stands for one or more
 /// characters).
-fn template_matches(template: &str, series: &str) -> bool {
-    let lits: Vec<&str> = {
-        let mut out = Vec::new();
-        let mut rest = template;
-        while let Some(a) = rest.find('<') {
-            let Some(b) = rest[a..].find('>') else { break };
-            out.push(&rest[..a]);
-            rest = &rest[a + b + 1..];
-        }
-        out.push(rest);
-        out
-    };
-    if lits.len() == 1 {
-        return template == series;
-    }
+fn instance_of(d: &MetricDef, series: &str) -> bool {
+    let lits = d.literals();
     let (first, last) = (lits[0], lits[lits.len() - 1]);
+    if lits.len() == 1 {
+        return d.name == series;
+    }
     if !series.starts_with(first)
         || !series.ends_with(last)
-        || series.len() < first.len() + last.len()
+        || series.len() < first.len() + last.len() + 1
     {
         return false;
     }
     let mut pos = first.len();
     let end = series.len() - last.len();
     for lit in &lits[1..lits.len() - 1] {
-        match series[pos + 1..end].find(lit) {
+        match series.get(pos + 1..end).and_then(|rest| rest.find(lit)) {
             Some(i) => pos = pos + 1 + i + lit.len(),
             None => return false,
         }
@@ -390,11 +384,7 @@ pub async fn flame(
 ) -> Result<Response, ApiError> {
     let dir = st.cfg.dir.clone();
     blocking(move || {
-        let (from, to) = Window {
-            from: q.from.clone(),
-            to: q.to.clone(),
-        }
-        .resolve(&dir)?;
+        let (from, to) = resolve(&q.from, &q.to, &dir)?;
         let filter = Filter {
             pid: q.pid,
             comm: q.comm.clone(),
@@ -447,8 +437,10 @@ mod tests {
         assert_eq!(unit_of("cgroup./a/b.c.cpu.throttled_pct"), "percent");
         assert_eq!(unit_of("proc.12.bash.rss_bytes"), "bytes");
         assert_eq!(unit_of("nothing.like.this"), "");
-        assert!(template_matches("a.<x>.b", "a.y.z.b"));
-        assert!(!template_matches("a.<x>.b", "a..b"));
+        let d = jitterscope_model::registry::find("cgroup.<cgroup>.cpu.throttled_pct").unwrap();
+        assert!(instance_of(d, "cgroup./a.b.cpu.throttled_pct"));
+        assert!(!instance_of(d, "cgroup..cpu.throttled_pct"));
+        assert!(!instance_of(d, "cpu.throttled_pct"));
     }
 
     #[test]

@@ -333,3 +333,25 @@ impl NobodyBin {
             .unwrap()
     }
 }
+
+/// `record` into `dir` every second, without tracers, profiler or priority changes (cheap, any
+/// user), stopped when dropped.
+pub fn recorder(dir: &Path) -> ChildGuard {
+    let child = cmd()
+        .args([
+            "record",
+            "--no-tracers",
+            "--profile-hz",
+            "0",
+            "--no-mlock",
+            "--nice",
+            "0",
+        ])
+        .arg("--dir")
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("record starts");
+    ChildGuard::new(child)
+}
