@@ -405,6 +405,12 @@ JITTERSCOPE=$JITTERSCOPE MEMLEAK_OUT="$TMP/memleak.md" MEMLEAK_TARGETS="$TMP/mem
 MEMLEAK_SECTION=$(cat "$TMP/memleak.md")
 MEMLEAK_TARGET_ROWS=$(cat "$TMP/memleak-targets.md" 2>/dev/null || true)
 
+# The views: what serve's first screen and a selection cost over an hour (bench/views.sh).
+say "views read-back (bench/views.sh)"
+JITTERSCOPE=$JITTERSCOPE SYNTH_STORE=${SYNTH_STORE:-} VIEWS_OUT="$TMP/views.md" \
+    bash "$HERE/views.sh"
+VIEWS_SECTION=$(cat "$TMP/views.md")
+
 # ---------------------------------------------------------------------------------------------
 # 7. Report
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
@@ -543,6 +549,8 @@ $PROFILE_SECTION
 $DIAGNOSE_SECTION
 
 $MEMLEAK_SECTION
+
+$VIEWS_SECTION
 
 ## Targets
 

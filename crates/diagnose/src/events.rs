@@ -716,6 +716,29 @@ pub fn load(dir: &Path, from: i64, to: i64, lookback_ns: i64) -> Result<Loaded> 
     Ok(out)
 }
 
+/// Writes every sample of the store at `src` into a new store at `dst` the way `record` writes
+/// them now (main payload, detail lane, signals lane with the online detector's marks), and
+/// returns the number of marks. Stores recorded before the lanes existed gain them; the tests
+/// use it to compare both read paths on the same recordings.
+pub fn rewrite(src: &Path, dst: &Path) -> Result<usize> {
+    let mut c = jitterscope_store::StoreConfig::new(dst);
+    c.retain = std::time::Duration::from_secs(100 * 365 * 86400);
+    let mut w = jitterscope_store::Writer::open(c)?;
+    let mut enc = SampleEncoder::new();
+    let mut prev: Option<Sample> = None;
+    let mut marks = 0;
+    for rec in Reader::open(src)?.range(i64::MIN, i64::MAX)? {
+        let rec = rec?;
+        let mut s = codec::decode_lanes(&rec.payload, rec.detail.as_deref(), Parts::ALL)?;
+        let e = enc.encode(&mut s, prev.as_ref())?;
+        marks += e.marks.len();
+        w.append_lanes(s.ts_ns, e.main, &e.lanes)?;
+        prev = Some(s);
+    }
+    w.close()?;
+    Ok(marks)
+}
+
 /// Every episode of the window of `d`, in time order; `marks` flag those the recorder marked.
 pub fn detect(d: &Data, marks: &[Mark]) -> Vec<Event> {
     let mut out: Vec<Event> = Vec::new();

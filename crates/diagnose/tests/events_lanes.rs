@@ -5,10 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use jitterscope_diagnose::events::{self, Event, SampleEncoder};
-use jitterscope_model::codec::{decode_lanes, Parts};
-use jitterscope_model::Sample;
-use jitterscope_store::{Reader, StoreConfig, Writer};
+use jitterscope_diagnose::events::{self, Event};
+use jitterscope_store::Reader;
 
 fn fixture(scenario: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -16,29 +14,8 @@ fn fixture(scenario: &str) -> PathBuf {
         .join(scenario)
 }
 
-/// Writes every sample of `src` into a new store at `dst` as `record` does; returns the
-/// number of marks the online detector wrote.
 fn rewrite(src: &Path, dst: &Path) -> usize {
-    let mut c = StoreConfig::new(dst);
-    c.retain = std::time::Duration::from_secs(100 * 365 * 86400);
-    let mut w = Writer::open(c).unwrap();
-    let mut enc = SampleEncoder::new();
-    let mut prev: Option<Sample> = None;
-    let mut marks = 0;
-    for rec in Reader::open(src)
-        .unwrap()
-        .range(i64::MIN, i64::MAX)
-        .unwrap()
-    {
-        let rec = rec.unwrap();
-        let mut s = decode_lanes(&rec.payload, rec.detail.as_deref(), Parts::ALL).unwrap();
-        let e = enc.encode(&mut s, prev.as_ref()).unwrap();
-        marks += e.marks.len();
-        w.append_lanes(s.ts_ns, e.main, &e.lanes).unwrap();
-        prev = Some(s);
-    }
-    w.close().unwrap();
-    marks
+    events::rewrite(src, dst).unwrap()
 }
 
 fn without_online(ev: &[Event]) -> Vec<Event> {

@@ -499,3 +499,32 @@ fn non_loopback_clients_need_the_token() {
     );
     assert_eq!(st, 401);
 }
+
+#[test]
+fn series_read_the_signals_lane_when_it_holds_them() {
+    // The fixture predates the lanes: rewritten the way `record` writes now, it has them.
+    let dir = tempfile::tempdir().unwrap();
+    jitterscope_diagnose::events::rewrite(&store("tlb-shootdown"), dir.path()).unwrap();
+    let lanes = start(
+        "127.0.0.1".parse().unwrap(),
+        dir.path().to_path_buf(),
+        None,
+        Duration::ZERO,
+    );
+    let old = fixture_server();
+    let q = "/api/v1/series?from=1795331565&to=1795331576&select=";
+    for (select, source) in [
+        ("irq.tlb_per_s,reclaim.stalls_per_s", "signals"),
+        ("proc.*.rss_bytes&top=3", "signals"),
+        ("proc.*.rss_bytes", "samples"),
+        ("cpu.usr_pct", "samples"),
+    ] {
+        let (_, a) = get_json(lanes, &format!("{q}{select}"));
+        let (_, b) = get_json(old, &format!("{q}{select}"));
+        assert_eq!(a["source"], source, "{select}");
+        assert_eq!(b["source"], "samples", "{select}");
+        // Both paths give the same points.
+        assert_eq!(a["t"], b["t"], "{select}");
+        assert_eq!(a["series"], b["series"], "{select}");
+    }
+}
