@@ -241,12 +241,11 @@ pub async fn series(
                 }
             }
         }
-        let in_window = d
-            .ts
-            .iter()
-            .zip(&seen)
-            .filter(|(&t, &had)| had && t > from && t <= to)
-            .count();
+        let in_window =
+            d.ts.iter()
+                .zip(&seen)
+                .filter(|(&t, &had)| had && t > from && t <= to)
+                .count();
         let n = points.min(in_window.max(1));
         let width = (to - from) as f64 / n as f64;
         let t: Vec<f64> = (0..n)
