@@ -18,7 +18,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use jitterscope_diagnose::events::{Mark, MarkState, SampleEncoder};
 use jitterscope_model::collector::{collectors, Notes};
-use jitterscope_model::sample::{monotonic_ns, HostInfo, RecorderStats, Sample};
+use jitterscope_model::sample::{monotonic_ns, wall_ns, HostInfo, RecorderStats, Sample};
 use jitterscope_model::sources::CollectConfig;
 use jitterscope_sources::Root;
 use jitterscope_store::{StoreConfig, Writer};
@@ -104,13 +104,6 @@ fn sleep_until_monotonic(ns: u64) {
             std::ptr::null_mut(),
         )
     };
-}
-
-fn wall_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
 }
 
 fn self_cpu_ns() -> (u64, u64) {

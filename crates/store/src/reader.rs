@@ -138,6 +138,10 @@ impl Reader {
 
     /// The last record in file order (the newest appended), if any, with its detail.
     pub fn latest(&self) -> Result<Option<Record>> {
+        self.latest_of(true)
+    }
+
+    fn latest_of(&self, with_detail: bool) -> Result<Option<Record>> {
         let mut decoder = FrameDecoder::new().map_err(|e| StoreError::io(&self.dir, e))?;
         let mut damage = Damage::default();
         for path in self.segments()?.iter().rev() {
@@ -157,7 +161,11 @@ impl Reader {
                 })?;
             }
             if let Some((ts_ns, payload)) = last {
-                let detail = detail_of(path, ts_ns, &mut decoder, &mut damage)?;
+                let detail = if with_detail {
+                    detail_of(path, ts_ns, &mut decoder, &mut damage)?
+                } else {
+                    None
+                };
                 return Ok(Some(Record {
                     ts_ns,
                     payload,
@@ -168,10 +176,11 @@ impl Reader {
         Ok(None)
     }
 
-    /// Timestamps of the first and the last record in file order, if any.
+    /// Timestamps of the first and the last record in file order, if any. Reads no lane: a
+    /// time needs only the main stream, and the detail lane is most of a store's bytes.
     pub fn time_bounds(&self) -> Result<Option<(i64, i64)>> {
         let mut first = None;
-        for item in self.range(i64::MIN, i64::MAX)? {
+        for item in self.range_main(i64::MIN, i64::MAX)? {
             match item {
                 Ok(r) => {
                     first = Some(r.ts_ns);
@@ -182,7 +191,7 @@ impl Reader {
                 Err(e) => return Err(e),
             }
         }
-        let last = self.latest()?;
+        let last = self.latest_of(false)?;
         Ok(first.zip(last.map(|r| r.ts_ns)))
     }
 

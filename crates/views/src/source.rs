@@ -347,12 +347,8 @@ impl LiveSource {
     /// Collects one sample now.
     pub fn collect(&mut self) {
         let mono = monotonic_ns();
-        let wall = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as i64)
-            .unwrap_or(0);
         let mut s = Sample::new(
-            wall,
+            jitterscope_model::sample::wall_ns(),
             mono,
             self.interval.as_nanos() as u64,
             self.host.clone(),

@@ -23,13 +23,6 @@ fn terminal_gone() -> bool {
     n > 0 && p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0
 }
 
-fn wall_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
-}
-
 /// Runs the screen until `q`, Ctrl-C, `stop` (the caller's SIGTERM/SIGINT flag) or a closed
 /// terminal. SIGHUP is left at its default, ending the process: its terminal is gone, so there
 /// is nothing to restore, and a handled hang-up left crossterm reading end-of-file forever.
@@ -64,7 +57,7 @@ fn event_loop(
                 app.apply(a);
             }
         }
-        term.draw(|f| crate::render::draw(f, app, wall_ns()))?;
+        term.draw(|f| crate::render::draw(f, app, jitterscope_model::sample::wall_ns()))?;
         if terminal_gone() {
             break;
         }

@@ -76,10 +76,17 @@ fn latest(dir: &std::path::Path) -> anyhow::Result<Option<(Sample, Option<Sample
         return Ok(None);
     };
     let cur = decode_lanes(&last.payload, last.detail.as_deref(), Parts::ALL)?;
+    // The sample before: a few seconds back at any usual interval; the derivation itself
+    // refuses gaps over 5 minutes. Each window read decompresses its frames with their detail.
     let mut prev = None;
-    for rec in r.range(last.ts_ns - 300_000_000_000, last.ts_ns - 1)? {
-        let Ok(rec) = rec else { continue };
-        prev = Some(rec);
+    for back in [10_000_000_000, 300_000_000_000] {
+        for rec in r.range(last.ts_ns - back, last.ts_ns - 1)? {
+            let Ok(rec) = rec else { continue };
+            prev = Some(rec);
+        }
+        if prev.is_some() {
+            break;
+        }
     }
     let prev = prev.and_then(|p| decode_lanes(&p.payload, p.detail.as_deref(), Parts::ALL).ok());
     Ok(Some((cur, prev)))
