@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use jitterscope_sources::process::Process;
 
 use crate::glob::Pattern;
-use crate::registry::{Fit, MetricDef};
+use crate::registry::{Fit, MetricDef, Select};
 use crate::sample::{Cgroup, Sample};
 
 /// What a metric's `eval` sees: the current sample, the previous one (if any) and the interval.
@@ -48,8 +48,8 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// Per-second rate of a counter: `None` without a previous value, and "unknown" (`Some(None)`
-    /// flattened to `None` by callers that emit) when the counter went backwards.
+    /// Per-second rate of a counter: [`Rate::Absent`] without a previous value,
+    /// [`Rate::Unknown`] when the counter went backwards.
     pub fn rate(&self, cur: Option<u64>, prev: Option<u64>) -> Rate {
         match (cur, prev) {
             (Some(c), Some(p)) if self.dt_s > 0.0 => {
@@ -203,19 +203,33 @@ pub fn for_each_series(
     Selection::new(defs, select).for_each(cur, prev, f)
 }
 
-/// A selection prepared once for many samples: the metrics any pattern may match, their
-/// template pieces, and for each the patterns that may match it. Each series is then checked
-/// against those few patterns, not all of them: diagnosis selects ~60 patterns, and matching
-/// every emitted series against every one of them was a quarter of its time.
+/// A selection prepared once for many samples: the metrics to evaluate, their template pieces,
+/// and how to tell which of their series are wanted. Code selects by handle ([`Selection::of`]),
+/// so each series is kept or not by its placeholder values; user globs ([`Selection::new`]) are
+/// checked against the few patterns that may match each metric, not all of them: diagnosis once
+/// selected ~60 patterns, and matching every emitted series against every one of them was a
+/// quarter of its time.
 pub struct Selection {
     pats: Vec<Pattern>,
-    /// Metric, template pieces, and the patterns to check each series against (`None`: some
-    /// pattern matches every series of the metric, or the selection is empty).
     entries: Vec<Entry>,
 }
 
-/// A selected metric: its definition, template pieces, and candidate patterns.
-type Entry = (&'static MetricDef, Vec<&'static str>, Option<Vec<usize>>);
+/// A selected metric: its definition, template pieces, and which series to keep.
+struct Entry {
+    def: &'static MetricDef,
+    literals: Vec<&'static str>,
+    keep: Keep,
+}
+
+/// Which series of a selected metric are kept.
+enum Keep {
+    /// Every one.
+    All,
+    /// Those whose name matches one of these patterns (indexes into `Selection::pats`).
+    Names(Vec<usize>),
+    /// Those whose placeholder values match one of these selects.
+    Labels(Vec<Select>),
+}
 
 impl Selection {
     /// Prepares `select` (all series when empty) over `defs`. Duplicate patterns count once.
@@ -229,18 +243,74 @@ impl Selection {
         let entries = defs
             .iter()
             .filter_map(|&def| {
-                if pats.is_empty() {
-                    return Some((def, def.literals(), None));
-                }
-                let fits: Vec<Fit> = pats.iter().map(|p| def.fit(p)).collect();
-                if fits.contains(&Fit::Always) {
-                    return Some((def, def.literals(), None));
-                }
-                let cand: Vec<usize> = (0..pats.len()).filter(|&i| fits[i] == Fit::Check).collect();
-                (!cand.is_empty()).then(|| (def, def.literals(), Some(cand)))
+                let keep = if pats.is_empty() {
+                    Keep::All
+                } else {
+                    let fits: Vec<Fit> = pats.iter().map(|p| def.fit(p)).collect();
+                    if fits.contains(&Fit::Always) {
+                        Keep::All
+                    } else {
+                        let cand: Vec<usize> =
+                            (0..pats.len()).filter(|&i| fits[i] == Fit::Check).collect();
+                        if cand.is_empty() {
+                            return None;
+                        }
+                        Keep::Names(cand)
+                    }
+                };
+                Some(Entry {
+                    def,
+                    literals: def.literals(),
+                    keep,
+                })
             })
             .collect();
         Selection { pats, entries }
+    }
+
+    /// Prepares the series `selects` name, each metric evaluated once however many selects
+    /// name it, in registry order.
+    pub fn of(selects: &[Select]) -> Self {
+        let entries = crate::registry::all()
+            .iter()
+            .filter_map(|&def| {
+                let mine: Vec<&Select> = selects.iter().filter(|s| s.def == def).collect();
+                if mine.is_empty() {
+                    return None;
+                }
+                let keep = if mine.iter().any(|s| s.is_all()) {
+                    Keep::All
+                } else {
+                    Keep::Labels(mine.into_iter().cloned().collect())
+                };
+                Some(Entry {
+                    def,
+                    literals: def.literals(),
+                    keep,
+                })
+            })
+            .collect();
+        Selection {
+            pats: Vec::new(),
+            entries,
+        }
+    }
+
+    /// Every series of `defs`.
+    pub fn metrics(defs: &[&'static MetricDef]) -> Self {
+        Self::of(&defs.iter().map(|d| Select::all(d)).collect::<Vec<_>>())
+    }
+
+    /// The sample parts the selected metrics read.
+    pub fn parts(&self) -> crate::codec::Parts {
+        self.entries
+            .iter()
+            .fold(crate::codec::Parts::NONE, |acc, e| acc.union(e.def.parts()))
+    }
+
+    /// Whether nothing is selected.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
     }
 
     /// Evaluates the selected series of `cur` (against `prev`) and hands each to `f`.
@@ -252,14 +322,19 @@ impl Selection {
     ) {
         let cx = Ctx::new(cur, prev);
         let mut name = String::with_capacity(128);
-        for (def, literals, cand) in &self.entries {
-            let def = *def;
+        for e in &self.entries {
+            let def = e.def;
             let mut emit = |labels: &[&str], value: Option<f64>| {
+                if let Keep::Labels(sel) = &e.keep {
+                    if !sel.iter().any(|s| s.matches(def, labels)) {
+                        return;
+                    }
+                }
                 name.clear();
-                crate::registry::write_series_name(literals, labels, &mut name);
-                let keep = match cand {
-                    None => true,
-                    Some(c) => c.iter().any(|&i| self.pats[i].matches(&name)),
+                crate::registry::write_series_name(&e.literals, labels, &mut name);
+                let keep = match &e.keep {
+                    Keep::Names(c) => c.iter().any(|&i| self.pats[i].matches(&name)),
+                    _ => true,
                 };
                 if keep {
                     f(def, labels, &name, value);

@@ -3,8 +3,11 @@
 //! - [`sample::Sample`]: raw counters of one interval, exactly as the sources read them.
 //! - [`collector`]: the `Collector` trait and the one place every source is registered.
 //! - [`codec`]: the versioned, evolvable payload encoding the store keeps.
-//! - [`registry`]: every metric described once (name, unit, kind, help) with how it is derived
-//!   from two consecutive samples; dump, status lines and (later) rules and views read from it.
+//! - [`stored`]: samples written to and read back from the store, with one policy for damage.
+//! - [`registry`] and [`metrics`]: every metric described once (name, unit, kind, help) with
+//!   how it is derived from two consecutive samples, each a named static that every consumer
+//!   (dump, rules, signals, views, charts, lab checks) refers to.
+//! - [`signals`]: the key series the recorder derives into the signals lane, and its records.
 #![deny(missing_docs)]
 
 pub mod codec;
@@ -16,7 +19,9 @@ pub mod openmetrics;
 pub mod profile;
 pub mod registry;
 pub mod sample;
+pub mod signals;
 pub mod sources;
+pub mod stored;
 pub mod time;
 pub mod tracers;
 

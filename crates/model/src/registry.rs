@@ -2,9 +2,10 @@
 //!
 //! A metric name is a template; `<placeholders>` name the instance it is about
 //! (`cgroup.<cgroup>.cpu.throttled_pct`, `proc.<pid>.<comm>.rss_bytes`). A series is a template
-//! with its placeholders filled in. `dump --list`, OpenMetrics names, the status line and (later)
-//! the rules' evidence ids and the views' columns all come from this one table; the definitions
-//! themselves live in [`crate::metrics`], one module per source.
+//! with its placeholders filled in. `dump --list`, OpenMetrics names, the status line, the rules'
+//! evidence, the signals, the views' columns, the web charts and the lab checks all come from
+//! this one table; the definitions themselves live in [`crate::metrics`], one named static per
+//! metric, so code addresses a series as (definition, labels) and never spells a name.
 
 use crate::derive::Ctx;
 
@@ -31,8 +32,12 @@ pub enum Unit {
     Nanoseconds,
     /// Seconds.
     Seconds,
-    /// A ratio without unit (load average, CPU cores).
+    /// A ratio without unit (load average, queue depth).
     Ratio,
+    /// CPUs' worth of time (a CFS quota over its period).
+    Cores,
+    /// Milliseconds per second: a share of time summed over CPUs (throttled time).
+    MillisecondsPerSecond,
 }
 
 impl Unit {
@@ -50,6 +55,19 @@ impl Unit {
             Unit::Nanoseconds => "nanoseconds",
             Unit::Seconds => "seconds",
             Unit::Ratio => "ratio",
+            Unit::Cores => "cores",
+            Unit::MillisecondsPerSecond => "milliseconds_per_second",
+        }
+    }
+
+    /// The unit of a per-second value summed over the seconds it covers (a count for events
+    /// per second, bytes for bytes per second); other units are their own.
+    pub fn summed(self) -> Unit {
+        match self {
+            Unit::PerSecond => Unit::Count,
+            Unit::BytesPerSecond => Unit::Bytes,
+            Unit::MillisecondsPerSecond => Unit::Milliseconds,
+            u => u,
         }
     }
 }
@@ -98,6 +116,34 @@ pub struct MetricDef {
     pub eval: EvalFn,
 }
 
+// Names are unique (a test checks), so a definition is known by its name: handles compare,
+// hash and sort by it wherever they are stored.
+impl PartialEq for MetricDef {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other) || self.name == other.name
+    }
+}
+
+impl Eq for MetricDef {}
+
+impl std::hash::Hash for MetricDef {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.name.hash(h)
+    }
+}
+
+impl PartialOrd for MetricDef {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for MetricDef {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.name.cmp(other.name)
+    }
+}
+
 impl std::fmt::Debug for MetricDef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MetricDef")
@@ -143,6 +189,37 @@ impl MetricDef {
         }
         out.push(rest);
         out
+    }
+
+    /// The glob that matches every series of the metric: each placeholder as `*`
+    /// (`cgroup.*.cpu.throttled_pct`).
+    pub fn glob(&self) -> String {
+        self.literals().join("*")
+    }
+
+    /// The placeholder values of `series` when it is a series of this metric, else `None`.
+    /// Each placeholder takes at least one character; where a literal separates two of them,
+    /// its first occurrence splits (a pid has no dots, a comm may: `proc.42.python3.11.x`).
+    pub fn labels_of(&self, series: &str) -> Option<Vec<String>> {
+        let lits = self.literals();
+        if lits.len() == 1 {
+            return (self.name == series).then(Vec::new);
+        }
+        let (first, last) = (lits[0], lits[lits.len() - 1]);
+        let inner = series.strip_prefix(first)?.strip_suffix(last)?;
+        let mut out = Vec::with_capacity(lits.len() - 1);
+        let mut rest = inner;
+        for lit in &lits[1..lits.len() - 1] {
+            // At least one character for this label, then the literal.
+            let at = rest.get(1..)?.find(lit)? + 1;
+            out.push(rest[..at].to_string());
+            rest = &rest[at + lit.len()..];
+        }
+        if rest.is_empty() {
+            return None;
+        }
+        out.push(rest.to_string());
+        Some(out)
     }
 
     /// The literal text before the first placeholder.
@@ -239,9 +316,90 @@ pub fn parts_for(select: &[crate::glob::Pattern]) -> crate::codec::Parts {
         .fold(crate::codec::Parts::NONE, |acc, d| acc.union(d.parts()))
 }
 
-/// Looks a metric up by its template name.
+/// Looks a metric up by its template name (for names that come from outside the code: the
+/// command line, stored data; code uses the handles in [`crate::metrics`]).
 pub fn find(name: &str) -> Option<&'static MetricDef> {
     all().iter().copied().find(|d| d.name == name)
+}
+
+/// The metric and placeholder values of a series name, trying `defs` in order; among metrics
+/// whose templates all fit, the one with the most literal text wins (`cpu.<cpu>.usr_pct`
+/// before `cpu.<cpu>.<x>` would, had such a metric existed).
+pub fn parse_series(
+    defs: &[&'static MetricDef],
+    series: &str,
+) -> Option<(&'static MetricDef, Vec<String>)> {
+    defs.iter()
+        .filter_map(|&d| Some((d, d.labels_of(series)?)))
+        .max_by_key(|(d, _)| d.literals().iter().map(|l| l.len()).sum::<usize>())
+}
+
+/// A selection of one metric's series: every series, or those whose placeholder values match
+/// one glob each (`*` for any). Its text form is the series glob `dump --select` takes
+/// (`cgroup.*jitterscope-lab/*.cpu.throttled_pct`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Select {
+    /// The metric.
+    pub def: &'static MetricDef,
+    /// One glob per placeholder; empty selects every series.
+    labels: Vec<crate::glob::Pattern>,
+}
+
+impl Select {
+    /// Every series of `def`.
+    pub fn all(def: &'static MetricDef) -> Self {
+        Select {
+            def,
+            labels: Vec::new(),
+        }
+    }
+
+    /// The series of `def` whose placeholder values match `labels` (one glob per placeholder,
+    /// in template order; missing ones match anything).
+    pub fn labels(def: &'static MetricDef, labels: &[&str]) -> Self {
+        let n = def.placeholders().len();
+        let mut pats: Vec<crate::glob::Pattern> = labels
+            .iter()
+            .take(n)
+            .map(|l| crate::glob::Pattern::new(l))
+            .collect();
+        pats.resize_with(n, || crate::glob::Pattern::new("*"));
+        if pats.iter().all(|p| p.as_str() == "*") {
+            pats.clear();
+        }
+        Select { def, labels: pats }
+    }
+
+    /// Whether it takes every series of its metric.
+    pub fn is_all(&self) -> bool {
+        self.labels.is_empty()
+    }
+
+    /// Whether the series of `def` with placeholder values `labels` is selected.
+    pub fn matches(&self, def: &MetricDef, labels: &[&str]) -> bool {
+        def == self.def && self.labels.iter().zip(labels).all(|(p, l)| p.matches(l))
+    }
+
+    /// The label globs (empty: every series).
+    pub fn label_globs(&self) -> &[crate::glob::Pattern] {
+        &self.labels
+    }
+}
+
+impl std::fmt::Display for Select {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.labels.is_empty() {
+            return f.write_str(&self.def.glob());
+        }
+        let globs: Vec<&str> = self.labels.iter().map(|p| p.as_str()).collect();
+        f.write_str(&self.def.series_name(&globs))
+    }
+}
+
+impl serde::Serialize for Select {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
 }
 
 #[cfg(test)]
@@ -314,7 +472,9 @@ mod tests {
             // The unit is visible in the name, never only in a comment.
             let suffix_ok = match d.unit {
                 Unit::Percent => plain.ends_with("_pct"),
-                Unit::PerSecond => plain.ends_with("_per_s"),
+                Unit::MillisecondsPerSecond => plain.ends_with("_ms_per_s"),
+                Unit::PerSecond => plain.ends_with("_per_s") && !plain.ends_with("_ms_per_s"),
+                Unit::Cores => plain.ends_with("_cores"),
                 Unit::Bytes => plain.ends_with("_bytes"),
                 Unit::BytesPerSecond => plain.ends_with("_bytes_per_s"),
                 Unit::Pages => plain.ends_with("_pages"),
@@ -326,6 +486,47 @@ mod tests {
             };
             assert!(suffix_ok, "{}: unit {:?} not in the name", d.name, d.unit);
         }
+    }
+
+    #[test]
+    fn series_names_parse_back_to_their_metric_and_labels() {
+        use crate::metrics::{cgroup, cpu, process};
+        let cases: [(&MetricDef, &[&str]); 4] = [
+            (&process::PROC_RSS_BYTES, &["42", "python3.11"]),
+            (&cgroup::CPU_THROTTLED_PCT, &["/kubepods/pod.a/b.c"]),
+            (&cpu::PER_CPU_USR_PCT, &["3"]),
+            (&cpu::USR_PCT, &[]),
+        ];
+        for (def, labels) in cases {
+            let name = def.series_name(labels);
+            let (d, l) = parse_series(all(), &name).expect(&name);
+            assert_eq!(
+                (d, l.iter().map(String::as_str).collect::<Vec<_>>()),
+                (def, labels.to_vec())
+            );
+        }
+        assert_eq!(process::PROC_RSS_BYTES.labels_of("proc..x.rss_bytes"), None);
+        assert_eq!(process::PROC_RSS_BYTES.labels_of("cpu.usr_pct"), None);
+        assert_eq!(
+            cgroup::CPU_THROTTLED_PCT.glob(),
+            "cgroup.*.cpu.throttled_pct"
+        );
+    }
+
+    #[test]
+    fn selects_match_labels_and_print_as_globs() {
+        use crate::metrics::{cgroup, process};
+        let s = Select::labels(&cgroup::CPU_THROTTLED_PCT, &["*jitterscope-lab/*"]);
+        assert_eq!(s.to_string(), "cgroup.*jitterscope-lab/*.cpu.throttled_pct");
+        assert!(s.matches(&cgroup::CPU_THROTTLED_PCT, &["/jitterscope-lab/x"]));
+        assert!(!s.matches(&cgroup::CPU_THROTTLED_PCT, &["/other"]));
+        assert!(!s.matches(&cgroup::CPU_USAGE_PCT, &["/jitterscope-lab/x"]));
+        let any = Select::labels(&process::PROC_RSS_BYTES, &["*", "*"]);
+        assert!(any.is_all());
+        assert_eq!(any.to_string(), "proc.*.*.rss_bytes");
+        let comm = Select::labels(&process::PROC_RSS_BYTES, &["*", "lab-leak"]);
+        assert!(comm.matches(&process::PROC_RSS_BYTES, &["7", "lab-leak"]));
+        assert!(!comm.matches(&process::PROC_RSS_BYTES, &["7", "other"]));
     }
 
     #[test]

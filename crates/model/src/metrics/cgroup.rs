@@ -2,9 +2,9 @@
 
 use jitterscope_sources::cgroup::{Cgroup, CpuStats, MemoryStats};
 
-use super::{def, gauge, rate};
+use super::{gauge, metrics, rate};
 use crate::derive::{emit_delta_pct, Ctx};
-use crate::registry::{Emit, MetricDef};
+use crate::registry::Emit;
 
 fn each<'a, 'c>(
     cx: &'c Ctx<'a>,
@@ -68,124 +68,124 @@ fn pressure(
     ]
 }
 
-pub(super) static DEFS: &[&MetricDef] = &[
-    def!("cgroup.<cgroup>.cpu.usage_pct", Percent, Rate, "CPU used by the cgroup as % of one CPU (v1 cpuacct.usage, v2 cpu.stat usage_usec)", |cx, out| cpu_rate(cx, out, |c| c.usage_ns, 1e-7)),
-    def!("cgroup.<cgroup>.cpu.user_pct", Percent, Rate, "User CPU of the cgroup as % of one CPU (v1 cpuacct.stat, v2 cpu.stat user_usec)", |cx, out| {
-        let hz = cx.cur.host.user_hz;
-        for (c, p) in each(cx) {
-            let cv = c.cpu.as_ref().and_then(|x| user_ns(x, hz));
-            let pv = p.and_then(|p| p.cpu.as_ref()).and_then(|x| user_ns(x, hz));
-            rate(cx, out, &[&c.path], cv, pv, 1e-7);
-        }
-    }),
-    def!("cgroup.<cgroup>.cpu.system_pct", Percent, Rate, "Kernel CPU of the cgroup as % of one CPU (v1 cpuacct.stat, v2 cpu.stat system_usec)", |cx, out| {
-        let hz = cx.cur.host.user_hz;
-        for (c, p) in each(cx) {
-            let cv = c.cpu.as_ref().and_then(|x| system_ns(x, hz));
-            let pv = p.and_then(|p| p.cpu.as_ref()).and_then(|x| system_ns(x, hz));
-            rate(cx, out, &[&c.path], cv, pv, 1e-7);
-        }
-    }),
-    def!("cgroup.<cgroup>.cpu.quota_cores", Ratio, Gauge, "CFS quota / period in CPUs; absent when unlimited (v1 cpu.cfs_quota_us, v2 cpu.max)", |cx, out| {
-        for (c, _) in each(cx) {
-            gauge(out, &[&c.path], c.cpu.as_ref().and_then(quota_cores));
-        }
-    }),
-    def!("cgroup.<cgroup>.cpu.burst_cores", Ratio, Gauge, "CFS burst / period in CPUs (v1 cpu.cfs_burst_us, v2 cpu.max.burst; 5.14+)", |cx, out| {
-        for (c, _) in each(cx) {
-            let b = c.cpu.as_ref().and_then(|c| match (c.burst_us, c.period_us) {
-                (Some(b), Some(p)) if p > 0 => Some(b as f64 / p as f64),
-                _ => None,
-            });
-            gauge(out, &[&c.path], b);
-        }
-    }),
-    def!("cgroup.<cgroup>.cpu.usage_of_quota_pct", Percent, Rate, "CPU usage as % of the CFS quota: throttling while this is low is the case-2 signature", |cx, out| {
-        for (c, p) in each(cx) {
-            let Some(cpu) = c.cpu.as_ref() else { continue };
-            let Some(q) = quota_cores(cpu) else { continue };
-            let pv = p.and_then(|p| p.cpu.as_ref()).and_then(|c| c.usage_ns);
-            match cx.rate(cpu.usage_ns, pv) {
-                crate::derive::Rate::Value(ns_per_s) if q > 0.0 => out(&[&c.path], Some(ns_per_s / 1e9 / q * 100.0)),
-                crate::derive::Rate::Unknown => out(&[&c.path], None),
-                _ => {}
+metrics! {
+    CPU_USAGE_PCT = ("cgroup.<cgroup>.cpu.usage_pct", Percent, Rate, "CPU used by the cgroup as % of one CPU (v1 cpuacct.usage, v2 cpu.stat usage_usec)", |cx, out| cpu_rate(cx, out, |c| c.usage_ns, 1e-7)),
+    CPU_USER_PCT = ("cgroup.<cgroup>.cpu.user_pct", Percent, Rate, "User CPU of the cgroup as % of one CPU (v1 cpuacct.stat, v2 cpu.stat user_usec)", |cx, out| {
+            let hz = cx.cur.host.user_hz;
+            for (c, p) in each(cx) {
+                let cv = c.cpu.as_ref().and_then(|x| user_ns(x, hz));
+                let pv = p.and_then(|p| p.cpu.as_ref()).and_then(|x| user_ns(x, hz));
+                rate(cx, out, &[&c.path], cv, pv, 1e-7);
             }
-        }
-    }),
-    def!("cgroup.<cgroup>.cpu.throttled_pct", Percent, Rate, "Throttled share of enforcement periods: delta nr_throttled / delta nr_periods (cpu.stat)", |cx, out| {
-        for (c, p) in each(cx) {
-            let cc = c.cpu.as_ref();
-            let pc = p.and_then(|p| p.cpu.as_ref());
-            emit_delta_pct(
-                cx,
-                out,
-                &[&c.path],
-                (cc.and_then(|c| c.nr_throttled), pc.and_then(|c| c.nr_throttled)),
-                (cc.and_then(|c| c.nr_periods), pc.and_then(|c| c.nr_periods)),
-            );
-        }
-    }),
-    def!("cgroup.<cgroup>.cpu.throttled_ms_per_s", PerSecond, Rate, "Milliseconds of throttling per second, summed over the cgroup's CPUs (v1 throttled_time, v2 throttled_usec)", |cx, out| cpu_rate(cx, out, |c| c.throttled_ns, 1e-6)),
-    def!("cgroup.<cgroup>.cpu.nr_throttled_per_s", PerSecond, Rate, "Enforcement periods in which the cgroup was throttled, per second (cpu.stat nr_throttled)", |cx, out| cpu_rate(cx, out, |c| c.nr_throttled, 1.0)),
-    def!("cgroup.<cgroup>.cpu.nr_periods_per_s", PerSecond, Rate, "Enforcement periods with runnable tasks, per second (cpu.stat nr_periods)", |cx, out| cpu_rate(cx, out, |c| c.nr_periods, 1.0)),
-    def!("cgroup.<cgroup>.cpu.bursts_per_s", PerSecond, Rate, "Periods in which the cgroup used burst capacity, per second (cpu.stat nr_bursts; 5.14+)", |cx, out| cpu_rate(cx, out, |c| c.nr_bursts, 1.0)),
-    def!("cgroup.<cgroup>.memory.usage_bytes", Bytes, Gauge, "Memory charged to the cgroup (v1 memory.usage_in_bytes, v2 memory.current)", |cx, out| mem_gauge(cx, out, |m| m.usage_bytes)),
-    def!("cgroup.<cgroup>.memory.limit_bytes", Bytes, Gauge, "Hard memory limit; absent when unlimited (v1 memory.limit_in_bytes, v2 memory.max)", |cx, out| mem_gauge(cx, out, |m| m.limit_bytes)),
-    def!("cgroup.<cgroup>.memory.high_bytes", Bytes, Gauge, "v2 memory.high throttling threshold; absent when unlimited", |cx, out| mem_gauge(cx, out, |m| m.high_bytes)),
-    def!("cgroup.<cgroup>.memory.swap_bytes", Bytes, Gauge, "Swap used by the cgroup (v2 memory.swap.current)", |cx, out| mem_gauge(cx, out, |m| m.swap_bytes)),
-    def!("cgroup.<cgroup>.memory.usage_of_limit_pct", Percent, Gauge, "Memory usage as % of the hard limit", |cx, out| {
-        for (c, _) in each(cx) {
-            let v = c.memory.as_ref().and_then(|m| match (m.usage_bytes, m.limit_bytes) {
-                (Some(u), Some(l)) if l > 0 => Some(u as f64 / l as f64 * 100.0),
-                _ => None,
-            });
-            gauge(out, &[&c.path], v);
-        }
-    }),
-    def!("cgroup.<cgroup>.memory.stat.<field>", Count, Gauge, "Every memory.stat value of the cgroup as the kernel reports it (bytes or pages per the kernel docs)", |cx, out| {
-        for (c, _) in each(cx) {
-            for (k, v) in c.memory.iter().flat_map(|m| &m.stat) {
-                out(&[&c.path, k], Some(*v as f64));
+        }),
+    CPU_SYSTEM_PCT = ("cgroup.<cgroup>.cpu.system_pct", Percent, Rate, "Kernel CPU of the cgroup as % of one CPU (v1 cpuacct.stat, v2 cpu.stat system_usec)", |cx, out| {
+            let hz = cx.cur.host.user_hz;
+            for (c, p) in each(cx) {
+                let cv = c.cpu.as_ref().and_then(|x| system_ns(x, hz));
+                let pv = p.and_then(|p| p.cpu.as_ref()).and_then(|x| system_ns(x, hz));
+                rate(cx, out, &[&c.path], cv, pv, 1e-7);
             }
-        }
-    }),
-    def!("cgroup.<cgroup>.memory.events.<event>_per_s", PerSecond, Rate, "memory.events counters per second: low, high (throttled), max (hit limit), oom, oom_kill (v2)", |cx, out| {
-        for (c, p) in each(cx) {
-            let Some(m) = c.memory.as_ref() else { continue };
-            let pm = p.and_then(|p| p.memory.as_ref());
-            for (k, v) in &m.events {
-                rate(cx, out, &[&c.path, k], Some(*v), pm.and_then(|pm| pm.event(k)), 1.0);
+        }),
+    CPU_QUOTA_CORES = ("cgroup.<cgroup>.cpu.quota_cores", Cores, Gauge, "CFS quota / period in CPUs; absent when unlimited (v1 cpu.cfs_quota_us, v2 cpu.max)", |cx, out| {
+            for (c, _) in each(cx) {
+                gauge(out, &[&c.path], c.cpu.as_ref().and_then(quota_cores));
             }
-        }
-    }),
-    def!("cgroup.<cgroup>.memory.failcnt_per_s", PerSecond, Rate, "Times the cgroup hit its v1 memory limit, per second (memory.failcnt)", |cx, out| {
-        for (c, p) in each(cx) {
-            let cv = c.memory.as_ref().and_then(|m| m.failcnt);
-            let pv = p.and_then(|p| p.memory.as_ref()).and_then(|m| m.failcnt);
-            rate(cx, out, &[&c.path], cv, pv, 1.0);
-        }
-    }),
-    def!("cgroup.<cgroup>.memory.oom_kill_per_s", PerSecond, Rate, "OOM kills inside the cgroup per second (v1 memory.oom_control, v2 memory.events oom_kill)", |cx, out| {
-        for (c, p) in each(cx) {
-            let f = |m: &MemoryStats| m.oom_kill.or_else(|| m.event("oom_kill"));
-            let cv = c.memory.as_ref().and_then(f);
-            let pv = p.and_then(|p| p.memory.as_ref()).and_then(f);
-            rate(cx, out, &[&c.path], cv, pv, 1.0);
-        }
-    }),
-    def!("cgroup.<cgroup>.pressure.<resource>.some_pct", Percent, Rate, "Share of the interval in which some task of the cgroup stalled (cgroup *.pressure total)", |cx, out| {
-        for (c, p) in each(cx) {
-            super::psi::stall_pct(cx, out, &[&c.path], pressure(c), p.map(pressure), |x| x.some.as_ref());
-        }
-    }),
-    def!("cgroup.<cgroup>.pressure.<resource>.full_pct", Percent, Rate, "Share of the interval in which all tasks of the cgroup stalled at once", |cx, out| {
-        for (c, p) in each(cx) {
-            super::psi::stall_pct(cx, out, &[&c.path], pressure(c), p.map(pressure), |x| x.full.as_ref());
-        }
-    }),
-    def!("cgroup.<cgroup>.pids", Count, Gauge, "Tasks in the cgroup (pids.current)", |cx, out| {
-        for (c, _) in each(cx) {
-            gauge(out, &[&c.path], c.pids_current.map(|v| v as f64));
-        }
-    }),
-];
+        }),
+    CPU_BURST_CORES = ("cgroup.<cgroup>.cpu.burst_cores", Cores, Gauge, "CFS burst / period in CPUs (v1 cpu.cfs_burst_us, v2 cpu.max.burst; 5.14+)", |cx, out| {
+            for (c, _) in each(cx) {
+                let b = c.cpu.as_ref().and_then(|c| match (c.burst_us, c.period_us) {
+                    (Some(b), Some(p)) if p > 0 => Some(b as f64 / p as f64),
+                    _ => None,
+                });
+                gauge(out, &[&c.path], b);
+            }
+        }),
+    CPU_USAGE_OF_QUOTA_PCT = ("cgroup.<cgroup>.cpu.usage_of_quota_pct", Percent, Rate, "CPU usage as % of the CFS quota: throttling while this is low is the case-2 signature", |cx, out| {
+            for (c, p) in each(cx) {
+                let Some(cpu) = c.cpu.as_ref() else { continue };
+                let Some(q) = quota_cores(cpu) else { continue };
+                let pv = p.and_then(|p| p.cpu.as_ref()).and_then(|c| c.usage_ns);
+                match cx.rate(cpu.usage_ns, pv) {
+                    crate::derive::Rate::Value(ns_per_s) if q > 0.0 => out(&[&c.path], Some(ns_per_s / 1e9 / q * 100.0)),
+                    crate::derive::Rate::Unknown => out(&[&c.path], None),
+                    _ => {}
+                }
+            }
+        }),
+    CPU_THROTTLED_PCT = ("cgroup.<cgroup>.cpu.throttled_pct", Percent, Rate, "Throttled share of enforcement periods: delta nr_throttled / delta nr_periods (cpu.stat)", |cx, out| {
+            for (c, p) in each(cx) {
+                let cc = c.cpu.as_ref();
+                let pc = p.and_then(|p| p.cpu.as_ref());
+                emit_delta_pct(
+                    cx,
+                    out,
+                    &[&c.path],
+                    (cc.and_then(|c| c.nr_throttled), pc.and_then(|c| c.nr_throttled)),
+                    (cc.and_then(|c| c.nr_periods), pc.and_then(|c| c.nr_periods)),
+                );
+            }
+        }),
+    CPU_THROTTLED_MS_PER_S = ("cgroup.<cgroup>.cpu.throttled_ms_per_s", MillisecondsPerSecond, Rate, "Milliseconds of throttling per second, summed over the cgroup's CPUs (v1 throttled_time, v2 throttled_usec)", |cx, out| cpu_rate(cx, out, |c| c.throttled_ns, 1e-6)),
+    CPU_NR_THROTTLED_PER_S = ("cgroup.<cgroup>.cpu.nr_throttled_per_s", PerSecond, Rate, "Enforcement periods in which the cgroup was throttled, per second (cpu.stat nr_throttled)", |cx, out| cpu_rate(cx, out, |c| c.nr_throttled, 1.0)),
+    CPU_NR_PERIODS_PER_S = ("cgroup.<cgroup>.cpu.nr_periods_per_s", PerSecond, Rate, "Enforcement periods with runnable tasks, per second (cpu.stat nr_periods)", |cx, out| cpu_rate(cx, out, |c| c.nr_periods, 1.0)),
+    CPU_BURSTS_PER_S = ("cgroup.<cgroup>.cpu.bursts_per_s", PerSecond, Rate, "Periods in which the cgroup used burst capacity, per second (cpu.stat nr_bursts; 5.14+)", |cx, out| cpu_rate(cx, out, |c| c.nr_bursts, 1.0)),
+    MEMORY_USAGE_BYTES = ("cgroup.<cgroup>.memory.usage_bytes", Bytes, Gauge, "Memory charged to the cgroup (v1 memory.usage_in_bytes, v2 memory.current)", |cx, out| mem_gauge(cx, out, |m| m.usage_bytes)),
+    MEMORY_LIMIT_BYTES = ("cgroup.<cgroup>.memory.limit_bytes", Bytes, Gauge, "Hard memory limit; absent when unlimited (v1 memory.limit_in_bytes, v2 memory.max)", |cx, out| mem_gauge(cx, out, |m| m.limit_bytes)),
+    MEMORY_HIGH_BYTES = ("cgroup.<cgroup>.memory.high_bytes", Bytes, Gauge, "v2 memory.high throttling threshold; absent when unlimited", |cx, out| mem_gauge(cx, out, |m| m.high_bytes)),
+    MEMORY_SWAP_BYTES = ("cgroup.<cgroup>.memory.swap_bytes", Bytes, Gauge, "Swap used by the cgroup (v2 memory.swap.current)", |cx, out| mem_gauge(cx, out, |m| m.swap_bytes)),
+    MEMORY_USAGE_OF_LIMIT_PCT = ("cgroup.<cgroup>.memory.usage_of_limit_pct", Percent, Gauge, "Memory usage as % of the hard limit", |cx, out| {
+            for (c, _) in each(cx) {
+                let v = c.memory.as_ref().and_then(|m| match (m.usage_bytes, m.limit_bytes) {
+                    (Some(u), Some(l)) if l > 0 => Some(u as f64 / l as f64 * 100.0),
+                    _ => None,
+                });
+                gauge(out, &[&c.path], v);
+            }
+        }),
+    MEMORY_STAT = ("cgroup.<cgroup>.memory.stat.<field>", Count, Gauge, "Every memory.stat value of the cgroup as the kernel reports it (bytes or pages per the kernel docs)", |cx, out| {
+            for (c, _) in each(cx) {
+                for (k, v) in c.memory.iter().flat_map(|m| &m.stat) {
+                    out(&[&c.path, k], Some(*v as f64));
+                }
+            }
+        }),
+    MEMORY_EVENTS_PER_S = ("cgroup.<cgroup>.memory.events.<event>_per_s", PerSecond, Rate, "memory.events counters per second: low, high (throttled), max (hit limit), oom, oom_kill (v2)", |cx, out| {
+            for (c, p) in each(cx) {
+                let Some(m) = c.memory.as_ref() else { continue };
+                let pm = p.and_then(|p| p.memory.as_ref());
+                for (k, v) in &m.events {
+                    rate(cx, out, &[&c.path, k], Some(*v), pm.and_then(|pm| pm.event(k)), 1.0);
+                }
+            }
+        }),
+    MEMORY_FAILCNT_PER_S = ("cgroup.<cgroup>.memory.failcnt_per_s", PerSecond, Rate, "Times the cgroup hit its v1 memory limit, per second (memory.failcnt)", |cx, out| {
+            for (c, p) in each(cx) {
+                let cv = c.memory.as_ref().and_then(|m| m.failcnt);
+                let pv = p.and_then(|p| p.memory.as_ref()).and_then(|m| m.failcnt);
+                rate(cx, out, &[&c.path], cv, pv, 1.0);
+            }
+        }),
+    MEMORY_OOM_KILL_PER_S = ("cgroup.<cgroup>.memory.oom_kill_per_s", PerSecond, Rate, "OOM kills inside the cgroup per second (v1 memory.oom_control, v2 memory.events oom_kill)", |cx, out| {
+            for (c, p) in each(cx) {
+                let f = |m: &MemoryStats| m.oom_kill.or_else(|| m.event("oom_kill"));
+                let cv = c.memory.as_ref().and_then(f);
+                let pv = p.and_then(|p| p.memory.as_ref()).and_then(f);
+                rate(cx, out, &[&c.path], cv, pv, 1.0);
+            }
+        }),
+    PRESSURE_SOME_PCT = ("cgroup.<cgroup>.pressure.<resource>.some_pct", Percent, Rate, "Share of the interval in which some task of the cgroup stalled (cgroup *.pressure total)", |cx, out| {
+            for (c, p) in each(cx) {
+                super::psi::stall_pct(cx, out, &[&c.path], pressure(c), p.map(pressure), |x| x.some.as_ref());
+            }
+        }),
+    PRESSURE_FULL_PCT = ("cgroup.<cgroup>.pressure.<resource>.full_pct", Percent, Rate, "Share of the interval in which all tasks of the cgroup stalled at once", |cx, out| {
+            for (c, p) in each(cx) {
+                super::psi::stall_pct(cx, out, &[&c.path], pressure(c), p.map(pressure), |x| x.full.as_ref());
+            }
+        }),
+    PIDS = ("cgroup.<cgroup>.pids", Count, Gauge, "Tasks in the cgroup (pids.current)", |cx, out| {
+            for (c, _) in each(cx) {
+                gauge(out, &[&c.path], c.pids_current.map(|v| v as f64));
+            }
+        }),
+}

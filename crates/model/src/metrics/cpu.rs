@@ -2,9 +2,9 @@
 
 use jitterscope_sources::system::stat::{CpuTimes, Stat};
 
-use super::{def, gauge, rate};
+use super::{gauge, metrics, rate};
 use crate::derive::Ctx;
-use crate::registry::{Emit, EvalFn, MetricDef};
+use crate::registry::{Emit, EvalFn};
 
 type Field = fn(&CpuTimes) -> Option<u64>;
 /// The host-wide and the per-CPU evaluation of one /proc/stat field.
@@ -84,173 +84,125 @@ const IRQ: HostAndPerCpu = cpu_pair!(|t| t.irq_ticks);
 const SOFTIRQ: HostAndPerCpu = cpu_pair!(|t| t.softirq_ticks);
 const STEAL: HostAndPerCpu = cpu_pair!(|t| t.steal_ticks);
 
-pub(super) static DEFS: &[&MetricDef] = &[
-    def!(
-        "cpu.usr_pct",
-        Percent,
-        Rate,
-        "User time (excluding nice) as % of all CPUs (/proc/stat)",
-        USR.0
-    ),
-    def!(
-        "cpu.nice_pct",
-        Percent,
-        Rate,
-        "Niced user time as % of all CPUs (/proc/stat)",
-        NICE.0
-    ),
-    def!(
-        "cpu.sys_pct",
-        Percent,
-        Rate,
-        "Kernel time as % of all CPUs: reclaim, lock contention, syscalls (/proc/stat)",
-        SYS.0
-    ),
-    def!(
-        "cpu.irq_pct",
-        Percent,
-        Rate,
-        "Hard-interrupt time as % of all CPUs (/proc/stat)",
-        IRQ.0
-    ),
-    def!(
-        "cpu.softirq_pct",
-        Percent,
-        Rate,
-        "Soft-interrupt time as % of all CPUs (/proc/stat)",
-        SOFTIRQ.0
-    ),
-    def!(
-        "cpu.iowait_pct",
-        Percent,
-        Rate,
-        "Idle time with I/O outstanding as % of all CPUs (/proc/stat)",
-        IOWAIT.0
-    ),
-    def!(
-        "cpu.steal_pct",
-        Percent,
-        Rate,
-        "Time stolen by the hypervisor as % of all CPUs (/proc/stat)",
-        STEAL.0
-    ),
-    def!(
-        "cpu.idle_pct",
-        Percent,
-        Rate,
-        "Idle time as % of all CPUs (/proc/stat)",
-        IDLE.0
-    ),
-    def!(
-        "cpu.<cpu>.usr_pct",
-        Percent,
-        Rate,
-        "User time of one CPU, % (/proc/stat cpuN)",
-        USR.1
-    ),
-    def!(
-        "cpu.<cpu>.nice_pct",
-        Percent,
-        Rate,
-        "Niced user time of one CPU, % (/proc/stat cpuN)",
-        NICE.1
-    ),
-    def!(
-        "cpu.<cpu>.sys_pct",
-        Percent,
-        Rate,
-        "Kernel time of one CPU, % (/proc/stat cpuN)",
-        SYS.1
-    ),
-    def!(
-        "cpu.<cpu>.irq_pct",
-        Percent,
-        Rate,
-        "Hard-interrupt time of one CPU, % (/proc/stat cpuN)",
-        IRQ.1
-    ),
-    def!(
-        "cpu.<cpu>.softirq_pct",
-        Percent,
-        Rate,
-        "Soft-interrupt time of one CPU, % (/proc/stat cpuN)",
-        SOFTIRQ.1
-    ),
-    def!(
-        "cpu.<cpu>.iowait_pct",
-        Percent,
-        Rate,
-        "I/O wait of one CPU, % (/proc/stat cpuN)",
-        IOWAIT.1
-    ),
-    def!(
-        "cpu.<cpu>.steal_pct",
-        Percent,
-        Rate,
-        "Steal time of one CPU, % (/proc/stat cpuN)",
-        STEAL.1
-    ),
-    def!(
-        "cpu.<cpu>.idle_pct",
-        Percent,
-        Rate,
-        "Idle time of one CPU, % (/proc/stat cpuN)",
-        IDLE.1
-    ),
-    def!(
-        "sched.ctxt_per_s",
-        PerSecond,
-        Rate,
-        "Context switches per second, all CPUs (/proc/stat ctxt)",
-        |cx, out| stat_rate(cx, out, |s| s.context_switches)
-    ),
-    def!(
-        "sched.forks_per_s",
-        PerSecond,
-        Rate,
-        "Processes and threads created per second (/proc/stat processes)",
-        |cx, out| stat_rate(cx, out, |s| s.forks)
-    ),
-    def!(
-        "sched.procs_running",
-        Count,
-        Gauge,
-        "Runnable tasks right now (/proc/stat procs_running)",
-        |cx, out| stat_gauge(cx, out, |s| s.procs_running)
-    ),
-    def!(
-        "sched.procs_blocked",
-        Count,
-        Gauge,
-        "Tasks blocked on I/O right now (/proc/stat procs_blocked)",
-        |cx, out| stat_gauge(cx, out, |s| s.procs_blocked)
-    ),
-    def!(
-        "load.avg1",
-        Ratio,
-        Gauge,
-        "1-minute load average (/proc/loadavg)",
-        |cx, out| gauge(out, &[], cx.cur.loadavg.as_ref().map(|l| l.load1))
-    ),
-    def!(
-        "load.avg5",
-        Ratio,
-        Gauge,
-        "5-minute load average (/proc/loadavg)",
-        |cx, out| gauge(out, &[], cx.cur.loadavg.as_ref().map(|l| l.load5))
-    ),
-    def!(
-        "load.avg15",
-        Ratio,
-        Gauge,
-        "15-minute load average (/proc/loadavg)",
-        |cx, out| gauge(out, &[], cx.cur.loadavg.as_ref().map(|l| l.load15))
-    ),
-    def!(
-        "load.threads",
-        Count,
-        Gauge,
-        "Threads on the system (/proc/loadavg)",
-        |cx, out| gauge(out, &[], cx.cur.loadavg.as_ref().map(|l| l.threads as f64))
-    ),
-];
+metrics! {
+    USR_PCT = ("cpu.usr_pct",
+            Percent,
+            Rate,
+            "User time (excluding nice) as % of all CPUs (/proc/stat)",
+            USR.0),
+    NICE_PCT = ("cpu.nice_pct",
+            Percent,
+            Rate,
+            "Niced user time as % of all CPUs (/proc/stat)",
+            NICE.0),
+    SYS_PCT = ("cpu.sys_pct",
+            Percent,
+            Rate,
+            "Kernel time as % of all CPUs: reclaim, lock contention, syscalls (/proc/stat)",
+            SYS.0),
+    IRQ_PCT = ("cpu.irq_pct",
+            Percent,
+            Rate,
+            "Hard-interrupt time as % of all CPUs (/proc/stat)",
+            IRQ.0),
+    SOFTIRQ_PCT = ("cpu.softirq_pct",
+            Percent,
+            Rate,
+            "Soft-interrupt time as % of all CPUs (/proc/stat)",
+            SOFTIRQ.0),
+    IOWAIT_PCT = ("cpu.iowait_pct",
+            Percent,
+            Rate,
+            "Idle time with I/O outstanding as % of all CPUs (/proc/stat)",
+            IOWAIT.0),
+    STEAL_PCT = ("cpu.steal_pct",
+            Percent,
+            Rate,
+            "Time stolen by the hypervisor as % of all CPUs (/proc/stat)",
+            STEAL.0),
+    IDLE_PCT = ("cpu.idle_pct",
+            Percent,
+            Rate,
+            "Idle time as % of all CPUs (/proc/stat)",
+            IDLE.0),
+    PER_CPU_USR_PCT = ("cpu.<cpu>.usr_pct",
+            Percent,
+            Rate,
+            "User time of one CPU, % (/proc/stat cpuN)",
+            USR.1),
+    PER_CPU_NICE_PCT = ("cpu.<cpu>.nice_pct",
+            Percent,
+            Rate,
+            "Niced user time of one CPU, % (/proc/stat cpuN)",
+            NICE.1),
+    PER_CPU_SYS_PCT = ("cpu.<cpu>.sys_pct",
+            Percent,
+            Rate,
+            "Kernel time of one CPU, % (/proc/stat cpuN)",
+            SYS.1),
+    PER_CPU_IRQ_PCT = ("cpu.<cpu>.irq_pct",
+            Percent,
+            Rate,
+            "Hard-interrupt time of one CPU, % (/proc/stat cpuN)",
+            IRQ.1),
+    PER_CPU_SOFTIRQ_PCT = ("cpu.<cpu>.softirq_pct",
+            Percent,
+            Rate,
+            "Soft-interrupt time of one CPU, % (/proc/stat cpuN)",
+            SOFTIRQ.1),
+    PER_CPU_IOWAIT_PCT = ("cpu.<cpu>.iowait_pct",
+            Percent,
+            Rate,
+            "I/O wait of one CPU, % (/proc/stat cpuN)",
+            IOWAIT.1),
+    PER_CPU_STEAL_PCT = ("cpu.<cpu>.steal_pct",
+            Percent,
+            Rate,
+            "Steal time of one CPU, % (/proc/stat cpuN)",
+            STEAL.1),
+    PER_CPU_IDLE_PCT = ("cpu.<cpu>.idle_pct",
+            Percent,
+            Rate,
+            "Idle time of one CPU, % (/proc/stat cpuN)",
+            IDLE.1),
+    SCHED_CTXT_PER_S = ("sched.ctxt_per_s",
+            PerSecond,
+            Rate,
+            "Context switches per second, all CPUs (/proc/stat ctxt)",
+            |cx, out| stat_rate(cx, out, |s| s.context_switches)),
+    SCHED_FORKS_PER_S = ("sched.forks_per_s",
+            PerSecond,
+            Rate,
+            "Processes and threads created per second (/proc/stat processes)",
+            |cx, out| stat_rate(cx, out, |s| s.forks)),
+    SCHED_PROCS_RUNNING = ("sched.procs_running",
+            Count,
+            Gauge,
+            "Runnable tasks right now (/proc/stat procs_running)",
+            |cx, out| stat_gauge(cx, out, |s| s.procs_running)),
+    SCHED_PROCS_BLOCKED = ("sched.procs_blocked",
+            Count,
+            Gauge,
+            "Tasks blocked on I/O right now (/proc/stat procs_blocked)",
+            |cx, out| stat_gauge(cx, out, |s| s.procs_blocked)),
+    LOAD_AVG1 = ("load.avg1",
+            Ratio,
+            Gauge,
+            "1-minute load average (/proc/loadavg)",
+            |cx, out| gauge(out, &[], cx.cur.loadavg.as_ref().map(|l| l.load1))),
+    LOAD_AVG5 = ("load.avg5",
+            Ratio,
+            Gauge,
+            "5-minute load average (/proc/loadavg)",
+            |cx, out| gauge(out, &[], cx.cur.loadavg.as_ref().map(|l| l.load5))),
+    LOAD_AVG15 = ("load.avg15",
+            Ratio,
+            Gauge,
+            "15-minute load average (/proc/loadavg)",
+            |cx, out| gauge(out, &[], cx.cur.loadavg.as_ref().map(|l| l.load15))),
+    LOAD_THREADS = ("load.threads",
+            Count,
+            Gauge,
+            "Threads on the system (/proc/loadavg)",
+            |cx, out| gauge(out, &[], cx.cur.loadavg.as_ref().map(|l| l.threads as f64))),
+}

@@ -1,11 +1,10 @@
-//! Block devices (/proc/diskstats) and network interfaces (/proc/net/dev).
+//! Block devices (/proc/diskstats).
 
 use jitterscope_sources::system::diskstats::DiskStat;
-use jitterscope_sources::system::netdev::NetDev;
 
-use super::{def, gauge, pairs, rate};
+use super::{gauge, metrics, pairs, rate};
 use crate::derive::Ctx;
-use crate::registry::{Emit, MetricDef};
+use crate::registry::Emit;
 
 /// Devices worth a series: not idle loop/ram devices (dozens of them on container hosts).
 fn interesting(d: &DiskStat) -> bool {
@@ -33,55 +32,31 @@ fn disk_rate(cx: &Ctx, out: &mut Emit, f: fn(&DiskStat) -> u64, k: f64) {
     }
 }
 
-fn nets<'a>(cx: &Ctx<'a>) -> Vec<(&'a NetDev, Option<&'a NetDev>)> {
-    let Some(c) = cx.cur.netdev.as_ref() else {
-        return Vec::new();
-    };
-    let p = cx
-        .prev
-        .and_then(|p| p.netdev.as_ref())
-        .map(|p| p.interfaces.as_slice());
-    pairs(&c.interfaces, p, |d| &d.name)
-}
-
-fn net_rate(cx: &Ctx, out: &mut Emit, f: fn(&NetDev) -> u64) {
-    for (c, p) in nets(cx) {
-        rate(cx, out, &[&c.name], Some(f(c)), p.map(f), 1.0);
-    }
-}
-
 /// Sectors in /proc/diskstats are always 512 bytes, whatever the device's block size.
 const SECTOR: f64 = 512.0;
 
-pub(super) static DEFS: &[&MetricDef] = &[
-    def!("disk.<disk>.reads_per_s", PerSecond, Rate, "Reads completed per second (/proc/diskstats)", |cx, out| disk_rate(cx, out, |d| d.reads_completed, 1.0)),
-    def!("disk.<disk>.writes_per_s", PerSecond, Rate, "Writes completed per second (/proc/diskstats)", |cx, out| disk_rate(cx, out, |d| d.writes_completed, 1.0)),
-    def!("disk.<disk>.read_bytes_per_s", BytesPerSecond, Rate, "Bytes read per second (/proc/diskstats sectors x 512)", |cx, out| disk_rate(cx, out, |d| d.read_sectors, SECTOR)),
-    def!("disk.<disk>.write_bytes_per_s", BytesPerSecond, Rate, "Bytes written per second (/proc/diskstats sectors x 512)", |cx, out| disk_rate(cx, out, |d| d.write_sectors, SECTOR)),
-    def!("disk.<disk>.await_ms", Milliseconds, Rate, "Average time per completed read or write, queueing included (iostat's await)", |cx, out| {
-        for (c, p) in disks(cx) {
-            let Some(p) = p else { continue };
-            let ios = cx.delta(Some(c.reads_completed + c.writes_completed), Some(p.reads_completed + p.writes_completed));
-            let ms = cx.delta(Some(c.read_ms + c.write_ms), Some(p.read_ms + p.write_ms));
-            match (ios, ms) {
-                (Some(0), _) => {}
-                (Some(n), Some(t)) => out(&[&c.name], Some(t as f64 / n as f64)),
-                _ => out(&[&c.name], None),
+metrics! {
+    READS_PER_S = ("disk.<disk>.reads_per_s", PerSecond, Rate, "Reads completed per second (/proc/diskstats)", |cx, out| disk_rate(cx, out, |d| d.reads_completed, 1.0)),
+    WRITES_PER_S = ("disk.<disk>.writes_per_s", PerSecond, Rate, "Writes completed per second (/proc/diskstats)", |cx, out| disk_rate(cx, out, |d| d.writes_completed, 1.0)),
+    READ_BYTES_PER_S = ("disk.<disk>.read_bytes_per_s", BytesPerSecond, Rate, "Bytes read per second (/proc/diskstats sectors x 512)", |cx, out| disk_rate(cx, out, |d| d.read_sectors, SECTOR)),
+    WRITE_BYTES_PER_S = ("disk.<disk>.write_bytes_per_s", BytesPerSecond, Rate, "Bytes written per second (/proc/diskstats sectors x 512)", |cx, out| disk_rate(cx, out, |d| d.write_sectors, SECTOR)),
+    AWAIT_MS = ("disk.<disk>.await_ms", Milliseconds, Rate, "Average time per completed read or write, queueing included (iostat's await)", |cx, out| {
+            for (c, p) in disks(cx) {
+                let Some(p) = p else { continue };
+                let ios = cx.delta(Some(c.reads_completed + c.writes_completed), Some(p.reads_completed + p.writes_completed));
+                let ms = cx.delta(Some(c.read_ms + c.write_ms), Some(p.read_ms + p.write_ms));
+                match (ios, ms) {
+                    (Some(0), _) => {}
+                    (Some(n), Some(t)) => out(&[&c.name], Some(t as f64 / n as f64)),
+                    _ => out(&[&c.name], None),
+                }
             }
-        }
-    }),
-    def!("disk.<disk>.util_pct", Percent, Rate, "Share of time the device had I/O in flight (io_ticks; saturation only for single-queue devices)", |cx, out| disk_rate(cx, out, |d| d.io_ticks_ms, 0.1)),
-    def!("disk.<disk>.queue_depth", Ratio, Rate, "Average requests in flight (time_in_queue per second)", |cx, out| disk_rate(cx, out, |d| d.time_in_queue_ms, 1e-3)),
-    def!("disk.<disk>.in_flight", Count, Gauge, "Requests in flight right now (/proc/diskstats)", |cx, out| {
-        for (c, _) in disks(cx) {
-            gauge(out, &[&c.name], Some(c.in_flight as f64));
-        }
-    }),
-    def!("net.<iface>.rx_bytes_per_s", BytesPerSecond, Rate, "Bytes received per second (/proc/net/dev)", |cx, out| net_rate(cx, out, |d| d.rx_bytes)),
-    def!("net.<iface>.tx_bytes_per_s", BytesPerSecond, Rate, "Bytes sent per second (/proc/net/dev)", |cx, out| net_rate(cx, out, |d| d.tx_bytes)),
-    def!("net.<iface>.rx_packets_per_s", PerSecond, Rate, "Packets received per second (/proc/net/dev)", |cx, out| net_rate(cx, out, |d| d.rx_packets)),
-    def!("net.<iface>.tx_packets_per_s", PerSecond, Rate, "Packets sent per second (/proc/net/dev)", |cx, out| net_rate(cx, out, |d| d.tx_packets)),
-    def!("net.<iface>.rx_drops_per_s", PerSecond, Rate, "Received packets dropped per second (/proc/net/dev)", |cx, out| net_rate(cx, out, |d| d.rx_drop)),
-    def!("net.<iface>.tx_drops_per_s", PerSecond, Rate, "Outgoing packets dropped per second (/proc/net/dev)", |cx, out| net_rate(cx, out, |d| d.tx_drop)),
-    def!("net.<iface>.errors_per_s", PerSecond, Rate, "Receive and transmit errors per second (/proc/net/dev)", |cx, out| net_rate(cx, out, |d| d.rx_errs + d.tx_errs)),
-];
+        }),
+    UTIL_PCT = ("disk.<disk>.util_pct", Percent, Rate, "Share of time the device had I/O in flight (io_ticks; saturation only for single-queue devices)", |cx, out| disk_rate(cx, out, |d| d.io_ticks_ms, 0.1)),
+    QUEUE_DEPTH = ("disk.<disk>.queue_depth", Ratio, Rate, "Average requests in flight (time_in_queue per second)", |cx, out| disk_rate(cx, out, |d| d.time_in_queue_ms, 1e-3)),
+    IN_FLIGHT = ("disk.<disk>.in_flight", Count, Gauge, "Requests in flight right now (/proc/diskstats)", |cx, out| {
+            for (c, _) in disks(cx) {
+                gauge(out, &[&c.name], Some(c.in_flight as f64));
+            }
+        }),
+}

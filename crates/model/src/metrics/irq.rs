@@ -1,8 +1,8 @@
 //! Interrupts: TLB shootdowns and function-call IPIs per CPU, every IRQ line, softirqs.
 
-use super::{def, pairs, rate};
+use super::{metrics, pairs, rate};
 use crate::derive::Ctx;
-use crate::registry::{Emit, MetricDef};
+use crate::registry::Emit;
 
 fn irq_total(cx: &Ctx, out: &mut Emit, name: &str) {
     let c = cx
@@ -35,27 +35,27 @@ fn irq_per_cpu(cx: &Ctx, out: &mut Emit, name: &str) {
     }
 }
 
-pub(super) static DEFS: &[&MetricDef] = &[
-    def!("irq.tlb_per_s", PerSecond, Rate, "TLB shootdown IPIs handled per second, all CPUs (/proc/interrupts TLB)", |cx, out| irq_total(cx, out, "TLB")),
-    def!("irq.cal_per_s", PerSecond, Rate, "Function-call IPIs handled per second, all CPUs (/proc/interrupts CAL)", |cx, out| irq_total(cx, out, "CAL")),
-    def!("cpu.<cpu>.tlb_per_s", PerSecond, Rate, "TLB shootdown IPIs handled by one CPU per second (/proc/interrupts TLB)", |cx, out| irq_per_cpu(cx, out, "TLB")),
-    def!("cpu.<cpu>.cal_per_s", PerSecond, Rate, "Function-call IPIs handled by one CPU per second (/proc/interrupts CAL)", |cx, out| irq_per_cpu(cx, out, "CAL")),
-    def!("irq.<irq>_per_s", PerSecond, Rate, "Every /proc/interrupts line (numbered IRQs and NMI, LOC, RES, CAL, TLB...) per second, all CPUs", |cx, out| {
-        let Some(c) = cx.cur.interrupts.as_ref() else { return };
-        let p = cx.prev.and_then(|p| p.interrupts.as_ref()).map(|p| p.irqs.as_slice());
-        for (ci, pi) in pairs(&c.irqs, p, |i| &i.name) {
-            if let Some(pi) = pi {
-                rate(cx, out, &[&ci.name], Some(ci.total), Some(pi.total), 1.0);
+metrics! {
+    TLB_PER_S = ("irq.tlb_per_s", PerSecond, Rate, "TLB shootdown IPIs handled per second, all CPUs (/proc/interrupts TLB)", |cx, out| irq_total(cx, out, "TLB")),
+    CAL_PER_S = ("irq.cal_per_s", PerSecond, Rate, "Function-call IPIs handled per second, all CPUs (/proc/interrupts CAL)", |cx, out| irq_total(cx, out, "CAL")),
+    PER_CPU_TLB_PER_S = ("cpu.<cpu>.tlb_per_s", PerSecond, Rate, "TLB shootdown IPIs handled by one CPU per second (/proc/interrupts TLB)", |cx, out| irq_per_cpu(cx, out, "TLB")),
+    PER_CPU_CAL_PER_S = ("cpu.<cpu>.cal_per_s", PerSecond, Rate, "Function-call IPIs handled by one CPU per second (/proc/interrupts CAL)", |cx, out| irq_per_cpu(cx, out, "CAL")),
+    IRQ_PER_S = ("irq.<irq>_per_s", PerSecond, Rate, "Every /proc/interrupts line (numbered IRQs and NMI, LOC, RES, CAL, TLB...) per second, all CPUs", |cx, out| {
+            let Some(c) = cx.cur.interrupts.as_ref() else { return };
+            let p = cx.prev.and_then(|p| p.interrupts.as_ref()).map(|p| p.irqs.as_slice());
+            for (ci, pi) in pairs(&c.irqs, p, |i| &i.name) {
+                if let Some(pi) = pi {
+                    rate(cx, out, &[&ci.name], Some(ci.total), Some(pi.total), 1.0);
+                }
             }
-        }
-    }),
-    def!("softirq.<softirq>_per_s", PerSecond, Rate, "Soft interrupts of each type per second, all CPUs (/proc/softirqs)", |cx, out| {
-        let Some(c) = cx.cur.softirqs.as_ref() else { return };
-        let p = cx.prev.and_then(|p| p.softirqs.as_ref()).map(|p| p.types.as_slice());
-        for (ct, pt) in pairs(&c.types, p, |t| &t.name) {
-            if let Some(pt) = pt {
-                rate(cx, out, &[&ct.name], Some(ct.total()), Some(pt.total()), 1.0);
+        }),
+    SOFTIRQ_PER_S = ("softirq.<softirq>_per_s", PerSecond, Rate, "Soft interrupts of each type per second, all CPUs (/proc/softirqs)", |cx, out| {
+            let Some(c) = cx.cur.softirqs.as_ref() else { return };
+            let p = cx.prev.and_then(|p| p.softirqs.as_ref()).map(|p| p.types.as_slice());
+            for (ct, pt) in pairs(&c.types, p, |t| &t.name) {
+                if let Some(pt) = pt {
+                    rate(cx, out, &[&ct.name], Some(ct.total()), Some(pt.total()), 1.0);
+                }
             }
-        }
-    }),
-];
+        }),
+}

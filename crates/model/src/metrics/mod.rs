@@ -1,4 +1,7 @@
-//! The metric definitions, one module per source. [`ALL`] is the registry's table.
+//! The metric definitions, one module per source, each a named static: code refers to a metric
+//! by its handle (`metrics::cgroup::CPU_THROTTLED_PCT`), so renaming or removing a definition
+//! fails the build of every user instead of leaving an empty column. [`ALL`] is the registry's
+//! table.
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -6,16 +9,17 @@ use std::sync::LazyLock;
 use crate::derive::Ctx;
 use crate::registry::{Emit, MetricDef};
 
-mod cgroup;
-mod cpu;
-mod disk;
-mod irq;
-mod mem;
-mod process;
-mod profile;
-mod psi;
-mod recorder;
-mod tracer;
+pub mod cgroup;
+pub mod cpu;
+pub mod disk;
+pub mod irq;
+pub mod mem;
+pub mod net;
+pub mod process;
+pub mod profile;
+pub mod psi;
+pub mod recorder;
+pub mod tracer;
 
 /// Every metric, grouped by source in the order `dump --list` shows them.
 pub static ALL: LazyLock<Vec<&'static MetricDef>> = LazyLock::new(|| {
@@ -25,6 +29,7 @@ pub static ALL: LazyLock<Vec<&'static MetricDef>> = LazyLock::new(|| {
         irq::DEFS,
         psi::DEFS,
         disk::DEFS,
+        net::DEFS,
         cgroup::DEFS,
         process::DEFS,
         tracer::DEFS,
@@ -34,19 +39,27 @@ pub static ALL: LazyLock<Vec<&'static MetricDef>> = LazyLock::new(|| {
     .concat()
 });
 
-/// Declares one metric.
-macro_rules! def {
-    ($name:literal, $unit:ident, $kind:ident, $help:literal, $eval:expr) => {
-        &$crate::registry::MetricDef {
-            name: $name,
-            unit: $crate::registry::Unit::$unit,
-            kind: $crate::registry::Kind::$kind,
-            help: $help,
-            eval: $eval,
-        }
+/// Declares a source's metrics: one public static per definition, named after it (its help is
+/// its doc), and the module's `DEFS` table in declaration order, which is the order
+/// `dump --list` shows.
+macro_rules! metrics {
+    ($($id:ident = ($name:literal, $unit:ident, $kind:ident, $help:literal, $eval:expr $(,)?)),* $(,)?) => {
+        $(
+            #[doc = $help]
+            #[doc = ""]
+            #[doc = concat!("Series: `", $name, "`.")]
+            pub static $id: $crate::registry::MetricDef = $crate::registry::MetricDef {
+                name: $name,
+                unit: $crate::registry::Unit::$unit,
+                kind: $crate::registry::Kind::$kind,
+                help: $help,
+                eval: $eval,
+            };
+        )*
+        pub(super) static DEFS: &[&$crate::registry::MetricDef] = &[$(&$id),*];
     };
 }
-pub(crate) use def;
+pub(crate) use metrics;
 
 /// Emits a gauge value under `labels` when present.
 pub(crate) fn gauge(out: &mut Emit, labels: &[&str], v: Option<f64>) {

@@ -3,9 +3,9 @@
 
 use jitterscope_sources::system::pressure::{Pressure, PressureLine};
 
-use super::{def, rate};
+use super::{metrics, rate};
 use crate::derive::Ctx;
-use crate::registry::{Emit, MetricDef};
+use crate::registry::Emit;
 use crate::sample::SystemPressure;
 
 fn resources(p: &SystemPressure) -> [(&'static str, Option<&Pressure>); 4] {
@@ -39,18 +39,18 @@ pub(crate) fn stall_pct(
     }
 }
 
-pub(super) static DEFS: &[&MetricDef] = &[
-    def!("psi.<resource>.some_pct", Percent, Rate, "Share of the interval in which some task stalled on cpu/memory/io/irq, from the cumulative total (/proc/pressure)", |cx, out| {
-        stall_pct(cx, out, &[], resources(&cx.cur.pressure), cx.prev.map(|p| resources(&p.pressure)), |p| p.some.as_ref());
-    }),
-    def!("psi.<resource>.full_pct", Percent, Rate, "Share of the interval in which all non-idle tasks stalled at once (/proc/pressure)", |cx, out| {
-        stall_pct(cx, out, &[], resources(&cx.cur.pressure), cx.prev.map(|p| resources(&p.pressure)), |p| p.full.as_ref());
-    }),
-    def!("psi.<resource>.some_avg10_pct", Percent, Gauge, "The kernel's 10-second average of some-stall (/proc/pressure)", |cx, out| {
-        for (name, p) in resources(&cx.cur.pressure) {
-            if let Some(l) = p.and_then(|p| p.some.as_ref()) {
-                out(&[name], Some(l.avg10));
+metrics! {
+    SOME_PCT = ("psi.<resource>.some_pct", Percent, Rate, "Share of the interval in which some task stalled on cpu/memory/io/irq, from the cumulative total (/proc/pressure)", |cx, out| {
+            stall_pct(cx, out, &[], resources(&cx.cur.pressure), cx.prev.map(|p| resources(&p.pressure)), |p| p.some.as_ref());
+        }),
+    FULL_PCT = ("psi.<resource>.full_pct", Percent, Rate, "Share of the interval in which all non-idle tasks stalled at once (/proc/pressure)", |cx, out| {
+            stall_pct(cx, out, &[], resources(&cx.cur.pressure), cx.prev.map(|p| resources(&p.pressure)), |p| p.full.as_ref());
+        }),
+    SOME_AVG10_PCT = ("psi.<resource>.some_avg10_pct", Percent, Gauge, "The kernel's 10-second average of some-stall (/proc/pressure)", |cx, out| {
+            for (name, p) in resources(&cx.cur.pressure) {
+                if let Some(l) = p.and_then(|p| p.some.as_ref()) {
+                    out(&[name], Some(l.avg10));
+                }
             }
-        }
-    }),
-];
+        }),
+}

@@ -1,8 +1,8 @@
 //! The recorder's own cost and health, recorded like any other source.
 
-use super::{def, gauge, rate};
+use super::{gauge, metrics, rate};
 use crate::derive::Ctx;
-use crate::registry::{Emit, MetricDef};
+use crate::registry::Emit;
 use crate::sample::RecorderStats;
 
 fn field(cx: &Ctx, out: &mut Emit, f: fn(&RecorderStats) -> f64) {
@@ -23,113 +23,85 @@ fn scan_stat(
     gauge(out, &[], cx.cur.process_scan.as_ref().map(|s| f(s) as f64));
 }
 
-pub(super) static DEFS: &[&MetricDef] = &[
-    def!(
-        "self.collect_ms",
-        Milliseconds,
-        Gauge,
-        "Time the recorder took to collect this sample",
-        |cx, out| field(cx, out, |r| r.collect_ns as f64 / 1e6)
-    ),
-    def!(
-        "self.lateness_ms",
-        Milliseconds,
-        Gauge,
-        "How late this sample started against its schedule: the recorder's own jitter",
-        |cx, out| field(cx, out, |r| r.lateness_ns as f64 / 1e6)
-    ),
-    def!(
-        "self.cpu_pct",
-        Percent,
-        Rate,
-        "Recorder CPU (user + system, all threads) as % of one CPU",
-        |cx, out| counter_rate(cx, out, |r| r.cpu_user_ns + r.cpu_system_ns, 1e-7)
-    ),
-    def!(
-        "self.rss_bytes",
-        Bytes,
-        Gauge,
-        "Recorder resident memory",
-        |cx, out| field(cx, out, |r| r.rss_bytes as f64)
-    ),
-    def!(
-        "self.store_write_bytes_per_s",
-        BytesPerSecond,
-        Rate,
-        "Bytes the recorder wrote to its store per second",
-        |cx, out| counter_rate(cx, out, |r| r.store_bytes_written, 1.0)
-    ),
-    def!(
-        "self.samples_dropped",
-        Count,
-        Counter,
-        "Samples dropped since start (store too slow or full)",
-        |cx, out| field(cx, out, |r| r.samples_dropped as f64)
-    ),
-    def!(
-        "self.write_queue",
-        Count,
-        Gauge,
-        "Samples waiting for the store writer",
-        |cx, out| field(cx, out, |r| r.write_queue as f64)
-    ),
-    def!(
-        "self.source_errors",
-        Count,
-        Counter,
-        "Source read/parse errors since start",
-        |cx, out| field(cx, out, |r| r.source_errors as f64)
-    ),
-    def!(
-        "self.ticks_missed",
-        Count,
-        Counter,
-        "Sampling intervals skipped since start because the recorder could not run in time",
-        |cx, out| field(cx, out, |r| r.ticks_missed as f64)
-    ),
-    def!(
-        "self.collector.<collector>_ms",
-        Milliseconds,
-        Gauge,
-        "Time each collector took in this sample",
-        |cx, out| {
-            for (name, ns) in &cx.cur.collector_ns {
-                out(&[name], Some(*ns as f64 / 1e6));
-            }
-        }
-    ),
-    def!(
-        "self.processes_carried_forward",
-        Count,
-        Gauge,
-        "Processes whose main thread had not run since the previous sample: status (and io when single-threaded) carried forward, not re-read",
-        |cx, out| scan_stat(cx, out, |s| s.carried_forward)
-    ),
-    def!(
-        "self.processes_stat_carried_forward",
-        Count,
-        Gauge,
-        "Single-threaded processes that had not run and kept their RSS: stat carried forward, not re-read",
-        |cx, out| scan_stat(cx, out, |s| s.stat_carried_forward)
-    ),
-    def!(
-        "self.proc_listing_skipped",
-        Count,
-        Gauge,
-        "1 when /proc was not listed in this sample because no fork happened since the last listing",
-        |cx, out| scan_stat(cx, out, |s| s.listing_skipped as u64)
-    ),
-    def!(
-        "self.processes_vanished",
-        Count,
-        Gauge,
-        "Processes that exited between listing /proc and reading them in this sample",
-        |cx, out| {
-            gauge(
-                out,
-                &[],
-                cx.cur.process_scan.as_ref().map(|s| s.vanished as f64),
-            );
-        }
-    ),
-];
+metrics! {
+    SELF_COLLECT_MS = ("self.collect_ms",
+            Milliseconds,
+            Gauge,
+            "Time the recorder took to collect this sample",
+            |cx, out| field(cx, out, |r| r.collect_ns as f64 / 1e6)),
+    SELF_LATENESS_MS = ("self.lateness_ms",
+            Milliseconds,
+            Gauge,
+            "How late this sample started against its schedule: the recorder's own jitter",
+            |cx, out| field(cx, out, |r| r.lateness_ns as f64 / 1e6)),
+    SELF_CPU_PCT = ("self.cpu_pct",
+            Percent,
+            Rate,
+            "Recorder CPU (user + system, all threads) as % of one CPU",
+            |cx, out| counter_rate(cx, out, |r| r.cpu_user_ns + r.cpu_system_ns, 1e-7)),
+    SELF_RSS_BYTES = ("self.rss_bytes",
+            Bytes,
+            Gauge,
+            "Recorder resident memory",
+            |cx, out| field(cx, out, |r| r.rss_bytes as f64)),
+    SELF_STORE_WRITE_BYTES_PER_S = ("self.store_write_bytes_per_s",
+            BytesPerSecond,
+            Rate,
+            "Bytes the recorder wrote to its store per second",
+            |cx, out| counter_rate(cx, out, |r| r.store_bytes_written, 1.0)),
+    SELF_SAMPLES_DROPPED = ("self.samples_dropped",
+            Count,
+            Counter,
+            "Samples dropped since start (store too slow or full)",
+            |cx, out| field(cx, out, |r| r.samples_dropped as f64)),
+    SELF_WRITE_QUEUE = ("self.write_queue",
+            Count,
+            Gauge,
+            "Samples waiting for the store writer",
+            |cx, out| field(cx, out, |r| r.write_queue as f64)),
+    SELF_SOURCE_ERRORS = ("self.source_errors",
+            Count,
+            Counter,
+            "Source read/parse errors since start",
+            |cx, out| field(cx, out, |r| r.source_errors as f64)),
+    SELF_TICKS_MISSED = ("self.ticks_missed",
+            Count,
+            Counter,
+            "Sampling intervals skipped since start because the recorder could not run in time",
+            |cx, out| field(cx, out, |r| r.ticks_missed as f64)),
+    SELF_COLLECTOR_MS = ("self.collector.<collector>_ms",
+            Milliseconds,
+            Gauge,
+            "Time each collector took in this sample",
+            |cx, out| {
+                for (name, ns) in &cx.cur.collector_ns {
+                    out(&[name], Some(*ns as f64 / 1e6));
+                }
+            }),
+    SELF_PROCESSES_CARRIED_FORWARD = ("self.processes_carried_forward",
+            Count,
+            Gauge,
+            "Processes whose main thread had not run since the previous sample: status (and io when single-threaded) carried forward, not re-read",
+            |cx, out| scan_stat(cx, out, |s| s.carried_forward)),
+    SELF_PROCESSES_STAT_CARRIED_FORWARD = ("self.processes_stat_carried_forward",
+            Count,
+            Gauge,
+            "Single-threaded processes that had not run and kept their RSS: stat carried forward, not re-read",
+            |cx, out| scan_stat(cx, out, |s| s.stat_carried_forward)),
+    SELF_PROC_LISTING_SKIPPED = ("self.proc_listing_skipped",
+            Count,
+            Gauge,
+            "1 when /proc was not listed in this sample because no fork happened since the last listing",
+            |cx, out| scan_stat(cx, out, |s| s.listing_skipped as u64)),
+    SELF_PROCESSES_VANISHED = ("self.processes_vanished",
+            Count,
+            Gauge,
+            "Processes that exited between listing /proc and reading them in this sample",
+            |cx, out| {
+                gauge(
+                    out,
+                    &[],
+                    cx.cur.process_scan.as_ref().map(|s| s.vanished as f64),
+                );
+            }),
+}

@@ -1,0 +1,378 @@
+//! Samples in the store: the one way they are written ([`Encoder`]) and read back
+//! ([`SampleReader`]).
+//!
+//! Every reader of samples (`dump`, diagnosis, episode detection, the lab's signatures, `serve`,
+//! the terminal views, the flame graphs) goes through [`SampleReader`], so they share one policy
+//! for damage: a record whose payload does not decode, or a segment the store cannot read, is
+//! skipped and counted in [`Damage`], never fatal and never silent; the caller reports the
+//! count once (`dump` on stderr, `diagnose` in its report, `serve` in its answers).
+
+use std::path::Path;
+
+use jitterscope_store::{Lane, Range, Reader, Record, StoreError};
+
+use crate::codec::{self, CodecError, Parts};
+use crate::sample::Sample;
+use crate::signals::SignalRecord;
+
+/// How far before a range's first sample a reader looks for the sample its rates need.
+pub const PREV_LOOKBACK_NS: i64 = 5_000_000_000;
+
+/// Records a read skipped.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Damage {
+    /// Records whose payload did not decode (damaged, or written by an incompatible build).
+    pub undecodable: u64,
+    /// Reads of a segment or lane the store gave up on (a damaged file: the rest of it is
+    /// skipped, other segments are read).
+    pub unreadable: u64,
+}
+
+impl Damage {
+    /// Whether anything was skipped.
+    pub fn is_empty(&self) -> bool {
+        self.undecodable == 0 && self.unreadable == 0
+    }
+
+    /// Adds another read's counts.
+    pub fn add(&mut self, o: Damage) {
+        self.undecodable += o.undecodable;
+        self.unreadable += o.unreadable;
+    }
+
+    /// One line for people, when anything was skipped.
+    pub fn note(&self) -> Option<String> {
+        if self.is_empty() {
+            return None;
+        }
+        let mut parts = Vec::new();
+        if self.undecodable > 0 {
+            parts.push(format!("{} undecodable samples", self.undecodable));
+        }
+        if self.unreadable > 0 {
+            parts.push(format!("{} unreadable store segments", self.unreadable));
+        }
+        Some(format!("skipped {} (damaged data)", parts.join(" and ")))
+    }
+}
+
+/// Reads samples from a store directory.
+#[derive(Debug, Clone)]
+pub struct SampleReader {
+    reader: Reader,
+}
+
+impl SampleReader {
+    /// A reader of the store at `dir`.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self, StoreError> {
+        Ok(SampleReader {
+            reader: Reader::open(dir)?,
+        })
+    }
+
+    /// The store's own reader (record times, bounds, lanes).
+    pub fn store(&self) -> &Reader {
+        &self.reader
+    }
+
+    /// The samples recorded in `[from, to]`, decoded with `parts`. The detail lane (processes)
+    /// is read only when `parts` has processes.
+    pub fn samples(&self, from: i64, to: i64, parts: Parts) -> Result<Samples, StoreError> {
+        self.samples_lanes(from, to, parts, parts.contains(Parts::PROCESSES))
+    }
+
+    /// Like [`samples`](SampleReader::samples), reading the detail lane when `detail` (for a
+    /// caller that picks the parts per record with [`Samples::next_with`]).
+    pub fn samples_lanes(
+        &self,
+        from: i64,
+        to: i64,
+        parts: Parts,
+        detail: bool,
+    ) -> Result<Samples, StoreError> {
+        let range = if detail {
+            self.reader.range(from, to)?
+        } else {
+            self.reader.range_main(from, to)?
+        };
+        Ok(Samples {
+            range,
+            parts,
+            damage: Damage::default(),
+        })
+    }
+
+    /// Each sample of `[from, to]` with the one before it (from up to [`PREV_LOOKBACK_NS`]
+    /// earlier for the first), for rates.
+    pub fn pairs(&self, from: i64, to: i64, parts: Parts) -> Result<Pairs, StoreError> {
+        Ok(Pairs {
+            samples: self.samples(from.saturating_sub(PREV_LOOKBACK_NS), to, parts)?,
+            from,
+            cur: None,
+            prev: None,
+        })
+    }
+
+    /// The newest sample and the one before it (up to five minutes back: rates refuse longer
+    /// gaps anyway), with their damage.
+    pub fn latest_pair(
+        &self,
+        parts: Parts,
+    ) -> Result<(Option<(Sample, Option<Sample>)>, Damage), StoreError> {
+        let mut damage = Damage::default();
+        let Some(last) = self.reader.latest()? else {
+            return Ok((None, damage));
+        };
+        let Some(cur) = decode(&last, parts, &mut damage) else {
+            return Ok((None, damage));
+        };
+        // A few seconds back at any usual interval; each window read decompresses its frames.
+        let mut prev = None;
+        for back in [
+            10_000_000_000,
+            crate::derive::MAX_RATE_GAP_S as i64 * 1_000_000_000,
+        ] {
+            let mut s = self.samples(last.ts_ns - back, last.ts_ns - 1, parts)?;
+            for x in s.by_ref() {
+                prev = Some(x);
+            }
+            damage.add(s.damage());
+            if prev.is_some() {
+                break;
+            }
+        }
+        Ok((Some((cur, prev)), damage))
+    }
+
+    /// The record at exactly `ts` decoded with `parts` (the first such record).
+    pub fn sample_at(
+        &self,
+        ts: i64,
+        parts: Parts,
+        damage: &mut Damage,
+    ) -> Result<Option<Sample>, StoreError> {
+        let mut s = self.samples(ts, ts, parts)?;
+        let found = s.by_ref().find(|x| x.ts_ns == ts);
+        damage.add(s.damage());
+        Ok(found)
+    }
+
+    /// The signals-lane records of `[from, to]`.
+    pub fn signals(&self, from: i64, to: i64) -> Result<SignalRecords, StoreError> {
+        Ok(SignalRecords {
+            range: self.reader.range_lane(Lane::Signals, from, to)?,
+            damage: Damage::default(),
+        })
+    }
+}
+
+/// Decodes a record, counting it in `damage` when it does not decode.
+pub fn decode(rec: &Record, parts: Parts, damage: &mut Damage) -> Option<Sample> {
+    match codec::decode_lanes(&rec.payload, rec.detail.as_deref(), parts) {
+        Ok(s) => Some(s),
+        Err(_) => {
+            damage.undecodable += 1;
+            None
+        }
+    }
+}
+
+/// The samples of a range, damage skipped and counted.
+pub struct Samples {
+    range: Range,
+    parts: Parts,
+    damage: Damage,
+}
+
+impl Samples {
+    /// The next record that decodes, with the parts `choose` picks from its time.
+    pub fn next_with(&mut self, choose: impl Fn(i64) -> Parts) -> Option<Sample> {
+        loop {
+            match self.range.next()? {
+                Ok(rec) => {
+                    if let Some(s) = decode(&rec, choose(rec.ts_ns), &mut self.damage) {
+                        return Some(s);
+                    }
+                }
+                // The store gives up on that segment only; the next call reads the next one.
+                Err(_) => self.damage.unreadable += 1,
+            }
+        }
+    }
+
+    /// What was skipped so far.
+    pub fn damage(&self) -> Damage {
+        self.damage
+    }
+}
+
+impl Iterator for Samples {
+    type Item = Sample;
+
+    fn next(&mut self) -> Option<Sample> {
+        let parts = self.parts;
+        self.next_with(|_| parts)
+    }
+}
+
+/// Each sample of a range with the one before it.
+pub struct Pairs {
+    samples: Samples,
+    from: i64,
+    cur: Option<Sample>,
+    prev: Option<Sample>,
+}
+
+impl Pairs {
+    /// The next sample and the one read before it (`None` for the store's first).
+    #[allow(clippy::should_implement_trait)] // lends its samples: not an Iterator
+    pub fn next(&mut self) -> Option<(&Sample, Option<&Sample>)> {
+        loop {
+            let s = self.samples.next()?;
+            self.prev = self.cur.replace(s);
+            if self.cur.as_ref().is_some_and(|c| c.ts_ns >= self.from) {
+                return Some((self.cur.as_ref()?, self.prev.as_ref()));
+            }
+        }
+    }
+
+    /// What was skipped so far.
+    pub fn damage(&self) -> Damage {
+        self.samples.damage()
+    }
+}
+
+/// The signals-lane records of a range, damage skipped and counted.
+pub struct SignalRecords {
+    range: Range,
+    damage: Damage,
+}
+
+impl SignalRecords {
+    /// What was skipped so far.
+    pub fn damage(&self) -> Damage {
+        self.damage
+    }
+}
+
+impl Iterator for SignalRecords {
+    type Item = (i64, SignalRecord);
+
+    fn next(&mut self) -> Option<(i64, SignalRecord)> {
+        loop {
+            match self.range.next()? {
+                Ok(rec) => match SignalRecord::decode(&rec.payload) {
+                    Some(r) => return Some((rec.ts_ns, r)),
+                    None => self.damage.undecodable += 1,
+                },
+                Err(_) => self.damage.unreadable += 1,
+            }
+        }
+    }
+}
+
+/// Encodes samples as the recorder writes them: the main payload, the process table in the
+/// detail lane, and the signals record (values and episode marks) in the signals lane.
+#[derive(Default)]
+pub struct Encoder {
+    main: Vec<u8>,
+    detail: Vec<u8>,
+    signals: Vec<u8>,
+}
+
+/// One encoded sample: what to pass to the store's `append_lanes`.
+pub struct Encoded<'a> {
+    /// The main payload.
+    pub main: &'a [u8],
+    /// Payloads of the lanes.
+    pub lanes: Vec<(Lane, &'a [u8])>,
+}
+
+impl Encoder {
+    /// A fresh encoder.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Encodes `sample` with its signals record. The sample is left as it was (its processes
+    /// are moved out for the encoding and put back).
+    pub fn encode(
+        &mut self,
+        sample: &mut Sample,
+        signals: &SignalRecord,
+    ) -> Result<Encoded<'_>, CodecError> {
+        signals.encode(&mut self.signals);
+        codec::encode_lanes(sample, &mut self.main, &mut self.detail)?;
+        let mut lanes = vec![(Lane::Signals, &self.signals[..])];
+        if !self.detail.is_empty() {
+            lanes.push((Lane::Detail, &self.detail[..]));
+        }
+        Ok(Encoded {
+            main: &self.main,
+            lanes,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jitterscope_store::{StoreConfig, Writer};
+
+    fn store(n: i64) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Writer::open(StoreConfig::new(dir.path())).unwrap();
+        let mut enc = Encoder::new();
+        for i in 1..=n {
+            let mut s = Sample {
+                ts_ns: i * 1_000_000_000,
+                mono_ns: i as u64 * 1_000_000_000,
+                ..Default::default()
+            };
+            let e = enc.encode(&mut s, &SignalRecord::default()).unwrap();
+            w.append_lanes(s.ts_ns, e.main, &e.lanes).unwrap();
+        }
+        // An undecodable record between the good ones.
+        w.append(n * 1_000_000_000 + 500_000_000, &[77, 1, 2])
+            .unwrap();
+        w.close().unwrap();
+        dir
+    }
+
+    #[test]
+    fn pairs_carry_the_sample_before_and_count_what_does_not_decode() {
+        let dir = store(10);
+        let r = SampleReader::open(dir.path()).unwrap();
+        let mut p = r.pairs(3_000_000_000, 20_000_000_000, Parts::ALL).unwrap();
+        let mut seen = Vec::new();
+        while let Some((cur, prev)) = p.next() {
+            seen.push((
+                cur.ts_ns / 1_000_000_000,
+                prev.map(|p| p.ts_ns / 1_000_000_000),
+            ));
+        }
+        assert_eq!(seen.first(), Some(&(3, Some(2))));
+        assert_eq!(seen.last(), Some(&(10, Some(9))));
+        assert_eq!(seen.len(), 8);
+        assert_eq!(
+            p.damage(),
+            Damage {
+                undecodable: 1,
+                unreadable: 0
+            }
+        );
+        assert!(p.damage().note().unwrap().contains("1 undecodable"));
+        let (latest, dmg) = r.latest_pair(Parts::NONE).unwrap();
+        assert!(latest.is_none(), "the newest record does not decode");
+        assert_eq!(dmg.undecodable, 1);
+        let mut d = Damage::default();
+        assert_eq!(
+            r.sample_at(4_000_000_000, Parts::NONE, &mut d)
+                .unwrap()
+                .map(|s| s.ts_ns),
+            Some(4_000_000_000)
+        );
+        assert!(d.is_empty());
+        assert_eq!(r.signals(0, i64::MAX).unwrap().count(), 10);
+    }
+}
