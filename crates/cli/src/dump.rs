@@ -6,13 +6,12 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
-use jitterscope_model::codec::{self, Parts};
 use jitterscope_model::derive::{evaluate, for_each_series, SeriesValue};
 use jitterscope_model::glob::Pattern;
 use jitterscope_model::openmetrics::{self, write_num};
 use jitterscope_model::registry::{all, MetricDef};
+use jitterscope_model::stored::SampleReader;
 use jitterscope_model::Sample;
-use jitterscope_store::Reader;
 
 use crate::timearg::{fmt_ns, parse_time};
 
@@ -49,9 +48,6 @@ pub struct DumpArgs {
     #[arg(long)]
     dir: Option<PathBuf>,
 }
-
-/// Samples before `--from` read only to compute the first sample's rates.
-const LOOKBACK_NS: i64 = 3_000_000_000;
 
 /// Runs `dump`. A reader that closes the pipe early (`| head`) ends the dump quietly.
 pub fn run(a: DumpArgs) -> Result<()> {
@@ -100,54 +96,30 @@ fn dump(a: DumpArgs) -> Result<()> {
         );
     }
     let reader =
-        Reader::open(&dir).with_context(|| format!("cannot open store {}", dir.display()))?;
+        SampleReader::open(&dir).with_context(|| format!("cannot open store {}", dir.display()))?;
     let defs = all();
     let parts = jitterscope_model::registry::parts_for(&select);
-    let lo = from.saturating_sub(LOOKBACK_NS);
-    let range = if parts.contains(Parts::PROCESSES) {
-        reader.range(lo, to)?
-    } else {
-        reader.range_main(lo, to)?
-    };
-    let mut prev: Option<Sample> = None;
-    let mut undecodable = 0u64;
+    let mut pairs = reader.pairs(from, to, parts)?;
     let mut om: Vec<(Option<i64>, SeriesValue)> = Vec::new();
     if a.format == Format::Csv {
         writeln!(out, "time,series,value,unit")?;
     }
-    for rec in range {
-        let rec = rec?;
-        let sample = match codec::decode_lanes(&rec.payload, rec.detail.as_deref(), parts) {
-            Ok(s) => s,
-            Err(e) => {
-                if undecodable == 0 {
-                    eprintln!(
-                        "jitterscope: skipping undecodable sample at {}: {e}",
-                        fmt_ns(rec.ts_ns)
-                    );
-                }
-                undecodable += 1;
-                continue;
-            }
-        };
-        if sample.ts_ns >= from {
-            match a.format {
-                Format::Csv => write_csv(&mut out, defs, &sample, prev.as_ref(), &select)?,
-                Format::Json => write_json(&mut out, defs, &sample, prev.as_ref(), &select)?,
-                Format::Openmetrics => {
-                    for v in evaluate(defs, &sample, prev.as_ref(), &select) {
-                        om.push((Some(sample.ts_ns), v));
-                    }
+    while let Some((sample, prev)) = pairs.next() {
+        match a.format {
+            Format::Csv => write_csv(&mut out, defs, sample, prev, &select)?,
+            Format::Json => write_json(&mut out, defs, sample, prev, &select)?,
+            Format::Openmetrics => {
+                for v in evaluate(defs, sample, prev, &select) {
+                    om.push((Some(sample.ts_ns), v));
                 }
             }
         }
-        prev = Some(sample);
     }
     if a.format == Format::Openmetrics {
         openmetrics::write(&mut out, &om)?;
     }
-    if undecodable > 1 {
-        eprintln!("jitterscope: {undecodable} undecodable samples skipped");
+    if let Some(note) = pairs.damage().note() {
+        eprintln!("jitterscope: {note}");
     }
     finish(out)
 }

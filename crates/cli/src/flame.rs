@@ -93,10 +93,10 @@ fn read(sel: &Selection, kernel_only: bool) -> Result<Read> {
         kernel_only,
         skip_idle: false,
     };
-    let (w, host, undecodable) = jitterscope_profile::window::read_store(&dir, from, to, &filter)
+    let (w, host, damage) = jitterscope_profile::window::read_store(&dir, from, to, &filter)
         .with_context(|| format!("cannot read store {}", dir.display()))?;
-    if undecodable > 0 {
-        eprintln!("jitterscope: skipped {undecodable} undecodable samples");
+    if let Some(note) = damage.note() {
+        eprintln!("jitterscope: {note}");
     }
     if w.slices == 0 {
         bail!(

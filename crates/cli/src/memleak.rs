@@ -47,9 +47,7 @@ pub struct MemleakArgs {
     json: bool,
 }
 
-fn mib(b: f64) -> String {
-    format!("{:.1} MiB", b / 1048576.0)
-}
+use jitterscope_sources::units::mib_text as mib;
 
 /// Runs `memleak`.
 pub fn run(a: MemleakArgs) -> Result<()> {

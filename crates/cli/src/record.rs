@@ -16,10 +16,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use jitterscope_diagnose::events::{Mark, MarkState, SampleEncoder};
+use jitterscope_diagnose::events::Online;
 use jitterscope_model::collector::{collectors, Notes};
 use jitterscope_model::sample::{monotonic_ns, wall_ns, HostInfo, RecorderStats, Sample};
+use jitterscope_model::signals::{Mark, MarkState};
 use jitterscope_model::sources::CollectConfig;
+use jitterscope_model::stored::Encoder;
 use jitterscope_sources::Root;
 use jitterscope_store::{StoreConfig, Writer};
 
@@ -341,7 +343,8 @@ fn write_loop(
 ) -> Result<()> {
     // Episodes are detected here, on the writer thread, so the collector's tick never waits
     // on them; they reach the store in the same record as the sample they were seen in.
-    let mut enc = SampleEncoder::new();
+    let mut online = Online::new();
+    let mut enc = Encoder::new();
     let mut prev: Option<Box<Sample>> = None;
     let mut last_error_log: Option<Instant> = None;
     let mut written_before = w.bytes_written();
@@ -349,7 +352,11 @@ fn write_loop(
     let mut paused_since: Option<Instant> = None;
     while let Ok(mut sample) = rx.recv() {
         shared.queued.fetch_sub(1, Ordering::Relaxed);
-        let encoded = match enc.encode(&mut sample, prev.as_deref()) {
+        let signals = online.step(&sample, prev.as_deref());
+        for m in &signals.marks {
+            log(&mark_line(m));
+        }
+        let encoded = match enc.encode(&mut sample, &signals) {
             Ok(e) => e,
             Err(e) => {
                 log(&format!("cannot encode a sample: {e}"));
@@ -357,9 +364,6 @@ fn write_loop(
                 continue;
             }
         };
-        for m in &encoded.marks {
-            log(&mark_line(m));
-        }
         loop {
             match w.append_lanes(sample.ts_ns, encoded.main, &encoded.lanes) {
                 Ok(()) => {

@@ -2,19 +2,20 @@
 //! first (sys vs usr, reclaim scanning, TLB shootdowns, the worst-throttled cgroup).
 
 use jitterscope_model::derive::evaluate;
-use jitterscope_model::registry::find;
+use jitterscope_model::metrics::{cgroup, cpu, irq, mem, tracer};
+use jitterscope_model::registry::MetricDef;
 use jitterscope_model::Sample;
 
-const METRICS: [&str; 9] = [
-    "cpu.usr_pct",
-    "cpu.sys_pct",
-    "reclaim.pgscan_kswapd_per_s",
-    "reclaim.pgscan_direct_per_s",
-    "irq.tlb_per_s",
-    "cgroup.<cgroup>.cpu.throttled_pct",
-    "reclaim.stalls_per_s",
-    "runqlat.p99_usec",
-    "lookups.enoent_per_s",
+static METRICS: [&MetricDef; 9] = [
+    &cpu::USR_PCT,
+    &cpu::SYS_PCT,
+    &mem::RECLAIM_PGSCAN_KSWAPD_PER_S,
+    &mem::RECLAIM_PGSCAN_DIRECT_PER_S,
+    &irq::TLB_PER_S,
+    &cgroup::CPU_THROTTLED_PCT,
+    &tracer::RECLAIM_STALLS_PER_S,
+    &tracer::RUNQLAT_P99_USEC,
+    &tracer::LOOKUPS_ENOENT_PER_S,
 ];
 
 fn fmt(v: Option<f64>, unit: &str) -> String {
@@ -27,21 +28,16 @@ fn fmt(v: Option<f64>, unit: &str) -> String {
 
 /// Formats the status line of `cur` (rates need `prev`; without it they print as `-`).
 pub fn line(prev: Option<&Sample>, cur: &Sample) -> String {
-    let defs: Vec<_> = METRICS.iter().filter_map(|n| find(n)).collect();
-    let vals = evaluate(&defs, cur, prev, &[]);
-    let get = |name: &str| {
-        vals.iter()
-            .find(|v| v.def.name == name)
-            .and_then(|v| v.value)
-    };
+    let vals = evaluate(&METRICS, cur, prev, &[]);
+    let get = |def: &MetricDef| vals.iter().find(|v| v.def == def).and_then(|v| v.value);
     let worst = vals
         .iter()
-        .filter(|v| v.def.name == "cgroup.<cgroup>.cpu.throttled_pct")
+        .filter(|v| v.def == &cgroup::CPU_THROTTLED_PCT)
         .filter_map(|v| Some((v.value?, v.labels.first()?.as_str())))
         .max_by(|a, b| a.0.total_cmp(&b.0));
     let scan = match (
-        get("reclaim.pgscan_kswapd_per_s"),
-        get("reclaim.pgscan_direct_per_s"),
+        get(&mem::RECLAIM_PGSCAN_KSWAPD_PER_S),
+        get(&mem::RECLAIM_PGSCAN_DIRECT_PER_S),
     ) {
         (Some(k), Some(d)) => format!("{:.0}/s (kswapd {k:.0} direct {d:.0})", k + d),
         _ => "-".into(),
@@ -54,12 +50,12 @@ pub fn line(prev: Option<&Sample>, cur: &Sample) -> String {
     let traced = if cur.tracers.is_some() {
         format!(
             " | stalls {} | runq p99 {} | enoent {}",
-            fmt(get("reclaim.stalls_per_s"), "/s"),
-            match get("runqlat.p99_usec") {
+            fmt(get(&tracer::RECLAIM_STALLS_PER_S), "/s"),
+            match get(&tracer::RUNQLAT_P99_USEC) {
                 Some(us) => format!("{:.1}ms", us / 1000.0),
                 None => "-".into(),
             },
-            fmt(get("lookups.enoent_per_s"), "/s"),
+            fmt(get(&tracer::LOOKUPS_ENOENT_PER_S), "/s"),
         )
     } else {
         String::new()
@@ -72,10 +68,10 @@ pub fn line(prev: Option<&Sample>, cur: &Sample) -> String {
     format!(
         "{} usr {} sys {} | scan {} | tlb {} | worst throttled {}{}{}",
         crate::timearg::fmt_ns(cur.ts_ns),
-        fmt(get("cpu.usr_pct"), "%"),
-        fmt(get("cpu.sys_pct"), "%"),
+        fmt(get(&cpu::USR_PCT), "%"),
+        fmt(get(&cpu::SYS_PCT), "%"),
         scan,
-        fmt(get("irq.tlb_per_s"), "/s"),
+        fmt(get(&irq::TLB_PER_S), "/s"),
         throttled,
         traced,
         lag

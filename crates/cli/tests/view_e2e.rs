@@ -299,7 +299,7 @@ fn json_once_and_bad_input() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(
-        v["snapshot"]["cpu"]["idle"].as_f64().is_some(),
+        v["snapshot"]["cpu"]["idle_pct"].as_f64().is_some(),
         "two samples give rates"
     );
     assert!(v["findings"]["unavailable"].is_string());

@@ -14,10 +14,12 @@
 //! Prints `key=value` lines for scripts: records, bytes, mb_per_hour, first_ts_ns, last_ts_ns.
 
 use std::path::PathBuf;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
-use jitterscope_diagnose::events::SampleEncoder;
-use jitterscope_model::codec::{decode_lanes, encode_lanes, Parts};
+use jitterscope_diagnose::events::Online;
+use jitterscope_model::codec::{encode_lanes, Parts};
+use jitterscope_model::sample::wall_ns;
+use jitterscope_model::stored::{Encoder, SampleReader};
 use jitterscope_model::Sample;
 use jitterscope_store::{Reader, StoreConfig, Writer};
 
@@ -36,29 +38,17 @@ fn main() {
         std::process::exit(2);
     }
 
-    let reader = Reader::open(&src).expect("cannot open the source store");
-    let mut samples = Vec::new();
-    let mut undecodable = 0usize;
-    let mut first_error = None;
-    for rec in reader
-        .range(i64::MIN, i64::MAX)
-        .expect("cannot read the source store")
-    {
-        let rec = rec.expect("damaged source store");
-        match decode_lanes(&rec.payload, rec.detail.as_deref(), Parts::ALL) {
-            Ok(s) => samples.push(s),
-            Err(e) => {
-                undecodable += 1;
-                first_error.get_or_insert(e.to_string());
-            }
-        }
-    }
+    let reader = SampleReader::open(&src).expect("cannot open the source store");
+    let mut read = reader
+        .samples(i64::MIN, i64::MAX, Parts::ALL)
+        .expect("cannot read the source store");
+    let mut samples: Vec<Sample> = read.by_ref().collect();
     if samples.len() < 2 {
         eprintln!(
-            "synth_store: need at least 2 decodable samples in {}, found {} ({undecodable} undecodable{}); the example and the recorder must be built from the same tree",
+            "synth_store: need at least 2 decodable samples in {}, found {} ({}); the example and the recorder must be built from the same tree",
             src.display(),
             samples.len(),
-            first_error.map_or(String::new(), |e| format!(", first: {e}"))
+            read.damage().note().unwrap_or_else(|| "nothing skipped".into())
         );
         std::process::exit(2);
     }
@@ -70,10 +60,7 @@ fn main() {
     }
 
     let n = (hours * 3600.0).round() as i64;
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as i64;
+    let now = wall_ns();
     let last_ts = now / SEC * SEC;
     let first_ts = last_ts - (n - 1) * SEC;
     let mono0 = samples[0].mono_ns;
@@ -85,13 +72,15 @@ fn main() {
     let mut w = Writer::open(cfg).expect("cannot open the destination store");
     let mut raw = 0u64;
     // Encoded as the recorder encodes, signals lane and online detection included.
-    let mut enc = SampleEncoder::new();
+    let mut online = Online::new();
+    let mut enc = Encoder::new();
     let mut prev: Option<Sample> = None;
     for i in 0..n {
         let mut s = samples[(i as usize) % samples.len()].clone();
         s.ts_ns = first_ts + i * SEC;
         s.mono_ns = mono0 + (i as u64) * SEC as u64;
-        let e = enc.encode(&mut s, prev.as_ref()).expect("encode");
+        let signals = online.step(&s, prev.as_ref());
+        let e = enc.encode(&mut s, &signals).expect("encode");
         raw += (e.main.len() + e.lanes.iter().map(|l| l.1.len()).sum::<usize>()) as u64;
         w.append_lanes(s.ts_ns, e.main, &e.lanes).expect("append");
         prev = Some(s);

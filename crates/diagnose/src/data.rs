@@ -11,23 +11,59 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use jitterscope_model::codec::{self, Parts};
+use jitterscope_model::codec::Parts;
 use jitterscope_model::derive::Selection;
 use jitterscope_model::glob::Pattern;
 use jitterscope_model::profile::FrameKind;
-use jitterscope_model::registry::{all, parts_for};
+use jitterscope_model::registry::{MetricDef, Select};
+use jitterscope_model::stored::{Damage, SampleReader, PREV_LOOKBACK_NS};
 use jitterscope_model::Sample;
 use jitterscope_profile::window::{Filter, NoFiles, Space, Window};
-use jitterscope_store::{Reader, Record};
+use jitterscope_sources::system::kernel::{parse_osrelease, KernelVersion};
 
 /// Points of the process-table series over the window (at the same spacing in the baseline).
 const PROCESS_POINTS: i64 = 240;
 
-/// One series: (sample index, value) for the samples where it had a value.
-#[derive(Debug, Clone, Default)]
+/// One series: its metric and placeholder values, and (sample index, value) for the samples
+/// where it had a value.
+#[derive(Debug, Clone)]
 pub struct Series {
+    /// The metric.
+    pub def: &'static MetricDef,
+    /// Placeholder values, in template order.
+    pub labels: Vec<String>,
     /// Points in sample order.
     pub points: Vec<(u32, f64)>,
+}
+
+impl Series {
+    /// An empty series of `def` with `labels`.
+    pub fn new(def: &'static MetricDef, labels: &[&str]) -> Self {
+        Series {
+            def,
+            labels: labels.iter().map(|l| l.to_string()).collect(),
+            points: Vec::new(),
+        }
+    }
+
+    /// Its name, as `dump --select` takes it.
+    pub fn name(&self) -> String {
+        let l: Vec<&str> = self.labels.iter().map(String::as_str).collect();
+        self.def.series_name(&l)
+    }
+
+    /// Placeholder value `i` (empty when the metric has fewer).
+    pub fn label(&self, i: usize) -> &str {
+        self.labels.get(i).map_or("", String::as_str)
+    }
+
+    /// For a per-process metric (`….<pid>.<comm>.…`): its pid and comm.
+    pub fn pid_comm(&self) -> Option<(u32, &str)> {
+        let ph = self.def.placeholders();
+        let p = ph.iter().position(|p| *p == "pid")?;
+        let c = ph.iter().position(|p| *p == "comm")?;
+        Some((self.label(p).parse().ok()?, self.label(c)))
+    }
 }
 
 /// A process seen in the window.
@@ -78,8 +114,8 @@ pub struct Data {
     pub kernel_hot: Vec<HotFn>,
     /// Stack samples in the window.
     pub profile_samples: u64,
-    /// Samples that could not be decoded.
-    pub undecodable: u64,
+    /// Records the read skipped (undecodable samples, unreadable segments).
+    pub damage: Damage,
 }
 
 /// Summary statistics of a series over the window and over the baseline.
@@ -127,40 +163,73 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-/// Parses `proc.<pid>.<comm>.<suffix>`-style names (the comm may contain dots): the pid and
-/// the comm of a series named `prefix<pid>.<comm>suffix`.
-pub fn pid_comm<'a>(name: &'a str, prefix: &str, suffix: &str) -> Option<(u32, &'a str)> {
-    let rest = name.strip_prefix(prefix)?.strip_suffix(suffix)?;
-    let (pid, comm) = rest.split_once('.')?;
-    Some((pid.parse().ok()?, comm))
-}
-
 impl Data {
-    /// Loads the samples in `(from - lookback, to]`: the series matching `select` (all of
-    /// them when empty), and with `detail`, for the window `(from, to]`, the processes and
-    /// stack samples (episode detection over a day needs neither, and skips decoding them).
+    /// Loads the samples in `(from - lookback, to]`: the series `select` names, and with
+    /// `detail`, for the window `(from, to]`, the processes and stack samples (episode
+    /// detection over a day needs neither, and skips decoding them).
     pub fn load(
         dir: &Path,
         from: i64,
         to: i64,
         lookback_ns: i64,
-        select: &[&str],
+        select: &[Select],
         detail: bool,
     ) -> Result<Data> {
-        let reader =
-            Reader::open(dir).with_context(|| format!("cannot open store {}", dir.display()))?;
-        let pats: Vec<Pattern> = select.iter().map(|s| Pattern::new(s)).collect();
+        let (proc_sel, host_sel): (Vec<Select>, Vec<Select>) = select
+            .iter()
+            .cloned()
+            .partition(|s| s.def.parts().contains(Parts::PROCESSES));
+        Self::load_with(
+            dir,
+            from,
+            to,
+            lookback_ns,
+            &Selection::of(&host_sel),
+            &Selection::of(&proc_sel),
+            detail,
+        )
+    }
+
+    /// Like [`load`](Data::load), for series named by user globs (`dump --select` style).
+    pub fn load_globs(dir: &Path, from: i64, to: i64, globs: &[&str]) -> Result<Data> {
+        let all = jitterscope_model::registry::all();
+        let pats: Vec<Pattern> = globs.iter().map(|s| Pattern::new(s)).collect();
+        let (proc_pats, host_pats): (Vec<Pattern>, Vec<Pattern>) =
+            pats.into_iter().partition(|p| {
+                jitterscope_model::registry::parts_for(std::slice::from_ref(p))
+                    .contains(Parts::PROCESSES)
+            });
+        let proc_sel = if proc_pats.is_empty() {
+            Selection::of(&[])
+        } else {
+            Selection::new(all, &proc_pats)
+        };
+        let host_sel = if host_pats.is_empty() {
+            Selection::of(&[])
+        } else {
+            Selection::new(all, &host_pats)
+        };
+        Self::load_with(dir, from, to, 0, &host_sel, &proc_sel, false)
+    }
+
+    fn load_with(
+        dir: &Path,
+        from: i64,
+        to: i64,
+        lookback_ns: i64,
+        host_sel: &Selection,
+        proc_sel: &Selection,
+        detail: bool,
+    ) -> Result<Data> {
+        let reader = SampleReader::open(dir)
+            .with_context(|| format!("cannot open store {}", dir.display()))?;
         // Series computed from the process table are evaluated on a subsample: decoding 500
         // processes per sample was nearly all the time of diagnosing an hour. Rates then span
         // the subsample's interval (derive uses the two samples' monotonic times), and
         // `Stats::sum` integrates over each point's interval, so totals stay totals.
-        let (proc_pats, host_pats): (Vec<Pattern>, Vec<Pattern>) = pats
-            .into_iter()
-            .partition(|p| parts_for(std::slice::from_ref(p)).contains(Parts::PROCESSES));
-        let host_parts =
-            parts_for(&host_pats).union(parts_for(&proc_pats).without(Parts::PROCESSES));
-        let host_sel = Selection::new(all(), &host_pats);
-        let proc_sel = Selection::new(all(), &proc_pats);
+        let host_parts = host_sel
+            .parts()
+            .union(proc_sel.parts().without(Parts::PROCESSES));
         let lo = from.saturating_sub(lookback_ns);
         let stride = (to.saturating_sub(from) / PROCESS_POINTS).max(1_000_000_000);
         let mut d = Data::default();
@@ -171,27 +240,30 @@ impl Data {
         let mut started = false;
         // One sample before the range so its first sample has rates. Process tables are in
         // the detail lane; without them (episode detection), it is not read at all.
-        let range_lo = lo.saturating_sub(5_000_000_000);
-        let range = if proc_pats.is_empty() && !detail {
-            reader.range_main(range_lo, to)?
-        } else {
-            reader.range(range_lo, to)?
-        };
-        for rec in range {
-            let rec = rec?;
-            let in_window = rec.ts_ns > from;
-            let with_procs =
-                (!proc_pats.is_empty() || (detail && in_window)) && rec.ts_ns >= next_procs;
-            let mut parts = host_parts;
-            if with_procs {
-                parts = parts.union(Parts::PROCESSES);
-                if detail && in_window {
-                    parts = parts.union(Parts::PROFILE);
+        let with_procs =
+            |ts: i64, next: i64| (!proc_sel.is_empty() || (detail && ts > from)) && ts >= next;
+        let mut samples = reader.samples_lanes(
+            lo.saturating_sub(PREV_LOOKBACK_NS),
+            to,
+            host_parts,
+            !proc_sel.is_empty() || detail,
+        )?;
+        loop {
+            let next = next_procs;
+            let Some(sample) = samples.next_with(|ts| {
+                let mut parts = host_parts;
+                if with_procs(ts, next) {
+                    parts = parts.union(Parts::PROCESSES);
+                    if detail && ts > from {
+                        parts = parts.union(Parts::PROFILE);
+                    }
                 }
-            }
-            let Some(sample) = d.decode(&rec, parts) else {
-                continue;
+                parts
+            }) else {
+                break;
             };
+            let in_window = sample.ts_ns > from;
+            let procs_here = with_procs(sample.ts_ns, next);
             if sample.ts_ns > lo {
                 if let Some(p) = prev.as_ref() {
                     let idx = d.ts.len() as u32;
@@ -200,13 +272,12 @@ impl Data {
                         started = true;
                     }
                     d.ts.push(sample.ts_ns);
-                    if !host_pats.is_empty() {
-                        d.add_series(&sample, p, &host_sel, idx);
+                    if !host_sel.is_empty() {
+                        d.add_series(&sample, p, host_sel, idx);
                     }
-                    if with_procs {
-                        // (An empty selection would mean every series.)
-                        if let (Some(pp), false) = (prev_procs.as_ref(), proc_pats.is_empty()) {
-                            d.add_series(&sample, pp, &proc_sel, idx);
+                    if procs_here {
+                        if let (Some(pp), false) = (prev_procs.as_ref(), proc_sel.is_empty()) {
+                            d.add_series(&sample, pp, proc_sel, idx);
                         }
                         if in_window && detail {
                             d.absorb(&sample, &mut win);
@@ -219,12 +290,13 @@ impl Data {
                 d.boot_id = sample.host.boot_id.clone();
                 d.ncpu = sample.host.ncpu;
             }
-            if with_procs {
+            if procs_here {
                 next_procs = sample.ts_ns.saturating_add(stride - stride / 10);
                 prev_procs = Some(sample.clone());
             }
             prev = Some(sample);
         }
+        d.damage = samples.damage();
         if !started {
             d.start = d.ts.len();
         }
@@ -244,36 +316,38 @@ impl Data {
 
     /// Evaluates `sel` on `cur` against `prev` and appends the values at index `idx`.
     fn add_series(&mut self, cur: &Sample, prev: &Sample, sel: &Selection, idx: u32) {
-        sel.for_each(cur, Some(prev), |_, _, name, v| {
+        sel.for_each(cur, Some(prev), |def, labels, name, v| {
             if let Some(v) = v.filter(|v| v.is_finite()) {
-                self.push_point(name, idx, v);
+                self.push_point(def, labels, name, idx, v);
             }
         });
     }
 
-    /// Decodes a record's `parts`, counting it in `undecodable` when it cannot be.
-    pub fn decode(&mut self, rec: &Record, parts: Parts) -> Option<Sample> {
-        let s = codec::decode_lanes(&rec.payload, rec.detail.as_deref(), parts).ok();
-        if s.is_none() {
-            self.undecodable += 1;
-        }
-        s
-    }
-
-    /// Appends the value of series `name` at sample `idx` (the name is copied only the first
-    /// time a series is seen).
-    pub fn push_point(&mut self, name: &str, idx: u32, v: f64) {
+    /// Appends the value of series `name` (of `def`, with `labels`) at sample `idx`; the
+    /// series is built only the first time it is seen.
+    pub fn push_point(
+        &mut self,
+        def: &'static MetricDef,
+        labels: &[&str],
+        name: &str,
+        idx: u32,
+        v: f64,
+    ) {
         match self.series.get_mut(name) {
             Some(s) => s.points.push((idx, v)),
             None => {
-                self.series.insert(
-                    name.to_string(),
-                    Series {
-                        points: vec![(idx, v)],
-                    },
-                );
+                let mut s = Series::new(def, labels);
+                s.points.push((idx, v));
+                self.series.insert(name.to_string(), s);
             }
         }
+    }
+
+    /// Appends a value of the series of `def` with `labels` (tests and callers that build
+    /// data by hand).
+    pub fn push(&mut self, def: &'static MetricDef, labels: &[&str], idx: u32, v: f64) {
+        let name = def.series_name(labels);
+        self.push_point(def, labels, &name, idx, v);
     }
 
     /// Processes, libraries and kernel stacks of one window sample.
@@ -356,21 +430,32 @@ impl Data {
         self.ts.len() - self.start
     }
 
-    /// Series whose names match `glob`.
-    pub fn matching<'a>(&'a self, glob: &str) -> impl Iterator<Item = (&'a str, &'a Series)> {
-        let p = Pattern::new(glob);
-        let prefix = p.literal_prefix().to_string();
-        self.series
-            .range(prefix.clone()..)
-            .take_while(move |(k, _)| k.starts_with(&prefix))
-            .filter(move |(k, _)| p.matches(k))
-            .map(|(k, v)| (k.as_str(), v))
+    /// The kernel release of the recorded host, parsed.
+    pub fn kernel_version(&self) -> Option<KernelVersion> {
+        parse_osrelease(self.kernel.as_bytes()).ok()
     }
 
-    /// Statistics of series `name` (all zero when absent).
-    pub fn stats(&self, name: &str) -> Stats {
+    /// Every series of metric `def`.
+    pub fn each(&self, def: &'static MetricDef) -> impl Iterator<Item = &Series> {
+        let prefix = def.literal_prefix();
         self.series
-            .get(name)
+            .range::<str, _>((
+                std::ops::Bound::Included(prefix),
+                std::ops::Bound::Unbounded,
+            ))
+            .take_while(move |(k, _)| k.starts_with(prefix))
+            .map(|(_, s)| s)
+            .filter(move |s| s.def == def)
+    }
+
+    /// The series of `def` with placeholder values `labels`.
+    pub fn get(&self, def: &'static MetricDef, labels: &[&str]) -> Option<&Series> {
+        self.series.get(&def.series_name(labels))
+    }
+
+    /// Statistics of the series of `def` with `labels` (all zero when absent).
+    pub fn stats(&self, def: &'static MetricDef, labels: &[&str]) -> Stats {
+        self.get(def, labels)
             .map(|s| self.stats_of(s))
             .unwrap_or_default()
     }
@@ -411,28 +496,26 @@ impl Data {
         st
     }
 
-    /// First window time at which `name` reached `threshold`.
-    pub fn onset(&self, name: &str, threshold: f64) -> Option<i64> {
+    /// First window time at which series `s` reached `threshold`.
+    pub fn onset(&self, s: &Series, threshold: f64) -> Option<i64> {
         let start = self.start as u32;
-        self.series
-            .get(name)?
-            .points
+        s.points
             .iter()
             .find_map(|&(i, v)| (i >= start && v >= threshold).then(|| self.at(i)))
     }
 
-    /// First window time at which `name` rose clearly above its baseline: past
+    /// First window time at which series `s` rose clearly above its baseline: past
     /// `median + 4 x MAD` of the baseline and past `floor`.
-    pub fn onset_over_baseline(&self, name: &str, floor: f64) -> Option<i64> {
-        let st = self.stats(name);
+    pub fn onset_over_baseline(&self, s: &Series, floor: f64) -> Option<i64> {
+        let st = self.stats_of(s);
         let t = (st.base_median + 4.0 * st.base_mad).max(floor);
-        self.onset(name, t)
+        self.onset(s, t)
     }
 
-    /// Values of `name` in the window, by sample (None where absent).
-    pub fn window_values(&self, name: &str) -> Vec<Option<f64>> {
+    /// Values of series `s` in the window, by sample (None where absent).
+    pub fn window_values(&self, s: Option<&Series>) -> Vec<Option<f64>> {
         let mut out = vec![None; self.window_len()];
-        if let Some(s) = self.series.get(name) {
+        if let Some(s) = s {
             for &(i, v) in &s.points {
                 if let Some(k) = (i as usize).checked_sub(self.start) {
                     if let Some(slot) = out.get_mut(k) {
@@ -448,6 +531,7 @@ impl Data {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use jitterscope_model::metrics::{cgroup, cpu, process};
 
     fn data(points: &[(u32, f64)], start: usize, n: usize) -> Data {
         let mut d = Data {
@@ -455,12 +539,9 @@ mod tests {
             start,
             ..Default::default()
         };
-        d.series.insert(
-            "x".into(),
-            Series {
-                points: points.to_vec(),
-            },
-        );
+        for &(i, v) in points {
+            d.push(&cpu::SYS_PCT, &[], i, v);
+        }
         d
     }
 
@@ -478,44 +559,40 @@ mod tests {
             3,
             6,
         );
-        let s = d.stats("x");
+        let s = d.stats(&cpu::SYS_PCT, &[]);
         assert_eq!((s.n, s.max, s.mean, s.sum), (3, 30.0, 20.0, 60.0));
         assert_eq!((s.first, s.last), (10.0, 20.0));
         assert_eq!((s.base_n, s.base_median, s.base_mad), (3, 2.0, 1.0));
-        assert_eq!(d.onset("x", 25.0), Some(4_000_000_000));
+        let x = d.get(&cpu::SYS_PCT, &[]).unwrap();
+        assert_eq!(d.onset(x, 25.0), Some(4_000_000_000));
         // median 2 + 4 x MAD 1 = 6: the first window sample already exceeds it.
-        assert_eq!(d.onset_over_baseline("x", 0.0), Some(3_000_000_000));
-        assert_eq!(d.onset_over_baseline("x", 100.0), None);
+        assert_eq!(d.onset_over_baseline(x, 0.0), Some(3_000_000_000));
+        assert_eq!(d.onset_over_baseline(x, 100.0), None);
         assert_eq!(
-            d.window_values("x"),
+            d.window_values(Some(x)),
             vec![Some(10.0), Some(30.0), Some(20.0)]
         );
-        assert_eq!(d.stats("absent"), Stats::default());
+        assert_eq!(d.stats(&cpu::USR_PCT, &[]), Stats::default());
     }
 
     #[test]
-    fn names_with_dots_in_comm() {
-        assert_eq!(
-            pid_comm("proc.42.python3.11.rss_bytes", "proc.", ".rss_bytes"),
-            Some((42, "python3.11"))
-        );
-        assert_eq!(pid_comm("proc.x.y.rss_bytes", "proc.", ".rss_bytes"), None);
-        assert_eq!(pid_comm("cpu.usr_pct", "proc.", ".rss_bytes"), None);
+    fn process_series_know_their_pid_and_comm_with_dots() {
+        let mut d = data(&[], 0, 1);
+        d.push(&process::PROC_RSS_BYTES, &["42", "python3.11"], 0, 1.0);
+        let s = d.each(&process::PROC_RSS_BYTES).next().unwrap();
+        assert_eq!(s.pid_comm(), Some((42, "python3.11")));
+        assert_eq!(s.name(), "proc.42.python3.11.rss_bytes");
     }
 
     #[test]
-    fn matching_uses_the_prefix_and_the_glob() {
+    fn each_takes_one_metric_of_those_sharing_a_prefix() {
         let mut d = data(&[(0, 1.0)], 0, 1);
-        for n in [
-            "cgroup./a.cpu.throttled_pct",
-            "cgroup./a.cpu.usage_pct",
-            "cpu.sys_pct",
-        ] {
-            d.series.insert(n.into(), Series::default());
-        }
-        let m: Vec<&str> = d
-            .matching("cgroup.*.cpu.throttled_pct")
-            .map(|(k, _)| k)
+        d.push(&cgroup::CPU_THROTTLED_PCT, &["/a"], 0, 1.0);
+        d.push(&cgroup::CPU_USAGE_PCT, &["/a"], 0, 1.0);
+        d.push(&cgroup::CPU_USAGE_PCT, &["/b.cpu.throttled_pct"], 0, 1.0);
+        let m: Vec<String> = d
+            .each(&cgroup::CPU_THROTTLED_PCT)
+            .map(|s| s.name())
             .collect();
         assert_eq!(m, ["cgroup./a.cpu.throttled_pct"]);
     }

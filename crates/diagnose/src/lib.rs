@@ -47,8 +47,8 @@ pub struct Evidence {
     pub stat: &'static str,
     /// The baseline's median, when there was a baseline.
     pub baseline: Option<f64>,
-    /// Unit.
-    pub unit: &'static str,
+    /// Unit (of the statistic: a per-second series summed over the window is a count).
+    pub unit: jitterscope_model::registry::Unit,
     /// What it shows.
     pub note: String,
 }
@@ -111,6 +111,8 @@ pub struct Report {
     pub baseline_samples: usize,
     /// Findings: mechanism findings by confidence, then resource findings by confidence.
     pub findings: Vec<Finding>,
+    /// Records the read skipped because they were damaged.
+    pub damaged: jitterscope_model::stored::Damage,
 }
 
 /// Options of [`diagnose`].
@@ -133,9 +135,9 @@ pub use jitterscope_model::time::rfc3339;
 
 /// Diagnoses the samples in `(from, to]` of the store at `dir`.
 pub fn diagnose(dir: &Path, from: i64, to: i64, opts: Options) -> Result<Report> {
-    let select: Vec<&str> = rules::RULES
+    let select: Vec<jitterscope_model::registry::Select> = rules::RULES
         .iter()
-        .flat_map(|r| r.select.iter().copied())
+        .flat_map(|r| r.select.iter().map(|s| s.select()))
         .collect();
     let d = Data::load(dir, from, to, opts.lookback_ns, &select, true)?;
     Ok(evaluate(&d))
@@ -168,6 +170,7 @@ pub fn evaluate(d: &Data) -> Report {
         samples: d.window_len(),
         baseline_samples: d.start,
         findings,
+        damaged: d.damage,
     }
 }
 
@@ -176,18 +179,32 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// Every rule's selects, with placeholders filled, as candidate series names.
-    fn names() -> Vec<String> {
+    /// Every rule's selects, with placeholders filled, as candidate series.
+    fn names() -> Vec<(&'static jitterscope_model::MetricDef, Vec<&'static str>)> {
         let mut v = Vec::new();
         for r in rules::RULES {
             for s in r.select {
-                for fill in ["1.app", "/a/b", "sda", "0", "super_cache_scan"] {
-                    v.push(s.replacen('*', fill, 1).replace('*', "x"));
+                let n = s.def.placeholders().len();
+                for fill in [
+                    "1",
+                    "app",
+                    "/a/b",
+                    "sda",
+                    "0",
+                    "super_cache_scan",
+                    "memory",
+                    "dentry",
+                ] {
+                    let mut labels: Vec<&'static str> = vec![fill; n];
+                    for (l, g) in labels.iter_mut().zip(s.labels) {
+                        if !g.contains('*') {
+                            *l = g;
+                        }
+                    }
+                    v.push((s.def, labels));
                 }
             }
         }
-        v.sort();
-        v.dedup();
         v
     }
 
@@ -209,11 +226,11 @@ mod tests {
                 ..Default::default()
             };
             for (k, i, v) in picks {
-                let name = &all[k % all.len()];
-                let s = d.series.entry(name.clone()).or_default();
+                let (def, labels) = &all[k % all.len()];
                 let i = i % n as u32;
-                if s.points.last().is_none_or(|p| p.0 < i) {
-                    s.points.push((i, v));
+                let last = d.get(def, labels).and_then(|s| s.points.last()).map(|p| p.0);
+                if last.is_none_or(|l| l < i) {
+                    d.push(def, labels, i, v);
                 }
             }
             let r = evaluate(&d);

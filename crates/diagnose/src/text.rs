@@ -20,6 +20,9 @@ pub fn render(r: &Report) -> String {
         "window {} .. {} ({} samples, baseline {} samples)",
         r.window.from, r.window.to, r.samples, r.baseline_samples
     );
+    if let Some(note) = r.damaged.note() {
+        let _ = writeln!(o, "note: {note}");
+    }
     if r.samples == 0 {
         let _ = writeln!(o, "no samples in this window: nothing to diagnose");
         return o;
@@ -71,7 +74,7 @@ pub fn render(r: &Report) -> String {
                 "     - {}: {} {}{base} — {} [{}]",
                 e.note,
                 num(e.value),
-                e.unit,
+                e.unit.symbol(),
                 e.stat,
                 e.signal
             );

@@ -15,7 +15,7 @@ pub mod signature;
 pub mod stop;
 pub mod worker;
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use serde::Serialize;
@@ -125,13 +125,8 @@ pub struct Outcome {
     pub memleak: Option<Value>,
 }
 
-/// Wall-clock now in ns since the epoch (the recorder's sample times are the same clock).
-pub fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
-}
+/// Wall-clock time, ns since the Unix epoch.
+pub use jitterscope_sources::units::wall_ns as now_ns;
 
 /// Runs `s`: set-up, `duration` of workload, stop, clean up. `progress` gets one line per
 /// step. A stop signal (see [`stop::install`]) ends the workload early; cleanup still runs.

@@ -9,6 +9,9 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
+use jitterscope_model::metrics::{cgroup, cpu, irq, mem, process, tracer};
+use jitterscope_model::registry::Select;
+
 use crate::sandbox::{LabCgroup, Limits, Sandbox};
 use crate::signature::{Check, Cmp, Stat};
 use crate::worker::cpus;
@@ -190,6 +193,9 @@ pub fn find(name: &str) -> Result<&'static Scenario> {
     })
 }
 
+/// The lab's cgroups, as a label glob.
+const LAB_CGROUPS: &str = "*jitterscope-lab/*";
+
 /// Checks every mechanism scenario would fail: the controls must pass them all. The first two
 /// make sure "nothing moved" is measured, not merely unrecorded: the control's cgroup is in the
 /// recording and the reclaim tracer was running.
@@ -197,37 +203,37 @@ fn quiet_checks(cg: &LabCgroup) -> Vec<Check> {
     vec![
         Check::new(
             "the control's cgroup is recorded",
-            format!("cgroup.{}.cpu.usage_pct", cg.path),
+            Select::labels(&cgroup::CPU_USAGE_PCT, &[&cg.path]),
             Stat::Series,
             Cmp::AtLeast(1.0),
         ),
         Check::new(
             "the reclaim tracer ran",
-            "tracer.reclaim.attached",
+            Select::labels(&tracer::ATTACHED, &["reclaim"]),
             Stat::Max,
             Cmp::AtLeast(1.0),
         ),
         Check::new(
             "no TLB-shootdown storm",
-            "irq.tlb_per_s",
+            Select::all(&irq::TLB_PER_S),
             Stat::Ratio { floor: 100.0 },
             Cmp::Below(10.0),
         ),
         Check::new(
             "no lab cgroup throttled",
-            "cgroup.*jitterscope-lab/*.cpu.throttled_pct",
+            Select::labels(&cgroup::CPU_THROTTLED_PCT, &[LAB_CGROUPS]),
             Stat::Max,
             Cmp::Below(5.0),
         ),
         Check::new(
             "no reclaim stall in lab cgroups",
-            "reclaim.cgroup.*jitterscope-lab/*.stalls_per_s",
+            Select::labels(&tracer::RECLAIM_CGROUP_STALLS_PER_S, &[LAB_CGROUPS]),
             Stat::Sum,
             Cmp::Below(1.0),
         ),
         Check::new(
             "no negative-dentry pile-up",
-            "dentry.nr_negative",
+            Select::all(&mem::DENTRY_NR_NEGATIVE),
             Stat::Rise,
             Cmp::Below(100_000.0),
         ),
@@ -348,19 +354,19 @@ fn cfs_throttle(e: &mut Env) -> Result<Started> {
         checks: vec![
             Check::new(
                 "the lab cgroup is throttled in most periods",
-                format!("cgroup.{p}.cpu.throttled_pct"),
+                Select::labels(&cgroup::CPU_THROTTLED_PCT, &[p]),
                 Stat::Mean,
                 Cmp::AtLeast(50.0),
             ),
             Check::new(
                 "while using a fraction of one core",
-                format!("cgroup.{p}.cpu.usage_pct"),
+                Select::labels(&cgroup::CPU_USAGE_PCT, &[p]),
                 Stat::Mean,
                 Cmp::Below(50.0),
             ),
             Check::new(
                 "throttled time accumulates",
-                format!("cgroup.{p}.cpu.throttled_ms_per_s"),
+                Select::labels(&cgroup::CPU_THROTTLED_MS_PER_S, &[p]),
                 Stat::Mean,
                 Cmp::AtLeast(50.0),
             ),
@@ -401,19 +407,19 @@ fn negative_dentry(e: &mut Env) -> Result<Started> {
         checks: vec![
             Check::new(
                 "negative dentries pile up",
-                "dentry.nr_negative",
+                Select::all(&mem::DENTRY_NR_NEGATIVE),
                 Stat::Rise,
                 Cmp::AtLeast(rise),
             ),
             Check::new(
                 "the failed look-ups are traced to lab-nss-probe",
-                "lookups.proc.*.lab-nss-probe.enoent_per_s",
+                Select::labels(&tracer::LOOKUPS_PROC_ENOENT_PER_S, &["*", "lab-nss-probe"]),
                 Stat::Sum,
                 Cmp::AtLeast(10_000.0),
             ),
             Check::new(
                 "reclaim stalls in the lab cgroup",
-                format!("reclaim.cgroup.{p}.stalls_per_s"),
+                Select::labels(&tracer::RECLAIM_CGROUP_STALLS_PER_S, &[p]),
                 Stat::Sum,
                 // At least one stall: a per-second rate over a span slightly longer than 1 s
                 // makes a single stall 0.99.
@@ -421,7 +427,7 @@ fn negative_dentry(e: &mut Env) -> Result<Started> {
             ),
             Check::new(
                 "the superblock shrinker frees dentries",
-                "shrinker.super_cache_scan.freed_per_s",
+                Select::labels(&tracer::SHRINKER_FREED_PER_S, &["super_cache_scan"]),
                 Stat::Sum,
                 Cmp::AtLeast(1000.0),
             ),
@@ -485,13 +491,16 @@ fn shrinker_scale(e: &mut Env) -> Result<Started> {
         checks: vec![
             Check::new(
                 "the lab memcgs are recorded",
-                format!("cgroup.{}/*.memory.usage_bytes", parent.path),
+                Select::labels(
+                    &cgroup::MEMORY_USAGE_BYTES,
+                    &[&format!("{}/*", parent.path)],
+                ),
                 Stat::Series,
                 Cmp::AtLeast(n as f64 * 0.9),
             ),
             Check::new(
                 "reclaim calls the superblock shrinker for each memcg",
-                "shrinker.super_cache_scan.calls_per_s",
+                Select::labels(&tracer::SHRINKER_CALLS_PER_S, &["super_cache_scan"]),
                 Stat::Sum,
                 Cmp::AtLeast(n as f64),
             ),
@@ -499,7 +508,7 @@ fn shrinker_scale(e: &mut Env) -> Result<Started> {
             // out from what the host's own memcgs cause.
             Check::new(
                 "far above the host's own shrinker calls",
-                "shrinker.super_cache_scan.calls_per_s",
+                Select::labels(&tracer::SHRINKER_CALLS_PER_S, &["super_cache_scan"]),
                 Stat::Ratio { floor: 10.0 },
                 Cmp::AtLeast(5.0),
             ),
@@ -538,19 +547,19 @@ fn tlb_shootdown(e: &mut Env) -> Result<Started> {
         checks: vec![
             Check::new(
                 "TLB-shootdown IPIs at least 10x the baseline",
-                "irq.tlb_per_s",
+                Select::all(&irq::TLB_PER_S),
                 Stat::Ratio { floor: 100.0 },
                 Cmp::AtLeast(10.0),
             ),
             Check::new(
                 "the shootdowns are attributed to lab-madvise",
-                "tlb.proc.*.lab-madvise.shootdown_ipis_sent_per_s",
+                Select::labels(&tracer::TLB_PROC_SHOOTDOWN_IPIS_SENT_PER_S, &["*", "lab-madvise"]),
                 Stat::Sum,
                 Cmp::AtLeast(1000.0),
             ),
             Check::new(
                 "its madvise(MADV_DONTNEED) calls are traced",
-                "madvise.proc.*.lab-madvise.dontneed_per_s",
+                Select::labels(&tracer::MADVISE_PROC_DONTNEED_PER_S, &["*", "lab-madvise"]),
                 Stat::Sum,
                 Cmp::AtLeast(1000.0),
             ),
@@ -586,19 +595,19 @@ fn reclaim_storm(e: &mut Env) -> Result<Started> {
         checks: vec![
             Check::new(
                 "direct reclaim stalls in the lab cgroup",
-                format!("reclaim.cgroup.{p}.stalls_per_s"),
+                Select::labels(&tracer::RECLAIM_CGROUP_STALLS_PER_S, &[p]),
                 Stat::Sum,
                 Cmp::AtLeast(5.0),
             ),
             Check::new(
                 "lab-reclaim is the task that stalled",
-                "reclaim.proc.*.lab-reclaim.stalls_per_s",
+                Select::labels(&tracer::RECLAIM_PROC_STALLS_PER_S, &["*", "lab-reclaim"]),
                 Stat::Sum,
                 Cmp::AtLeast(5.0),
             ),
             Check::new(
                 "the cgroup sits at its limit",
-                format!("cgroup.{p}.memory.usage_of_limit_pct"),
+                Select::labels(&cgroup::MEMORY_USAGE_OF_LIMIT_PCT, &[p]),
                 Stat::Max,
                 Cmp::AtLeast(90.0),
             ),
@@ -641,19 +650,19 @@ fn pagecache_thrash(e: &mut Env) -> Result<Started> {
         checks: vec![
             Check::new(
                 "the working set comes back as major faults",
-                "proc.*.lab-workset.majflt_per_s",
+                Select::labels(&process::PROC_MAJFLT_PER_S, &["*", "lab-workset"]),
                 Stat::Sum,
                 Cmp::AtLeast(1000.0),
             ),
             Check::new(
                 "evicted file pages refault",
-                "reclaim.refault_file_per_s",
+                Select::all(&mem::RECLAIM_REFAULT_FILE_PER_S),
                 Stat::Sum,
                 Cmp::AtLeast(1000.0),
             ),
             Check::new(
                 "lab-stream drives the reads",
-                "proc.*.lab-stream.read_bytes_per_s",
+                Select::labels(&process::PROC_READ_BYTES_PER_S, &["*", "lab-stream"]),
                 Stat::Mean,
                 Cmp::AtLeast(MIB as f64),
             ),
@@ -686,7 +695,7 @@ fn leak(e: &mut Env, mode: &str, comm: &str) -> Result<Started> {
         )],
         checks: vec![Check::new(
             format!("{comm}'s RSS grows"),
-            format!("proc.*.{comm}.rss_bytes"),
+            Select::labels(&process::PROC_RSS_BYTES, &["*", comm]),
             Stat::Growth,
             // The first and last samples miss up to a second each at both ends.
             Cmp::AtLeast(expect * 0.4),
@@ -707,7 +716,7 @@ fn cpu_saturation(e: &mut Env) -> Result<Started> {
     let pid = e.sb.spawn(&cg, "busy", worker("busy", &[])?)?;
     let mut checks = vec![Check::new(
         "user CPU saturated",
-        "cpu.usr_pct",
+        Select::all(&cpu::USR_PCT),
         Stat::Mean,
         Cmp::AtLeast(60.0),
     )];
@@ -758,6 +767,9 @@ mod tests {
         // Two presence checks, then only "Below" checks (nothing may move).
         assert!(cs[..2].iter().all(|c| matches!(c.cmp, Cmp::AtLeast(_))));
         assert!(cs[2..].iter().all(|c| matches!(c.cmp, Cmp::Below(_))));
-        assert_eq!(cs[0].series, "cgroup./jitterscope-lab/idle.cpu.usage_pct");
+        assert_eq!(
+            cs[0].series.to_string(),
+            "cgroup./jitterscope-lab/idle.cpu.usage_pct"
+        );
     }
 }

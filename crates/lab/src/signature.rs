@@ -6,15 +6,13 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use jitterscope_model::derive::for_each_series;
-use jitterscope_model::glob::Pattern;
-use jitterscope_model::registry::{all, parts_for};
-use jitterscope_model::{codec, Sample};
-use jitterscope_store::Reader;
+use jitterscope_model::derive::Selection;
+use jitterscope_model::registry::Select;
+use jitterscope_model::stored::SampleReader;
 use serde::Serialize;
 
 /// The statistic a check takes of its series over the scenario's active window. Each sample's
-/// value is the sum of every series the glob matches in it (several pids of one comm, say).
+/// value is the sum of every series the selection takes in it (several pids of one comm, say).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "stat")]
 pub enum Stat {
@@ -67,8 +65,8 @@ pub enum Cmp {
 pub struct Check {
     /// What it shows, in words.
     pub what: String,
-    /// Series name or glob (`proc.*.lab-madvise.*`).
-    pub series: String,
+    /// The series: a metric and label globs (prints as `proc.*.lab-madvise.dontneed_per_s`).
+    pub series: Select,
     /// Statistic.
     pub stat: Stat,
     /// Comparison.
@@ -77,10 +75,10 @@ pub struct Check {
 
 impl Check {
     /// Shorthand.
-    pub fn new(what: impl Into<String>, series: impl Into<String>, stat: Stat, cmp: Cmp) -> Self {
+    pub fn new(what: impl Into<String>, series: Select, stat: Stat, cmp: Cmp) -> Self {
         Check {
             what: what.into(),
-            series: series.into(),
+            series,
             stat,
             cmp,
         }
@@ -157,51 +155,46 @@ struct Acc {
 /// Evaluates `checks` on the samples of the store at `dir`.
 pub fn evaluate(dir: &Path, checks: &[Check], w: Windows) -> Result<Vec<CheckResult>> {
     let reader =
-        Reader::open(dir).with_context(|| format!("cannot open store {}", dir.display()))?;
-    let pats: Vec<Pattern> = checks.iter().map(|c| Pattern::new(&c.series)).collect();
-    let parts = parts_for(&pats);
+        SampleReader::open(dir).with_context(|| format!("cannot open store {}", dir.display()))?;
+    let selects: Vec<Select> = checks.iter().map(|c| c.series.clone()).collect();
+    let sel = Selection::of(&selects);
     let mut accs: Vec<Acc> = checks.iter().map(|_| Acc::default()).collect();
-    let mut prev: Option<Sample> = None;
-    // One interval before the baseline so its first sample has rates.
-    for rec in reader.range(w.baseline.0 - 5_000_000_000, w.active.1)? {
-        let rec = rec?;
-        let Ok(sample) = codec::decode_lanes(&rec.payload, rec.detail.as_deref(), parts) else {
+    let mut pairs = reader.pairs(w.baseline.0.saturating_add(1), w.active.1, sel.parts())?;
+    while let Some((sample, prev)) = pairs.next() {
+        let ts = sample.ts_ns;
+        let active = if ts > w.active.0 && ts <= w.active.1 {
+            true
+        } else if ts > w.baseline.0 && ts <= w.baseline.1 {
+            false
+        } else {
             continue;
         };
-        let ts = sample.ts_ns;
-        let phase = if ts > w.active.0 && ts <= w.active.1 {
-            Some(true)
-        } else if ts > w.baseline.0 && ts <= w.baseline.1 {
-            Some(false)
-        } else {
-            None
-        };
-        if let (Some(active), Some(p)) = (phase, prev.as_ref()) {
-            let mut sums: Vec<Option<f64>> = vec![None; checks.len()];
-            for_each_series(all(), &sample, Some(p), &pats, |_, _, name, value| {
-                let Some(v) = value.filter(|v| v.is_finite()) else {
-                    return;
-                };
-                for (i, pat) in pats.iter().enumerate() {
-                    if pat.matches(name) {
-                        *sums[i].get_or_insert(0.0) += v;
-                        if active {
-                            accs[i].series.insert(name.to_string());
-                        }
-                    }
-                }
-            });
-            for (acc, s) in accs.iter_mut().zip(sums) {
-                if let Some(s) = s {
+        if prev.is_none() {
+            continue;
+        }
+        let mut sums: Vec<Option<f64>> = vec![None; checks.len()];
+        sel.for_each(sample, prev, |def, labels, name, value| {
+            let Some(v) = value.filter(|v| v.is_finite()) else {
+                return;
+            };
+            for (i, c) in checks.iter().enumerate() {
+                if c.series.matches(def, labels) {
+                    *sums[i].get_or_insert(0.0) += v;
                     if active {
-                        acc.active.push(s);
-                    } else {
-                        acc.baseline.push(s);
+                        accs[i].series.insert(name.to_string());
                     }
                 }
             }
+        });
+        for (acc, s) in accs.iter_mut().zip(sums) {
+            if let Some(s) = s {
+                if active {
+                    acc.active.push(s);
+                } else {
+                    acc.baseline.push(s);
+                }
+            }
         }
-        prev = Some(sample);
     }
     Ok(checks.iter().zip(accs).map(|(c, a)| judge(c, &a)).collect())
 }
@@ -256,7 +249,15 @@ mod tests {
     }
 
     fn v(stat: Stat, cmp: Cmp, a: &Acc) -> (Option<f64>, bool) {
-        let r = judge(&Check::new("x", "x", stat, cmp), a);
+        let r = judge(
+            &Check::new(
+                "x",
+                Select::all(&jitterscope_model::metrics::cpu::USR_PCT),
+                stat,
+                cmp,
+            ),
+            a,
+        );
         (r.value, r.pass)
     }
 
@@ -296,7 +297,10 @@ mod tests {
         let r = judge(
             &Check::new(
                 "throttled",
-                "cgroup.x.cpu.throttled_pct",
+                Select::labels(
+                    &jitterscope_model::metrics::cgroup::CPU_THROTTLED_PCT,
+                    &["x"],
+                ),
                 Stat::Mean,
                 Cmp::AtLeast(50.0),
             ),

@@ -2,7 +2,7 @@
 //! plain verdict.
 
 use std::io;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -100,11 +100,7 @@ pub struct Target {
     mem: ProcMem,
 }
 
-fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64)
-}
+use jitterscope_sources::units::wall_ns as now_ns;
 
 fn permission_hint() -> String {
     let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
@@ -359,9 +355,7 @@ fn slope(points: &[Point]) -> f64 {
     }
 }
 
-fn mib(b: f64) -> String {
-    format!("{:.1} MiB", b / 1048576.0)
-}
+use jitterscope_sources::units::mib_text as mib;
 
 /// Compares the first and the last full reading (with the mappings-only readings between).
 pub fn analyze(

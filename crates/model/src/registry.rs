@@ -60,6 +60,25 @@ impl Unit {
         }
     }
 
+    /// A short symbol for axis titles and screens (`%`, `/s`, `µs`).
+    pub fn symbol(self) -> &'static str {
+        match self {
+            Unit::Percent => "%",
+            Unit::PerSecond => "/s",
+            Unit::Bytes => "bytes",
+            Unit::BytesPerSecond => "bytes/s",
+            Unit::Pages => "pages",
+            Unit::Count => "count",
+            Unit::Milliseconds => "ms",
+            Unit::Microseconds => "µs",
+            Unit::Nanoseconds => "ns",
+            Unit::Seconds => "s",
+            Unit::Ratio => "ratio",
+            Unit::Cores => "cores",
+            Unit::MillisecondsPerSecond => "ms/s",
+        }
+    }
+
     /// The unit of a per-second value summed over the seconds it covers (a count for events
     /// per second, bytes for bytes per second); other units are their own.
     pub fn summed(self) -> Unit {
@@ -69,6 +88,12 @@ impl Unit {
             Unit::MillisecondsPerSecond => Unit::Milliseconds,
             u => u,
         }
+    }
+}
+
+impl serde::Serialize for Unit {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
     }
 }
 
@@ -277,6 +302,10 @@ impl MetricDef {
             // No placeholder: `may_match` matched the name itself.
             return Fit::Always;
         }
+        // The metric's own glob (each placeholder a `*`), as selections print themselves.
+        if p.as_str() == lits.join("*") {
+            return Fit::Always;
+        }
         let (first, last) = (lits[0], lits[lits.len() - 1]);
         let suffix = p.literal_suffix();
         if !(last.ends_with(suffix) || suffix.ends_with(last)) {
@@ -332,6 +361,33 @@ pub fn parse_series(
     defs.iter()
         .filter_map(|&d| Some((d, d.labels_of(series)?)))
         .max_by_key(|(d, _)| d.literals().iter().map(|l| l.len()).sum::<usize>())
+}
+
+/// A selection written in code, where it must be a constant (a rule's inputs, a signal): a
+/// metric and one glob per placeholder (none: every series). [`Sel::select`] prepares it.
+#[derive(Debug, Clone, Copy)]
+pub struct Sel {
+    /// The metric.
+    pub def: &'static MetricDef,
+    /// Label globs, one per placeholder in template order; empty for every series.
+    pub labels: &'static [&'static str],
+}
+
+impl Sel {
+    /// Every series of `def`.
+    pub const fn all(def: &'static MetricDef) -> Sel {
+        Sel { def, labels: &[] }
+    }
+
+    /// The series of `def` whose placeholder values match `labels`.
+    pub const fn of(def: &'static MetricDef, labels: &'static [&'static str]) -> Sel {
+        Sel { def, labels }
+    }
+
+    /// As a [`Select`].
+    pub fn select(&self) -> Select {
+        Select::labels(self.def, self.labels)
+    }
 }
 
 /// A selection of one metric's series: every series, or those whose placeholder values match
@@ -441,6 +497,7 @@ mod tests {
         assert_eq!(rss.fit(&Pattern::new("proc.1*.rss_bytes")), Fit::Check);
         assert_eq!(rss.fit(&Pattern::new("proc.1?.*")), Fit::Check);
         assert_eq!(rss.fit(&Pattern::new("cpu.*")), Fit::Never);
+        assert_eq!(rss.fit(&Pattern::new("proc.*.*.rss_bytes")), Fit::Always);
     }
 
     #[test]

@@ -87,12 +87,7 @@ pub fn monotonic_ns() -> u64 {
 
 /// The wall clock now, ns since the Unix epoch (0 if the clock is before it): the clock of
 /// [`Sample::ts_ns`].
-pub fn wall_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
-}
+pub use jitterscope_sources::units::wall_ns;
 
 /// System-wide pressure stall information.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -56,6 +56,9 @@ impl Damage {
     }
 }
 
+/// A sample and the one before it, when there is one.
+pub type Pair = (Sample, Option<Sample>);
+
 /// Reads samples from a store directory.
 #[derive(Debug, Clone)]
 pub struct SampleReader {
@@ -118,7 +121,7 @@ impl SampleReader {
     pub fn latest_pair(
         &self,
         parts: Parts,
-    ) -> Result<(Option<(Sample, Option<Sample>)>, Damage), StoreError> {
+    ) -> Result<(Option<Pair>, Damage), StoreError> {
         let mut damage = Damage::default();
         let Some(last) = self.reader.latest()? else {
             return Ok((None, damage));

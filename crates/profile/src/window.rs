@@ -385,36 +385,27 @@ fn sanitize(s: &str) -> String {
 }
 
 /// The stack slices of `(from, to]` in the store at `dir`, kept as `filter` says, with the
-/// recorded host name and the number of samples that could not be decoded. A slice belongs to
-/// the window when it ends inside it (its sample's time), so adjacent windows split the slices
-/// between them without overlap.
+/// recorded host name and what the read skipped. A slice belongs to the window when it ends
+/// inside it (its sample's time), so adjacent windows split the slices between them without
+/// overlap.
 pub fn read_store(
     dir: &std::path::Path,
     from: i64,
     to: i64,
     filter: &Filter,
-) -> Result<(Window, String, u64), jitterscope_store::StoreError> {
-    use jitterscope_model::codec::{decode_parts, Parts};
-    let reader = jitterscope_store::Reader::open(dir)?;
+) -> Result<(Window, String, jitterscope_model::stored::Damage), jitterscope_store::StoreError> {
+    use jitterscope_model::codec::Parts;
+    let reader = jitterscope_model::stored::SampleReader::open(dir)?;
     let mut w = Window::new();
     let mut host = String::new();
-    let mut undecodable = 0u64;
-    for rec in reader.range_main(from, to)? {
-        let rec = rec?;
-        if rec.ts_ns <= from || rec.ts_ns > to {
-            continue;
-        }
-        match decode_parts(&rec.payload, Parts::PROFILE) {
-            Ok(s) => {
-                if let Some(p) = &s.profile {
-                    w.add(p, filter);
-                    host = s.host.hostname;
-                }
-            }
-            Err(_) => undecodable += 1,
+    let mut samples = reader.samples(from.saturating_add(1), to, Parts::PROFILE)?;
+    for s in samples.by_ref() {
+        if let Some(p) = &s.profile {
+            w.add(p, filter);
+            host = s.host.hostname;
         }
     }
-    Ok((w, host, undecodable))
+    Ok((w, host, samples.damage()))
 }
 
 #[cfg(test)]

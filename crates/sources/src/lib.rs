@@ -14,5 +14,6 @@ pub mod io;
 pub mod process;
 pub mod smaps;
 pub mod system;
+pub mod units;
 
 pub use io::{ParseError, ReadError, Root};

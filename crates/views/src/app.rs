@@ -46,10 +46,10 @@ impl SortKey {
 
     fn of(self, p: &ProcRow) -> Option<f64> {
         match self {
-            SortKey::Cpu => p.cpu,
-            SortKey::Sys => p.sys,
+            SortKey::Cpu => p.cpu_pct,
+            SortKey::Sys => p.sys_pct,
             SortKey::Rss => p.rss_bytes,
-            SortKey::RssGrowth => p.rss_growth_per_s,
+            SortKey::RssGrowth => p.rss_growth_bytes_per_s,
             SortKey::Majflt => p.majflt_per_s,
             SortKey::Madvise => p.madvise_per_s,
             SortKey::Lookups => p.enoent_per_s,
@@ -483,9 +483,9 @@ impl App {
             y.unwrap_or(f64::NEG_INFINITY)
                 .total_cmp(&x.unwrap_or(f64::NEG_INFINITY))
                 .then_with(|| {
-                    b.cpu
+                    b.cpu_pct
                         .unwrap_or(-1.0)
-                        .total_cmp(&a.cpu.unwrap_or(-1.0))
+                        .total_cmp(&a.cpu_pct.unwrap_or(-1.0))
                         .then(a.pid.cmp(&b.pid))
                 })
         });
@@ -508,7 +508,7 @@ impl App {
             z(b.throttled_pct)
                 .total_cmp(&z(a.throttled_pct))
                 .then(z(b.reclaim_stalls_per_s).total_cmp(&z(a.reclaim_stalls_per_s)))
-                .then(z(b.cpu).total_cmp(&z(a.cpu)))
+                .then(z(b.cpu_pct).total_cmp(&z(a.cpu_pct)))
                 .then(z(b.mem_bytes).total_cmp(&z(a.mem_bytes)))
                 .then(a.path.cmp(&b.path))
         });

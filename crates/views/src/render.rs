@@ -98,13 +98,13 @@ fn cpu_line(c: &Cpu, label: &str) -> Line<'static> {
         bold(format!("{label:<4}")),
         Span::raw(format!(
             " usr {} sys {} irq {} sirq {} wait {} steal {} idle {}",
-            pct(c.usr),
-            pct(c.sys),
-            pct(c.irq),
-            pct(c.softirq),
-            pct(c.iowait),
-            pct(c.steal),
-            pct(c.idle)
+            pct(c.usr_pct),
+            pct(c.sys_pct),
+            pct(c.irq_pct),
+            pct(c.softirq_pct),
+            pct(c.iowait_pct),
+            pct(c.steal_pct),
+            pct(c.idle_pct)
         )),
     ])
 }
@@ -128,8 +128,8 @@ pub fn header_lines(s: &Snapshot, per_cpu: bool) -> Vec<Line<'static>> {
             num(l.running),
             num(l.blocked),
             num(l.exiting),
-            usec(l.runq_p99_us),
-            usec(l.runq_max_us),
+            usec(l.runq_p99_usec),
+            usec(l.runq_max_usec),
             num(l.ctxt_per_s)
         )),
     ]));
@@ -138,20 +138,20 @@ pub fn header_lines(s: &Snapshot, per_cpu: bool) -> Vec<Line<'static>> {
         bold("MEM "),
         Span::raw(format!(
             " free {} (min {} low {}) avail {} cache {} dirty {}",
-            bytes(m.free),
-            bytes(m.wmark_min),
-            bytes(m.wmark_low),
-            bytes(m.available),
-            bytes(m.cached),
-            bytes(m.dirty),
+            bytes(m.free_bytes),
+            bytes(m.wmark_min_bytes),
+            bytes(m.wmark_low_bytes),
+            bytes(m.available_bytes),
+            bytes(m.cached_bytes),
+            bytes(m.dirty_bytes),
         )),
     ]));
     out.push(Line::from(vec![
         bold("SLAB"),
         Span::raw(format!(
             " {} (reclaimable {}) dentries {} negative {} ({}/s)",
-            bytes(m.slab),
-            bytes(m.slab_reclaimable),
+            bytes(m.slab_bytes),
+            bytes(m.slab_reclaimable_bytes),
             num(m.dentries),
             num(m.dentries_negative),
             signed(m.negative_growth_per_s)
@@ -164,13 +164,13 @@ pub fn header_lines(s: &Snapshot, per_cpu: bool) -> Vec<Line<'static>> {
             // What reclaim cost tasks first (direct scanning, allocation stalls, traced
             // stalls); a storm's large numbers push only majflt off an 80-column line.
             " scan kswapd {} direct {} allocstall {} stalls {} steal {} refault {} majflt {}",
-            num(p.scan_kswapd),
-            num(p.scan_direct),
-            num(p.allocstall),
-            num(p.stalls),
-            num(p.steal),
-            num(p.refault),
-            num(p.majflt)
+            num(p.scan_kswapd_per_s),
+            num(p.scan_direct_per_s),
+            num(p.allocstall_per_s),
+            num(p.stalls_per_s),
+            num(p.steal_per_s),
+            num(p.refault_per_s),
+            num(p.majflt_per_s)
         )),
     ]));
     let i = &s.ipi;
@@ -179,18 +179,18 @@ pub fn header_lines(s: &Snapshot, per_cpu: bool) -> Vec<Line<'static>> {
         bold("IPI "),
         Span::raw(format!(
             " TLB {}/s CAL {}/s sent {}/s |",
-            num(i.tlb),
-            num(i.cal),
-            num(i.shootdowns_sent)
+            num(i.tlb_per_s),
+            num(i.cal_per_s),
+            num(i.shootdowns_sent_per_s)
         )),
         bold(" PSI"),
         Span::raw(format!(
             " cpu {} mem {}/{} io {}/{}",
-            pct(ps.cpu_some),
-            pct(ps.memory_some),
-            pct(ps.memory_full),
-            pct(ps.io_some),
-            pct(ps.io_full)
+            pct(ps.cpu_some_pct),
+            pct(ps.memory_some_pct),
+            pct(ps.memory_full_pct),
+            pct(ps.io_some_pct),
+            pct(ps.io_full_pct)
         )),
     ]));
     let mut disks: Vec<_> = s.disks.iter().collect();
@@ -272,7 +272,7 @@ pub fn process_lines(app: &App, rows: usize, scroll: usize, w: usize) -> Vec<Lin
         } else {
             p.comm.clone()
         };
-        let growth = match p.rss_growth_per_s {
+        let growth = match p.rss_growth_bytes_per_s {
             Some(g) if g > 0.0 => format!("+{}", bytes(Some(g))),
             Some(g) if g < 0.0 => format!("-{}", bytes(Some(-g))),
             Some(_) => "0".into(),
@@ -282,8 +282,8 @@ pub fn process_lines(app: &App, rows: usize, scroll: usize, w: usize) -> Vec<Lin
             "{:>7} {} {:>6} {:>6} {:>6} {:>6} {:>5} {:>5} {:>5} {}",
             p.pid,
             fit(&comm, 15),
-            pct(p.cpu),
-            pct(p.sys),
+            pct(p.cpu_pct),
+            pct(p.sys_pct),
             bytes(p.rss_bytes),
             growth,
             num(p.majflt_per_s),
@@ -334,7 +334,7 @@ pub fn cgroup_lines(app: &App, rows: usize, scroll: usize, w: usize) -> Vec<Line
         out.push(Line::from(format!(
             "{:<26} {:>6} {:>5} {:>6} {:>6} {:>6} {:>6} {:>5} {:>6}",
             path,
-            pct(c.cpu),
+            pct(c.cpu_pct),
             c.quota_cores.map_or("-".into(), |q| format!("{q:.2}")),
             pct(c.usage_of_quota_pct),
             pct(c.throttled_pct),

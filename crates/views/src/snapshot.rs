@@ -4,8 +4,9 @@
 
 use std::collections::HashMap;
 
-use jitterscope_model::derive::for_each_series;
-use jitterscope_model::registry::{find, MetricDef};
+use jitterscope_model::derive::Ctx;
+use jitterscope_model::metrics::{cgroup, cpu, disk, irq, mem, process, psi, tracer};
+use jitterscope_model::registry::MetricDef;
 use jitterscope_model::Sample;
 use serde::Serialize;
 
@@ -14,13 +15,13 @@ use serde::Serialize;
 pub struct Cpu {
     /// `cpu` for the host, `cpu0`… per CPU.
     pub name: String,
-    pub usr: Option<f64>,
-    pub sys: Option<f64>,
-    pub irq: Option<f64>,
-    pub softirq: Option<f64>,
-    pub iowait: Option<f64>,
-    pub steal: Option<f64>,
-    pub idle: Option<f64>,
+    pub usr_pct: Option<f64>,
+    pub sys_pct: Option<f64>,
+    pub irq_pct: Option<f64>,
+    pub softirq_pct: Option<f64>,
+    pub iowait_pct: Option<f64>,
+    pub steal_pct: Option<f64>,
+    pub idle_pct: Option<f64>,
 }
 
 /// Load, run queue and scheduler activity.
@@ -36,26 +37,26 @@ pub struct Load {
     /// Processes exiting (PF_EXITING), which case 1 found piling up behind reclaim.
     pub exiting: Option<f64>,
     /// Run-queue latency p99 over the interval, µs (runqlat tracer).
-    pub runq_p99_us: Option<f64>,
+    pub runq_p99_usec: Option<f64>,
     /// Run-queue latency maximum, µs.
-    pub runq_max_us: Option<f64>,
+    pub runq_max_usec: Option<f64>,
     pub ctxt_per_s: Option<f64>,
 }
 
 /// Memory: free against the watermarks, cache, slab, dentries.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Mem {
-    pub total: Option<f64>,
-    pub free: Option<f64>,
-    pub available: Option<f64>,
-    pub cached: Option<f64>,
-    pub dirty: Option<f64>,
-    pub slab: Option<f64>,
-    pub slab_reclaimable: Option<f64>,
+    pub total_bytes: Option<f64>,
+    pub free_bytes: Option<f64>,
+    pub available_bytes: Option<f64>,
+    pub cached_bytes: Option<f64>,
+    pub dirty_bytes: Option<f64>,
+    pub slab_bytes: Option<f64>,
+    pub slab_reclaimable_bytes: Option<f64>,
     /// Sums over all zones, bytes: kswapd wakes below `low`, allocations stall below `min`.
-    pub wmark_min: Option<f64>,
-    pub wmark_low: Option<f64>,
-    pub wmark_high: Option<f64>,
+    pub wmark_min_bytes: Option<f64>,
+    pub wmark_low_bytes: Option<f64>,
+    pub wmark_high_bytes: Option<f64>,
     pub dentries: Option<f64>,
     pub dentries_negative: Option<f64>,
     pub negative_growth_per_s: Option<f64>,
@@ -64,37 +65,37 @@ pub struct Mem {
 /// Page reclaim activity, per second.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Pag {
-    pub scan_kswapd: Option<f64>,
-    pub scan_direct: Option<f64>,
-    pub steal: Option<f64>,
-    pub allocstall: Option<f64>,
-    pub majflt: Option<f64>,
-    pub refault: Option<f64>,
+    pub scan_kswapd_per_s: Option<f64>,
+    pub scan_direct_per_s: Option<f64>,
+    pub steal_per_s: Option<f64>,
+    pub allocstall_per_s: Option<f64>,
+    pub majflt_per_s: Option<f64>,
+    pub refault_per_s: Option<f64>,
     /// Direct-reclaim stalls (reclaim tracer).
-    pub stalls: Option<f64>,
+    pub stalls_per_s: Option<f64>,
     /// Longest stall, µs.
-    pub stall_max_us: Option<f64>,
+    pub stall_max_usec: Option<f64>,
 }
 
 /// Inter-processor interrupts, per second.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Ipi {
     /// TLB shootdowns received (`TLB` line of /proc/interrupts).
-    pub tlb: Option<f64>,
+    pub tlb_per_s: Option<f64>,
     /// Function-call IPIs (`CAL`).
-    pub cal: Option<f64>,
+    pub cal_per_s: Option<f64>,
     /// Shootdown IPIs sent, as the tlb tracer counted them.
-    pub shootdowns_sent: Option<f64>,
+    pub shootdowns_sent_per_s: Option<f64>,
 }
 
 /// Pressure stall information over the interval, percent of time.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Psi {
-    pub cpu_some: Option<f64>,
-    pub memory_some: Option<f64>,
-    pub memory_full: Option<f64>,
-    pub io_some: Option<f64>,
-    pub io_full: Option<f64>,
+    pub cpu_some_pct: Option<f64>,
+    pub memory_some_pct: Option<f64>,
+    pub memory_full_pct: Option<f64>,
+    pub io_some_pct: Option<f64>,
+    pub io_full_pct: Option<f64>,
 }
 
 /// One disk.
@@ -120,11 +121,11 @@ pub struct ProcRow {
     /// Its cgroup (unified path, else the v1 cpu one).
     pub cgroup: String,
     /// Percent of one CPU.
-    pub cpu: Option<f64>,
-    pub sys: Option<f64>,
+    pub cpu_pct: Option<f64>,
+    pub sys_pct: Option<f64>,
     pub rss_bytes: Option<f64>,
     /// RSS change over the interval, bytes per second.
-    pub rss_growth_per_s: Option<f64>,
+    pub rss_growth_bytes_per_s: Option<f64>,
     pub majflt_per_s: Option<f64>,
     /// MADV_DONTNEED + MADV_FREE + other madvise calls per second (madvise tracer).
     pub madvise_per_s: Option<f64>,
@@ -139,7 +140,7 @@ pub struct ProcRow {
 pub struct CgroupRow {
     pub path: String,
     /// Percent of one CPU.
-    pub cpu: Option<f64>,
+    pub cpu_pct: Option<f64>,
     /// CPU quota, cores (absent: no quota).
     pub quota_cores: Option<f64>,
     pub usage_of_quota_pct: Option<f64>,
@@ -151,7 +152,7 @@ pub struct CgroupRow {
     /// Direct-reclaim stalls per second of its tasks (reclaim tracer).
     pub reclaim_stalls_per_s: Option<f64>,
     /// Run-queue latency p99 of its tasks, µs.
-    pub runq_p99_us: Option<f64>,
+    pub runq_p99_usec: Option<f64>,
 }
 
 /// Everything one screen shows of one sample.
@@ -181,92 +182,259 @@ pub struct Snapshot {
     pub cgroups: Vec<CgroupRow>,
 }
 
-/// Every metric a screen reads. Resolved once: `find` walks the registry.
-fn defs() -> &'static [&'static MetricDef] {
-    use std::sync::OnceLock;
-    static DEFS: OnceLock<Vec<&'static MetricDef>> = OnceLock::new();
-    // A name missing from the registry is a programming error the tests catch.
-    DEFS.get_or_init(|| NAMES.iter().filter_map(|n| find(n)).collect())
+/// Where one series of a metric goes on the screen: the snapshot being built, the series'
+/// placeholder values and its value.
+type Route = fn(&mut Builder, &[&str], Option<f64>);
+
+/// The screen's state while a snapshot is built.
+struct Builder {
+    s: Snapshot,
+    cpus: Vec<Cpu>,
+    disks: Vec<Disk>,
+    procs: HashMap<u32, ProcRow>,
+    cgroups: HashMap<String, CgroupRow>,
+    nice: Option<f64>,
+    /// Page size, bytes (watermarks are in pages).
+    page: f64,
 }
 
-const NAMES: &[&str] = &[
-    "cpu.usr_pct",
-    "cpu.nice_pct",
-    "cpu.sys_pct",
-    "cpu.irq_pct",
-    "cpu.softirq_pct",
-    "cpu.iowait_pct",
-    "cpu.steal_pct",
-    "cpu.idle_pct",
-    "cpu.<cpu>.usr_pct",
-    "cpu.<cpu>.nice_pct",
-    "cpu.<cpu>.sys_pct",
-    "cpu.<cpu>.irq_pct",
-    "cpu.<cpu>.softirq_pct",
-    "cpu.<cpu>.iowait_pct",
-    "cpu.<cpu>.steal_pct",
-    "cpu.<cpu>.idle_pct",
-    "sched.ctxt_per_s",
-    "sched.procs_running",
-    "sched.procs_blocked",
-    "load.avg1",
-    "load.avg5",
-    "load.avg15",
-    "procs.exiting",
-    "runqlat.p99_usec",
-    "runqlat.max_usec",
-    "mem.total_bytes",
-    "mem.free_bytes",
-    "mem.available_bytes",
-    "mem.cached_bytes",
-    "mem.dirty_bytes",
-    "mem.slab_bytes",
-    "mem.slab_reclaimable_bytes",
-    "zone.<node>.<zone>.min_pages",
-    "zone.<node>.<zone>.low_pages",
-    "zone.<node>.<zone>.high_pages",
-    "dentry.nr_dentry",
-    "dentry.nr_negative",
-    "dentry.negative_growth_per_s",
-    "reclaim.pgscan_kswapd_per_s",
-    "reclaim.pgscan_direct_per_s",
-    "reclaim.pgsteal_kswapd_per_s",
-    "reclaim.pgsteal_direct_per_s",
-    "reclaim.allocstall_per_s",
-    "reclaim.pgmajfault_per_s",
-    "reclaim.refault_file_per_s",
-    "reclaim.refault_anon_per_s",
-    "reclaim.stalls_per_s",
-    "reclaim.stall_max_usec",
-    "irq.tlb_per_s",
-    "irq.cal_per_s",
-    "tlb.shootdown_ipis_sent_per_s",
-    "psi.<resource>.some_pct",
-    "psi.<resource>.full_pct",
-    "disk.<disk>.util_pct",
-    "disk.<disk>.await_ms",
-    "disk.<disk>.reads_per_s",
-    "disk.<disk>.writes_per_s",
-    "disk.<disk>.read_bytes_per_s",
-    "disk.<disk>.write_bytes_per_s",
-    "proc.<pid>.<comm>.cpu_pct",
-    "proc.<pid>.<comm>.sys_pct",
-    "proc.<pid>.<comm>.rss_bytes",
-    "proc.<pid>.<comm>.majflt_per_s",
-    "madvise.proc.<pid>.<comm>.dontneed_per_s",
-    "madvise.proc.<pid>.<comm>.free_per_s",
-    "madvise.proc.<pid>.<comm>.other_per_s",
-    "lookups.proc.<pid>.<comm>.enoent_per_s",
-    "tlb.proc.<pid>.<comm>.shootdown_ipis_sent_per_s",
-    "cgroup.<cgroup>.cpu.usage_pct",
-    "cgroup.<cgroup>.cpu.quota_cores",
-    "cgroup.<cgroup>.cpu.usage_of_quota_pct",
-    "cgroup.<cgroup>.cpu.throttled_pct",
-    "cgroup.<cgroup>.memory.usage_bytes",
-    "cgroup.<cgroup>.memory.limit_bytes",
-    "cgroup.<cgroup>.memory.usage_of_limit_pct",
-    "reclaim.cgroup.<cgroup>.stalls_per_s",
-    "runqlat.cgroup.<cgroup>.p99_usec",
+impl Builder {
+    fn cpu(&mut self, id: &str) -> &mut Cpu {
+        let name = format!("cpu{id}");
+        match self.cpus.iter().position(|c| c.name == name) {
+            Some(i) => &mut self.cpus[i],
+            None => {
+                self.cpus.push(Cpu {
+                    name,
+                    ..Default::default()
+                });
+                self.cpus.last_mut().expect("just pushed")
+            }
+        }
+    }
+
+    fn disk(&mut self, name: &str) -> &mut Disk {
+        match self.disks.iter().position(|d| d.name == name) {
+            Some(i) => &mut self.disks[i],
+            None => {
+                self.disks.push(Disk {
+                    name: name.to_string(),
+                    ..Default::default()
+                });
+                self.disks.last_mut().expect("just pushed")
+            }
+        }
+    }
+
+    /// The row of the process in the first placeholder (`…<pid>.<comm>…` metrics), if listed.
+    fn proc(&mut self, labels: &[&str]) -> Option<&mut ProcRow> {
+        let pid: u32 = labels.first()?.parse().ok()?;
+        self.procs.get_mut(&pid)
+    }
+
+    fn cgroup(&mut self, labels: &[&str]) -> &mut CgroupRow {
+        let path = labels.first().copied().unwrap_or("");
+        self.cgroups
+            .entry(path.to_string())
+            .or_insert_with(|| CgroupRow {
+                path: path.to_string(),
+                ..Default::default()
+            })
+    }
+}
+
+/// Every metric the screen shows, and where. Evaluated one metric at a time, so no series name
+/// is built or matched: a renamed metric is a compile error here, not an empty column.
+static ROUTES: &[(&MetricDef, Route)] = &[
+    (&cpu::USR_PCT, |b, _, v| b.s.cpu.usr_pct = v),
+    (&cpu::NICE_PCT, |b, _, v| b.nice = v),
+    (&cpu::SYS_PCT, |b, _, v| b.s.cpu.sys_pct = v),
+    (&cpu::IRQ_PCT, |b, _, v| b.s.cpu.irq_pct = v),
+    (&cpu::SOFTIRQ_PCT, |b, _, v| b.s.cpu.softirq_pct = v),
+    (&cpu::IOWAIT_PCT, |b, _, v| b.s.cpu.iowait_pct = v),
+    (&cpu::STEAL_PCT, |b, _, v| b.s.cpu.steal_pct = v),
+    (&cpu::IDLE_PCT, |b, _, v| b.s.cpu.idle_pct = v),
+    // Niced user time counts as user time on the screen, as in top.
+    (&cpu::PER_CPU_USR_PCT, |b, l, v| {
+        add(&mut b.cpu(l[0]).usr_pct, v)
+    }),
+    (&cpu::PER_CPU_NICE_PCT, |b, l, v| {
+        add(&mut b.cpu(l[0]).usr_pct, v)
+    }),
+    (&cpu::PER_CPU_SYS_PCT, |b, l, v| b.cpu(l[0]).sys_pct = v),
+    (&cpu::PER_CPU_IRQ_PCT, |b, l, v| b.cpu(l[0]).irq_pct = v),
+    (&cpu::PER_CPU_SOFTIRQ_PCT, |b, l, v| {
+        b.cpu(l[0]).softirq_pct = v
+    }),
+    (&cpu::PER_CPU_IOWAIT_PCT, |b, l, v| {
+        b.cpu(l[0]).iowait_pct = v
+    }),
+    (&cpu::PER_CPU_STEAL_PCT, |b, l, v| b.cpu(l[0]).steal_pct = v),
+    (&cpu::PER_CPU_IDLE_PCT, |b, l, v| b.cpu(l[0]).idle_pct = v),
+    (&cpu::SCHED_CTXT_PER_S, |b, _, v| b.s.load.ctxt_per_s = v),
+    (&cpu::SCHED_PROCS_RUNNING, |b, _, v| b.s.load.running = v),
+    (&cpu::SCHED_PROCS_BLOCKED, |b, _, v| b.s.load.blocked = v),
+    (&cpu::LOAD_AVG1, |b, _, v| b.s.load.avg1 = v),
+    (&cpu::LOAD_AVG5, |b, _, v| b.s.load.avg5 = v),
+    (&cpu::LOAD_AVG15, |b, _, v| b.s.load.avg15 = v),
+    (&process::PROCS_EXITING, |b, _, v| b.s.load.exiting = v),
+    (&tracer::RUNQLAT_P99_USEC, |b, _, v| {
+        b.s.load.runq_p99_usec = v
+    }),
+    (&tracer::RUNQLAT_MAX_USEC, |b, _, v| {
+        b.s.load.runq_max_usec = v
+    }),
+    (&mem::TOTAL_BYTES, |b, _, v| b.s.mem.total_bytes = v),
+    (&mem::FREE_BYTES, |b, _, v| b.s.mem.free_bytes = v),
+    (&mem::AVAILABLE_BYTES, |b, _, v| b.s.mem.available_bytes = v),
+    (&mem::CACHED_BYTES, |b, _, v| b.s.mem.cached_bytes = v),
+    (&mem::DIRTY_BYTES, |b, _, v| b.s.mem.dirty_bytes = v),
+    (&mem::SLAB_BYTES, |b, _, v| b.s.mem.slab_bytes = v),
+    (&mem::SLAB_RECLAIMABLE_BYTES, |b, _, v| {
+        b.s.mem.slab_reclaimable_bytes = v
+    }),
+    (&mem::ZONE_MIN_PAGES, |b, _, v| {
+        add(&mut b.s.mem.wmark_min_bytes, v.map(|p| p * b.page))
+    }),
+    (&mem::ZONE_LOW_PAGES, |b, _, v| {
+        add(&mut b.s.mem.wmark_low_bytes, v.map(|p| p * b.page))
+    }),
+    (&mem::ZONE_HIGH_PAGES, |b, _, v| {
+        add(&mut b.s.mem.wmark_high_bytes, v.map(|p| p * b.page))
+    }),
+    (&mem::DENTRY_NR_DENTRY, |b, _, v| b.s.mem.dentries = v),
+    (&mem::DENTRY_NR_NEGATIVE, |b, _, v| {
+        b.s.mem.dentries_negative = v
+    }),
+    (&mem::DENTRY_NEGATIVE_GROWTH_PER_S, |b, _, v| {
+        b.s.mem.negative_growth_per_s = v
+    }),
+    (&mem::RECLAIM_PGSCAN_KSWAPD_PER_S, |b, _, v| {
+        b.s.pag.scan_kswapd_per_s = v
+    }),
+    (&mem::RECLAIM_PGSCAN_DIRECT_PER_S, |b, _, v| {
+        b.s.pag.scan_direct_per_s = v
+    }),
+    (&mem::RECLAIM_PGSTEAL_KSWAPD_PER_S, |b, _, v| {
+        add(&mut b.s.pag.steal_per_s, v)
+    }),
+    (&mem::RECLAIM_PGSTEAL_DIRECT_PER_S, |b, _, v| {
+        add(&mut b.s.pag.steal_per_s, v)
+    }),
+    (&mem::RECLAIM_ALLOCSTALL_PER_S, |b, _, v| {
+        b.s.pag.allocstall_per_s = v
+    }),
+    (&mem::RECLAIM_PGMAJFAULT_PER_S, |b, _, v| {
+        b.s.pag.majflt_per_s = v
+    }),
+    (&mem::RECLAIM_REFAULT_FILE_PER_S, |b, _, v| {
+        add(&mut b.s.pag.refault_per_s, v)
+    }),
+    (&mem::RECLAIM_REFAULT_ANON_PER_S, |b, _, v| {
+        add(&mut b.s.pag.refault_per_s, v)
+    }),
+    (&tracer::RECLAIM_STALLS_PER_S, |b, _, v| {
+        b.s.pag.stalls_per_s = v
+    }),
+    (&tracer::RECLAIM_STALL_MAX_USEC, |b, _, v| {
+        b.s.pag.stall_max_usec = v
+    }),
+    (&irq::TLB_PER_S, |b, _, v| b.s.ipi.tlb_per_s = v),
+    (&irq::CAL_PER_S, |b, _, v| b.s.ipi.cal_per_s = v),
+    (&tracer::TLB_SHOOTDOWN_IPIS_SENT_PER_S, |b, _, v| {
+        b.s.ipi.shootdowns_sent_per_s = v
+    }),
+    (&psi::SOME_PCT, |b, l, v| match l.first().copied() {
+        Some("cpu") => b.s.psi.cpu_some_pct = v,
+        Some("memory") => b.s.psi.memory_some_pct = v,
+        Some("io") => b.s.psi.io_some_pct = v,
+        _ => {}
+    }),
+    (&psi::FULL_PCT, |b, l, v| match l.first().copied() {
+        Some("memory") => b.s.psi.memory_full_pct = v,
+        Some("io") => b.s.psi.io_full_pct = v,
+        _ => {}
+    }),
+    (&disk::UTIL_PCT, |b, l, v| b.disk(l[0]).util_pct = v),
+    (&disk::AWAIT_MS, |b, l, v| b.disk(l[0]).await_ms = v),
+    (&disk::READS_PER_S, |b, l, v| b.disk(l[0]).reads_per_s = v),
+    (&disk::WRITES_PER_S, |b, l, v| b.disk(l[0]).writes_per_s = v),
+    (&disk::READ_BYTES_PER_S, |b, l, v| {
+        b.disk(l[0]).read_bytes_per_s = v
+    }),
+    (&disk::WRITE_BYTES_PER_S, |b, l, v| {
+        b.disk(l[0]).write_bytes_per_s = v
+    }),
+    (&process::PROC_CPU_PCT, |b, l, v| {
+        if let Some(p) = b.proc(l) {
+            p.cpu_pct = v
+        }
+    }),
+    (&process::PROC_SYS_PCT, |b, l, v| {
+        if let Some(p) = b.proc(l) {
+            p.sys_pct = v
+        }
+    }),
+    (&process::PROC_RSS_BYTES, |b, l, v| {
+        if let Some(p) = b.proc(l) {
+            p.rss_bytes = v
+        }
+    }),
+    (&process::PROC_MAJFLT_PER_S, |b, l, v| {
+        if let Some(p) = b.proc(l) {
+            p.majflt_per_s = v
+        }
+    }),
+    (&tracer::MADVISE_PROC_DONTNEED_PER_S, |b, l, v| {
+        if let Some(p) = b.proc(l) {
+            add(&mut p.madvise_per_s, v)
+        }
+    }),
+    (&tracer::MADVISE_PROC_FREE_PER_S, |b, l, v| {
+        if let Some(p) = b.proc(l) {
+            add(&mut p.madvise_per_s, v)
+        }
+    }),
+    (&tracer::MADVISE_PROC_OTHER_PER_S, |b, l, v| {
+        if let Some(p) = b.proc(l) {
+            add(&mut p.madvise_per_s, v)
+        }
+    }),
+    (&tracer::LOOKUPS_PROC_ENOENT_PER_S, |b, l, v| {
+        if let Some(p) = b.proc(l) {
+            p.enoent_per_s = v
+        }
+    }),
+    (&tracer::TLB_PROC_SHOOTDOWN_IPIS_SENT_PER_S, |b, l, v| {
+        if let Some(p) = b.proc(l) {
+            p.tlb_ipis_per_s = v
+        }
+    }),
+    (&cgroup::CPU_USAGE_PCT, |b, l, v| b.cgroup(l).cpu_pct = v),
+    (&cgroup::CPU_QUOTA_CORES, |b, l, v| {
+        b.cgroup(l).quota_cores = v
+    }),
+    (&cgroup::CPU_USAGE_OF_QUOTA_PCT, |b, l, v| {
+        b.cgroup(l).usage_of_quota_pct = v
+    }),
+    (&cgroup::CPU_THROTTLED_PCT, |b, l, v| {
+        b.cgroup(l).throttled_pct = v
+    }),
+    (&cgroup::MEMORY_USAGE_BYTES, |b, l, v| {
+        b.cgroup(l).mem_bytes = v
+    }),
+    (&cgroup::MEMORY_LIMIT_BYTES, |b, l, v| {
+        b.cgroup(l).mem_limit_bytes = v
+    }),
+    (&cgroup::MEMORY_USAGE_OF_LIMIT_PCT, |b, l, v| {
+        b.cgroup(l).mem_of_limit_pct = v
+    }),
+    (&tracer::RECLAIM_CGROUP_STALLS_PER_S, |b, l, v| {
+        b.cgroup(l).reclaim_stalls_per_s = v
+    }),
+    (&tracer::RUNQLAT_CGROUP_P99_USEC, |b, l, v| {
+        b.cgroup(l).runq_p99_usec = v
+    }),
 ];
 
 /// Adds `v` into an optional sum (unknown stays unknown only if nothing is known).
@@ -287,7 +455,7 @@ impl Snapshot {
             ncpu: cur.host.ncpu,
             ..Default::default()
         };
-        let ctx = jitterscope_model::derive::Ctx::new(cur, prev);
+        let ctx = Ctx::new(cur, prev);
         s.interval_s = ctx.dt_s;
         let interval = cur.interval_ns as f64 / 1e9;
         if ctx.dt_s > 0.0 && interval > 0.0 && ctx.dt_s > 1.5 * interval {
@@ -308,153 +476,30 @@ impl Snapshot {
             traced("tlb"),
             traced("reclaim"),
         );
-        let page = cur.host.page_size_bytes.max(1) as f64;
-
-        let mut cpus: Vec<Cpu> = Vec::new();
-        let mut disks: Vec<Disk> = Vec::new();
-        let mut procs = seed_processes(cur, prev, ctx.dt_s);
-        let mut cgroups: HashMap<String, CgroupRow> = HashMap::new();
-        let mut nice = None;
-        for_each_series(defs(), cur, prev, &[], |def, labels, _series, v| {
-            let l0 = labels.first().copied().unwrap_or("");
-            match def.name {
-                "cpu.usr_pct" => s.cpu.usr = v,
-                "cpu.nice_pct" => nice = v,
-                "cpu.sys_pct" => s.cpu.sys = v,
-                "cpu.irq_pct" => s.cpu.irq = v,
-                "cpu.softirq_pct" => s.cpu.softirq = v,
-                "cpu.iowait_pct" => s.cpu.iowait = v,
-                "cpu.steal_pct" => s.cpu.steal = v,
-                "cpu.idle_pct" => s.cpu.idle = v,
-                n if n.starts_with("cpu.<cpu>.") => {
-                    let name = format!("cpu{l0}");
-                    let c = match cpus.iter_mut().position(|c| c.name == name) {
-                        Some(i) => &mut cpus[i],
-                        None => {
-                            cpus.push(Cpu {
-                                name,
-                                ..Default::default()
-                            });
-                            cpus.last_mut().expect("just pushed")
-                        }
-                    };
-                    match &n["cpu.<cpu>.".len()..] {
-                        // Niced user time counts as user time on the screen, as in top.
-                        "usr_pct" | "nice_pct" => add(&mut c.usr, v),
-                        "sys_pct" => c.sys = v,
-                        "irq_pct" => c.irq = v,
-                        "softirq_pct" => c.softirq = v,
-                        "iowait_pct" => c.iowait = v,
-                        "steal_pct" => c.steal = v,
-                        "idle_pct" => c.idle = v,
-                        _ => {}
-                    }
-                }
-                "sched.ctxt_per_s" => s.load.ctxt_per_s = v,
-                "sched.procs_running" => s.load.running = v,
-                "sched.procs_blocked" => s.load.blocked = v,
-                "load.avg1" => s.load.avg1 = v,
-                "load.avg5" => s.load.avg5 = v,
-                "load.avg15" => s.load.avg15 = v,
-                "procs.exiting" => s.load.exiting = v,
-                "runqlat.p99_usec" => s.load.runq_p99_us = v,
-                "runqlat.max_usec" => s.load.runq_max_us = v,
-                "mem.total_bytes" => s.mem.total = v,
-                "mem.free_bytes" => s.mem.free = v,
-                "mem.available_bytes" => s.mem.available = v,
-                "mem.cached_bytes" => s.mem.cached = v,
-                "mem.dirty_bytes" => s.mem.dirty = v,
-                "mem.slab_bytes" => s.mem.slab = v,
-                "mem.slab_reclaimable_bytes" => s.mem.slab_reclaimable = v,
-                "zone.<node>.<zone>.min_pages" => add(&mut s.mem.wmark_min, v.map(|p| p * page)),
-                "zone.<node>.<zone>.low_pages" => add(&mut s.mem.wmark_low, v.map(|p| p * page)),
-                "zone.<node>.<zone>.high_pages" => add(&mut s.mem.wmark_high, v.map(|p| p * page)),
-                "dentry.nr_dentry" => s.mem.dentries = v,
-                "dentry.nr_negative" => s.mem.dentries_negative = v,
-                "dentry.negative_growth_per_s" => s.mem.negative_growth_per_s = v,
-                "reclaim.pgscan_kswapd_per_s" => s.pag.scan_kswapd = v,
-                "reclaim.pgscan_direct_per_s" => s.pag.scan_direct = v,
-                "reclaim.pgsteal_kswapd_per_s" | "reclaim.pgsteal_direct_per_s" => {
-                    add(&mut s.pag.steal, v)
-                }
-                "reclaim.allocstall_per_s" => s.pag.allocstall = v,
-                "reclaim.pgmajfault_per_s" => s.pag.majflt = v,
-                "reclaim.refault_file_per_s" | "reclaim.refault_anon_per_s" => {
-                    add(&mut s.pag.refault, v)
-                }
-                "reclaim.stalls_per_s" => s.pag.stalls = v,
-                "reclaim.stall_max_usec" => s.pag.stall_max_us = v,
-                "irq.tlb_per_s" => s.ipi.tlb = v,
-                "irq.cal_per_s" => s.ipi.cal = v,
-                "tlb.shootdown_ipis_sent_per_s" => s.ipi.shootdowns_sent = v,
-                "psi.<resource>.some_pct" => match l0 {
-                    "cpu" => s.psi.cpu_some = v,
-                    "memory" => s.psi.memory_some = v,
-                    "io" => s.psi.io_some = v,
-                    _ => {}
-                },
-                "psi.<resource>.full_pct" => match l0 {
-                    "memory" => s.psi.memory_full = v,
-                    "io" => s.psi.io_full = v,
-                    _ => {}
-                },
-                n if n.starts_with("disk.<disk>.") => {
-                    let d = match disks.iter_mut().position(|d| d.name == l0) {
-                        Some(i) => &mut disks[i],
-                        None => {
-                            disks.push(Disk {
-                                name: l0.to_string(),
-                                ..Default::default()
-                            });
-                            disks.last_mut().expect("just pushed")
-                        }
-                    };
-                    match &n["disk.<disk>.".len()..] {
-                        "util_pct" => d.util_pct = v,
-                        "await_ms" => d.await_ms = v,
-                        "reads_per_s" => d.reads_per_s = v,
-                        "writes_per_s" => d.writes_per_s = v,
-                        "read_bytes_per_s" => d.read_bytes_per_s = v,
-                        "write_bytes_per_s" => d.write_bytes_per_s = v,
-                        _ => {}
-                    }
-                }
-                n if n.contains(".proc.<pid>.") || n.starts_with("proc.<pid>.") => {
-                    let Ok(pid) = l0.parse::<u32>() else { return };
-                    let Some(p) = procs.get_mut(&pid) else { return };
-                    match n {
-                        "proc.<pid>.<comm>.cpu_pct" => p.cpu = v,
-                        "proc.<pid>.<comm>.sys_pct" => p.sys = v,
-                        "proc.<pid>.<comm>.rss_bytes" => p.rss_bytes = v,
-                        "proc.<pid>.<comm>.majflt_per_s" => p.majflt_per_s = v,
-                        "lookups.proc.<pid>.<comm>.enoent_per_s" => p.enoent_per_s = v,
-                        "tlb.proc.<pid>.<comm>.shootdown_ipis_sent_per_s" => p.tlb_ipis_per_s = v,
-                        _ if n.starts_with("madvise.") => add(&mut p.madvise_per_s, v),
-                        _ => {}
-                    }
-                }
-                n if n.contains("cgroup.<cgroup>.") => {
-                    let c = cgroups.entry(l0.to_string()).or_insert_with(|| CgroupRow {
-                        path: l0.to_string(),
-                        ..Default::default()
-                    });
-                    match n {
-                        "cgroup.<cgroup>.cpu.usage_pct" => c.cpu = v,
-                        "cgroup.<cgroup>.cpu.quota_cores" => c.quota_cores = v,
-                        "cgroup.<cgroup>.cpu.usage_of_quota_pct" => c.usage_of_quota_pct = v,
-                        "cgroup.<cgroup>.cpu.throttled_pct" => c.throttled_pct = v,
-                        "cgroup.<cgroup>.memory.usage_bytes" => c.mem_bytes = v,
-                        "cgroup.<cgroup>.memory.limit_bytes" => c.mem_limit_bytes = v,
-                        "cgroup.<cgroup>.memory.usage_of_limit_pct" => c.mem_of_limit_pct = v,
-                        "reclaim.cgroup.<cgroup>.stalls_per_s" => c.reclaim_stalls_per_s = v,
-                        "runqlat.cgroup.<cgroup>.p99_usec" => c.runq_p99_us = v,
-                        _ => {}
-                    }
-                }
-                _ => {}
-            }
-        });
-        add(&mut s.cpu.usr, nice);
+        let mut b = Builder {
+            s,
+            cpus: Vec::new(),
+            disks: Vec::new(),
+            procs: seed_processes(cur, prev, ctx.dt_s),
+            cgroups: HashMap::new(),
+            nice: None,
+            page: cur.host.page_size_bytes.max(1) as f64,
+        };
+        for (def, route) in ROUTES {
+            (def.eval)(&ctx, &mut |labels: &[&str], v: Option<f64>| {
+                route(&mut b, labels, v)
+            });
+        }
+        let Builder {
+            mut s,
+            mut cpus,
+            disks,
+            mut procs,
+            mut cgroups,
+            nice,
+            ..
+        } = b;
+        add(&mut s.cpu.usr_pct, nice);
         s.cpu.name = "cpu".into();
         // Per-CPU rows in CPU number order (the registry emits them in /proc/stat order).
         cpus.sort_by_key(|c| c.name[3..].parse::<u32>().unwrap_or(u32::MAX));
@@ -520,7 +565,7 @@ fn seed_processes(cur: &Sample, prev: Option<&Sample>, dt_s: f64) -> HashMap<u32
                     .cloned()
             })
             .unwrap_or_default();
-        let rss_growth_per_s = match before.get(&(st.pid, st.starttime_ticks)) {
+        let rss_growth_bytes_per_s = match before.get(&(st.pid, st.starttime_ticks)) {
             Some(&old) if dt_s > 0.0 => Some((st.rss_pages as f64 - old as f64) * page / dt_s),
             _ => None,
         };
@@ -532,7 +577,7 @@ fn seed_processes(cur: &Sample, prev: Option<&Sample>, dt_s: f64) -> HashMap<u32
                 state,
                 cmdline: p.cmdline.to_string(),
                 cgroup,
-                rss_growth_per_s,
+                rss_growth_bytes_per_s,
                 ..Default::default()
             },
         );
@@ -545,17 +590,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_metric_the_screen_reads_is_registered() {
-        for n in NAMES {
-            assert!(find(n).is_some(), "{n} is not in the registry");
-        }
-        assert_eq!(defs().len(), NAMES.len());
+    fn every_metric_is_routed_once() {
+        let mut names: Vec<&str> = ROUTES.iter().map(|(d, _)| d.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), ROUTES.len());
     }
 
     #[test]
     fn an_empty_sample_gives_unknowns_not_zeros() {
         let s = Snapshot::build(&Sample::default(), None);
-        assert_eq!(s.cpu.usr, None);
+        assert_eq!(s.cpu.usr_pct, None);
         assert_eq!(s.interval_s, 0.0);
         assert!(s.processes.is_empty() && s.cgroups.is_empty());
     }

@@ -13,9 +13,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use jitterscope_diagnose::events::{Event, Mark, MarkState, Online};
-use jitterscope_model::codec::{decode_lanes, Parts};
+use jitterscope_model::codec::Parts;
 use jitterscope_model::collector::{CollectorSet, Notes};
 use jitterscope_model::sample::{monotonic_ns, HostInfo, Sample};
+use jitterscope_model::stored::{self, Damage};
 use jitterscope_store::Reader;
 use serde::Serialize;
 
@@ -121,6 +122,8 @@ pub struct StoreSource {
     newest: Option<i64>,
     interval: Option<Duration>,
     checked: Option<std::time::Instant>,
+    /// Records skipped because they did not decode.
+    damage: Damage,
 }
 
 /// How often a followed store is checked for a new record: `latest` decompresses the tail
@@ -140,6 +143,7 @@ impl StoreSource {
             newest: None,
             interval: None,
             checked: None,
+            damage: Damage::default(),
         })
     }
 
@@ -148,11 +152,11 @@ impl StoreSource {
         Ok(self.reader.time_bounds()?)
     }
 
-    fn decode(&mut self, ts: i64, main: &[u8], detail: Option<&[u8]>) -> Option<Arc<Sample>> {
-        if let Some(s) = self.cache.iter().find(|s| s.ts_ns == ts) {
+    fn decode(&mut self, rec: &jitterscope_store::Record) -> Option<Arc<Sample>> {
+        if let Some(s) = self.cache.iter().find(|s| s.ts_ns == rec.ts_ns) {
             return Some(s.clone());
         }
-        let s = Arc::new(decode_lanes(main, detail, Parts::ALL).ok()?);
+        let s = Arc::new(stored::decode(rec, Parts::ALL, &mut self.damage)?);
         if s.interval_ns > 0 {
             self.interval = Some(Duration::from_nanos(s.interval_ns));
         }
@@ -184,7 +188,7 @@ impl StoreSource {
         for r in self.reader.range(ts, ts)? {
             match r {
                 Ok(r) if r.ts_ns == ts => {
-                    return Ok(self.decode(ts, &r.payload, r.detail.as_deref()));
+                    return Ok(self.decode(&r));
                 }
                 Ok(_) | Err(jitterscope_store::StoreError::Io { .. }) => continue,
                 Err(e) => return Err(e.into()),
@@ -230,9 +234,13 @@ impl StoreSource {
 impl Source for StoreSource {
     fn describe(&self) -> String {
         format!(
-            "{} {}",
+            "{} {}{}",
             if self.follow { "following" } else { "store" },
-            self.dir.display()
+            self.dir.display(),
+            self.damage
+                .note()
+                .map(|n| format!(" ({n})"))
+                .unwrap_or_default()
         )
     }
 
@@ -248,10 +256,7 @@ impl Source for StoreSource {
                     return Ok(None);
                 };
                 self.newest = Some(r.ts_ns);
-                if self
-                    .decode(r.ts_ns, &r.payload, r.detail.as_deref())
-                    .is_none()
-                {
+                if self.decode(&r).is_none() {
                     return Ok(None);
                 }
                 r.ts_ns
@@ -290,9 +295,7 @@ impl Source for StoreSource {
             return Ok(false);
         }
         self.newest = Some(r.ts_ns);
-        Ok(self
-            .decode(r.ts_ns, &r.payload, r.detail.as_deref())
-            .is_some())
+        Ok(self.decode(&r).is_some())
     }
 
     fn due_in(&self) -> Duration {

@@ -48,7 +48,7 @@ fn direct_collection_keeps_history_and_detects_online() {
         "{}",
         s.interval_s
     );
-    assert!(s.cpu.idle.is_some() && s.mem.free.is_some());
+    assert!(s.cpu.idle_pct.is_some() && s.mem.free_bytes.is_some());
     assert!(
         s.processes.iter().any(|p| p.pid == std::process::id()),
         "this test process is listed"

@@ -185,13 +185,13 @@ fn throttled_cgroup_tops_the_cgroup_panel() {
 fn reclaim_storm_shows_on_the_pag_line() {
     let app = replay("reclaim-storm", Some(1_795_331_580_427_000_000));
     let s = app.snapshot.as_ref().unwrap();
-    assert!(s.pag.stalls.unwrap() > 0.0, "{:?}", s.pag);
+    assert!(s.pag.stalls_per_s.unwrap() > 0.0, "{:?}", s.pag);
     let l = screen(&app, 80, 24);
     let pag = find(&l, "PAG ");
     assert!(
         pag.contains(&format!(
             " stalls {} ",
-            jitterscope_views::render::num(s.pag.stalls)
+            jitterscope_views::render::num(s.pag.stalls_per_s)
         )),
         "{pag}"
     );
@@ -408,7 +408,7 @@ fn json_once_has_the_screen_in_panel_order() {
     assert_eq!(procs.len(), 3);
     assert_eq!(procs[0]["comm"], "lab-madvise");
     assert!(procs[0]["madvise_per_s"].as_f64().unwrap() > 1000.0);
-    assert!(v["snapshot"]["ipi"]["tlb"].as_f64().unwrap() > 1000.0);
+    assert!(v["snapshot"]["ipi"]["tlb_per_s"].as_f64().unwrap() > 1000.0);
     let kinds: Vec<&str> = v["events"]
         .as_array()
         .unwrap()

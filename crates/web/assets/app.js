@@ -5,22 +5,15 @@
 const params = new URLSearchParams(location.search);
 const token = params.get('token');
 
-// The key signals, one chart each. `top` keeps the series with the highest peaks.
-const PANELS = [
-  { title: 'CPU: system and user (% of all CPUs)', select: 'cpu.sys_pct,cpu.usr_pct' },
-  { title: 'Run-queue latency p99 (µs)', select: 'runqlat.p99_usec' },
-  { title: 'Throttled periods per cgroup (%)', select: 'cgroup.*.cpu.throttled_pct', top: 6 },
-  { title: 'Reclaim: stalls and allocation stalls (/s)', select: 'reclaim.stalls_per_s,reclaim.allocstall_per_s' },
-  { title: 'TLB-shootdown IPIs (/s)', select: 'irq.tlb_per_s' },
-  { title: 'Pressure stalls: some (% of time)', select: 'psi.cpu.some_pct,psi.memory.some_pct,psi.io.some_pct' },
-  { title: 'RSS of the largest processes (bytes)', select: 'proc.*.rss_bytes', top: 6 },
-];
+// The charts come from the server (/api/v1/charts: title, unit, the series to select and how
+// many to keep), which names them by metric handle: a renamed metric cannot leave a chart
+// silently empty here.
 
 // Distinguishable by dash pattern too, so meaning does not rest on colour alone.
 const STROKES = ['#1f5fbf', '#c0392b', '#2e8b57', '#8e44ad', '#d35400', '#555555'];
 const DASHES = [[], [6, 3], [2, 2], [10, 3, 2, 3], [4, 4], [1, 3]];
 
-const state = { from: null, to: null, events: [], plots: [], flame: null, sel: null, seq: 0 };
+const state = { charts: [], from: null, to: null, events: [], plots: [], flame: null, sel: null, seq: 0 };
 
 function setStatus(text, isError) {
   const s = document.getElementById('status');
@@ -86,12 +79,12 @@ async function drawCharts() {
   state.plots = [];
   const width = Math.max(300, box.clientWidth - 10);
   // All charts are asked for at once: the server reads them in parallel.
-  const asked = PANELS.map((p) => api('/api/v1/series', {
+  const asked = state.charts.map((p) => api('/api/v1/series', {
     select: p.select, from: state.from, to: state.to, points: Math.floor(width / 2), top: p.top,
   }).then((data) => ({ data }), (error) => ({ error })));
-  for (const [i, p] of PANELS.entries()) {
-    const holder = el('div', { class: 'chart', 'data-select': p.select });
-    holder.append(el('h3', {}, p.title));
+  for (const [i, p] of state.charts.entries()) {
+    const holder = el('div', { class: 'chart', 'data-chart': p.id, 'data-select': p.select });
+    holder.append(el('h3', { title: p.help.join('\n') }, p.title));
     box.append(holder);
     const { data, error: e } = await asked[i];
     if (e) {
@@ -274,6 +267,7 @@ async function show(from, to) {
 async function main() {
   let range;
   try {
+    state.charts = await api('/api/v1/charts');
     range = await api('/api/v1/range');
   } catch (e) {
     setStatus(e.message, true);

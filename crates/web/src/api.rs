@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use jitterscope_diagnose::{Data, Options};
 use jitterscope_model::glob::Pattern;
-use jitterscope_model::registry::{all, MetricDef};
+use jitterscope_model::registry::all;
 use jitterscope_profile::window::{Filter, Named};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -116,6 +116,12 @@ pub async fn metrics() -> impl IntoResponse {
     Json(v)
 }
 
+/// `GET /api/v1/charts`: the timelines the page draws, and the series of each.
+pub async fn charts() -> impl IntoResponse {
+    let v: Vec<_> = crate::charts::CHARTS.iter().map(|c| c.out()).collect();
+    Json(v)
+}
+
 /// `GET /api/v1/range`: the recorded span.
 pub async fn range(State(st): State<Arc<AppState>>) -> Result<Json<serde_json::Value>, ApiError> {
     let dir = st.cfg.dir.clone();
@@ -208,6 +214,7 @@ pub async fn series(
             return Err(bad("points must be 1..=5000"));
         }
         let sel: Vec<&str> = select.iter().map(String::as_str).collect();
+        let mut damaged = jitterscope_model::stored::Damage::default();
         // Load only the recorded part of the window: process series are evaluated on a
         // subsample whose stride follows the loaded span, and an hour's stride over ten
         // recorded seconds would leave them no pair of samples.
@@ -229,8 +236,9 @@ pub async fn series(
                 .retain(|name, _| pats.iter().any(|p| p.matches(name)));
             d
         } else {
-            Data::load(&dir, lo, hi, 0, &sel, false).map_err(internal)?
+            Data::load_globs(&dir, lo, hi, &sel).map_err(internal)?
         };
+        damaged.add(d.damage);
         // No more buckets than samples: a short window is drawn sample by sample.
         // Samples with a value in the window (a store's first sample has no rates).
         let mut seen = vec![false; d.ts.len()];
@@ -258,7 +266,7 @@ pub async fn series(
                 let (mean, max) = downsample(&d.ts, &s.points, from, to, n);
                 SeriesOut {
                     name: name.clone(),
-                    unit: unit_of(name),
+                    unit: s.def.unit.as_str(),
                     mean,
                     max,
                 }
@@ -275,6 +283,7 @@ pub async fn series(
             "to_ns": to,
             "samples": in_window,
             "source": if lane { "signals" } else { "samples" },
+            "damaged": damaged,
             "t": t,
             "series": out,
         })))
@@ -283,49 +292,37 @@ pub async fn series(
 }
 
 /// Whether the store's signals lane (what the recorder derives every second for episode
-/// detection) holds every series `select` asks for: each pattern is one of the watched
-/// signals, or the RSS of the largest processes when at most as many are wanted as the lane
-/// keeps per sample. Reading it skips decoding samples, and for RSS the process tables: an
-/// hour of the RSS chart went from 3.1 s to milliseconds.
+/// detection) holds every series `select` asks for: each pattern takes exactly the series of
+/// one watched signal (every series of its metric, or one series of it), or the RSS of the
+/// largest processes when at most as many are wanted as the lane keeps per sample. Decided
+/// through the registry, so `proc.*.rss_bytes` and `proc.*.*.rss_bytes` are the same. Reading
+/// the lane skips decoding samples, and for RSS the process tables: an hour of the RSS chart
+/// went from 3.1 s to milliseconds.
 fn in_signals_lane(select: &[String], top: Option<usize>) -> bool {
-    use jitterscope_diagnose::events::{LEAK_SERIES, LEAK_TOP, SIGNALS};
+    use jitterscope_model::registry::{parse_series, Fit};
+    use jitterscope_model::signals::{signal_of, RSS, RSS_TOP, SIGNALS};
     select.iter().all(|p| {
-        SIGNALS.iter().any(|s| s.series == p)
-            || (p == LEAK_SERIES && top.is_some_and(|t| t <= LEAK_TOP))
-    })
-}
-
-/// The unit of a series, found through the metric whose template it fits.
-fn unit_of(series: &str) -> &'static str {
-    all()
-        .iter()
-        .find(|d| instance_of(d, series))
-        .map_or("", |d| d.unit.as_str())
-}
-
-/// Whether `series` is an instance of the metric `d` (each placeholder stands for one or more
-/// characters).
-fn instance_of(d: &MetricDef, series: &str) -> bool {
-    let lits = d.literals();
-    let (first, last) = (lits[0], lits[lits.len() - 1]);
-    if lits.len() == 1 {
-        return d.name == series;
-    }
-    if !series.starts_with(first)
-        || !series.ends_with(last)
-        || series.len() < first.len() + last.len() + 1
-    {
-        return false;
-    }
-    let mut pos = first.len();
-    let end = series.len() - last.len();
-    for lit in &lits[1..lits.len() - 1] {
-        match series.get(pos + 1..end).and_then(|rest| rest.find(lit)) {
-            Some(i) => pos = pos + 1 + i + lit.len(),
-            None => return false,
+        let pat = Pattern::new(p);
+        if !p.contains(['*', '?']) {
+            return parse_series(all(), p).is_some_and(|(def, labels)| {
+                let l: Vec<&str> = labels.iter().map(String::as_str).collect();
+                signal_of(def, &l).is_some()
+            });
         }
-    }
-    pos < end
+        // A glob: it must take every series of one metric. (Another metric's template may
+        // admit a name it matches, such as a `memory.stat` field named `x.cpu.throttled_pct`;
+        // no such series is recorded.)
+        let mut fits = all().iter().filter(|d| d.fit(&pat) == Fit::Always);
+        let (Some(&def), None) = (fits.next(), fits.next()) else {
+            return false;
+        };
+        if def == RSS {
+            return top.is_some_and(|t| t <= RSS_TOP);
+        }
+        SIGNALS
+            .iter()
+            .any(|s| s.metric == def && s.labels.is_empty())
+    })
 }
 
 /// `GET /api/v1/events`: the episodes of a window.
@@ -355,6 +352,7 @@ pub async fn findings(
         }
         let r =
             jitterscope_diagnose::diagnose(&dir, from, to, Options::default()).map_err(internal)?;
+        // The report carries what the read skipped (`damaged`).
         Ok(Json(json!(r)))
     })
     .await
@@ -433,7 +431,7 @@ pub async fn flame(
             kernel_only: q.kernel_only,
             skip_idle: false,
         };
-        let (w, _, _) =
+        let (w, _, damaged) =
             jitterscope_profile::window::read_store(&dir, from, to, &filter).map_err(internal)?;
         let named = w.resolve(&mut jitterscope_profile::system::FileSymbolizer::new());
         match q.format.as_deref() {
@@ -443,6 +441,7 @@ pub async fn flame(
                 "samples": named.samples,
                 "total": named.total,
                 "hz": named.hz,
+                "damaged": damaged,
                 "tree": tree(&named),
             }))
             .into_response()),
@@ -473,15 +472,29 @@ mod tests {
     }
 
     #[test]
-    fn units_come_from_the_template() {
-        assert_eq!(unit_of("cpu.sys_pct"), "percent");
-        assert_eq!(unit_of("cgroup./a/b.c.cpu.throttled_pct"), "percent");
-        assert_eq!(unit_of("proc.12.bash.rss_bytes"), "bytes");
-        assert_eq!(unit_of("nothing.like.this"), "");
-        let d = jitterscope_model::registry::find("cgroup.<cgroup>.cpu.throttled_pct").unwrap();
-        assert!(instance_of(d, "cgroup./a.b.cpu.throttled_pct"));
-        assert!(!instance_of(d, "cgroup..cpu.throttled_pct"));
-        assert!(!instance_of(d, "cpu.throttled_pct"));
+    fn the_charts_of_watched_signals_take_the_signals_lane() {
+        let select = |id: &str| -> (Vec<String>, Option<usize>) {
+            let c = crate::charts::CHARTS
+                .iter()
+                .find(|c| c.id == id)
+                .unwrap()
+                .out();
+            (c.select.split(',').map(str::to_string).collect(), c.top)
+        };
+        for id in ["runq", "throttling", "reclaim", "tlb", "rss"] {
+            let (s, top) = select(id);
+            assert!(in_signals_lane(&s, top), "{id}: {s:?}");
+        }
+        // Usr CPU and the cpu and io pressure are not watched signals.
+        for id in ["cpu", "psi"] {
+            let (s, top) = select(id);
+            assert!(!in_signals_lane(&s, top), "{id}");
+        }
+        let (rss, _) = select("rss");
+        assert!(
+            !in_signals_lane(&rss, Some(50)),
+            "more RSS series than the lane keeps"
+        );
     }
 
     #[test]

@@ -13,6 +13,7 @@
 
 pub mod api;
 pub mod assets;
+pub mod charts;
 pub mod prom;
 
 use std::net::SocketAddr;
@@ -156,6 +157,7 @@ pub fn router(st: Arc<AppState>) -> Router {
         .route("/metrics", get(prom::metrics))
         .route("/api/v1/openapi.json", get(assets::openapi))
         .route("/api/v1/metrics", get(api::metrics))
+        .route("/api/v1/charts", get(api::charts))
         .route("/api/v1/range", get(api::range))
         .route("/api/v1/series", get(api::series))
         .route("/api/v1/events", get(api::events))

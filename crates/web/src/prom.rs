@@ -12,30 +12,36 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use jitterscope_model::codec::{decode_lanes, Parts};
+use jitterscope_model::codec::Parts;
 use jitterscope_model::derive::{evaluate, SeriesValue};
+use jitterscope_model::metrics::{cgroup, irq, mem, process, tracer};
 use jitterscope_model::registry::{all, MetricDef};
+use jitterscope_model::stored::SampleReader;
 use jitterscope_model::Sample;
 
 use crate::AppState;
 
 /// Families left out of `/metrics` (see the module comment).
-const LEFT_OUT: &[&str] = &[
-    "vmstat.",
-    "meminfo.",
-    "buddy.",
-    "slab.<cache>.",
-    "irq.<irq>",
-    "softirq.<softirq>",
-    "lookups.pattern.",
-    "cgroup.<cgroup>.memory.stat.",
+static LEFT_OUT: &[&MetricDef] = &[
+    &mem::VMSTAT_FIELD,
+    &mem::VMSTAT_FIELD_PER_S,
+    &mem::MEMINFO_FIELD,
+    &mem::MEMINFO_FIELD_BYTES,
+    &mem::BUDDY_FREE_BLOCKS,
+    &mem::SLAB_CACHE_TOTAL_BYTES,
+    &mem::SLAB_CACHE_ACTIVE_OBJS,
+    &mem::SLAB_CACHE_OBJS_GROWTH_PER_S,
+    &irq::IRQ_PER_S,
+    &irq::SOFTIRQ_PER_S,
+    &tracer::LOOKUPS_PATTERN_SAMPLES,
+    &cgroup::MEMORY_STAT,
 ];
 
 /// The metrics exposed: the registry less [`LEFT_OUT`].
 pub fn exposed() -> Vec<&'static MetricDef> {
     all()
         .iter()
-        .filter(|d| !LEFT_OUT.iter().any(|p| d.name.starts_with(p)))
+        .filter(|d| !LEFT_OUT.contains(d))
         .copied()
         .collect()
 }
@@ -45,7 +51,7 @@ pub fn exposition(cur: &Sample, prev: Option<&Sample>, top: usize) -> Vec<u8> {
     let vals = evaluate(&exposed(), cur, prev, &[]);
     let mut busy: Vec<(f64, &str)> = vals
         .iter()
-        .filter(|v| v.def.name == "proc.<pid>.<comm>.cpu_pct")
+        .filter(|v| v.def == &process::PROC_CPU_PCT)
         .filter_map(|v| Some((v.value?, v.labels.first()?.as_str())))
         .collect();
     busy.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
@@ -71,25 +77,8 @@ pub fn exposition(cur: &Sample, prev: Option<&Sample>, top: usize) -> Vec<u8> {
 
 /// The newest sample and the one before it.
 fn latest(dir: &std::path::Path) -> anyhow::Result<Option<(Sample, Option<Sample>)>> {
-    let r = jitterscope_store::Reader::open(dir)?;
-    let Some(last) = r.latest()? else {
-        return Ok(None);
-    };
-    let cur = decode_lanes(&last.payload, last.detail.as_deref(), Parts::ALL)?;
-    // The sample before: a few seconds back at any usual interval; the derivation itself
-    // refuses gaps over 5 minutes. Each window read decompresses its frames with their detail.
-    let mut prev = None;
-    for back in [10_000_000_000, 300_000_000_000] {
-        for rec in r.range(last.ts_ns - back, last.ts_ns - 1)? {
-            let Ok(rec) = rec else { continue };
-            prev = Some(rec);
-        }
-        if prev.is_some() {
-            break;
-        }
-    }
-    let prev = prev.and_then(|p| decode_lanes(&p.payload, p.detail.as_deref(), Parts::ALL).ok());
-    Ok(Some((cur, prev)))
+    let (pair, _damage) = SampleReader::open(dir)?.latest_pair(Parts::ALL)?;
+    Ok(pair)
 }
 
 /// `GET /metrics`.

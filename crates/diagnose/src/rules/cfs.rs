@@ -27,9 +27,12 @@
 //! **References.** Documentation/scheduler/sched-bwc.rst; kernel commits 512ac999d275 and
 //! de53fd7aedb1; Indeed Engineering, "Unthrottled: fixing CPU limits in the cloud" (2019).
 
+use jitterscope_model::metrics::{cgroup, process};
+use jitterscope_model::registry::{Sel, Unit};
+use jitterscope_sources::system::kernel::KernelVersion;
+
 use super::{
-    cgroup_culprit, confidence, evidence, fact, finding, kernel_version, moved_first, top_procs,
-    Rule, Take,
+    cgroup_culprit, confidence, evidence, fact, finding, moved_first, top_procs, Rule, Take,
 };
 use crate::data::Data;
 use crate::Finding;
@@ -40,37 +43,71 @@ pub const RULE: Rule = Rule {
     summary: "a cgroup's threads stopped by its CFS quota in many periods",
     mechanism: true,
     select: &[
-        "cgroup.*.cpu.throttled_pct",
-        "cgroup.*.cpu.usage_of_quota_pct",
-        "cgroup.*.cpu.quota_cores",
-        "cgroup.*.cpu.burst_cores",
-        "cgroup.*.cpu.usage_pct",
-        "cgroup.*.cpu.throttled_ms_per_s",
-        "proc.*.cpu_pct",
-        "proc.*.threads",
+        Sel::all(&cgroup::CPU_THROTTLED_PCT),
+        Sel::all(&cgroup::CPU_USAGE_OF_QUOTA_PCT),
+        Sel::all(&cgroup::CPU_QUOTA_CORES),
+        Sel::all(&cgroup::CPU_BURST_CORES),
+        Sel::all(&cgroup::CPU_USAGE_PCT),
+        Sel::all(&cgroup::CPU_THROTTLED_MS_PER_S),
+        Sel::all(&process::PROC_CPU_PCT),
+        Sel::all(&process::PROC_THREADS),
     ],
     run,
 };
 
+/// Why a cgroup is throttled, which decides the remediation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// No quota of its own: the limit is on an ancestor.
+    Ancestor,
+    /// Throttled while using well under its quota: demand comes in bursts inside periods
+    /// (or the 4.18–5.4 slice-expiry bug).
+    BelowQuota,
+    /// More runnable threads than the quota can serve in a period.
+    ManyThreads,
+    /// Demand simply exceeds the quota.
+    AboveQuota,
+}
+
+impl Kind {
+    /// How the title says it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Kind::Ancestor => "throttled by an ancestor's quota",
+            Kind::BelowQuota => "throttled below its quota (bursts inside periods)",
+            Kind::ManyThreads => "many threads sharing a small quota",
+            Kind::AboveQuota => "demand above its quota",
+        }
+    }
+
+    /// Classifies from the quota (None: no quota of its own), the mean usage of the quota
+    /// (None: unknown) and the cgroup's threads.
+    pub fn of(quota_cores: Option<f64>, usage_of_quota_pct: Option<f64>, threads: f64) -> Kind {
+        match (quota_cores, usage_of_quota_pct) {
+            (None, _) => Kind::Ancestor,
+            (Some(_), Some(u)) if u < 70.0 => Kind::BelowQuota,
+            (Some(q), _) if threads > 4.0 * q.max(0.01) && threads >= 4.0 => Kind::ManyThreads,
+            _ => Kind::AboveQuota,
+        }
+    }
+}
+
 fn run(d: &Data) -> Vec<Finding> {
     let mut out = Vec::new();
     let throttled: Vec<(String, f64, f64)> = d
-        .matching("cgroup.*.cpu.throttled_pct")
-        .filter_map(|(name, s)| {
-            let cg = name
-                .strip_prefix("cgroup.")?
-                .strip_suffix(".cpu.throttled_pct")?;
+        .each(&cgroup::CPU_THROTTLED_PCT)
+        .filter_map(|s| {
             let st = d.stats_of(s);
             (st.n > 0 && (st.mean >= 20.0 || st.max >= 50.0))
-                .then(|| (cg.to_string(), st.mean, st.max))
+                .then(|| (s.label(0).to_string(), st.mean, st.max))
         })
         .collect();
     for (cg, mean, max) in &throttled {
-        let key = |m: &str| format!("cgroup.{cg}.cpu.{m}");
-        let quota = d.stats(&key("quota_cores"));
+        let at: &[&str] = &[cg.as_str()];
+        let quota = d.stats(&cgroup::CPU_QUOTA_CORES, at);
         let own_quota = quota.n > 0;
-        let usage_of_quota = d.stats(&key("usage_of_quota_pct"));
-        let usage = d.stats(&key("usage_pct"));
+        let usage_of_quota = d.stats(&cgroup::CPU_USAGE_OF_QUOTA_PCT, at);
+        let usage = d.stats(&cgroup::CPU_USAGE_PCT, at);
         // Processes of this cgroup: the busiest is the culprit, their threads the fan-out.
         let members: Vec<(u32, String)> = d
             .procs
@@ -80,34 +117,34 @@ fn run(d: &Data) -> Vec<Finding> {
             .collect();
         let threads: f64 = members
             .iter()
-            .map(|(pid, comm)| d.stats(&format!("proc.{pid}.{comm}.threads")).last)
+            .map(|(pid, comm)| {
+                d.stats(&process::PROC_THREADS, &[&pid.to_string(), comm])
+                    .last
+            })
             .sum();
-        let busiest = top_procs(d, "proc.", ".cpu_pct")
+        let busiest = top_procs(d, &process::PROC_CPU_PCT)
             .into_iter()
-            .find(|(pid, _, _)| members.iter().any(|(p, _)| p == pid));
+            .find(|p| members.iter().any(|(m, _)| *m == p.pid));
         let mut culprit = cgroup_culprit(cg);
-        if let Some((pid, comm, _)) = &busiest {
-            culprit.pid = Some(*pid);
-            culprit.comm = Some(comm.clone());
+        if let Some(p) = &busiest {
+            culprit.pid = Some(p.pid);
+            culprit.comm = Some(p.comm.clone());
         }
         let quota_cores = quota.last;
-        let kind = if !own_quota {
-            "throttled by an ancestor's quota"
-        } else if usage_of_quota.n > 0 && usage_of_quota.mean < 70.0 {
-            "throttled below its quota (bursts inside periods)"
-        } else if threads > 4.0 * quota_cores.max(0.01) && threads >= 4.0 {
-            "many threads sharing a small quota"
-        } else {
-            "demand above its quota"
-        };
+        let kind = Kind::of(
+            own_quota.then_some(quota_cores),
+            (usage_of_quota.n > 0).then_some(usage_of_quota.mean),
+            threads,
+        );
         let mut f = finding(
             &RULE,
             d,
             format!(
-                "CFS throttling of {cg}: throttled in {mean:.0}% of periods ({kind}){}",
+                "CFS throttling of {cg}: throttled in {mean:.0}% of periods ({}){}",
+                kind.describe(),
                 busiest
                     .as_ref()
-                    .map(|(p, c, _)| format!(", busiest process {c} ({p})"))
+                    .map(|p| format!(", busiest process {} ({})", p.comm, p.pid))
                     .unwrap_or_default()
             ),
             confidence(*mean, 20.0, 80.0).max(if *max >= 50.0 { 0.5 } else { 0.0 }),
@@ -115,56 +152,59 @@ fn run(d: &Data) -> Vec<Finding> {
         );
         f.evidence.push(evidence(
             d,
-            &key("throttled_pct"),
+            &cgroup::CPU_THROTTLED_PCT,
+            at,
             Take::Mean,
-            "percent",
             format!("periods throttled (max {max:.0}%)"),
         ));
         if own_quota {
             f.evidence.push(evidence(
                 d,
-                &key("quota_cores"),
+                &cgroup::CPU_QUOTA_CORES,
+                at,
                 Take::Last,
-                "cores",
                 "the CFS quota, in cores",
             ));
         }
         if usage_of_quota.n > 0 {
             f.evidence.push(evidence(
                 d,
-                &key("usage_of_quota_pct"),
+                &cgroup::CPU_USAGE_OF_QUOTA_PCT,
+                at,
                 Take::Mean,
-                "percent",
                 "CPU used, % of the quota",
             ));
         }
         if usage.n > 0 {
             f.evidence.push(evidence(
                 d,
-                &key("usage_pct"),
+                &cgroup::CPU_USAGE_PCT,
+                at,
                 Take::Max,
-                "percent",
                 "CPU used, % of one core",
             ));
         }
         f.evidence.push(evidence(
             d,
-            &key("throttled_ms_per_s"),
+            &cgroup::CPU_THROTTLED_MS_PER_S,
+            at,
             Take::Mean,
-            "ms/s",
             "time its threads spent throttled",
         ));
         if threads > 0.0 {
             f.evidence.push(fact(
                 format!("threads in {cg}"),
                 threads,
-                "count",
+                Unit::Count,
                 "threads of the cgroup's processes",
             ));
         }
         f.moved_first = moved_first(
             d,
-            &[(&key("usage_pct"), 1.0), (&key("throttled_pct"), 20.0)],
+            &[
+                (d.get(&cgroup::CPU_USAGE_PCT, at), 1.0),
+                (d.get(&cgroup::CPU_THROTTLED_PCT, at), 20.0),
+            ],
         );
         let peak_cores = usage.max / 100.0;
         if own_quota {
@@ -182,13 +222,13 @@ fn run(d: &Data) -> Vec<Finding> {
                 "the limit is set on {anc}: raise or remove it there"
             ));
         }
-        match kernel_version(&d.kernel) {
-            Some(v) if v >= (5, 14) => f.remediation.push(
+        let kernel = d.kernel_version();
+        if kernel.is_some_and(|v| v >= KernelVersion::new(5, 14, 0)) {
+            f.remediation.push(
                 "allow bursts: cpu.cfs_burst_us (v1) / cpu.max.burst (v2) up to the quota, so short peaks use what idle periods left".into(),
-            ),
-            _ => {}
+            );
         }
-        if kind.starts_with("many threads") {
+        if kind == Kind::ManyThreads {
             f.remediation.push(format!(
                 "fewer runnable threads ({threads:.0} share {quota_cores:.2} cores): size worker pools to the quota (e.g. GOMAXPROCS, -XX:ActiveProcessorCount)"
             ));
@@ -197,13 +237,13 @@ fn run(d: &Data) -> Vec<Finding> {
             "or drop the CPU limit and keep the request (Kubernetes: requests without limits)"
                 .into(),
         );
-        if let Some(v) = kernel_version(&d.kernel) {
-            if ((4, 18)..(5, 4)).contains(&v) {
-                f.notes.push(format!(
-                    "kernel {} is in the window of 512ac999d275 (4.18) without de53fd7aedb1 (5.4): per-CPU slices expire unused and throttle cgroups below their quota, unless your vendor backported the fix",
-                    d.kernel
-                ));
-            }
+        if kernel.is_some_and(|v| {
+            (KernelVersion::new(4, 18, 0)..KernelVersion::new(5, 4, 0)).contains(&v)
+        }) {
+            f.notes.push(format!(
+                "kernel {} is in the window of 512ac999d275 (4.18) without de53fd7aedb1 (5.4): per-CPU slices expire unused and throttle cgroups below their quota, unless your vendor backported the fix",
+                d.kernel
+            ));
         }
         f.references = vec![
             "https://docs.kernel.org/scheduler/sched-bwc.html",
@@ -213,4 +253,96 @@ fn run(d: &Data) -> Vec<Finding> {
         out.push(f);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two baseline samples, then `n` in the window, of cgroup `/app` throttled in 90% of
+    /// periods, with `quota` cores, using `usage_of_quota` % of it, and one process of
+    /// `threads` threads.
+    fn data(quota: Option<f64>, usage_of_quota: f64, threads: f64) -> Data {
+        let n = 8u32;
+        let mut d = Data {
+            ts: (0..n as i64).map(|i| i * 1_000_000_000).collect(),
+            start: 2,
+            kernel: "6.1.0-13-amd64".into(),
+            ..Default::default()
+        };
+        d.procs.insert(
+            7,
+            crate::data::Proc {
+                comm: "worker".into(),
+                cgroup: Some("/app".into()),
+                ..Default::default()
+            },
+        );
+        for i in 0..n {
+            let (thr, use_pct) = if i >= 2 {
+                (90.0, usage_of_quota)
+            } else {
+                (0.0, 5.0)
+            };
+            d.push(&cgroup::CPU_THROTTLED_PCT, &["/app"], i, thr);
+            d.push(&cgroup::CPU_THROTTLED_MS_PER_S, &["/app"], i, thr * 5.0);
+            if let Some(q) = quota {
+                d.push(&cgroup::CPU_QUOTA_CORES, &["/app"], i, q);
+                d.push(&cgroup::CPU_USAGE_OF_QUOTA_PCT, &["/app"], i, use_pct);
+                d.push(&cgroup::CPU_USAGE_PCT, &["/app"], i, use_pct * q);
+            }
+            d.push(&process::PROC_CPU_PCT, &["7", "worker"], i, 20.0);
+            d.push(&process::PROC_THREADS, &["7", "worker"], i, threads);
+        }
+        d
+    }
+
+    #[test]
+    fn kinds_come_from_quota_usage_and_threads() {
+        assert_eq!(Kind::of(None, Some(10.0), 50.0), Kind::Ancestor);
+        assert_eq!(Kind::of(Some(0.5), Some(30.0), 50.0), Kind::BelowQuota);
+        assert_eq!(Kind::of(Some(0.5), Some(95.0), 50.0), Kind::ManyThreads);
+        assert_eq!(Kind::of(Some(0.5), None, 3.0), Kind::AboveQuota);
+        assert_eq!(Kind::of(Some(2.0), Some(99.0), 8.0), Kind::AboveQuota);
+    }
+
+    #[test]
+    fn each_kind_reaches_the_title_and_its_remediation() {
+        let f = &run(&data(Some(0.5), 98.0, 40.0))[0];
+        assert!(
+            f.title.contains(Kind::ManyThreads.describe()),
+            "{}",
+            f.title
+        );
+        assert!(f
+            .remediation
+            .iter()
+            .any(|r| r.contains("fewer runnable threads (40 share 0.50 cores)")));
+        assert_eq!(f.culprit.comm.as_deref(), Some("worker"));
+        assert_eq!(f.culprit.cgroup.as_deref(), Some("/app"));
+        let e = f
+            .evidence
+            .iter()
+            .find(|e| e.signal == "cgroup./app.cpu.quota_cores")
+            .unwrap();
+        assert_eq!((e.value, e.unit.as_str()), (0.5, "cores"));
+
+        let f = &run(&data(Some(2.0), 30.0, 2.0))[0];
+        assert!(f.title.contains(Kind::BelowQuota.describe()), "{}", f.title);
+        assert!(!f
+            .remediation
+            .iter()
+            .any(|r| r.contains("fewer runnable threads")));
+        assert!(
+            f.remediation.iter().any(|r| r.contains("allow bursts")),
+            "6.1 has cpu.cfs_burst_us"
+        );
+
+        let f = &run(&data(Some(2.0), 99.0, 2.0))[0];
+        assert!(f.title.contains(Kind::AboveQuota.describe()), "{}", f.title);
+
+        let f = &run(&data(None, 0.0, 2.0))[0];
+        assert!(f.title.contains(Kind::Ancestor.describe()), "{}", f.title);
+        assert!(!f.remediation.iter().any(|r| r.contains("raise the quota")));
+    }
 }

@@ -28,12 +28,18 @@
 
 use std::collections::BTreeSet;
 
+use jitterscope_model::metrics::{cpu, mem, tracer};
+use jitterscope_model::registry::{Sel, Unit};
+
 use super::{
-    confidence, evidence, fact, finding, moved_first, proc_culprit, top_labels, top_procs, Rule,
-    Take,
+    confidence, evidence, fact, finding, moved_first, proc_culprit, series_fact, top_procs,
+    top_series, ProcSum, Rule, Take,
 };
 use crate::data::Data;
 use crate::Finding;
+
+/// The superblock shrinker, which frees dentries and inodes.
+const SUPER: &[&str] = &["super_cache_scan"];
 
 /// The rule.
 pub const RULE: Rule = Rule {
@@ -41,16 +47,16 @@ pub const RULE: Rule = Rule {
     summary: "negative dentries from failed look-ups filling slab",
     mechanism: true,
     select: &[
-        "dentry.nr_negative",
-        "dentry.nr_dentry",
-        "dentry.negative_growth_per_s",
-        "slab.total_bytes",
-        "slab.dentry.total_bytes",
-        "lookups.proc.*.enoent_per_s",
-        "lookups.pattern.*.samples",
-        "shrinker.super_cache_scan.freed_per_s",
-        "shrinker.super_cache_scan.time_pct",
-        "cpu.sys_pct",
+        Sel::all(&mem::DENTRY_NR_NEGATIVE),
+        Sel::all(&mem::DENTRY_NR_DENTRY),
+        Sel::all(&mem::DENTRY_NEGATIVE_GROWTH_PER_S),
+        Sel::all(&mem::SLAB_TOTAL_BYTES),
+        Sel::of(&mem::SLAB_CACHE_TOTAL_BYTES, &["dentry"]),
+        Sel::all(&tracer::LOOKUPS_PROC_ENOENT_PER_S),
+        Sel::all(&tracer::LOOKUPS_PATTERN_SAMPLES),
+        Sel::of(&tracer::SHRINKER_FREED_PER_S, SUPER),
+        Sel::of(&tracer::SHRINKER_TIME_PCT, SUPER),
+        Sel::all(&cpu::SYS_PCT),
     ],
     run,
 };
@@ -70,7 +76,7 @@ fn uses_softokn(d: &Data, pid: u32) -> Option<String> {
 }
 
 fn run(d: &Data) -> Vec<Finding> {
-    let neg = d.stats("dentry.nr_negative");
+    let neg = d.stats(&mem::DENTRY_NR_NEGATIVE, &[]);
     if neg.n == 0 {
         return Vec::new();
     }
@@ -80,22 +86,20 @@ fn run(d: &Data) -> Vec<Finding> {
         neg.first
     };
     let rise = neg.max - base;
-    let growth = d.stats("dentry.negative_growth_per_s");
-    let shrunk = d.stats("shrinker.super_cache_scan.freed_per_s").max > 0.0
-        || d.stats("shrinker.super_cache_scan.time_pct").max > 0.0;
+    let growth = d.stats(&mem::DENTRY_NEGATIVE_GROWTH_PER_S, &[]);
+    let freed = d.stats(&tracer::SHRINKER_FREED_PER_S, SUPER);
+    let shrunk = freed.max > 0.0 || d.stats(&tracer::SHRINKER_TIME_PCT, SUPER).max > 0.0;
     let level_only = rise < 100_000.0 && growth.mean < 1000.0;
     if level_only && (neg.max < 1_000_000.0 || !shrunk) {
         return Vec::new();
     }
-    let producers = top_procs(d, "lookups.proc.", ".enoent_per_s");
-    let patterns = top_labels(d, "lookups.pattern.", ".samples", |s| s.sum);
+    let producers = top_procs(d, &tracer::LOOKUPS_PROC_ENOENT_PER_S);
+    let patterns = top_series(d, &tracer::LOOKUPS_PATTERN_SAMPLES, |s| s.sum);
     let culprit = producers
         .first()
-        .map(|(pid, comm, _)| proc_culprit(d, *pid, comm))
+        .map(|p| proc_culprit(d, p.pid, &p.comm))
         .unwrap_or_default();
-    let nss = producers
-        .first()
-        .and_then(|(pid, _, _)| uses_softokn(d, *pid));
+    let nss = producers.first().and_then(|p| uses_softokn(d, p.pid));
     let mut culprit = culprit;
     if let Some(lib) = &nss {
         culprit.library = Some(lib.clone());
@@ -112,7 +116,7 @@ fn run(d: &Data) -> Vec<Finding> {
             },
             producers
                 .first()
-                .map(|(p, c, n)| format!(", {n:.0} failed look-ups by {c} ({p})"))
+                .map(|p| format!(", {:.0} failed look-ups by {} ({})", p.value, p.comm, p.pid))
                 .unwrap_or_default(),
             if nss.is_some() {
                 " — NSS softokn's access probe"
@@ -126,25 +130,25 @@ fn run(d: &Data) -> Vec<Finding> {
     );
     f.evidence.push(evidence(
         d,
-        "dentry.nr_negative",
+        &mem::DENTRY_NR_NEGATIVE,
+        &[],
         Take::Max,
-        "count",
         format!("negative dentries (+{rise:.0} over the baseline)"),
     ));
     f.evidence.push(evidence(
         d,
-        "dentry.negative_growth_per_s",
+        &mem::DENTRY_NEGATIVE_GROWTH_PER_S,
+        &[],
         Take::Max,
-        "per_second",
         "growth of negative dentries",
     ));
-    let slab = d.stats("slab.total_bytes");
-    let dent = d.stats("slab.dentry.total_bytes");
+    let slab = d.stats(&mem::SLAB_TOTAL_BYTES, &[]);
+    let dent = d.stats(&mem::SLAB_CACHE_TOTAL_BYTES, &["dentry"]);
     if slab.n > 0 && dent.n > 0 && slab.max > 0.0 {
         f.evidence.push(fact(
             "slab.dentry share",
             dent.max * 100.0 / slab.max,
-            "percent",
+            Unit::Percent,
             format!(
                 "dentry cache share of slab ({} of {} MiB)",
                 super::mib(dent.max),
@@ -152,51 +156,51 @@ fn run(d: &Data) -> Vec<Finding> {
             ),
         ));
     }
-    for (pid, comm, n) in producers.iter().take(3) {
-        f.evidence.push(fact(
-            format!("lookups.proc.{pid}.{comm}.enoent_per_s"),
-            *n,
-            "count",
-            format!("failed look-ups by {comm} ({pid}) in the window"),
+    for p in producers.iter().take(3) {
+        f.evidence.push(series_fact(
+            p.series,
+            p.value,
+            Take::Sum,
+            format!("failed look-ups by {} ({}) in the window", p.comm, p.pid),
         ));
     }
     if !patterns.is_empty() {
         let list: Vec<String> = patterns
             .iter()
             .take(5)
-            .map(|(p, n)| format!("{p} ({n:.0})"))
+            .map(|(s, n)| format!("{} ({n:.0})", s.label(0)))
             .collect();
         f.evidence.push(fact(
             "lookups.pattern",
             patterns[0].1,
-            "samples",
+            Unit::Count,
             format!("names that failed, by pattern: {}", list.join(", ")),
         ));
     }
-    if d.stats("shrinker.super_cache_scan.freed_per_s").n > 0 {
+    if freed.n > 0 {
         f.evidence.push(evidence(
             d,
-            "shrinker.super_cache_scan.freed_per_s",
+            &tracer::SHRINKER_FREED_PER_S,
+            SUPER,
             Take::Sum,
-            "objects",
             "dentries and inodes the superblock shrinker freed",
         ));
     }
     f.moved_first = moved_first(
         d,
         &[
-            ("dentry.negative_growth_per_s", 1000.0),
-            ("shrinker.super_cache_scan.freed_per_s", 1.0),
-            ("cpu.sys_pct", 10.0),
+            (d.get(&mem::DENTRY_NEGATIVE_GROWTH_PER_S, &[]), 1000.0),
+            (d.get(&tracer::SHRINKER_FREED_PER_S, SUPER), 1.0),
+            (d.get(&cpu::SYS_PCT, &[]), 10.0),
         ],
     );
     match (&nss, producers.first()) {
-        (Some(lib), Some((_, comm, _))) => {
+        (Some(lib), Some(ProcSum { comm, .. })) => {
             f.remediation.push(format!(
                 "{comm} runs NSS softokn ({lib}), whose sdb_measureAccess probes non-existent files to time the database directory: set NSS_SDB_USE_CACHE=yes in {comm}'s environment (and make sure nothing sets NSS_SDB_USE_CACHE=no)"
             ));
         }
-        (None, Some((_, comm, _))) => {
+        (None, Some(ProcSum { comm, .. })) => {
             f.remediation.push(format!("stop {comm} probing unique non-existent names (the patterns above), or cache the answer"));
         }
         _ => f.remediation.push("find the producer: run the recorder with the lookups tracer (`--syscall-tracers always` attaches it from the start)".into()),
@@ -222,10 +226,10 @@ mod tests {
             ..Default::default()
         };
         for i in 0..8u32 {
-            d.push_point("dentry.nr_negative", i, neg);
-            d.push_point("dentry.negative_growth_per_s", i, 1.0);
+            d.push(&mem::DENTRY_NR_NEGATIVE, &[], i, neg);
+            d.push(&mem::DENTRY_NEGATIVE_GROWTH_PER_S, &[], i, 1.0);
             if i >= 3 {
-                d.push_point("shrinker.super_cache_scan.freed_per_s", i, freed);
+                d.push(&tracer::SHRINKER_FREED_PER_S, SUPER, i, freed);
             }
         }
         d

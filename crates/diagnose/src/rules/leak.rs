@@ -18,8 +18,12 @@
 //!
 //! **References.** "Chasing memory leak in a Python web service" (case 5); gunicorn settings.
 
-use super::{confidence, fact, finding, mib, proc_culprit, Rule};
-use crate::data::{pid_comm, Data};
+use jitterscope_model::metrics::process;
+use jitterscope_model::registry::Sel;
+use jitterscope_sources::units::MIB;
+
+use super::{confidence, finding, mib, proc_culprit, series_fact, Rule, Take};
+use crate::data::Data;
 use crate::Finding;
 
 /// The rule.
@@ -27,9 +31,48 @@ pub const RULE: Rule = Rule {
     id: "memory.leak",
     summary: "a process's memory growing steadily",
     mechanism: true,
-    select: &["proc.*.rss_bytes", "proc.*.anon_bytes"],
+    select: &[
+        Sel::all(&process::PROC_RSS_BYTES),
+        Sel::all(&process::PROC_ANON_BYTES),
+    ],
     run,
 };
+
+/// Fewest points a trend is judged on.
+pub const MIN_POINTS: usize = 5;
+/// Least growth, bytes (and at least [`MIN_GROWTH_SHARE`] of where it started).
+pub const MIN_GROWTH_BYTES: f64 = 16.0 * MIB;
+/// Least growth as a share of the starting RSS.
+pub const MIN_GROWTH_SHARE: f64 = 0.05;
+/// Least share of steps that did not go down.
+pub const MIN_UP_SHARE: f64 = 0.8;
+/// Least R² of the line fit.
+pub const MIN_R2: f64 = 0.8;
+
+/// The leak test, shared by this rule (over a window) and the leak-trend detector (over a
+/// sliding five minutes): `n` points from `first` to `last`, `ups` of the `n - 1` steps not
+/// down, and the line `fit` gives (slope per second, R²). The cheap tests go first: most
+/// processes fail them, and the fit runs only for the few that grow. The slope and R² when it
+/// passes.
+pub fn steady_growth(
+    n: usize,
+    first: f64,
+    last: f64,
+    ups: usize,
+    fit: impl FnOnce() -> Option<(f64, f64)>,
+) -> Option<(f64, f64)> {
+    if n < MIN_POINTS {
+        return None;
+    }
+    let growth = last - first;
+    if growth < MIN_GROWTH_BYTES || growth < MIN_GROWTH_SHARE * first {
+        return None;
+    }
+    if (ups as f64) < MIN_UP_SHARE * (n - 1) as f64 {
+        return None;
+    }
+    fit().filter(|&(slope, r2)| slope > 0.0 && r2 >= MIN_R2)
+}
 
 /// Slope per second and R² of points (t seconds, value).
 pub fn fit(points: &[(f64, f64)]) -> Option<(f64, f64)> {
@@ -57,8 +100,8 @@ pub fn fit(points: &[(f64, f64)]) -> Option<(f64, f64)> {
 fn run(d: &Data) -> Vec<Finding> {
     let mut out = Vec::new();
     let start = d.start as u32;
-    for (name, s) in d.matching("proc.*.rss_bytes") {
-        let Some((pid, comm)) = pid_comm(name, "proc.", ".rss_bytes") else {
+    for s in d.each(&process::PROC_RSS_BYTES) {
+        let Some((pid, comm)) = s.pid_comm() else {
             continue;
         };
         let pts: Vec<(f64, f64)> = s
@@ -67,24 +110,14 @@ fn run(d: &Data) -> Vec<Finding> {
             .filter(|(i, _)| *i >= start)
             .map(|&(i, v)| ((d.at(i) - d.ts[d.start]) as f64 / 1e9, v))
             .collect();
-        if pts.len() < 5 {
-            continue;
-        }
-        let (first, last) = (pts[0].1, pts[pts.len() - 1].1);
-        let growth = last - first;
-        if growth < 16.0 * 1048576.0 || growth < 0.05 * first {
-            continue;
-        }
-        let ups = pts.windows(2).filter(|w| w[1].1 >= w[0].1).count();
-        if (ups as f64) < 0.8 * (pts.len() - 1) as f64 {
-            continue;
-        }
-        let Some((slope, r2)) = fit(&pts) else {
+        let Some((&(_, first), &(_, last))) = pts.first().zip(pts.last()) else {
             continue;
         };
-        if r2 < 0.8 || slope <= 0.0 {
+        let growth = last - first;
+        let ups = pts.windows(2).filter(|w| w[1].1 >= w[0].1).count();
+        let Some((slope, r2)) = steady_growth(pts.len(), first, last, ups, || fit(&pts)) else {
             continue;
-        }
+        };
         let mut f = finding(
             &RULE,
             d,
@@ -94,35 +127,38 @@ fn run(d: &Data) -> Vec<Finding> {
                 pts[pts.len() - 1].0,
                 mib(slope * 60.0)
             ),
-            ((confidence(r2, 0.8, 0.99) * 0.6 + confidence(growth / 1048576.0, 16.0, 512.0) * 0.4)
+            ((confidence(r2, 0.8, 0.99) * 0.6 + confidence(growth / MIB, 16.0, 512.0) * 0.4)
                 * 100.0)
                 .round()
                 / 100.0,
             proc_culprit(d, pid, comm),
         );
-        f.evidence.push(fact(
-            name,
+        f.evidence.push(series_fact(
+            s,
             last,
-            "bytes",
+            Take::Last,
             format!("RSS from {} to {} MiB", mib(first), mib(last)),
         ));
-        f.evidence.push(fact(
-            format!("{name} slope"),
+        f.evidence.push(super::fact(
+            format!("{} slope", s.name()),
             slope,
-            "bytes_per_second",
+            jitterscope_model::registry::Unit::BytesPerSecond,
             format!("least-squares slope, R² {r2:.3}"),
         ));
-        let anon = d.stats(&format!("proc.{pid}.{comm}.anon_bytes"));
-        if anon.n > 1 {
-            f.evidence.push(fact(
-                format!("proc.{pid}.{comm}.anon_bytes"),
-                anon.last - anon.first,
-                "bytes",
-                format!(
-                    "anonymous memory grew {} MiB of it",
-                    mib(anon.last - anon.first)
-                ),
-            ));
+        let pid_s = pid.to_string();
+        if let Some(anon) = d.get(&process::PROC_ANON_BYTES, &[&pid_s, comm]) {
+            let st = d.stats_of(anon);
+            if st.n > 1 {
+                f.evidence.push(series_fact(
+                    anon,
+                    st.last - st.first,
+                    Take::Growth,
+                    format!(
+                        "anonymous memory grew {} MiB of it",
+                        mib(st.last - st.first)
+                    ),
+                ));
+            }
         }
         f.remediation.push(format!(
             "see where it grows and what piles up, while it runs: jitterscope memleak --pid {pid} (the mappings that grow, Python heap or native, the strings that pile up)"

@@ -1,17 +1,21 @@
 //! The rules, one module each, and what they share.
 
 pub mod cfs;
-pub mod cpu;
 pub mod dcache;
+pub mod imbalance;
+pub mod io;
 pub mod leak;
 pub mod pagecache;
 pub mod reclaim;
+pub mod runqueue;
+pub mod saturation;
 pub mod shrinker;
 pub mod tlb;
 
+use jitterscope_model::registry::{MetricDef, Sel, Unit};
 use jitterscope_sources::cgroup::{identify, Runtime};
 
-use crate::data::{pid_comm, Data};
+use crate::data::{Data, Series};
 use crate::{rfc3339, Culprit, Evidence, Finding, Moved, Span};
 
 /// A rule: its id, what it is about, the series it reads and its evaluation.
@@ -22,8 +26,8 @@ pub struct Rule {
     pub summary: &'static str,
     /// Names a kernel mechanism (false for plain resource saturation).
     pub mechanism: bool,
-    /// Series globs it reads.
-    pub select: &'static [&'static str],
+    /// The series it reads.
+    pub select: &'static [Sel],
     /// Evaluation.
     pub run: fn(&Data) -> Vec<Finding>,
 }
@@ -37,10 +41,10 @@ pub static RULES: &[Rule] = &[
     tlb::RULE,
     pagecache::RULE,
     leak::RULE,
-    cpu::SATURATION,
-    cpu::IMBALANCE,
-    cpu::RUNQUEUE,
-    cpu::IO,
+    saturation::RULE,
+    imbalance::RULE,
+    runqueue::RULE,
+    io::RULE,
 ];
 
 /// 0.5 at `lo`, 0.95 at `hi` and beyond: how far past its threshold a signal went.
@@ -65,29 +69,67 @@ pub(crate) enum Take {
     Mean,
     Sum,
     Last,
+    /// Last minus first value in the window (a level that grew).
+    Growth,
 }
 
-/// Evidence from series `name`, with its baseline median when the baseline has it.
+impl Take {
+    fn stat(self) -> &'static str {
+        match self {
+            Take::Max => "max",
+            Take::Mean => "mean",
+            Take::Sum => "sum over the window",
+            Take::Last => "last",
+            Take::Growth => "growth over the window",
+        }
+    }
+
+    /// The unit of the statistic of a series in `unit`: a per-second rate summed over the
+    /// window is a count (stalls, bytes), not a rate.
+    fn unit(self, unit: Unit) -> Unit {
+        match self {
+            Take::Sum => unit.summed(),
+            _ => unit,
+        }
+    }
+}
+
+/// Evidence from the series of `def` with `labels`, with its baseline median when the
+/// baseline has it; the unit is the metric's.
 pub(crate) fn evidence(
     d: &Data,
-    name: &str,
+    def: &'static MetricDef,
+    labels: &[&str],
     take: Take,
-    unit: &'static str,
     note: impl Into<String>,
 ) -> Evidence {
-    let st = d.stats(name);
-    let (value, stat) = match take {
-        Take::Max => (st.max, "max"),
-        Take::Mean => (st.mean, "mean"),
-        Take::Sum => (st.sum, "sum over the window"),
-        Take::Last => (st.last, "last"),
+    let st = d.stats(def, labels);
+    let value = match take {
+        Take::Max => st.max,
+        Take::Mean => st.mean,
+        Take::Sum => st.sum,
+        Take::Last => st.last,
+        Take::Growth => st.last - st.first,
     };
     Evidence {
-        signal: name.to_string(),
+        signal: def.series_name(labels),
         value: round(value),
-        stat,
+        stat: take.stat(),
         baseline: (st.base_n > 0).then(|| round(st.base_median)),
-        unit,
+        unit: take.unit(def.unit),
+        note: note.into(),
+    }
+}
+
+/// Evidence of a series' statistic computed by the rule (a per-process sum merged over the
+/// names a process had, a growth): named after the series, in the unit `take` gives it.
+pub(crate) fn series_fact(s: &Series, value: f64, take: Take, note: impl Into<String>) -> Evidence {
+    Evidence {
+        signal: s.name(),
+        value: round(value),
+        stat: take.stat(),
+        baseline: None,
+        unit: take.unit(s.def.unit),
         note: note.into(),
     }
 }
@@ -96,7 +138,7 @@ pub(crate) fn evidence(
 pub(crate) fn fact(
     signal: impl Into<String>,
     value: f64,
-    unit: &'static str,
+    unit: Unit,
     note: impl Into<String>,
 ) -> Evidence {
     Evidence {
@@ -149,87 +191,100 @@ pub(crate) fn cgroup_culprit(path: &str) -> Culprit {
     }
 }
 
-/// Per-process series matching `prefix<pid>.<comm>suffix`, by window sum, largest first. A
-/// process that renamed itself (exec, prctl) has a series per name: they are one process,
-/// summed under the name it had longest.
-pub(crate) fn top_procs(d: &Data, prefix: &str, suffix: &str) -> Vec<(u32, String, f64)> {
-    top_procs_by(d, prefix, suffix, |s| s.sum)
+/// One process's share of a per-process metric over the window.
+pub(crate) struct ProcSum<'d> {
+    /// Process id.
+    pub pid: u32,
+    /// The name it had longest.
+    pub comm: String,
+    /// The statistic, summed over its series.
+    pub value: f64,
+    /// Its series under that name.
+    pub series: &'d Series,
+}
+
+/// The series of per-process metric `def`, by window sum, largest first. A process that
+/// renamed itself (exec, prctl) has a series per name: they are one process, summed under the
+/// name it had longest.
+pub(crate) fn top_procs<'d>(d: &'d Data, def: &'static MetricDef) -> Vec<ProcSum<'d>> {
+    top_procs_by(d, def, |s| s.sum)
 }
 
 /// Like [`top_procs`], ranking by `f` of each series' statistics instead of the sum.
-pub(crate) fn top_procs_by(
-    d: &Data,
-    prefix: &str,
-    suffix: &str,
+pub(crate) fn top_procs_by<'d>(
+    d: &'d Data,
+    def: &'static MetricDef,
     f: impl Fn(&crate::data::Stats) -> f64,
-) -> Vec<(u32, String, f64)> {
-    let mut by_pid: std::collections::HashMap<u32, (String, f64, f64)> = Default::default();
-    for (name, s) in d.matching(&format!("{prefix}*{suffix}")) {
-        let Some((pid, comm)) = pid_comm(name, prefix, suffix) else {
+) -> Vec<ProcSum<'d>> {
+    let mut by_pid: std::collections::HashMap<u32, (ProcSum<'d>, usize)> = Default::default();
+    for s in d.each(def) {
+        let Some((pid, comm)) = s.pid_comm() else {
             continue;
         };
         let st = d.stats_of(s);
-        let e = by_pid
-            .entry(pid)
-            .or_insert_with(|| (comm.to_string(), 0.0, -1.0));
-        e.1 += f(&st);
-        if st.n as f64 > e.2 {
-            e.0 = comm.to_string();
-            e.2 = st.n as f64;
+        let e = by_pid.entry(pid).or_insert_with(|| {
+            (
+                ProcSum {
+                    pid,
+                    comm: comm.to_string(),
+                    value: 0.0,
+                    series: s,
+                },
+                0,
+            )
+        });
+        e.0.value += f(&st);
+        if st.n > e.1 || (st.n == 0 && e.1 == 0) {
+            e.0.comm = comm.to_string();
+            e.0.series = s;
+            e.1 = st.n;
         }
     }
-    let mut v: Vec<(u32, String, f64)> = by_pid
-        .into_iter()
-        .filter(|(_, (_, sum, _))| *sum > 0.0)
-        .map(|(pid, (comm, sum, _))| (pid, comm, sum))
+    let mut v: Vec<ProcSum<'d>> = by_pid
+        .into_values()
+        .map(|(p, _)| p)
+        .filter(|p| p.value > 0.0)
         .collect();
-    v.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(&b.0)));
+    v.sort_by(|a, b| b.value.total_cmp(&a.value).then(a.pid.cmp(&b.pid)));
     v
 }
 
-/// Per-label series `prefix<label>suffix`, by window statistic `f`, largest first.
-pub(crate) fn top_labels(
-    d: &Data,
-    prefix: &str,
-    suffix: &str,
+/// The series of `def` by window statistic `f`, largest first (only those above 0).
+pub(crate) fn top_series<'d>(
+    d: &'d Data,
+    def: &'static MetricDef,
     f: impl Fn(&crate::data::Stats) -> f64,
-) -> Vec<(String, f64)> {
-    let mut v: Vec<(String, f64)> = d
-        .matching(&format!("{prefix}*{suffix}"))
-        .filter_map(|(name, s)| {
-            let label = name.strip_prefix(prefix)?.strip_suffix(suffix)?;
+) -> Vec<(&'d Series, f64)> {
+    let mut v: Vec<(&Series, f64)> = d
+        .each(def)
+        .filter_map(|s| {
             let x = f(&d.stats_of(s));
-            (x > 0.0).then(|| (label.to_string(), x))
+            (x > 0.0).then_some((s, x))
         })
         .collect();
     v.sort_by(|a, b| b.1.total_cmp(&a.1));
     v
 }
 
-/// Orders the signals by when each first rose above its baseline (and `floor`); signals that
-/// never rose are left out.
-pub(crate) fn moved_first(d: &Data, signals: &[(&str, f64)]) -> Vec<Moved> {
-    let mut on: Vec<(i64, &str)> = signals
+/// Orders the series by when each first rose above its baseline (and its floor); series that
+/// are absent or never rose are left out.
+pub(crate) fn moved_first(d: &Data, signals: &[(Option<&Series>, f64)]) -> Vec<Moved> {
+    let mut on: Vec<(i64, String)> = signals
         .iter()
-        .filter_map(|&(s, floor)| d.onset_over_baseline(s, floor).map(|t| (t, s)))
+        .filter_map(|&(s, floor)| {
+            let s = s?;
+            d.onset_over_baseline(s, floor).map(|t| (t, s.name()))
+        })
         .collect();
     on.sort();
     let first = on.first().map(|x| x.0).unwrap_or(0);
     on.into_iter()
         .map(|(t, s)| Moved {
-            signal: s.to_string(),
+            signal: s,
             at: rfc3339(t),
             lag_s: (t - first) as f64 / 1e9,
         })
         .collect()
-}
-
-/// (major, minor) of a kernel release string (`6.18.0-1-amd64`).
-pub(crate) fn kernel_version(release: &str) -> Option<(u32, u32)> {
-    let mut it = release.split(|c: char| !c.is_ascii_digit());
-    let maj = it.next()?.parse().ok()?;
-    let min = it.next()?.parse().ok()?;
-    Some((maj, min))
 }
 
 /// "top kernel functions: a 12.0%, b 8.1%" from the window's stack samples.
@@ -246,7 +301,7 @@ pub(crate) fn kernel_hot_note(d: &Data, n: usize) -> Option<Evidence> {
     Some(fact(
         "profile.kernel_hot",
         d.kernel_hot[0].self_pct,
-        "percent",
+        Unit::Percent,
         format!(
             "hottest kernel functions in the window's {} stack samples (self): {}",
             d.profile_samples,
@@ -278,10 +333,7 @@ pub(crate) fn finding(
     }
 }
 
-/// MiB, for text.
-pub(crate) fn mib(b: f64) -> f64 {
-    (b / 1048576.0 * 10.0).round() / 10.0
-}
+pub(crate) use jitterscope_sources::units::mib;
 
 #[cfg(test)]
 mod tests {
@@ -293,13 +345,6 @@ mod tests {
         assert_eq!(confidence(20.0, 10.0, 20.0), 0.95);
         assert_eq!(confidence(100.0, 10.0, 20.0), 0.95);
         assert_eq!(confidence(15.0, 10.0, 20.0), 0.73);
-    }
-
-    #[test]
-    fn kernel_versions() {
-        assert_eq!(kernel_version("6.18.0-1-amd64"), Some((6, 18)));
-        assert_eq!(kernel_version("4.19.112+"), Some((4, 19)));
-        assert_eq!(kernel_version("garbage"), None);
     }
 
     #[test]

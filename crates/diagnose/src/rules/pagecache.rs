@@ -24,12 +24,16 @@
 //! **References.** Documentation/admin-guide/mm/workingset (mm/workingset.c comments);
 //! Documentation/admin-guide/cgroup-v2.rst (memory.low).
 
+use jitterscope_model::metrics::{disk, mem, process};
+use jitterscope_model::registry::Sel;
+
 use super::{
-    confidence, evidence, fact, finding, mib, moved_first, proc_culprit, top_labels, top_procs,
-    Rule, Take,
+    confidence, evidence, fact, finding, mib, moved_first, proc_culprit, series_fact, top_procs,
+    top_procs_by, top_series, Rule, Take,
 };
 use crate::data::Data;
 use crate::Finding;
+use jitterscope_model::registry::Unit;
 
 /// The rule.
 pub const RULE: Rule = Rule {
@@ -37,23 +41,23 @@ pub const RULE: Rule = Rule {
     summary: "file working sets evicted and read back (refaults, major faults)",
     mechanism: true,
     select: &[
-        "reclaim.refault_file_per_s",
-        "reclaim.pgmajfault_per_s",
-        "reclaim.pgsteal_kswapd_per_s",
-        "reclaim.pgsteal_direct_per_s",
-        "reclaim.pgscan_kswapd_per_s",
-        "mem.cached_bytes",
-        "mem.anon_bytes",
-        "disk.*.read_bytes_per_s",
-        "proc.*.read_bytes_per_s",
-        "proc.*.majflt_per_s",
+        Sel::all(&mem::RECLAIM_REFAULT_FILE_PER_S),
+        Sel::all(&mem::RECLAIM_PGMAJFAULT_PER_S),
+        Sel::all(&mem::RECLAIM_PGSTEAL_KSWAPD_PER_S),
+        Sel::all(&mem::RECLAIM_PGSTEAL_DIRECT_PER_S),
+        Sel::all(&mem::RECLAIM_PGSCAN_KSWAPD_PER_S),
+        Sel::all(&mem::CACHED_BYTES),
+        Sel::all(&mem::ANON_BYTES),
+        Sel::all(&disk::READ_BYTES_PER_S),
+        Sel::all(&process::PROC_READ_BYTES_PER_S),
+        Sel::all(&process::PROC_MAJFLT_PER_S),
     ],
     run,
 };
 
 fn run(d: &Data) -> Vec<Finding> {
-    let rf = d.stats("reclaim.refault_file_per_s");
-    let mj = d.stats("reclaim.pgmajfault_per_s");
+    let rf = d.stats(&mem::RECLAIM_REFAULT_FILE_PER_S, &[]);
+    let mj = d.stats(&mem::RECLAIM_PGMAJFAULT_PER_S, &[]);
     let ratio = |s: &crate::data::Stats| {
         s.mean
             / if s.base_n > 0 {
@@ -68,18 +72,18 @@ fn run(d: &Data) -> Vec<Finding> {
     if !refaulting && !faulting {
         return Vec::new();
     }
-    let victims = top_procs(d, "proc.", ".majflt_per_s");
+    let victims = top_procs(d, &process::PROC_MAJFLT_PER_S);
     // Ranked without each process's largest sample: a parent reaping a child inherits the
     // child's lifetime I/O counters (kernel/exit.c adds them to the parent's), which shows as a
     // one-sample spike of the parent.
-    let readers = super::top_procs_by(d, "proc.", ".read_bytes_per_s", |s| s.sum - s.max);
+    let readers = top_procs_by(d, &process::PROC_READ_BYTES_PER_S, |s| s.sum - s.max);
     // Without a process faulting its pages back, refaults are a reader re-reading its own
     // files: thrash of its own cache, weaker evidence of harm to others.
-    let harmed = faulting && victims.first().is_some_and(|v| v.2 >= 1000.0);
-    let disks = top_labels(d, "disk.", ".read_bytes_per_s", |s| s.mean);
+    let harmed = faulting && victims.first().is_some_and(|v| v.value >= 1000.0);
+    let disks = top_series(d, &disk::READ_BYTES_PER_S, |s| s.mean);
     let culprit = readers
         .first()
-        .map(|(p, c, _)| proc_culprit(d, *p, c))
+        .map(|p| proc_culprit(d, p.pid, &p.comm))
         .unwrap_or_default();
     let mut f = finding(
         &RULE,
@@ -90,14 +94,16 @@ fn run(d: &Data) -> Vec<Finding> {
             mj.sum,
             readers
                 .first()
-                .map(|(p, c, b)| format!(
-                    ", driven by {c} ({p}) reading {} MiB/s",
-                    mib(*b / d.window_len().max(1) as f64)
+                .map(|p| format!(
+                    ", driven by {} ({}) reading {} MiB/s",
+                    p.comm,
+                    p.pid,
+                    mib(p.value / d.window_len().max(1) as f64)
                 ))
                 .unwrap_or_default(),
             victims
                 .first()
-                .map(|(p, c, _)| format!("; {c} ({p}) faults its pages back"))
+                .map(|p| format!("; {} ({}) faults its pages back", p.comm, p.pid))
                 .unwrap_or_default()
         ),
         if harmed {
@@ -111,9 +117,9 @@ fn run(d: &Data) -> Vec<Finding> {
     );
     f.evidence.push(evidence(
         d,
-        "reclaim.refault_file_per_s",
+        &mem::RECLAIM_REFAULT_FILE_PER_S,
+        &[],
         Take::Sum,
-        "pages",
         "file pages evicted then read back (refaults)",
     ));
     if !harmed {
@@ -123,42 +129,42 @@ fn run(d: &Data) -> Vec<Finding> {
     }
     f.evidence.push(evidence(
         d,
-        "reclaim.pgmajfault_per_s",
+        &mem::RECLAIM_PGMAJFAULT_PER_S,
+        &[],
         Take::Sum,
-        "faults",
         "major faults (page read from disk)",
     ));
-    for (pid, comm, n) in victims.iter().take(2) {
-        f.evidence.push(fact(
-            format!("proc.{pid}.{comm}.majflt_per_s"),
-            *n,
-            "faults",
-            format!("major faults of {comm} ({pid}): the victim"),
+    for p in victims.iter().take(2) {
+        f.evidence.push(series_fact(
+            p.series,
+            p.value,
+            Take::Sum,
+            format!("major faults of {} ({}): the victim", p.comm, p.pid),
         ));
     }
-    for (pid, comm, b) in readers.iter().take(2) {
-        f.evidence.push(fact(
-            format!("proc.{pid}.{comm}.read_bytes_per_s"),
-            *b,
-            "bytes",
-            format!("read from storage by {comm} ({pid}) in the window"),
+    for p in readers.iter().take(2) {
+        f.evidence.push(series_fact(
+            p.series,
+            p.value,
+            Take::Sum,
+            format!("read from storage by {} ({}) in the window", p.comm, p.pid),
         ));
     }
-    if let Some((disk, v)) = disks.first() {
-        f.evidence.push(fact(
-            format!("disk.{disk}.read_bytes_per_s"),
+    if let Some((s, v)) = disks.first() {
+        f.evidence.push(series_fact(
+            s,
             *v,
-            "bytes_per_second",
-            format!("reads of {disk} (mean)"),
+            Take::Mean,
+            format!("reads of {} (mean)", s.label(0)),
         ));
     }
-    let cache = d.stats("mem.cached_bytes");
-    let anon = d.stats("mem.anon_bytes");
+    let cache = d.stats(&mem::CACHED_BYTES, &[]);
+    let anon = d.stats(&mem::ANON_BYTES, &[]);
     if cache.n > 1 && anon.n > 1 {
         f.evidence.push(fact(
             "mem.cached_bytes / mem.anon_bytes",
             cache.last - cache.first,
-            "bytes",
+            Unit::Bytes,
             format!(
                 "page cache {:+} MiB, anonymous memory {:+} MiB over the window: churn without a leak",
                 mib(cache.last - cache.first),
@@ -166,22 +172,21 @@ fn run(d: &Data) -> Vec<Finding> {
             ),
         ));
     }
-    let mut sig: Vec<(String, f64)> = vec![
-        ("reclaim.refault_file_per_s".into(), 100.0),
-        ("reclaim.pgmajfault_per_s".into(), 10.0),
-        ("reclaim.pgscan_kswapd_per_s".into(), 100.0),
-    ];
-    if let Some((disk, _)) = disks.first() {
-        sig.insert(0, (format!("disk.{disk}.read_bytes_per_s"), 1_048_576.0));
-    }
-    let refs: Vec<(&str, f64)> = sig.iter().map(|(s, v)| (s.as_str(), *v)).collect();
-    f.moved_first = moved_first(d, &refs);
-    if let Some((_, comm, _)) = readers.first() {
+    f.moved_first = moved_first(
+        d,
+        &[
+            (disks.first().map(|(s, _)| *s), 1_048_576.0),
+            (d.get(&mem::RECLAIM_REFAULT_FILE_PER_S, &[]), 100.0),
+            (d.get(&mem::RECLAIM_PGMAJFAULT_PER_S, &[]), 10.0),
+            (d.get(&mem::RECLAIM_PGSCAN_KSWAPD_PER_S, &[]), 100.0),
+        ],
+    );
+    if let Some(comm) = readers.first().map(|p| &p.comm) {
         f.remediation.push(format!(
             "give {comm} its own memory cgroup with a limit, so it recycles its own page cache instead of everyone's (or have it read with POSIX_FADV_DONTNEED / O_DIRECT)"
         ));
     }
-    if let Some((_, comm, _)) = victims.first() {
+    if let Some(comm) = victims.first().map(|p| &p.comm) {
         f.remediation.push(format!("protect {comm}'s working set: memory.low / memory.min on its cgroup (v2), or mlock the hot file"));
     }
     f.remediation

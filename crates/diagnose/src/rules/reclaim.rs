@@ -26,11 +26,14 @@
 //! **References.** Documentation/admin-guide/sysctl/vm.rst (watermark_scale_factor,
 //! min_free_kbytes); Documentation/admin-guide/cgroup-v2.rst (memory.high, memory.low).
 
+use jitterscope_model::metrics::{cgroup, mem, process, psi, tracer};
+use jitterscope_model::registry::Sel;
+
 use super::{
-    cgroup_culprit, confidence, evidence, fact, finding, mib, moved_first, proc_culprit,
-    top_labels, top_procs, Rule, Take,
+    cgroup_culprit, confidence, evidence, finding, mib, moved_first, proc_culprit, series_fact,
+    top_procs, top_series, Rule, Take,
 };
-use crate::data::{pid_comm, Data};
+use crate::data::Data;
 use crate::Finding;
 
 /// The rule.
@@ -39,31 +42,31 @@ pub const RULE: Rule = Rule {
     summary: "allocations stalled in direct or memcg reclaim",
     mechanism: true,
     select: &[
-        "reclaim.stalls_per_s",
-        "reclaim.stall_pct",
-        "reclaim.stall_max_usec",
-        "reclaim.allocstall_per_s",
-        "reclaim.pgmajfault_per_s",
-        "reclaim.pgscan_direct_per_s",
-        "reclaim.pgscan_kswapd_per_s",
-        "reclaim.proc.*.stalls_per_s",
-        "reclaim.proc.*.memcg_stalls_per_s",
-        "reclaim.proc.*.stall_pct",
-        "reclaim.cgroup.*.stalls_per_s",
-        "reclaim.cgroup.*.stall_pct",
-        "reclaim.cgroup.*.stall_max_usec",
-        "psi.memory.some_pct",
-        "zone.*.free_over_min",
-        "cgroup.*.memory.usage_of_limit_pct",
-        "proc.*.rss_bytes",
-        "mem.free_bytes",
+        Sel::all(&tracer::RECLAIM_STALLS_PER_S),
+        Sel::all(&tracer::RECLAIM_STALL_PCT),
+        Sel::all(&tracer::RECLAIM_STALL_MAX_USEC),
+        Sel::all(&mem::RECLAIM_ALLOCSTALL_PER_S),
+        Sel::all(&mem::RECLAIM_PGMAJFAULT_PER_S),
+        Sel::all(&mem::RECLAIM_PGSCAN_DIRECT_PER_S),
+        Sel::all(&mem::RECLAIM_PGSCAN_KSWAPD_PER_S),
+        Sel::all(&tracer::RECLAIM_PROC_STALLS_PER_S),
+        Sel::all(&tracer::RECLAIM_PROC_MEMCG_STALLS_PER_S),
+        Sel::all(&tracer::RECLAIM_PROC_STALL_PCT),
+        Sel::all(&tracer::RECLAIM_CGROUP_STALLS_PER_S),
+        Sel::all(&tracer::RECLAIM_CGROUP_STALL_PCT),
+        Sel::all(&tracer::RECLAIM_CGROUP_STALL_MAX_USEC),
+        Sel::of(&psi::SOME_PCT, &["memory"]),
+        Sel::all(&mem::ZONE_FREE_OVER_MIN),
+        Sel::all(&cgroup::MEMORY_USAGE_OF_LIMIT_PCT),
+        Sel::all(&process::PROC_RSS_BYTES),
+        Sel::all(&mem::FREE_BYTES),
     ],
     run,
 };
 
 fn run(d: &Data) -> Vec<Finding> {
-    let traced = d.stats("reclaim.stalls_per_s");
-    let allocstall = d.stats("reclaim.allocstall_per_s");
+    let traced = d.stats(&tracer::RECLAIM_STALLS_PER_S, &[]);
+    let allocstall = d.stats(&mem::RECLAIM_ALLOCSTALL_PER_S, &[]);
     let stalls = if traced.n > 0 {
         traced.sum
     } else {
@@ -72,38 +75,37 @@ fn run(d: &Data) -> Vec<Finding> {
     if stalls < 5.0 {
         return Vec::new();
     }
-    let who = top_procs(d, "reclaim.proc.", ".stalls_per_s");
-    let memcg: f64 = top_procs(d, "reclaim.proc.", ".memcg_stalls_per_s")
+    let who = top_procs(d, &tracer::RECLAIM_PROC_STALLS_PER_S);
+    let memcg: f64 = top_procs(d, &tracer::RECLAIM_PROC_MEMCG_STALLS_PER_S)
         .iter()
-        .map(|x| x.2)
+        .map(|x| x.value)
         .sum();
     let is_memcg = memcg >= 0.5 * stalls;
-    let cgroups = top_labels(d, "reclaim.cgroup.", ".stalls_per_s", |s| s.sum);
-    let stall_pct = d.stats("reclaim.stall_pct");
+    let cgroups = top_series(d, &tracer::RECLAIM_CGROUP_STALLS_PER_S, |s| s.sum);
+    let stall_pct = d.stats(&tracer::RECLAIM_STALL_PCT, &[]);
     // By time stalled or by count (log scale: 5 stalls 0.5, 1000 0.95), whichever is higher.
     let mut conf =
         confidence(stall_pct.mean, 0.1, 5.0).max(confidence(stalls.log10(), 5f64.log10(), 3.0));
     // Stalls that come with a working set faulted back are part of page-cache thrashing, which
     // names the cause (memory.pagecache-thrash); here they are the symptom.
-    let majflt = d.stats("reclaim.pgmajfault_per_s");
+    let majflt = d.stats(&mem::RECLAIM_PGMAJFAULT_PER_S, &[]);
     let thrash = majflt.sum >= 1000.0 && majflt.mean >= 10.0 * majflt.base_median.max(1.0);
     if thrash {
         conf = conf.min(0.8);
     }
     // Who grew: RSS growth over the window, among processes seen.
-    let mut growers: Vec<(u32, String, f64)> = d
-        .matching("proc.*.rss_bytes")
-        .filter_map(|(name, s)| {
-            let (pid, comm) = pid_comm(name, "proc.", ".rss_bytes")?;
+    let mut growers: Vec<(&crate::data::Series, f64)> = d
+        .each(&process::PROC_RSS_BYTES)
+        .filter_map(|s| {
             let st = d.stats_of(s);
-            (st.n >= 2).then(|| (pid, comm.to_string(), st.last - st.first))
+            (st.n >= 2).then_some((s, st.last - st.first))
         })
-        .filter(|g| g.2 > 0.0)
+        .filter(|g| g.1 > 0.0)
         .collect();
-    growers.sort_by(|a, b| b.2.total_cmp(&a.2));
-    let limit_cg = cgroups.first().map(|c| c.0.clone());
+    growers.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let limit_cg = cgroups.first().map(|c| c.0.label(0).to_string());
     let culprit = match (&who.first(), &limit_cg) {
-        (Some((pid, comm, _)), _) => proc_culprit(d, *pid, comm),
+        (Some(p), _) => proc_culprit(d, p.pid, &p.comm),
         (None, Some(cg)) => cgroup_culprit(cg),
         _ => Default::default(),
     };
@@ -121,7 +123,7 @@ fn run(d: &Data) -> Vec<Finding> {
         format!(
             "{stalls:.0} reclaim stalls ({kind}){}",
             who.first()
-                .map(|(p, c, _)| format!(", mostly {c} ({p})"))
+                .map(|p| format!(", mostly {} ({})", p.comm, p.pid))
                 .unwrap_or_default()
         ),
         conf,
@@ -130,90 +132,92 @@ fn run(d: &Data) -> Vec<Finding> {
     if traced.n > 0 {
         f.evidence.push(evidence(
             d,
-            "reclaim.stalls_per_s",
+            &tracer::RECLAIM_STALLS_PER_S,
+            &[],
             Take::Sum,
-            "stalls",
             "reclaim stalls (tracer: direct + memcg)",
         ));
         f.evidence.push(evidence(
             d,
-            "reclaim.stall_max_usec",
+            &tracer::RECLAIM_STALL_MAX_USEC,
+            &[],
             Take::Max,
-            "us",
             "longest stall",
         ));
         f.evidence.push(evidence(
             d,
-            "reclaim.stall_pct",
+            &tracer::RECLAIM_STALL_PCT,
+            &[],
             Take::Mean,
-            "percent",
             "time stalled, % of the interval summed over threads",
         ));
     }
     f.evidence.push(evidence(
         d,
-        "reclaim.allocstall_per_s",
+        &mem::RECLAIM_ALLOCSTALL_PER_S,
+        &[],
         Take::Sum,
-        "stalls",
         "global direct-reclaim entries (vmstat allocstall)",
     ));
-    for (pid, comm, n) in who.iter().take(3) {
-        f.evidence.push(fact(
-            format!("reclaim.proc.{pid}.{comm}.stalls_per_s"),
-            *n,
-            "stalls",
-            format!("stalls of {comm} ({pid})"),
+    for p in who.iter().take(3) {
+        f.evidence.push(series_fact(
+            p.series,
+            p.value,
+            Take::Sum,
+            format!("stalls of {} ({})", p.comm, p.pid),
         ));
     }
-    for (cg, n) in cgroups.iter().take(2) {
-        f.evidence.push(fact(
-            format!("reclaim.cgroup.{cg}.stalls_per_s"),
+    for (s, n) in cgroups.iter().take(2) {
+        let cg = s.label(0);
+        f.evidence.push(series_fact(
+            s,
             *n,
-            "stalls",
+            Take::Sum,
             format!("stalls in memory cgroup {cg}"),
         ));
-        let lim = format!("cgroup.{cg}.memory.usage_of_limit_pct");
-        if d.stats(&lim).n > 0 {
+        if d.stats(&cgroup::MEMORY_USAGE_OF_LIMIT_PCT, &[cg]).n > 0 {
             f.evidence.push(evidence(
                 d,
-                &lim,
+                &cgroup::MEMORY_USAGE_OF_LIMIT_PCT,
+                &[cg],
                 Take::Max,
-                "percent",
                 "its memory usage, % of its limit",
             ));
         }
     }
-    if let Some((pid, comm, g)) = growers.first() {
-        f.evidence.push(fact(
-            format!("proc.{pid}.{comm}.rss_bytes"),
+    if let Some((s, g)) = growers.first() {
+        let (pid, comm) = s.pid_comm().unwrap_or((0, ""));
+        f.evidence.push(series_fact(
+            s,
             *g,
-            "bytes",
+            Take::Growth,
             format!(
                 "largest RSS growth in the window: {comm} ({pid}) +{} MiB",
                 mib(*g)
             ),
         ));
     }
-    if d.stats("psi.memory.some_pct").n > 0 {
+    if d.stats(&psi::SOME_PCT, &["memory"]).n > 0 {
         f.evidence.push(evidence(
             d,
-            "psi.memory.some_pct",
+            &psi::SOME_PCT,
+            &["memory"],
             Take::Max,
-            "percent",
             "memory pressure (PSI some)",
         ));
     }
     let zmin = d
-        .matching("zone.*.free_over_min")
-        .map(|(n, s)| (n.to_string(), d.stats_of(s)))
-        .filter(|(_, s)| s.n > 0)
+        .each(&mem::ZONE_FREE_OVER_MIN)
+        .map(|s| (s, d.stats_of(s)))
+        .filter(|(_, st)| st.n > 0)
         .min_by(|a, b| a.1.max.total_cmp(&b.1.max));
-    if let Some((z, _)) = &zmin {
+    if let Some((z, _)) = zmin {
+        let labels: Vec<&str> = z.labels.iter().map(String::as_str).collect();
         f.evidence.push(evidence(
             d,
-            z,
+            &mem::ZONE_FREE_OVER_MIN,
+            &labels,
             Take::Max,
-            "ratio",
             "free pages over the min watermark (lowest zone)",
         ));
     }
@@ -226,10 +230,10 @@ fn run(d: &Data) -> Vec<Finding> {
     f.moved_first = moved_first(
         d,
         &[
-            ("reclaim.pgscan_kswapd_per_s", 1.0),
-            ("reclaim.pgscan_direct_per_s", 1.0),
-            ("reclaim.stalls_per_s", 1.0),
-            ("psi.memory.some_pct", 1.0),
+            (d.get(&mem::RECLAIM_PGSCAN_KSWAPD_PER_S, &[]), 1.0),
+            (d.get(&mem::RECLAIM_PGSCAN_DIRECT_PER_S, &[]), 1.0),
+            (d.get(&tracer::RECLAIM_STALLS_PER_S, &[]), 1.0),
+            (d.get(&psi::SOME_PCT, &["memory"]), 1.0),
         ],
     );
     if is_memcg {

@@ -21,9 +21,11 @@
 //! **References.** Kirill Tkhai's shrinker patchset (4.19, "mm: Speed up shrink_slab()");
 //! Virtuozzo, "How and why we optimized the algorithm of cleaning SLAB-caches" (2018).
 
-use super::{
-    confidence, evidence, fact, finding, kernel_version, moved_first, top_labels, Rule, Take,
-};
+use jitterscope_model::metrics::{cgroup, cpu, tracer};
+use jitterscope_model::registry::{Sel, Unit};
+use jitterscope_sources::system::kernel::KernelVersion;
+
+use super::{confidence, evidence, fact, finding, moved_first, top_series, Rule, Take};
 use crate::data::Data;
 use crate::Finding;
 
@@ -33,46 +35,46 @@ pub const RULE: Rule = Rule {
     summary: "slab shrinkers called out of proportion to what they free",
     mechanism: true,
     select: &[
-        "shrinker.*.calls_per_s",
-        "shrinker.*.zero_freed_per_s",
-        "shrinker.*.time_pct",
-        "shrinker.*.max_usec",
-        "shrinker.*.freed_per_s",
-        "cgroup.*.memory.usage_bytes",
-        "cpu.sys_pct",
+        Sel::all(&tracer::SHRINKER_CALLS_PER_S),
+        Sel::all(&tracer::SHRINKER_ZERO_FREED_PER_S),
+        Sel::all(&tracer::SHRINKER_TIME_PCT),
+        Sel::all(&tracer::SHRINKER_MAX_USEC),
+        Sel::all(&tracer::SHRINKER_FREED_PER_S),
+        Sel::all(&cgroup::MEMORY_USAGE_BYTES),
+        Sel::all(&cpu::SYS_PCT),
     ],
     run,
 };
 
 fn run(d: &Data) -> Vec<Finding> {
-    let by_time = top_labels(d, "shrinker.", ".time_pct", |s| s.mean);
-    let by_calls = top_labels(d, "shrinker.", ".calls_per_s", |s| s.sum);
+    let by_time = top_series(d, &tracer::SHRINKER_TIME_PCT, |s| s.mean);
+    let by_calls = top_series(d, &tracer::SHRINKER_CALLS_PER_S, |s| s.sum);
     let memcgs = d
-        .matching("cgroup.*.memory.usage_bytes")
-        .filter(|(_, s)| d.stats_of(s).n > 0)
+        .each(&cgroup::MEMORY_USAGE_BYTES)
+        .filter(|s| d.stats_of(s).n > 0)
         .count();
-    let Some((top, calls)) = by_calls.first().cloned() else {
+    let Some((top, calls)) = by_calls.first().map(|(s, v)| (s.label(0), *v)) else {
         return Vec::new();
     };
-    let key = |m: &str| format!("shrinker.{top}.{m}");
-    let cs = d.stats(&key("calls_per_s"));
+    let at: &[&str] = &[top];
+    let cs = d.stats(&tracer::SHRINKER_CALLS_PER_S, at);
     let time = by_time
         .iter()
-        .find(|(f, _)| *f == top)
+        .find(|(s, _)| s.label(0) == top)
         .map(|x| x.1)
         .unwrap_or(0.0);
-    let max_us = d.stats(&key("max_usec")).max;
+    let max_us = d.stats(&tracer::SHRINKER_MAX_USEC, at).max;
     let base_rate = if cs.base_n > 0 { cs.base_median } else { 0.0 };
     let jump = cs.mean / base_rate.max(1.0);
     let scaling = calls >= 1000.0 && jump >= 10.0 && memcgs >= 100;
     // Shrinking that frees a lot is reclaim doing its job (a bloated cache, see
     // memory.dcache-bloat); the cost case is many calls for little.
-    let freed = d.stats(&key("freed_per_s")).sum;
+    let freed = d.stats(&tracer::SHRINKER_FREED_PER_S, at).sum;
     let low_yield = freed < 128.0 * calls.max(1.0);
     if !((time >= 5.0 || max_us >= 10_000.0 || scaling) && low_yield) {
         return Vec::new();
     }
-    let wasted = d.stats(&key("zero_freed_per_s")).sum;
+    let wasted = d.stats(&tracer::SHRINKER_ZERO_FREED_PER_S, at).sum;
     let mut f = finding(
         &RULE,
         d,
@@ -89,55 +91,56 @@ fn run(d: &Data) -> Vec<Finding> {
     );
     f.evidence.push(evidence(
         d,
-        &key("calls_per_s"),
+        &tracer::SHRINKER_CALLS_PER_S,
+        at,
         Take::Sum,
-        "calls",
         format!("calls in the window ({jump:.0}x the baseline rate)"),
     ));
     f.evidence.push(evidence(
         d,
-        &key("zero_freed_per_s"),
+        &tracer::SHRINKER_ZERO_FREED_PER_S,
+        at,
         Take::Sum,
-        "calls",
         "calls that freed nothing",
     ));
     f.evidence.push(evidence(
         d,
-        &key("freed_per_s"),
+        &tracer::SHRINKER_FREED_PER_S,
+        at,
         Take::Sum,
-        "objects",
         "objects freed",
     ));
     f.evidence.push(evidence(
         d,
-        &key("time_pct"),
+        &tracer::SHRINKER_TIME_PCT,
+        at,
         Take::Max,
-        "percent",
         "time in the shrinker, % of the interval",
     ));
     f.evidence.push(evidence(
         d,
-        &key("max_usec"),
+        &tracer::SHRINKER_MAX_USEC,
+        at,
         Take::Max,
-        "us",
         "longest call",
     ));
     f.evidence.push(fact(
         "memory cgroups",
         memcgs as f64,
-        "count",
+        Unit::Count,
         "memory cgroups recorded in the window: reclaim visits each",
     ));
-    f.evidence.push(evidence(
+    f.evidence
+        .push(evidence(d, &cpu::SYS_PCT, &[], Take::Max, "system CPU"));
+    f.moved_first = moved_first(
         d,
-        "cpu.sys_pct",
-        Take::Max,
-        "percent",
-        "system CPU",
-    ));
-    f.moved_first = moved_first(d, &[(&key("calls_per_s"), 10.0), ("cpu.sys_pct", 10.0)]);
-    if let Some(v) = kernel_version(&d.kernel) {
-        if v < (4, 19) {
+        &[
+            (d.get(&tracer::SHRINKER_CALLS_PER_S, at), 10.0),
+            (d.get(&cpu::SYS_PCT, &[]), 10.0),
+        ],
+    );
+    if let Some(v) = d.kernel_version() {
+        if v < KernelVersion::new(4, 19, 0) {
             f.notes.push(format!(
                 "kernel {} predates the 4.19 shrinker bitmap: every shrinker is called for every memcg (M x S calls per pass)",
                 d.kernel

@@ -24,9 +24,12 @@
 //! **References.** jemalloc issue 1422 and TUNING.md; ByteDance infrastructure, "TLB shootdown"
 //! case study (2021); Documentation/x86/tlb.rst.
 
+use jitterscope_model::metrics::{cpu, irq, tracer};
+use jitterscope_model::registry::Sel;
+
 use super::{
-    confidence, evidence, fact, finding, moved_first, proc_culprit, top_labels, top_procs, Rule,
-    Take,
+    confidence, evidence, fact, finding, moved_first, proc_culprit, series_fact, top_procs,
+    top_series, Rule, Take,
 };
 use crate::data::Data;
 use crate::Finding;
@@ -37,13 +40,13 @@ pub const RULE: Rule = Rule {
     summary: "TLB-shootdown IPI storms from a process freeing pages on many CPUs",
     mechanism: true,
     select: &[
-        "irq.tlb_per_s",
-        "cpu.*.tlb_per_s",
-        "tlb.shootdown_ipis_sent_per_s",
-        "tlb.proc.*.shootdown_ipis_sent_per_s",
-        "madvise.proc.*.dontneed_per_s",
-        "madvise.proc.*.free_per_s",
-        "cpu.sys_pct",
+        Sel::all(&irq::TLB_PER_S),
+        Sel::all(&irq::PER_CPU_TLB_PER_S),
+        Sel::all(&tracer::TLB_SHOOTDOWN_IPIS_SENT_PER_S),
+        Sel::all(&tracer::TLB_PROC_SHOOTDOWN_IPIS_SENT_PER_S),
+        Sel::all(&tracer::MADVISE_PROC_DONTNEED_PER_S),
+        Sel::all(&tracer::MADVISE_PROC_FREE_PER_S),
+        Sel::all(&cpu::SYS_PCT),
     ],
     run,
 };
@@ -68,7 +71,7 @@ fn allocator(d: &Data, pid: u32) -> Option<(String, String)> {
 }
 
 fn run(d: &Data) -> Vec<Finding> {
-    let st = d.stats("irq.tlb_per_s");
+    let st = d.stats(&irq::TLB_PER_S, &[]);
     if st.n == 0 || st.mean < 1000.0 {
         return Vec::new();
     }
@@ -77,15 +80,18 @@ fn run(d: &Data) -> Vec<Finding> {
     if st.base_n > 0 && ratio < 10.0 {
         return Vec::new();
     }
-    let senders = top_procs(d, "tlb.proc.", ".shootdown_ipis_sent_per_s");
-    let madv = top_procs(d, "madvise.proc.", ".dontneed_per_s");
-    let madv_free = top_procs(d, "madvise.proc.", ".free_per_s");
-    let lead = senders.first().or(madv.first()).cloned();
+    let senders = top_procs(d, &tracer::TLB_PROC_SHOOTDOWN_IPIS_SENT_PER_S);
+    let madv = top_procs(d, &tracer::MADVISE_PROC_DONTNEED_PER_S);
+    let madv_free = top_procs(d, &tracer::MADVISE_PROC_FREE_PER_S);
+    let lead = senders
+        .first()
+        .or(madv.first())
+        .map(|p| (p.pid, p.comm.clone()));
     let mut culprit = lead
         .as_ref()
-        .map(|(p, c, _)| proc_culprit(d, *p, c))
+        .map(|(p, c)| proc_culprit(d, *p, c))
         .unwrap_or_default();
-    let alloc = lead.as_ref().and_then(|(p, _, _)| allocator(d, *p));
+    let alloc = lead.as_ref().and_then(|(p, _)| allocator(d, *p));
     let version = alloc
         .as_ref()
         .filter(|(n, _)| n == "jemalloc")
@@ -101,7 +107,7 @@ fn run(d: &Data) -> Vec<Finding> {
             "TLB-shootdown storm: {:.0} IPIs/s ({ratio:.0}x the baseline){}",
             st.mean,
             lead.as_ref()
-                .map(|(p, c, _)| format!(
+                .map(|(p, c)| format!(
                     ", sent by {c} ({p}){}",
                     alloc
                         .as_ref()
@@ -119,63 +125,67 @@ fn run(d: &Data) -> Vec<Finding> {
     );
     f.evidence.push(evidence(
         d,
-        "irq.tlb_per_s",
+        &irq::TLB_PER_S,
+        &[],
         Take::Mean,
-        "per_second",
         "TLB-shootdown IPIs received (all CPUs)",
     ));
-    let per_cpu = top_labels(d, "cpu.", ".tlb_per_s", |s| s.mean);
-    if !per_cpu.is_empty() {
+    let per_cpu = top_series(d, &irq::PER_CPU_TLB_PER_S, |s| s.mean);
+    if let Some((first, v)) = per_cpu.first() {
         let list: Vec<String> = per_cpu
             .iter()
             .take(4)
-            .map(|(c, v)| format!("cpu{c} {v:.0}/s"))
+            .map(|(s, v)| format!("cpu{} {v:.0}/s", s.label(0)))
             .collect();
         f.evidence.push(fact(
-            "cpu.<cpu>.tlb_per_s",
-            per_cpu[0].1,
-            "per_second",
+            irq::PER_CPU_TLB_PER_S.name,
+            *v,
+            first.def.unit,
             format!("per CPU (mean): {}", list.join(", ")),
         ));
     }
-    for (pid, comm, n) in senders.iter().take(3) {
-        f.evidence.push(fact(
-            format!("tlb.proc.{pid}.{comm}.shootdown_ipis_sent_per_s"),
-            *n,
-            "count",
-            format!("shootdown IPIs sent by {comm} ({pid}) in the window"),
+    for p in senders.iter().take(3) {
+        f.evidence.push(series_fact(
+            p.series,
+            p.value,
+            Take::Sum,
+            format!(
+                "shootdown IPIs sent by {} ({}) in the window",
+                p.comm, p.pid
+            ),
         ));
     }
-    for (pid, comm, n) in madv.iter().take(2) {
-        f.evidence.push(fact(
-            format!("madvise.proc.{pid}.{comm}.dontneed_per_s"),
-            *n,
-            "count",
-            format!("madvise(MADV_DONTNEED) calls by {comm} ({pid})"),
+    for p in madv.iter().take(2) {
+        f.evidence.push(series_fact(
+            p.series,
+            p.value,
+            Take::Sum,
+            format!("madvise(MADV_DONTNEED) calls by {} ({})", p.comm, p.pid),
         ));
     }
-    for (pid, comm, n) in madv_free.iter().take(1) {
-        f.evidence.push(fact(
-            format!("madvise.proc.{pid}.{comm}.free_per_s"),
-            *n,
-            "count",
-            format!("madvise(MADV_FREE) calls by {comm} ({pid})"),
+    for p in madv_free.iter().take(1) {
+        f.evidence.push(series_fact(
+            p.series,
+            p.value,
+            Take::Sum,
+            format!("madvise(MADV_FREE) calls by {} ({})", p.comm, p.pid),
         ));
     }
-    f.evidence.push(evidence(
-        d,
-        "cpu.sys_pct",
-        Take::Mean,
-        "percent",
-        "system CPU",
-    ));
+    f.evidence
+        .push(evidence(d, &cpu::SYS_PCT, &[], Take::Mean, "system CPU"));
     if let Some(h) = super::kernel_hot_note(d, 5) {
         f.evidence.push(h);
     }
-    f.moved_first = moved_first(d, &[("irq.tlb_per_s", 1000.0), ("cpu.sys_pct", 5.0)]);
+    f.moved_first = moved_first(
+        d,
+        &[
+            (d.get(&irq::TLB_PER_S, &[]), 1000.0),
+            (d.get(&cpu::SYS_PCT, &[]), 5.0),
+        ],
+    );
     let who = lead
         .as_ref()
-        .map(|(_, c, _)| c.clone())
+        .map(|(_, c)| c.clone())
         .unwrap_or_else(|| "the sender".into());
     match (alloc.as_ref().map(|a| a.0.as_str()), version.as_deref()) {
         (Some("jemalloc"), Some(v)) if v.starts_with('4') => f.remediation.push(format!(

@@ -1,0 +1,106 @@
+//! The signals of a range: read from the signals lane, or derived from the samples where the
+//! store predates the lane.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use jitterscope_model::codec::Parts;
+use jitterscope_model::registry::{parse_series, MetricDef};
+use jitterscope_model::signals::{Derive, Mark, SignalRecord, RSS, SIGNALS};
+use jitterscope_model::stored::{Encoder, SampleReader};
+use jitterscope_model::Sample;
+use jitterscope_store::Lane;
+
+use super::Online;
+use crate::data::Data;
+
+/// The signals of a range, and the recorder's marks in it.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    /// Signal series by sample index (`start` is the range's first sample).
+    pub data: Data,
+    /// Marks written by the recorder in the range.
+    pub marks: Vec<Mark>,
+    /// Whether they came from the signals lane (else derived from the samples).
+    pub from_signals_lane: bool,
+}
+
+/// The metrics the lane's series belong to.
+fn lane_metrics() -> Vec<&'static MetricDef> {
+    let mut v: Vec<&'static MetricDef> = SIGNALS.iter().map(|s| s.metric).collect();
+    v.push(RSS);
+    v
+}
+
+/// Loads the signals of `(from - lookback, to]`: from the signals lane when every segment of
+/// the range has one, else by deriving them from the samples.
+pub fn load(dir: &Path, from: i64, to: i64, lookback_ns: i64) -> Result<Loaded> {
+    let reader =
+        SampleReader::open(dir).with_context(|| format!("cannot open store {}", dir.display()))?;
+    let lo = from.saturating_sub(lookback_ns);
+    let mut out = Loaded::default();
+    let d = &mut out.data;
+    if reader.store().lane_covers(Lane::Signals, lo, to)? {
+        out.from_signals_lane = true;
+        let defs = lane_metrics();
+        let mut recs = reader.signals(lo.saturating_add(1), to)?;
+        for (ts, sr) in recs.by_ref() {
+            let idx = d.ts.len() as u32;
+            d.ts.push(ts);
+            for (name, v) in &sr.values {
+                // A name this build does not know (a renamed or newer metric) is left out.
+                if let Some((def, labels)) = parse_series(&defs, name) {
+                    let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+                    d.push_point(def, &labels, name, idx, *v);
+                }
+            }
+            if ts > from {
+                out.marks.extend(sr.marks);
+            }
+        }
+        d.damage = recs.damage();
+    } else {
+        let derive = Derive::new();
+        let mut values = Vec::new();
+        let defs = lane_metrics();
+        let mut pairs = reader.pairs(lo.saturating_add(1), to, derive.parts())?;
+        while let Some((cur, prev)) = pairs.next() {
+            let Some(prev) = prev else { continue };
+            derive.values(cur, prev, &mut values);
+            let idx = d.ts.len() as u32;
+            d.ts.push(cur.ts_ns);
+            for v in &values {
+                if let Some((def, labels)) = parse_series(&defs, &v.series) {
+                    let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+                    d.push_point(def, &labels, &v.series, idx, v.value);
+                }
+            }
+        }
+        d.damage = pairs.damage();
+    }
+    d.start = d.ts.partition_point(|&t| t <= from);
+    Ok(out)
+}
+
+/// Writes every sample of the store at `src` into a new store at `dst` the way `record` writes
+/// them now (main payload, detail lane, signals lane with the online detector's marks), and
+/// returns the number of marks. Stores recorded before the lanes existed gain them; the tests
+/// use it to compare both read paths on the same recordings.
+pub fn rewrite(src: &Path, dst: &Path) -> Result<usize> {
+    let mut c = jitterscope_store::StoreConfig::new(dst);
+    c.retain = std::time::Duration::from_secs(100 * 365 * 86400);
+    let mut w = jitterscope_store::Writer::open(c)?;
+    let mut online = Online::new();
+    let mut enc = Encoder::new();
+    let mut prev: Option<Sample> = None;
+    let mut marks = 0;
+    for mut s in SampleReader::open(src)?.samples(i64::MIN, i64::MAX, Parts::ALL)? {
+        let rec: SignalRecord = online.step(&s, prev.as_ref());
+        marks += rec.marks.len();
+        let e = enc.encode(&mut s, &rec)?;
+        w.append_lanes(s.ts_ns, e.main, &e.lanes)?;
+        prev = Some(s);
+    }
+    w.close()?;
+    Ok(marks)
+}

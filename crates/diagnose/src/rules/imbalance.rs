@@ -1,0 +1,74 @@
+//! `cpu.imbalance` — one CPU pinned while the others idle: a single-threaded hot spot or a
+//! restricted affinity/cpuset; more CPUs do not help. A resource rule (`mechanism: false`).
+//!
+//! **Evidence.** Per-CPU idle (`cpu.<cpu>.idle_pct`), the busiest process.
+//!
+//! **Thresholds.** One CPU >= 90% busy on average while the others average <= 30%;
+//! confidence by the gap (0.5 at 60 points, 0.95 at 95).
+//!
+//! **Remediation.** Check the thread's affinity and the cgroup's cpuset; parallelise the hot
+//! thread or widen its CPU set.
+
+use jitterscope_model::metrics::{cpu, process};
+use jitterscope_model::registry::{Sel, Unit};
+
+use super::{confidence, fact, finding, proc_culprit, top_procs, Rule};
+use crate::data::Data;
+use crate::Finding;
+
+/// The rule.
+pub const RULE: Rule = Rule {
+    id: "cpu.imbalance",
+    summary: "one CPU pinned while the others idle",
+    mechanism: false,
+    select: &[
+        Sel::all(&cpu::PER_CPU_IDLE_PCT),
+        Sel::all(&cpu::PER_CPU_IOWAIT_PCT),
+        Sel::all(&process::PROC_CPU_PCT),
+    ],
+    run,
+};
+
+fn run(d: &Data) -> Vec<Finding> {
+    // Busy = 100 - idle, per CPU, by the window's mean (CPUs with no sample left out).
+    let mut busy: Vec<(&str, f64)> = d
+        .each(&cpu::PER_CPU_IDLE_PCT)
+        .filter_map(|s| {
+            let st = d.stats_of(s);
+            (st.n > 0).then(|| (s.label(0), 100.0 - st.mean))
+        })
+        .collect();
+    busy.sort_by(|a, b| b.1.total_cmp(&a.1));
+    if busy.len() < 2 {
+        return Vec::new();
+    }
+    let (cpu, hot) = busy[0];
+    let rest = busy[1..].iter().map(|x| x.1).sum::<f64>() / (busy.len() - 1) as f64;
+    if hot < 90.0 || rest > 30.0 {
+        return Vec::new();
+    }
+    let top = top_procs(d, &process::PROC_CPU_PCT).into_iter().next();
+    let mut f = finding(
+        &RULE,
+        d,
+        format!("CPU imbalance: cpu{cpu} {hot:.0}% busy while the other CPUs average {rest:.0}%"),
+        confidence(hot - rest, 60.0, 95.0),
+        top.as_ref()
+            .map(|p| proc_culprit(d, p.pid, &p.comm))
+            .unwrap_or_default(),
+    );
+    f.evidence.push(fact(
+        cpu::PER_CPU_IDLE_PCT.series_name(&[cpu]),
+        100.0 - hot,
+        Unit::Percent,
+        format!("cpu{cpu} idle"),
+    ));
+    f.evidence.push(fact(
+        "other CPUs busy",
+        rest,
+        Unit::Percent,
+        "mean busy of the other CPUs",
+    ));
+    f.remediation.push("a single thread or a restricted affinity: check `taskset -p <pid>` and the cgroup's cpuset; parallelise the hot thread or widen its CPU set".into());
+    vec![f]
+}

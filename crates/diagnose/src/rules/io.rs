@@ -1,0 +1,86 @@
+//! `io.saturation` — a disk busy all the time, tasks waiting in D state: requests queue even
+//! when each is fast (low await). A resource rule (`mechanism: false`).
+//!
+//! **Evidence.** The busiest disk's `util_pct` and `await_ms`, tasks in D state
+//! (`sched.procs_blocked`), the heaviest readers and writers.
+//!
+//! **Thresholds.** A disk >= 90% busy on average and at least half a task in D state on
+//! average; confidence 0.5 at 90%, 0.95 at 100%.
+//!
+//! **Remediation.** Throttle the heaviest user's cgroup (io.max / blkio) or move it to another
+//! device.
+
+use jitterscope_model::metrics::{cpu, disk, process};
+use jitterscope_model::registry::Sel;
+
+use super::{confidence, evidence, finding, proc_culprit, top_procs, top_series, Rule, Take};
+use crate::data::Data;
+use crate::Finding;
+
+/// The rule.
+pub const RULE: Rule = Rule {
+    id: "io.saturation",
+    summary: "a disk busy all the time, tasks waiting in D state",
+    mechanism: false,
+    select: &[
+        Sel::all(&disk::UTIL_PCT),
+        Sel::all(&disk::AWAIT_MS),
+        Sel::all(&disk::QUEUE_DEPTH),
+        Sel::all(&cpu::SCHED_PROCS_BLOCKED),
+        Sel::all(&process::PROC_READ_BYTES_PER_S),
+        Sel::all(&process::PROC_WRITE_BYTES_PER_S),
+    ],
+    run,
+};
+
+fn run(d: &Data) -> Vec<Finding> {
+    let disks = top_series(d, &disk::UTIL_PCT, |s| s.mean);
+    let Some((disk, util)) = disks.first().map(|(s, v)| (s.label(0), *v)) else {
+        return Vec::new();
+    };
+    let dstate = d.stats(&cpu::SCHED_PROCS_BLOCKED, &[]);
+    if util < 90.0 || dstate.mean < 0.5 {
+        return Vec::new();
+    }
+    let mut users = top_procs(d, &process::PROC_WRITE_BYTES_PER_S);
+    users.extend(top_procs(d, &process::PROC_READ_BYTES_PER_S));
+    users.sort_by(|a, b| b.value.total_cmp(&a.value));
+    let mut f = finding(
+        &RULE,
+        d,
+        format!(
+            "I/O saturation: {disk} {util:.0}% busy, {:.1} tasks in D state on average",
+            dstate.mean
+        ),
+        confidence(util, 90.0, 100.0),
+        users
+            .first()
+            .map(|p| proc_culprit(d, p.pid, &p.comm))
+            .unwrap_or_default(),
+    );
+    f.evidence.push(evidence(
+        d,
+        &disk::UTIL_PCT,
+        &[disk],
+        Take::Mean,
+        "time the disk had requests in flight",
+    ));
+    f.evidence.push(evidence(
+        d,
+        &disk::AWAIT_MS,
+        &[disk],
+        Take::Mean,
+        "mean request time",
+    ));
+    f.evidence.push(evidence(
+        d,
+        &cpu::SCHED_PROCS_BLOCKED,
+        &[],
+        Take::Max,
+        "tasks in uninterruptible sleep",
+    ));
+    f.remediation.push(format!(
+        "limit the heaviest I/O user's cgroup (io.max / blkio throttle) or move it off {disk}"
+    ));
+    vec![f]
+}

@@ -1,0 +1,85 @@
+//! `cpu.saturation` — every CPU busy: runnable threads queue. A resource rule: it names a
+//! saturated resource and who uses it, not a kernel mechanism (`mechanism: false`): a busy host
+//! is not by itself jitter, but queueing on it is.
+//!
+//! **Evidence.** usr+sys+irq+softirq+steal (100 − idle − iowait), the busiest process
+//! (`proc.<pid>.<comm>.cpu_pct`), the load average.
+//!
+//! **Thresholds.** Mean busy >= 80% over the window, the usual capacity-planning line;
+//! confidence 0.5 there, 0.95 at 99%.
+//!
+//! **Remediation.** Capacity, or less batch work (nice, SCHED_IDLE, a CPU quota on its cgroup).
+
+use jitterscope_model::metrics::{cpu, process};
+use jitterscope_model::registry::{Sel, Unit};
+
+use super::{confidence, evidence, fact, finding, proc_culprit, top_procs, Rule, Take};
+use crate::data::Data;
+use crate::Finding;
+
+/// The rule.
+pub const RULE: Rule = Rule {
+    id: "cpu.saturation",
+    summary: "every CPU busy: runnable threads queue",
+    mechanism: false,
+    select: &[
+        Sel::all(&cpu::IDLE_PCT),
+        Sel::all(&cpu::IOWAIT_PCT),
+        Sel::all(&cpu::USR_PCT),
+        Sel::all(&cpu::SYS_PCT),
+        Sel::all(&process::PROC_CPU_PCT),
+        Sel::all(&cpu::LOAD_AVG1),
+    ],
+    run,
+};
+
+fn run(d: &Data) -> Vec<Finding> {
+    let idle = d.stats(&cpu::IDLE_PCT, &[]);
+    let iowait = d.stats(&cpu::IOWAIT_PCT, &[]);
+    if idle.n == 0 {
+        return Vec::new();
+    }
+    let busy = 100.0 - idle.mean - iowait.mean;
+    if busy < 80.0 {
+        return Vec::new();
+    }
+    let top = top_procs(d, &process::PROC_CPU_PCT).into_iter().next();
+    let mut f = finding(
+        &RULE,
+        d,
+        format!(
+            "CPU saturated: {busy:.0}% busy on average{}",
+            top.as_ref()
+                .map(|p| format!(
+                    ", {} ({}) used {:.0}% of a CPU",
+                    p.comm,
+                    p.pid,
+                    p.value / d.window_len().max(1) as f64
+                ))
+                .unwrap_or_default()
+        ),
+        confidence(busy, 80.0, 99.0),
+        top.as_ref()
+            .map(|p| proc_culprit(d, p.pid, &p.comm))
+            .unwrap_or_default(),
+    );
+    f.evidence.push(fact(
+        "cpu busy",
+        busy,
+        Unit::Percent,
+        "100 - idle - iowait, mean over the window",
+    ));
+    f.evidence
+        .push(evidence(d, &cpu::USR_PCT, &[], Take::Mean, "user CPU"));
+    f.evidence
+        .push(evidence(d, &cpu::SYS_PCT, &[], Take::Mean, "system CPU"));
+    f.evidence.push(evidence(
+        d,
+        &cpu::LOAD_AVG1,
+        &[],
+        Take::Max,
+        "load average (1 min)",
+    ));
+    f.remediation.push("more CPU, or less work: lower the batch work's priority (nice, SCHED_IDLE) or cap its cgroup so latency-sensitive threads get a CPU".into());
+    vec![f]
+}
