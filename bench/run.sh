@@ -513,7 +513,7 @@ listing was skipped in $JS_SKIPPED samples (no fork on the host since the previo
 $JS_PROCS processes per sample on average, $JS_CARRIED had a main thread that had not run (status
 carried forward) and $JS_STAT_CARRIED were single-threaded, idle and unchanged in RSS (stat carried
 forward too). A host that forks every second, or whose processes are busy, does not get these
-savings. Costliest collectors (mean ms per sample, \`self.collector.<name>_ms\`):
+savings. Costliest collectors (mean ms per sample, \`self.collector.<collector>_ms\`):
 
 \`\`\`
 $JS_COLLECTORS

@@ -11,9 +11,10 @@ use jitterscope_model::glob::Pattern;
 use jitterscope_model::openmetrics::{self, write_num};
 use jitterscope_model::registry::{all, MetricDef};
 use jitterscope_model::stored::SampleReader;
+use jitterscope_model::time::rfc3339;
 use jitterscope_model::Sample;
 
-use crate::timearg::{fmt_ns, parse_time};
+use crate::timearg::parse_time;
 
 /// Output formats of `dump`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -73,7 +74,7 @@ fn dump(a: DumpArgs) -> Result<()> {
     let from = parse_time(&a.from, now).map_err(anyhow::Error::msg)?;
     let to = parse_time(&a.to, now).map_err(anyhow::Error::msg)?;
     if from > to {
-        bail!("--from ({}) is after --to ({})", fmt_ns(from), fmt_ns(to));
+        bail!("--from ({}) is after --to ({})", rfc3339(from), rfc3339(to));
     }
     let select: Vec<Pattern> = a
         .select
@@ -147,7 +148,7 @@ fn write_csv(
     prev: Option<&Sample>,
     select: &[Pattern],
 ) -> Result<()> {
-    let t = fmt_ns(sample.ts_ns);
+    let t = rfc3339(sample.ts_ns);
     let mut line = String::with_capacity(256);
     let mut err = Ok(());
     for_each_series(defs, sample, prev, select, |def, _, series, value| {
@@ -182,7 +183,7 @@ fn write_json(
         m.insert(series.to_string(), val);
     });
     let line =
-        serde_json::json!({"time": fmt_ns(sample.ts_ns), "ts_ns": sample.ts_ns, "values": m});
+        serde_json::json!({"time": rfc3339(sample.ts_ns), "ts_ns": sample.ts_ns, "values": m});
     writeln!(out, "{line}")?;
     Ok(())
 }

@@ -4,8 +4,9 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
+use jitterscope_model::time::rfc3339;
 
-use crate::timearg::{fmt_ns, parse_duration, parse_time};
+use crate::timearg::{parse_duration, parse_time};
 
 /// Arguments of `events`.
 #[derive(Args, Debug)]
@@ -41,13 +42,16 @@ pub fn run(a: EventsArgs) -> Result<()> {
         }
     };
     let dir = crate::existing_store(a.dir, from, to)?;
-    let ev = jitterscope_diagnose::events(&dir, from, to)?;
+    let (ev, damaged) = jitterscope_diagnose::events(&dir, from, to)?;
+    if let Some(note) = damaged.note() {
+        eprintln!("jitterscope: {note}");
+    }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&ev)?);
         return Ok(());
     }
     if ev.is_empty() {
-        println!("no episodes from {} to {}", fmt_ns(from), fmt_ns(to));
+        println!("no episodes from {} to {}", rfc3339(from), rfc3339(to));
         return Ok(());
     }
     for e in &ev {

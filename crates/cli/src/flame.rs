@@ -6,10 +6,11 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use jitterscope_model::time::rfc3339;
 use jitterscope_profile::system::FileSymbolizer;
 use jitterscope_profile::window::{Filter, Hot, Named};
 
-use crate::timearg::{fmt_ns, parse_time};
+use crate::timearg::parse_time;
 
 /// Which window and which samples of it.
 #[derive(Args, Debug)]
@@ -80,7 +81,7 @@ fn read(sel: &Selection, kernel_only: bool) -> Result<Read> {
     let from = parse_time(&sel.from, now).map_err(anyhow::Error::msg)?;
     let to = parse_time(&sel.to, now).map_err(anyhow::Error::msg)?;
     if from > to {
-        bail!("--from ({}) is after --to ({})", fmt_ns(from), fmt_ns(to));
+        bail!("--from ({}) is after --to ({})", rfc3339(from), rfc3339(to));
     }
     let dir = crate::store_dir(sel.dir.clone());
     if !dir.is_dir() {
@@ -101,8 +102,8 @@ fn read(sel: &Selection, kernel_only: bool) -> Result<Read> {
     if w.slices == 0 {
         bail!(
             "no stack samples recorded between {} and {} (record with the profiler on: `jitterscope record`, not --profile-hz 0)",
-            fmt_ns(from),
-            fmt_ns(to)
+            rfc3339(from),
+            rfc3339(to)
         );
     }
     let mut parts = Vec::new();
@@ -123,8 +124,8 @@ fn read(sel: &Selection, kernel_only: bool) -> Result<Read> {
         bail!(
             "no stack samples match {} between {} and {} ({} samples in the window)",
             parts.join(", "),
-            fmt_ns(from),
-            fmt_ns(to),
+            rfc3339(from),
+            rfc3339(to),
             named.total
         );
     }
@@ -179,8 +180,8 @@ pub fn run_flame(a: FlameArgs) -> Result<()> {
             } else {
                 &r.host
             },
-            fmt_ns(r.from),
-            fmt_ns(r.to)
+            rfc3339(r.from),
+            rfc3339(r.to)
         );
         r.named.svg(&title, &r.summary(), &mut out)
     };
@@ -213,8 +214,8 @@ pub fn run_top(a: TopArgs) -> Result<()> {
             })
         };
         let v = serde_json::json!({
-            "from": fmt_ns(r.from),
-            "to": fmt_ns(r.to),
+            "from": rfc3339(r.from),
+            "to": rfc3339(r.to),
             "samples": r.named.samples,
             "lost": r.named.lost,
             "hz": r.named.hz,
@@ -227,8 +228,8 @@ pub fn run_top(a: TopArgs) -> Result<()> {
             writeln!(
                 out,
                 "{} – {}: {}",
-                fmt_ns(r.from),
-                fmt_ns(r.to),
+                rfc3339(r.from),
+                rfc3339(r.to),
                 r.summary()
             )?;
             for (title, rows) in [("kernel", &kernel), ("user", &user)] {

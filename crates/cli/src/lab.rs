@@ -12,10 +12,11 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use jitterscope_lab::signature::{evaluate, CheckResult, Windows};
 use jitterscope_lab::{fmt_duration, stop, Intensity, Outcome, Scenario, SCENARIOS};
+use jitterscope_model::time::rfc3339;
 use jitterscope_store::Reader;
 use serde_json::json;
 
-use crate::timearg::{fmt_ns, parse_duration};
+use crate::timearg::parse_duration;
 
 /// Arguments of `lab`.
 #[derive(Args, Debug)]
@@ -416,7 +417,8 @@ fn check(c: CheckArgs) -> Result<()> {
     )?;
     let verdict = Verdict::of(s, &report);
     // The episodes of the workload's window, flagged where the recorder marked them live.
-    let episodes = jitterscope_diagnose::events(&store.path, windows.active.0, windows.active.1)?;
+    let (episodes, _) =
+        jitterscope_diagnose::events(&store.path, windows.active.0, windows.active.1)?;
     let pass = signature_pass && verdict.pass;
     let trouble: Vec<&str> = rec_err
         .lines()
@@ -551,8 +553,8 @@ fn print_check(
         s.name,
         o.intensity,
         fmt_duration(Duration::from_secs_f64(o.duration_s)),
-        fmt_ns(w.active.0),
-        fmt_ns(o.active_to_ns)
+        rfc3339(w.active.0),
+        rfc3339(o.active_to_ns)
     );
     println!("signature:");
     for r in results {

@@ -76,8 +76,8 @@ pub fn existing_store(arg: Option<PathBuf>, from: i64, to: i64) -> anyhow::Resul
     if from >= to {
         anyhow::bail!(
             "the range is empty: {} is not before {}",
-            timearg::fmt_ns(from),
-            timearg::fmt_ns(to)
+            jitterscope_model::time::rfc3339(from),
+            jitterscope_model::time::rfc3339(to)
         );
     }
     let dir = store_dir(arg);

@@ -67,7 +67,7 @@ pub fn line(prev: Option<&Sample>, cur: &Sample) -> String {
         .unwrap_or_default();
     format!(
         "{} usr {} sys {} | scan {} | tlb {} | worst throttled {}{}{}",
-        crate::timearg::fmt_ns(cur.ts_ns),
+        jitterscope_model::time::rfc3339(cur.ts_ns),
         fmt(get(&cpu::USR_PCT), "%"),
         fmt(get(&cpu::SYS_PCT), "%"),
         scan,

@@ -52,9 +52,6 @@ fn to_ns(t: DateTime<Utc>) -> Option<i64> {
     t.timestamp_nanos_opt()
 }
 
-/// Formats nanoseconds since the epoch as RFC 3339 UTC with milliseconds.
-pub use jitterscope_model::time::rfc3339 as fmt_ns;
-
 /// Parses a size such as `2GiB`, `500MB`, `1048576`.
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
@@ -154,7 +151,7 @@ mod tests {
         assert_eq!(parse_duration("100ms").unwrap().as_millis(), 100);
         assert!(parse_duration("soon").is_err());
         assert_eq!(
-            fmt_ns(1_795_348_800_500_000_000),
+            jitterscope_model::time::rfc3339(1_795_348_800_500_000_000),
             "2026-11-22T12:00:00.500Z"
         );
     }

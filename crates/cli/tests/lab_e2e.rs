@@ -45,9 +45,8 @@ fn leftovers() -> Vec<String> {
             out.push(format!("cgroup {}", d.display()));
         }
     }
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    for l in info.lines().filter(|l| l.contains("jitterscope-lab")) {
-        out.push(format!("mount {l}"));
+    for m in jitterscope_lab::sandbox::lab_mounts().unwrap() {
+        out.push(format!("mount {}", m.display()));
     }
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {

@@ -98,6 +98,11 @@ pub struct Data {
     pub ts: Vec<i64>,
     /// First index of the diagnosed window; indexes before it are the baseline.
     pub start: usize,
+    /// Seconds each sample's values cover, by index: the rates of host series span the time
+    /// since the sample before; those of process series, evaluated on a subsample, span the
+    /// time since the previous sample with processes (0 where none was evaluated). Empty for
+    /// data that did not come from samples (the signals lane).
+    pub spans: Vec<(f64, f64)>,
     /// Selected series by name.
     pub series: BTreeMap<String, Series>,
     /// Kernel release of the recorded host.
@@ -150,7 +155,8 @@ pub fn median_mad(v: &mut [f64]) -> (f64, f64) {
     (m, median(&mut dev))
 }
 
-fn median(v: &mut [f64]) -> f64 {
+/// The median of `v` (reordered; 0 when empty).
+pub fn median(v: &mut [f64]) -> f64 {
     if v.is_empty() {
         return 0.0;
     }
@@ -272,6 +278,14 @@ impl Data {
                         started = true;
                     }
                     d.ts.push(sample.ts_ns);
+                    let secs = |a: &Sample| sample.mono_ns.saturating_sub(a.mono_ns) as f64 / 1e9;
+                    d.spans.push((
+                        secs(p),
+                        match (procs_here, prev_procs.as_ref()) {
+                            (true, Some(pp)) => secs(pp),
+                            _ => 0.0,
+                        },
+                    ));
                     if !host_sel.is_empty() {
                         d.add_series(&sample, p, host_sel, idx);
                     }
@@ -467,12 +481,25 @@ impl Data {
         let mut st = Stats::default();
         let mut first = true;
         let mut last_t: Option<i64> = None;
+        let procs = s.def.parts().contains(Parts::PROCESSES);
         for &(i, v) in &s.points {
-            // Each point stands for the time since the series' previous point (1 s when it has
-            // none), so a rate sums to a count whether the series has a point every second or
-            // every minute (process series are subsampled over long windows).
+            // Each point stands for the time its rate covers, so a rate sums to a count whether
+            // the series has a point every second, every minute (process series are subsampled
+            // over long windows) or only in the seconds something happened (a tracer's entry
+            // of a process that moved). Without recorded spans: the time since the series'
+            // previous point, 1 s for its first.
             let t = self.at(i);
-            let dt = last_t.map_or(1.0, |l| ((t - l) as f64 / 1e9).clamp(0.0, 300.0));
+            let dt = match self.spans.get(i as usize) {
+                Some(&(host, proc)) => {
+                    if procs {
+                        proc
+                    } else {
+                        host
+                    }
+                }
+                None => last_t.map_or(1.0, |l| (t - l) as f64 / 1e9),
+            }
+            .clamp(0.0, 300.0);
             last_t = Some(t);
             if i < start {
                 base.push(v);
@@ -573,6 +600,24 @@ mod tests {
             vec![Some(10.0), Some(30.0), Some(20.0)]
         );
         assert_eq!(d.stats(&cpu::USR_PCT, &[]), Stats::default());
+    }
+
+    #[test]
+    fn sums_weigh_each_point_by_the_time_its_rate_covers() {
+        // A tracer series with points only where something happened: 64/s at samples 4 and 7,
+        // each covering one second, is 128 events; not 64 + 3 x 64.
+        let mut d = data(&[], 0, 8);
+        d.spans = vec![(1.0, 0.0); 8];
+        d.push(&cpu::SYS_PCT, &[], 4, 64.0);
+        d.push(&cpu::SYS_PCT, &[], 7, 64.0);
+        assert_eq!(d.stats(&cpu::SYS_PCT, &[]).sum, 128.0);
+        // A process series evaluated every 30 s covers 30 s a point.
+        d.spans[3] = (1.0, 30.0);
+        d.push(&process::PROC_CPU_PCT, &["1", "x"], 3, 2.0);
+        assert_eq!(d.stats(&process::PROC_CPU_PCT, &["1", "x"]).sum, 60.0);
+        // Without spans (the signals lane), the gap since the previous point stands in.
+        d.spans.clear();
+        assert_eq!(d.stats(&cpu::SYS_PCT, &[]).sum, 64.0 + 3.0 * 64.0);
     }
 
     #[test]

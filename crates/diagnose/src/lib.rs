@@ -15,6 +15,7 @@ pub mod text;
 use std::path::Path;
 
 use anyhow::Result;
+use jitterscope_model::time::rfc3339;
 use serde::Serialize;
 
 pub use data::Data;
@@ -130,9 +131,6 @@ impl Default for Options {
     }
 }
 
-/// RFC 3339 with milliseconds, UTC.
-pub use jitterscope_model::time::rfc3339;
-
 /// Diagnoses the samples in `(from, to]` of the store at `dir`.
 pub fn diagnose(dir: &Path, from: i64, to: i64, opts: Options) -> Result<Report> {
     let select: Vec<jitterscope_model::registry::Select> = rules::RULES
@@ -144,10 +142,14 @@ pub fn diagnose(dir: &Path, from: i64, to: i64, opts: Options) -> Result<Report>
 }
 
 /// The episodes in `(from, to]` of the store at `dir` (the 5 minutes before feed the first
-/// baselines).
-pub fn events(dir: &Path, from: i64, to: i64) -> Result<Vec<events::Event>> {
+/// baselines), and the records the read skipped as damaged.
+pub fn events(
+    dir: &Path,
+    from: i64,
+    to: i64,
+) -> Result<(Vec<events::Event>, jitterscope_model::stored::Damage)> {
     let l = events::load(dir, from, to, 300 * 1_000_000_000)?;
-    Ok(events::detect(&l.data, &l.marks))
+    Ok((events::detect(&l.data, &l.marks), l.data.damage))
 }
 
 /// Runs every rule on loaded data.

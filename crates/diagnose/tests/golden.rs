@@ -269,3 +269,89 @@ fn empty_window_says_so() {
     assert_eq!(r.samples, 0);
     assert!(jitterscope_diagnose::text::render(&r).contains("no samples in this window"));
 }
+
+/// Up to `max` JSON paths at which `got` and `want` differ.
+fn differences(
+    path: &str,
+    got: &serde_json::Value,
+    want: &serde_json::Value,
+    out: &mut Vec<String>,
+    max: usize,
+) {
+    use serde_json::Value;
+    if out.len() >= max || got == want {
+        return;
+    }
+    match (got, want) {
+        (Value::Object(a), Value::Object(b)) => {
+            let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+            for k in keys {
+                let (x, y) = (
+                    a.get(k).unwrap_or(&Value::Null),
+                    b.get(k).unwrap_or(&Value::Null),
+                );
+                differences(&format!("{path}.{k}"), x, y, out, max);
+            }
+        }
+        (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
+            for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                differences(&format!("{path}[{i}]"), x, y, out, max);
+            }
+        }
+        _ => out.push(format!("{path}: now {got}, captured {want}")),
+    }
+}
+
+/// Every scenario's report, whole, against the one stored beside its recording
+/// (`diagnosis.report` of `<scenario>.json`): any change to a finding's title, evidence,
+/// culprit, remediation or ranking shows here. A change made on purpose is blessed with
+/// `JITTERSCOPE_BLESS=1 cargo test -p jitterscope-diagnose --test golden`, which rewrites the
+/// stored reports (and the first and mechanism rules beside them); review the diff before
+/// committing it.
+#[test]
+fn reports_match_the_blessed_ones() {
+    let bless = std::env::var("JITTERSCOPE_BLESS").is_ok_and(|v| v == "1");
+    let mut names: Vec<String> = std::fs::read_dir(fixtures())
+        .unwrap()
+        .filter_map(|e| {
+            let p = e.ok()?.path();
+            (p.extension()? == "json").then(|| p.file_stem()?.to_str().map(str::to_string))?
+        })
+        .collect();
+    names.sort();
+    assert!(names.len() >= 9, "{names:?}");
+    let mut failed = Vec::new();
+    for name in &names {
+        let path = fixtures().join(format!("{name}.json"));
+        let mut doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let got = serde_json::to_value(run(name)).unwrap();
+        if bless {
+            let findings = got["findings"].as_array().cloned().unwrap_or_default();
+            let dg = &mut doc["diagnosis"];
+            dg["first_rule"] = findings
+                .first()
+                .map_or(serde_json::Value::Null, |f| f["rule_id"].clone());
+            dg["mechanism_rules"] = findings
+                .iter()
+                .filter(|f| f["mechanism"] == true)
+                .map(|f| f["rule_id"].clone())
+                .collect();
+            dg["report"] = got;
+            let mut text = serde_json::to_string_pretty(&doc).unwrap();
+            text.push('\n');
+            std::fs::write(&path, text).unwrap();
+            continue;
+        }
+        let mut diff = Vec::new();
+        differences("report", &got, &doc["diagnosis"]["report"], &mut diff, 12);
+        if !diff.is_empty() {
+            failed.push(format!("{name}:\n  {}", diff.join("\n  ")));
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "reports differ from the blessed ones (rerun with JITTERSCOPE_BLESS=1 if the change is meant, and review the diff):\n{}",
+        failed.join("\n")
+    );
+}

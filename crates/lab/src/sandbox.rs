@@ -419,27 +419,6 @@ impl Sandbox {
         Ok(())
     }
 
-    /// Waits for one worker (by pid) to exit by itself, up to `timeout`, while honouring stop
-    /// signals. True when it exited.
-    pub fn wait_worker(&mut self, pid: u32, timeout: Duration) -> Result<bool> {
-        let deadline = Instant::now() + timeout;
-        let w = self
-            .workers
-            .iter_mut()
-            .find(|w| w.child.id() == pid)
-            .ok_or_else(|| anyhow!("no worker {pid}"))?;
-        loop {
-            if let Some(st) = w.child.try_wait()? {
-                w.exited = Some(st);
-                return Ok(true);
-            }
-            if Instant::now() >= deadline || crate::stop::requested() {
-                return Ok(false);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
     /// Asks every worker to stop (SIGTERM, so it can print its report), kills those still
     /// running after `grace`, and returns their reports.
     pub fn stop_workers(&mut self, grace: Duration) -> Vec<Stopped> {
@@ -577,36 +556,14 @@ pub fn lab_pids() -> Result<Vec<u32>> {
 /// Mount points at or under the lab directory, deepest first.
 pub fn lab_mounts() -> Result<Vec<PathBuf>> {
     let base = base_dir();
-    let info = std::fs::read_to_string("/proc/self/mountinfo").context("cannot read mountinfo")?;
-    let mut out: Vec<PathBuf> = info
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .map(|m| PathBuf::from(unescape_mount(m)))
+    let info = std::fs::read("/proc/self/mountinfo").context("cannot read mountinfo")?;
+    let mut out: Vec<PathBuf> = jitterscope_sources::cgroup::mount_points(&info)
+        .into_iter()
         .filter(|m| m.starts_with(&base))
         .collect();
     out.sort_by_key(|m| std::cmp::Reverse(m.components().count()));
     out.dedup();
     Ok(out)
-}
-
-/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
-fn unescape_mount(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn walk_dirs(dir: &Path, f: &mut dyn FnMut(&Path)) {
@@ -791,22 +748,5 @@ mod tests {
         // v2 offers cpu but its subtree_control (unreadable here) does not enable it.
         let e = places(&hs, &["cpu"]).unwrap_err().to_string();
         assert!(e.contains("+cpu"), "{e}");
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn unescape_never_panics_and_keeps_plain_text(s in "\\PC*") {
-            let out = unescape_mount(&s);
-            if !s.contains('\\') {
-                proptest::prop_assert_eq!(out, s);
-            }
-        }
-    }
-
-    #[test]
-    fn mountinfo_escapes() {
-        assert_eq!(unescape_mount(r"/var/tmp/a\040b"), "/var/tmp/a b");
-        assert_eq!(unescape_mount(r"/x\134y"), r"/x\y");
-        assert_eq!(unescape_mount(r"/trailing\04"), r"/trailing\04");
     }
 }

@@ -1,5 +1,7 @@
 //! Collection: the `Collector` trait, the single missing-data policy, and the one list of
-//! every source ([`collectors`]). Adding a source is one module and one line in that list.
+//! every source ([`collectors`], in `sources.rs`). A new source is a reader in
+//! `jitterscope-sources`, a field of the sample and one line in that list (docs/ARCHITECTURE.md,
+//! "How to add a collector").
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};

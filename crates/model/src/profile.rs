@@ -166,11 +166,6 @@ impl Builder {
         b
     }
 
-    /// Sets the end of the range.
-    pub fn set_end(&mut self, end_mono_ns: u64) {
-        self.p.end_mono_ns = end_mono_ns;
-    }
-
     /// Counts lost and dropped samples.
     pub fn add_lost(&mut self, lost: u64, dropped: u64) {
         self.p.lost += lost;

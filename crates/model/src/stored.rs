@@ -118,10 +118,7 @@ impl SampleReader {
 
     /// The newest sample and the one before it (up to five minutes back: rates refuse longer
     /// gaps anyway), with their damage.
-    pub fn latest_pair(
-        &self,
-        parts: Parts,
-    ) -> Result<(Option<Pair>, Damage), StoreError> {
+    pub fn latest_pair(&self, parts: Parts) -> Result<(Option<Pair>, Damage), StoreError> {
         let mut damage = Damage::default();
         let Some(last) = self.reader.latest()? else {
             return Ok((None, damage));

@@ -11,7 +11,7 @@ use crate::source::EventRow;
 /// The episodes of `(from, to]` in the store at `dir`.
 pub fn events(dir: &Path, from: i64, to: i64) -> Result<Vec<EventRow>, String> {
     jitterscope_diagnose::events(dir, from, to)
-        .map(|ev| ev.iter().map(EventRow::from).collect())
+        .map(|(ev, _)| ev.iter().map(EventRow::from).collect())
         .map_err(|e| format!("{e:#}"))
 }
 

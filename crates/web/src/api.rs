@@ -333,7 +333,7 @@ pub async fn events(
     let dir = st.cfg.dir.clone();
     blocking(move || {
         let (from, to) = w.resolve(&dir)?;
-        let ev = jitterscope_diagnose::events(&dir, from, to).map_err(internal)?;
+        let (ev, _) = jitterscope_diagnose::events(&dir, from, to).map_err(internal)?;
         Ok(Json(json!(ev)))
     })
     .await

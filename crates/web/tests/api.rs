@@ -120,6 +120,27 @@ fn range_metrics_and_series() {
     assert!(names.contains(&"cgroup.<cgroup>.cpu.throttled_pct"));
     assert_eq!(names.len(), jitterscope_model::registry::all().len());
 
+    // The page's charts, each asked of the series API as the page asks: every one answers,
+    // and the recording's TLB storm is on the TLB chart.
+    let (st, charts) = get_json(a, "/api/v1/charts");
+    assert_eq!(st, 200);
+    let charts = charts.as_array().unwrap();
+    assert_eq!(charts.len(), 7);
+    for c in charts {
+        let mut q = format!("/api/v1/series?select={}", c["select"].as_str().unwrap());
+        if let Some(top) = c["top"].as_u64() {
+            q.push_str(&format!("&top={top}"));
+        }
+        let (st, s) = get_json(a, &q);
+        assert_eq!(st, 200, "{}: {s}", c["id"]);
+        for x in s["series"].as_array().unwrap() {
+            assert_eq!(x["unit"], c["unit"], "{}", c["id"]);
+        }
+        if c["id"] == "tlb" {
+            assert_eq!(s["series"][0]["name"], "irq.tlb_per_s");
+        }
+    }
+
     // Sample by sample (10 samples < 600 points): the storm's peak is the recorded one.
     let (st, s) = get_json(a, "/api/v1/series?select=irq.tlb_per_s,cpu.sys_pct");
     assert_eq!(st, 200, "{s}");
@@ -138,7 +159,7 @@ fn range_metrics_and_series() {
         .iter()
         .filter_map(|v| v.as_f64())
         .fold(0.0, f64::max);
-    let ev = jitterscope_diagnose::events(&store("tlb-shootdown"), 0, i64::MAX / 2).unwrap();
+    let (ev, _) = jitterscope_diagnose::events(&store("tlb-shootdown"), 0, i64::MAX / 2).unwrap();
     let storm = ev.iter().find(|e| e.kind == "tlb-storm").unwrap();
     assert!((peak - storm.peak).abs() < 1e-6, "{peak} vs {}", storm.peak);
 
@@ -174,7 +195,7 @@ fn events_findings_and_flame() {
     let a = fixture_server();
     let (st, ev) = get_json(a, "/api/v1/events");
     assert_eq!(st, 200);
-    let want = jitterscope_diagnose::events(
+    let (want, _) = jitterscope_diagnose::events(
         &store("tlb-shootdown"),
         1_795_327_975_399_435_220,
         1_795_331_575_399_435_220,
@@ -187,6 +208,10 @@ fn events_findings_and_flame() {
         &format!("/api/v1/findings?from={}&to={}", STORM.0, STORM.1),
     );
     assert_eq!(st, 200, "{f}");
+    assert_eq!(
+        f["damaged"]["undecodable"], 0,
+        "the read's damage is reported"
+    );
     assert_eq!(f["findings"][0]["rule_id"], "cpu.tlb-shootdown");
 
     let (st, fl) = get_json(a, &format!("/api/v1/flame?from={}&to={}", STORM.0, STORM.1));

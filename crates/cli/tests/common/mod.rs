@@ -203,17 +203,10 @@ pub fn json_values(lines: &[serde_json::Value], series: &str) -> Vec<f64> {
         .collect()
 }
 
-/// Median of a non-empty list.
+/// Median of a non-empty list (diagnosis's own).
 pub fn median(v: &[f64]) -> f64 {
     assert!(!v.is_empty(), "median of nothing");
-    let mut s = v.to_vec();
-    s.sort_by(|a, b| a.total_cmp(b));
-    let n = s.len();
-    if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
+    jitterscope_diagnose::data::median(&mut v.to_vec())
 }
 
 /// Lines of a dump's stderr that suggest it read damaged or undecodable data.

@@ -72,3 +72,49 @@ fn run(d: &Data) -> Vec<Finding> {
     f.remediation.push("a single thread or a restricted affinity: check `taskset -p <pid>` and the cgroup's cpuset; parallelise the hot thread or widen its CPU set".into());
     vec![f]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two baseline samples and eight in the window: `cpus` CPUs, each with its idle % in
+    /// the window, and a busy process.
+    fn data(idle: &[f64]) -> Data {
+        let mut d = Data {
+            ts: (0..10).map(|i| i * 1_000_000_000).collect(),
+            start: 2,
+            ..Default::default()
+        };
+        for i in 0..10u32 {
+            for (c, &v) in idle.iter().enumerate() {
+                let v = if i < 2 { 95.0 } else { v };
+                d.push(&cpu::PER_CPU_IDLE_PCT, &[&c.to_string()], i, v);
+            }
+            d.push(&process::PROC_CPU_PCT, &["42", "hot"], i, 99.0);
+        }
+        d
+    }
+
+    #[test]
+    fn one_pinned_cpu_among_idle_ones_is_an_imbalance() {
+        let f = run(&data(&[90.0, 2.0, 85.0, 92.0]));
+        assert_eq!(f.len(), 1);
+        assert!(f[0].title.contains("cpu1 98% busy"), "{}", f[0].title);
+        assert_eq!(f[0].culprit.comm.as_deref(), Some("hot"));
+        assert_eq!(f[0].evidence[0].signal, "cpu.1.idle_pct");
+        assert!(!f[0].mechanism);
+    }
+
+    #[test]
+    fn evenly_busy_or_one_cpu_is_not() {
+        assert!(run(&data(&[5.0, 3.0, 4.0, 6.0])).is_empty(), "all busy");
+        assert!(
+            run(&data(&[50.0, 2.0])).is_empty(),
+            "the others are not idle"
+        );
+        assert!(
+            run(&data(&[2.0])).is_empty(),
+            "one CPU cannot be imbalanced"
+        );
+    }
+}

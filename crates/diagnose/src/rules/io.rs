@@ -84,3 +84,47 @@ fn run(d: &Data) -> Vec<Finding> {
     ));
     vec![f]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ten samples in the window: disk `sda` at `util` %, `blocked` tasks in D state, a writer.
+    fn data(util: f64, blocked: f64) -> Data {
+        let mut d = Data {
+            ts: (0..10).map(|i| i * 1_000_000_000).collect(),
+            start: 0,
+            ..Default::default()
+        };
+        for i in 0..10u32 {
+            d.push(&disk::UTIL_PCT, &["sda"], i, util);
+            d.push(&disk::UTIL_PCT, &["sdb"], i, 3.0);
+            d.push(&disk::AWAIT_MS, &["sda"], i, 0.4);
+            d.push(&cpu::SCHED_PROCS_BLOCKED, &[], i, blocked);
+            d.push(&process::PROC_WRITE_BYTES_PER_S, &["77", "backup"], i, 4e8);
+            d.push(&process::PROC_READ_BYTES_PER_S, &["78", "app"], i, 1e6);
+        }
+        d
+    }
+
+    #[test]
+    fn a_busy_disk_with_blocked_tasks_names_its_heaviest_user() {
+        let f = run(&data(99.0, 3.0));
+        assert_eq!(f.len(), 1);
+        assert!(
+            f[0].title
+                .starts_with("I/O saturation: sda 99% busy, 3.0 tasks"),
+            "{}",
+            f[0].title
+        );
+        assert_eq!(f[0].culprit.comm.as_deref(), Some("backup"));
+        assert_eq!(f[0].evidence[1].signal, "disk.sda.await_ms");
+        assert!(f[0].remediation[0].contains("off sda"));
+    }
+
+    #[test]
+    fn busy_without_waiters_or_waiters_without_busy_is_not() {
+        assert!(run(&data(99.0, 0.0)).is_empty());
+        assert!(run(&data(60.0, 5.0)).is_empty());
+    }
+}

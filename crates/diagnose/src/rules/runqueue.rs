@@ -80,3 +80,53 @@ fn run(d: &Data) -> Vec<Finding> {
     f.remediation.push("fewer runnable threads than CPUs for latency-critical work: a CPU quota or lower priority for the rest, or more CPUs".into());
     vec![f]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Five baseline samples at `base` µs of p99 and five in the window at `win` µs.
+    fn data(base: f64, win: f64) -> Data {
+        let mut d = Data {
+            ts: (0..10).map(|i| i * 1_000_000_000).collect(),
+            start: 5,
+            ..Default::default()
+        };
+        for i in 0..10u32 {
+            let v = if i < 5 { base } else { win };
+            d.push(&tracer::RUNQLAT_P99_USEC, &[], i, v);
+            d.push(&tracer::RUNQLAT_MAX_USEC, &[], i, v * 2.0);
+            d.push(&tracer::RUNQLAT_CGROUP_P99_USEC, &["/batch"], i, v);
+            d.push(&process::PROC_RUNQ_WAIT_PCT, &["9", "api"], i, 40.0);
+        }
+        d
+    }
+
+    #[test]
+    fn waits_of_milliseconds_far_over_the_baseline_are_found() {
+        let f = run(&data(200.0, 20_000.0));
+        assert_eq!(f.len(), 1);
+        assert!(
+            f[0].title
+                .contains("p99 20.0 ms, worst in /batch (20.0 ms)"),
+            "{}",
+            f[0].title
+        );
+        assert_eq!(f[0].culprit.comm.as_deref(), Some("api"));
+        let e = &f[0].evidence[0];
+        assert_eq!(
+            (e.signal.as_str(), e.unit.as_str()),
+            ("runqlat.p99_usec", "microseconds")
+        );
+        assert_eq!(e.baseline, Some(200.0));
+    }
+
+    #[test]
+    fn short_or_usual_waits_are_not() {
+        assert!(run(&data(200.0, 3000.0)).is_empty(), "under 5 ms");
+        assert!(
+            run(&data(8000.0, 20_000.0)).is_empty(),
+            "this host's normal"
+        );
+    }
+}

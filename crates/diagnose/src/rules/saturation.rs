@@ -83,3 +83,36 @@ fn run(d: &Data) -> Vec<Finding> {
     f.remediation.push("more CPU, or less work: lower the batch work's priority (nice, SCHED_IDLE) or cap its cgroup so latency-sensitive threads get a CPU".into());
     vec![f]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(idle: f64) -> Data {
+        let mut d = Data {
+            ts: (0..5).map(|i| i * 1_000_000_000).collect(),
+            start: 0,
+            ..Default::default()
+        };
+        for i in 0..5u32 {
+            d.push(&cpu::IDLE_PCT, &[], i, idle);
+            d.push(&cpu::IOWAIT_PCT, &[], i, 1.0);
+            d.push(&cpu::USR_PCT, &[], i, 99.0 - idle);
+            d.push(&process::PROC_CPU_PCT, &["5", "batch"], i, 180.0);
+        }
+        d
+    }
+
+    #[test]
+    fn all_cpus_busy_names_the_busiest_process() {
+        let f = run(&data(2.0));
+        assert_eq!(f.len(), 1);
+        assert!(f[0].title.contains("97% busy"), "{}", f[0].title);
+        assert!(
+            f[0].title.contains("batch (5) used 180% of a CPU"),
+            "{}",
+            f[0].title
+        );
+        assert!(run(&data(40.0)).is_empty());
+    }
+}

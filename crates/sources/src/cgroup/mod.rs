@@ -22,7 +22,7 @@ mod tests;
 use serde::{Deserialize, Serialize};
 
 pub use identity::{identify, Identity, QosClass, Runtime};
-pub use mount::{discover, parse_mountinfo, CgroupVersion, Hierarchy};
+pub use mount::{discover, mount_points, parse_mountinfo, CgroupVersion, Hierarchy};
 pub use parse::{
     parse_cfs_quota, parse_cpu_max, parse_cpu_stat, parse_cpuacct_stat, parse_keyed,
     parse_max_or_u64, parse_oom_control, parse_single, parse_v1_limit, CpuMax, CpuStatFile,

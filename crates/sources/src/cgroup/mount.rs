@@ -90,6 +90,15 @@ fn unescape(s: &[u8]) -> String {
     lossy(&out)
 }
 
+/// Every mount point of a mountinfo file, unescaped, in mount order (lines too short to have
+/// one are skipped).
+pub fn mount_points(buf: &[u8]) -> Vec<PathBuf> {
+    lines(buf)
+        .filter_map(|(_, l)| fields(l).nth(4))
+        .map(|m| PathBuf::from(unescape(m)))
+        .collect()
+}
+
 /// Parses mountinfo into the cgroup hierarchies it mounts, in mount order, one per superblock:
 /// a hierarchy bind-mounted twice is kept once, preferring the mount that shows its root "/".
 pub fn parse_mountinfo(buf: &[u8]) -> Result<Vec<Hierarchy>, ParseError> {
@@ -191,6 +200,21 @@ mod tests {
     }
 
     #[test]
+    fn mount_points_are_unescaped() {
+        let m = mount_points(
+            b"25 30 0:22 / /var/tmp/a\\040b rw - tmpfs tmpfs rw\n26 25 0:23 / /x\\134y rw - tmpfs t rw\n27 25 0:24 / /trailing\\04 rw - tmpfs t rw\nshort line\n",
+        );
+        assert_eq!(
+            m,
+            [
+                PathBuf::from("/var/tmp/a b"),
+                PathBuf::from(r"/x\y"),
+                PathBuf::from(r"/trailing\04")
+            ]
+        );
+    }
+
+    #[test]
     fn combined_controllers_options_and_escapes() {
         let hs = parse_mountinfo(
             b"25 30 0:22 / /sys/fs/cgroup rw,nosuid - tmpfs tmpfs ro,mode=755\n\
@@ -205,6 +229,7 @@ mod tests {
         assert_eq!(hs.len(), 4);
         assert_eq!(hs[0].controllers, ["cpu", "cpuacct"]);
         assert_eq!(hs[1].mount_point, PathBuf::from("/sys/fs/cgroup/sys temd"));
+
         assert_eq!(hs[1].name.as_deref(), Some("systemd"));
         assert!(hs[1].controllers.is_empty());
         // Bind mount of a subtree replaced by the mount of the hierarchy's root; later dup ignored.
