@@ -6,10 +6,10 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
-use jitterscope_model::derive::{evaluate, for_each_series, SeriesValue};
+use jitterscope_model::derive::{Selection, SeriesValue};
 use jitterscope_model::glob::Pattern;
 use jitterscope_model::openmetrics::{self, write_num};
-use jitterscope_model::registry::{all, MetricDef};
+use jitterscope_model::registry::all;
 use jitterscope_model::stored::SampleReader;
 use jitterscope_model::time::rfc3339;
 use jitterscope_model::Sample;
@@ -98,22 +98,28 @@ fn dump(a: DumpArgs) -> Result<()> {
     }
     let reader =
         SampleReader::open(&dir).with_context(|| format!("cannot open store {}", dir.display()))?;
-    let defs = all();
-    let parts = jitterscope_model::registry::parts_for(&select);
-    let mut pairs = reader.pairs(from, to, parts)?;
+    // Prepared once: which metrics the globs may reach, and which patterns each must check.
+    let sel = Selection::new(all(), &select);
+    let mut pairs = reader.pairs(from, to, sel.parts())?;
     let mut om: Vec<(Option<i64>, SeriesValue)> = Vec::new();
     if a.format == Format::Csv {
         writeln!(out, "time,series,value,unit")?;
     }
     while let Some((sample, prev)) = pairs.next() {
         match a.format {
-            Format::Csv => write_csv(&mut out, defs, sample, prev, &select)?,
-            Format::Json => write_json(&mut out, defs, sample, prev, &select)?,
-            Format::Openmetrics => {
-                for v in evaluate(defs, sample, prev, &select) {
-                    om.push((Some(sample.ts_ns), v));
-                }
-            }
+            Format::Csv => write_csv(&mut out, &sel, sample, prev)?,
+            Format::Json => write_json(&mut out, &sel, sample, prev)?,
+            Format::Openmetrics => sel.for_each(sample, prev, |def, labels, series, value| {
+                om.push((
+                    Some(sample.ts_ns),
+                    SeriesValue {
+                        def,
+                        labels: labels.iter().map(|l| l.to_string()).collect(),
+                        series: series.to_string(),
+                        value,
+                    },
+                ))
+            }),
         }
     }
     if a.format == Format::Openmetrics {
@@ -143,15 +149,14 @@ fn csv_field(s: &str) -> std::borrow::Cow<'_, str> {
 
 fn write_csv(
     out: &mut impl Write,
-    defs: &[&'static MetricDef],
+    sel: &Selection,
     sample: &Sample,
     prev: Option<&Sample>,
-    select: &[Pattern],
 ) -> Result<()> {
     let t = rfc3339(sample.ts_ns);
     let mut line = String::with_capacity(256);
     let mut err = Ok(());
-    for_each_series(defs, sample, prev, select, |def, _, series, value| {
+    sel.for_each(sample, prev, |def, _, series, value| {
         use std::fmt::Write as _;
         line.clear();
         let _ = write!(line, "{t},{},", csv_field(series));
@@ -170,13 +175,12 @@ fn write_csv(
 
 fn write_json(
     out: &mut impl Write,
-    defs: &[&'static MetricDef],
+    sel: &Selection,
     sample: &Sample,
     prev: Option<&Sample>,
-    select: &[Pattern],
 ) -> Result<()> {
     let mut m = serde_json::Map::new();
-    for_each_series(defs, sample, prev, select, |_, _, series, value| {
+    sel.for_each(sample, prev, |_, _, series, value| {
         let val = value
             .and_then(serde_json::Number::from_f64)
             .map_or(serde_json::Value::Null, serde_json::Value::Number);

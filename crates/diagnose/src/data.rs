@@ -170,6 +170,16 @@ pub fn median(v: &mut [f64]) -> f64 {
 }
 
 impl Data {
+    /// `n` empty samples one second apart from time 0, the window starting at index `start`
+    /// (for data built by hand: tests, tools).
+    pub fn seconds(n: usize, start: usize) -> Data {
+        Data {
+            ts: (0..n as i64).map(|i| i * 1_000_000_000).collect(),
+            start: start.min(n),
+            ..Default::default()
+        }
+    }
+
     /// Loads the samples in `(from - lookback, to]`: the series `select` names, and with
     /// `detail`, for the window `(from, to]`, the processes and stack samples (episode
     /// detection over a day needs neither, and skips decoding them).
@@ -561,11 +571,7 @@ mod tests {
     use jitterscope_model::metrics::{cgroup, cpu, process};
 
     fn data(points: &[(u32, f64)], start: usize, n: usize) -> Data {
-        let mut d = Data {
-            ts: (0..n as i64).map(|i| i * 1_000_000_000).collect(),
-            start,
-            ..Default::default()
-        };
+        let mut d = Data::seconds(n, start);
         for &(i, v) in points {
             d.push(&cpu::SYS_PCT, &[], i, v);
         }

@@ -220,13 +220,9 @@ mod tests {
             picks in proptest::collection::vec((0usize..400, 0u32..30, -1e12f64..1e12), 0..300),
         ) {
             let all = names();
-            let mut d = Data {
-                ts: (0..n as i64).map(|i| i * 1_000_000_000).collect(),
-                start: start.min(n),
-                kernel: "4.19.0".into(),
-                ncpu: 2,
-                ..Default::default()
-            };
+            let mut d = Data::seconds(n, start);
+            d.kernel = "4.19.0".into();
+            d.ncpu = 2;
             for (k, i, v) in picks {
                 let (def, labels) = &all[k % all.len()];
                 let i = i % n as u32;

@@ -226,10 +226,13 @@ impl Builder {
         }
     }
 
-    /// The row of the process in the first placeholder (`…<pid>.<comm>…` metrics), if listed.
-    fn proc(&mut self, labels: &[&str]) -> Option<&mut ProcRow> {
-        let pid: u32 = labels.first()?.parse().ok()?;
-        self.procs.get_mut(&pid)
+    /// Applies `f` to the row of the process in the first placeholder (`…<pid>.<comm>…`
+    /// metrics), if it is listed.
+    fn proc(&mut self, labels: &[&str], f: impl FnOnce(&mut ProcRow)) {
+        let pid: Option<u32> = labels.first().and_then(|p| p.parse().ok());
+        if let Some(p) = pid.and_then(|pid| self.procs.get_mut(&pid)) {
+            f(p);
+        }
     }
 
     fn cgroup(&mut self, labels: &[&str]) -> &mut CgroupRow {
@@ -366,49 +369,31 @@ static ROUTES: &[(&MetricDef, Route)] = &[
         b.disk(l[0]).write_bytes_per_s = v
     }),
     (&process::PROC_CPU_PCT, |b, l, v| {
-        if let Some(p) = b.proc(l) {
-            p.cpu_pct = v
-        }
+        b.proc(l, |p| p.cpu_pct = v)
     }),
     (&process::PROC_SYS_PCT, |b, l, v| {
-        if let Some(p) = b.proc(l) {
-            p.sys_pct = v
-        }
+        b.proc(l, |p| p.sys_pct = v)
     }),
     (&process::PROC_RSS_BYTES, |b, l, v| {
-        if let Some(p) = b.proc(l) {
-            p.rss_bytes = v
-        }
+        b.proc(l, |p| p.rss_bytes = v)
     }),
     (&process::PROC_MAJFLT_PER_S, |b, l, v| {
-        if let Some(p) = b.proc(l) {
-            p.majflt_per_s = v
-        }
+        b.proc(l, |p| p.majflt_per_s = v)
     }),
     (&tracer::MADVISE_PROC_DONTNEED_PER_S, |b, l, v| {
-        if let Some(p) = b.proc(l) {
-            add(&mut p.madvise_per_s, v)
-        }
+        b.proc(l, |p| add(&mut p.madvise_per_s, v))
     }),
     (&tracer::MADVISE_PROC_FREE_PER_S, |b, l, v| {
-        if let Some(p) = b.proc(l) {
-            add(&mut p.madvise_per_s, v)
-        }
+        b.proc(l, |p| add(&mut p.madvise_per_s, v))
     }),
     (&tracer::MADVISE_PROC_OTHER_PER_S, |b, l, v| {
-        if let Some(p) = b.proc(l) {
-            add(&mut p.madvise_per_s, v)
-        }
+        b.proc(l, |p| add(&mut p.madvise_per_s, v))
     }),
     (&tracer::LOOKUPS_PROC_ENOENT_PER_S, |b, l, v| {
-        if let Some(p) = b.proc(l) {
-            p.enoent_per_s = v
-        }
+        b.proc(l, |p| p.enoent_per_s = v)
     }),
     (&tracer::TLB_PROC_SHOOTDOWN_IPIS_SENT_PER_S, |b, l, v| {
-        if let Some(p) = b.proc(l) {
-            p.tlb_ipis_per_s = v
-        }
+        b.proc(l, |p| p.tlb_ipis_per_s = v)
     }),
     (&cgroup::CPU_USAGE_PCT, |b, l, v| b.cgroup(l).cpu_pct = v),
     (&cgroup::CPU_QUOTA_CORES, |b, l, v| {

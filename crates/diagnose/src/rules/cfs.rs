@@ -28,12 +28,10 @@
 //! de53fd7aedb1; Indeed Engineering, "Unthrottled: fixing CPU limits in the cloud" (2019).
 
 use jitterscope_model::metrics::{cgroup, process};
-use jitterscope_model::registry::{Sel, Unit};
+use jitterscope_model::registry::Unit;
 use jitterscope_sources::system::kernel::KernelVersion;
 
-use super::{
-    cgroup_culprit, confidence, evidence, fact, finding, moved_first, top_procs, Rule, Take,
-};
+use super::{cgroup_culprit, confidence, fact, finding, moved_first, sels, top_procs, Rule, Take};
 use crate::data::Data;
 use crate::Finding;
 
@@ -42,16 +40,11 @@ pub const RULE: Rule = Rule {
     id: "cpu.cfs-throttling",
     summary: "a cgroup's threads stopped by its CFS quota in many periods",
     mechanism: true,
-    select: &[
-        Sel::all(&cgroup::CPU_THROTTLED_PCT),
-        Sel::all(&cgroup::CPU_USAGE_OF_QUOTA_PCT),
-        Sel::all(&cgroup::CPU_QUOTA_CORES),
-        Sel::all(&cgroup::CPU_BURST_CORES),
-        Sel::all(&cgroup::CPU_USAGE_PCT),
-        Sel::all(&cgroup::CPU_THROTTLED_MS_PER_S),
-        Sel::all(&process::PROC_CPU_PCT),
-        Sel::all(&process::PROC_THREADS),
-    ],
+    select: sels! {
+        cgroup::CPU_THROTTLED_PCT, cgroup::CPU_USAGE_OF_QUOTA_PCT, cgroup::CPU_QUOTA_CORES,
+        cgroup::CPU_BURST_CORES, cgroup::CPU_USAGE_PCT, cgroup::CPU_THROTTLED_MS_PER_S,
+        process::PROC_CPU_PCT, process::PROC_THREADS,
+    },
     run,
 };
 
@@ -150,47 +143,47 @@ fn run(d: &Data) -> Vec<Finding> {
             confidence(*mean, 20.0, 80.0).max(if *max >= 50.0 { 0.5 } else { 0.0 }),
             culprit,
         );
-        f.evidence.push(evidence(
+        f.cite(
             d,
             &cgroup::CPU_THROTTLED_PCT,
             at,
             Take::Mean,
             format!("periods throttled (max {max:.0}%)"),
-        ));
+        );
         if own_quota {
-            f.evidence.push(evidence(
+            f.cite(
                 d,
                 &cgroup::CPU_QUOTA_CORES,
                 at,
                 Take::Last,
                 "the CFS quota, in cores",
-            ));
+            );
         }
         if usage_of_quota.n > 0 {
-            f.evidence.push(evidence(
+            f.cite(
                 d,
                 &cgroup::CPU_USAGE_OF_QUOTA_PCT,
                 at,
                 Take::Mean,
                 "CPU used, % of the quota",
-            ));
+            );
         }
         if usage.n > 0 {
-            f.evidence.push(evidence(
+            f.cite(
                 d,
                 &cgroup::CPU_USAGE_PCT,
                 at,
                 Take::Max,
                 "CPU used, % of one core",
-            ));
+            );
         }
-        f.evidence.push(evidence(
+        f.cite(
             d,
             &cgroup::CPU_THROTTLED_MS_PER_S,
             at,
             Take::Mean,
             "time its threads spent throttled",
-        ));
+        );
         if threads > 0.0 {
             f.evidence.push(fact(
                 format!("threads in {cg}"),
@@ -264,12 +257,8 @@ mod tests {
     /// `threads` threads.
     fn data(quota: Option<f64>, usage_of_quota: f64, threads: f64) -> Data {
         let n = 8u32;
-        let mut d = Data {
-            ts: (0..n as i64).map(|i| i * 1_000_000_000).collect(),
-            start: 2,
-            kernel: "6.1.0-13-amd64".into(),
-            ..Default::default()
-        };
+        let mut d = Data::seconds(n as usize, 2);
+        d.kernel = "6.1.0-13-amd64".into();
         d.procs.insert(
             7,
             crate::data::Proc {

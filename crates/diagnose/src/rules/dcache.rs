@@ -29,11 +29,11 @@
 use std::collections::BTreeSet;
 
 use jitterscope_model::metrics::{cpu, mem, tracer};
-use jitterscope_model::registry::{Sel, Unit};
+use jitterscope_model::registry::Unit;
 
 use super::{
-    confidence, evidence, fact, finding, moved_first, proc_culprit, series_fact, top_procs,
-    top_series, ProcSum, Rule, Take,
+    confidence, fact, finding, moved_first, proc_culprit, sels, top_procs, top_series, ProcSum,
+    Rule, Take,
 };
 use crate::data::Data;
 use crate::Finding;
@@ -46,18 +46,13 @@ pub const RULE: Rule = Rule {
     id: "memory.dcache-bloat",
     summary: "negative dentries from failed look-ups filling slab",
     mechanism: true,
-    select: &[
-        Sel::all(&mem::DENTRY_NR_NEGATIVE),
-        Sel::all(&mem::DENTRY_NR_DENTRY),
-        Sel::all(&mem::DENTRY_NEGATIVE_GROWTH_PER_S),
-        Sel::all(&mem::SLAB_TOTAL_BYTES),
-        Sel::of(&mem::SLAB_CACHE_TOTAL_BYTES, &["dentry"]),
-        Sel::all(&tracer::LOOKUPS_PROC_ENOENT_PER_S),
-        Sel::all(&tracer::LOOKUPS_PATTERN_SAMPLES),
-        Sel::of(&tracer::SHRINKER_FREED_PER_S, SUPER),
-        Sel::of(&tracer::SHRINKER_TIME_PCT, SUPER),
-        Sel::all(&cpu::SYS_PCT),
-    ],
+    select: sels! {
+        mem::DENTRY_NR_NEGATIVE, mem::DENTRY_NR_DENTRY, mem::DENTRY_NEGATIVE_GROWTH_PER_S,
+        mem::SLAB_TOTAL_BYTES, mem::SLAB_CACHE_TOTAL_BYTES["dentry"],
+        tracer::LOOKUPS_PROC_ENOENT_PER_S, tracer::LOOKUPS_PATTERN_SAMPLES,
+        tracer::SHRINKER_FREED_PER_S["super_cache_scan"],
+        tracer::SHRINKER_TIME_PCT["super_cache_scan"], cpu::SYS_PCT,
+    },
     run,
 };
 
@@ -128,20 +123,20 @@ fn run(d: &Data) -> Vec<Finding> {
         confidence(rise.max(neg.max - 900_000.0).max(1.0).log10(), 5.0, 6.0),
         culprit,
     );
-    f.evidence.push(evidence(
+    f.cite(
         d,
         &mem::DENTRY_NR_NEGATIVE,
         &[],
         Take::Max,
         format!("negative dentries (+{rise:.0} over the baseline)"),
-    ));
-    f.evidence.push(evidence(
+    );
+    f.cite(
         d,
         &mem::DENTRY_NEGATIVE_GROWTH_PER_S,
         &[],
         Take::Max,
         "growth of negative dentries",
-    ));
+    );
     let slab = d.stats(&mem::SLAB_TOTAL_BYTES, &[]);
     let dent = d.stats(&mem::SLAB_CACHE_TOTAL_BYTES, &["dentry"]);
     if slab.n > 0 && dent.n > 0 && slab.max > 0.0 {
@@ -156,14 +151,7 @@ fn run(d: &Data) -> Vec<Finding> {
             ),
         ));
     }
-    for p in producers.iter().take(3) {
-        f.evidence.push(series_fact(
-            p.series,
-            p.value,
-            Take::Sum,
-            format!("failed look-ups by {} ({}) in the window", p.comm, p.pid),
-        ));
-    }
+    f.cite_procs(&producers, 3, "failed look-ups by", " in the window");
     if !patterns.is_empty() {
         let list: Vec<String> = patterns
             .iter()
@@ -178,13 +166,13 @@ fn run(d: &Data) -> Vec<Finding> {
         ));
     }
     if freed.n > 0 {
-        f.evidence.push(evidence(
+        f.cite(
             d,
             &tracer::SHRINKER_FREED_PER_S,
             SUPER,
             Take::Sum,
             "dentries and inodes the superblock shrinker freed",
-        ));
+        );
     }
     f.moved_first = moved_first(
         d,
@@ -220,11 +208,7 @@ mod tests {
     /// Three baseline samples, then five in the window, with `neg` negative dentries, a
     /// growth of 1/s, and `freed` objects/s freed by the superblock shrinker in the window.
     fn data(neg: f64, freed: f64) -> Data {
-        let mut d = Data {
-            ts: (0..8).map(|i| i * 1_000_000_000).collect(),
-            start: 3,
-            ..Default::default()
-        };
+        let mut d = Data::seconds(8, 3);
         for i in 0..8u32 {
             d.push(&mem::DENTRY_NR_NEGATIVE, &[], i, neg);
             d.push(&mem::DENTRY_NEGATIVE_GROWTH_PER_S, &[], i, 1.0);

@@ -10,9 +10,9 @@
 //! thread or widen its CPU set.
 
 use jitterscope_model::metrics::{cpu, process};
-use jitterscope_model::registry::{Sel, Unit};
+use jitterscope_model::registry::Unit;
 
-use super::{confidence, fact, finding, proc_culprit, top_procs, Rule};
+use super::{confidence, fact, finding, proc_culprit, sels, top_procs, Rule};
 use crate::data::Data;
 use crate::Finding;
 
@@ -21,11 +21,9 @@ pub const RULE: Rule = Rule {
     id: "cpu.imbalance",
     summary: "one CPU pinned while the others idle",
     mechanism: false,
-    select: &[
-        Sel::all(&cpu::PER_CPU_IDLE_PCT),
-        Sel::all(&cpu::PER_CPU_IOWAIT_PCT),
-        Sel::all(&process::PROC_CPU_PCT),
-    ],
+    select: sels! {
+        cpu::PER_CPU_IDLE_PCT, cpu::PER_CPU_IOWAIT_PCT, process::PROC_CPU_PCT,
+    },
     run,
 };
 
@@ -80,11 +78,7 @@ mod tests {
     /// Two baseline samples and eight in the window: `cpus` CPUs, each with its idle % in
     /// the window, and a busy process.
     fn data(idle: &[f64]) -> Data {
-        let mut d = Data {
-            ts: (0..10).map(|i| i * 1_000_000_000).collect(),
-            start: 2,
-            ..Default::default()
-        };
+        let mut d = Data::seconds(10, 2);
         for i in 0..10u32 {
             for (c, &v) in idle.iter().enumerate() {
                 let v = if i < 2 { 95.0 } else { v };

@@ -11,9 +11,8 @@
 //! device.
 
 use jitterscope_model::metrics::{cpu, disk, process};
-use jitterscope_model::registry::Sel;
 
-use super::{confidence, evidence, finding, proc_culprit, top_procs, top_series, Rule, Take};
+use super::{confidence, finding, proc_culprit, sels, top_procs, top_series, Rule, Take};
 use crate::data::Data;
 use crate::Finding;
 
@@ -22,14 +21,10 @@ pub const RULE: Rule = Rule {
     id: "io.saturation",
     summary: "a disk busy all the time, tasks waiting in D state",
     mechanism: false,
-    select: &[
-        Sel::all(&disk::UTIL_PCT),
-        Sel::all(&disk::AWAIT_MS),
-        Sel::all(&disk::QUEUE_DEPTH),
-        Sel::all(&cpu::SCHED_PROCS_BLOCKED),
-        Sel::all(&process::PROC_READ_BYTES_PER_S),
-        Sel::all(&process::PROC_WRITE_BYTES_PER_S),
-    ],
+    select: sels! {
+        disk::UTIL_PCT, disk::AWAIT_MS, disk::QUEUE_DEPTH, cpu::SCHED_PROCS_BLOCKED,
+        process::PROC_READ_BYTES_PER_S, process::PROC_WRITE_BYTES_PER_S,
+    },
     run,
 };
 
@@ -58,27 +53,21 @@ fn run(d: &Data) -> Vec<Finding> {
             .map(|p| proc_culprit(d, p.pid, &p.comm))
             .unwrap_or_default(),
     );
-    f.evidence.push(evidence(
+    f.cite(
         d,
         &disk::UTIL_PCT,
         &[disk],
         Take::Mean,
         "time the disk had requests in flight",
-    ));
-    f.evidence.push(evidence(
-        d,
-        &disk::AWAIT_MS,
-        &[disk],
-        Take::Mean,
-        "mean request time",
-    ));
-    f.evidence.push(evidence(
+    );
+    f.cite(d, &disk::AWAIT_MS, &[disk], Take::Mean, "mean request time");
+    f.cite(
         d,
         &cpu::SCHED_PROCS_BLOCKED,
         &[],
         Take::Max,
         "tasks in uninterruptible sleep",
-    ));
+    );
     f.remediation.push(format!(
         "limit the heaviest I/O user's cgroup (io.max / blkio throttle) or move it off {disk}"
     ));
@@ -91,11 +80,7 @@ mod tests {
 
     /// Ten samples in the window: disk `sda` at `util` %, `blocked` tasks in D state, a writer.
     fn data(util: f64, blocked: f64) -> Data {
-        let mut d = Data {
-            ts: (0..10).map(|i| i * 1_000_000_000).collect(),
-            start: 0,
-            ..Default::default()
-        };
+        let mut d = Data::seconds(10, 0);
         for i in 0..10u32 {
             d.push(&disk::UTIL_PCT, &["sda"], i, util);
             d.push(&disk::UTIL_PCT, &["sdb"], i, 3.0);

@@ -19,10 +19,9 @@
 //! **References.** "Chasing memory leak in a Python web service" (case 5); gunicorn settings.
 
 use jitterscope_model::metrics::process;
-use jitterscope_model::registry::Sel;
 use jitterscope_sources::units::MIB;
 
-use super::{confidence, finding, mib, proc_culprit, series_fact, Rule, Take};
+use super::{confidence, finding, mib, proc_culprit, sels, series_fact, Rule, Take};
 use crate::data::Data;
 use crate::Finding;
 
@@ -31,10 +30,9 @@ pub const RULE: Rule = Rule {
     id: "memory.leak",
     summary: "a process's memory growing steadily",
     mechanism: true,
-    select: &[
-        Sel::all(&process::PROC_RSS_BYTES),
-        Sel::all(&process::PROC_ANON_BYTES),
-    ],
+    select: sels! {
+        process::PROC_RSS_BYTES, process::PROC_ANON_BYTES,
+    },
     run,
 };
 

@@ -18,6 +18,18 @@ use jitterscope_sources::cgroup::{identify, Runtime};
 use crate::data::{Data, Series};
 use crate::{rfc3339, Culprit, Evidence, Finding, Moved, Span};
 
+/// The series a rule reads: `sels! { cpu::SYS_PCT, psi::SOME_PCT["memory"] }` is every series
+/// of `cpu.sys_pct` and the memory series of `psi.<resource>.some_pct`.
+macro_rules! sels {
+    ($($m:ident::$d:ident $([$($l:literal),* $(,)?])?),* $(,)?) => {
+        &[$(jitterscope_model::registry::Sel::of(
+            &jitterscope_model::metrics::$m::$d,
+            &[$($($l),*)?],
+        )),*]
+    };
+}
+pub(crate) use sels;
+
 /// A rule: its id, what it is about, the series it reads and its evaluation.
 pub struct Rule {
     /// Stable id (`memory.dcache-bloat`).
@@ -118,6 +130,30 @@ pub(crate) fn evidence(
         baseline: (st.base_n > 0).then(|| round(st.base_median)),
         unit: take.unit(def.unit),
         note: note.into(),
+    }
+}
+
+impl Finding {
+    /// Adds [`evidence`] of the series of `def` with `labels`.
+    pub(crate) fn cite(
+        &mut self,
+        d: &Data,
+        def: &'static MetricDef,
+        labels: &[&str],
+        take: Take,
+        note: impl Into<String>,
+    ) {
+        self.evidence.push(evidence(d, def, labels, take, note));
+    }
+
+    /// Cites the window sums of the first `n` processes of a ranking, each noted
+    /// `{what} {comm} ({pid}){after}`.
+    pub(crate) fn cite_procs(&mut self, procs: &[ProcSum], n: usize, what: &str, after: &str) {
+        for p in procs.iter().take(n) {
+            let note = format!("{what} {} ({}){after}", p.comm, p.pid);
+            self.evidence
+                .push(series_fact(p.series, p.value, Take::Sum, note));
+        }
     }
 }
 

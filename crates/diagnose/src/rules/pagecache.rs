@@ -25,10 +25,9 @@
 //! Documentation/admin-guide/cgroup-v2.rst (memory.low).
 
 use jitterscope_model::metrics::{disk, mem, process};
-use jitterscope_model::registry::Sel;
 
 use super::{
-    confidence, evidence, fact, finding, mib, moved_first, proc_culprit, series_fact, top_procs,
+    confidence, fact, finding, mib, moved_first, proc_culprit, sels, series_fact, top_procs,
     top_procs_by, top_series, Rule, Take,
 };
 use crate::data::Data;
@@ -40,18 +39,12 @@ pub const RULE: Rule = Rule {
     id: "memory.pagecache-thrash",
     summary: "file working sets evicted and read back (refaults, major faults)",
     mechanism: true,
-    select: &[
-        Sel::all(&mem::RECLAIM_REFAULT_FILE_PER_S),
-        Sel::all(&mem::RECLAIM_PGMAJFAULT_PER_S),
-        Sel::all(&mem::RECLAIM_PGSTEAL_KSWAPD_PER_S),
-        Sel::all(&mem::RECLAIM_PGSTEAL_DIRECT_PER_S),
-        Sel::all(&mem::RECLAIM_PGSCAN_KSWAPD_PER_S),
-        Sel::all(&mem::CACHED_BYTES),
-        Sel::all(&mem::ANON_BYTES),
-        Sel::all(&disk::READ_BYTES_PER_S),
-        Sel::all(&process::PROC_READ_BYTES_PER_S),
-        Sel::all(&process::PROC_MAJFLT_PER_S),
-    ],
+    select: sels! {
+        mem::RECLAIM_REFAULT_FILE_PER_S, mem::RECLAIM_PGMAJFAULT_PER_S,
+        mem::RECLAIM_PGSTEAL_KSWAPD_PER_S, mem::RECLAIM_PGSTEAL_DIRECT_PER_S,
+        mem::RECLAIM_PGSCAN_KSWAPD_PER_S, mem::CACHED_BYTES, mem::ANON_BYTES,
+        disk::READ_BYTES_PER_S, process::PROC_READ_BYTES_PER_S, process::PROC_MAJFLT_PER_S,
+    },
     run,
 };
 
@@ -115,41 +108,27 @@ fn run(d: &Data) -> Vec<Finding> {
         },
         culprit,
     );
-    f.evidence.push(evidence(
+    f.cite(
         d,
         &mem::RECLAIM_REFAULT_FILE_PER_S,
         &[],
         Take::Sum,
         "file pages evicted then read back (refaults)",
-    ));
+    );
     if !harmed {
         f.notes.push(
             "no process faulted mapped pages back: the refaults are files being re-read after eviction".into(),
         );
     }
-    f.evidence.push(evidence(
+    f.cite(
         d,
         &mem::RECLAIM_PGMAJFAULT_PER_S,
         &[],
         Take::Sum,
         "major faults (page read from disk)",
-    ));
-    for p in victims.iter().take(2) {
-        f.evidence.push(series_fact(
-            p.series,
-            p.value,
-            Take::Sum,
-            format!("major faults of {} ({}): the victim", p.comm, p.pid),
-        ));
-    }
-    for p in readers.iter().take(2) {
-        f.evidence.push(series_fact(
-            p.series,
-            p.value,
-            Take::Sum,
-            format!("read from storage by {} ({}) in the window", p.comm, p.pid),
-        ));
-    }
+    );
+    f.cite_procs(&victims, 2, "major faults of", ": the victim");
+    f.cite_procs(&readers, 2, "read from storage by", " in the window");
     if let Some((s, v)) = disks.first() {
         f.evidence.push(series_fact(
             s,

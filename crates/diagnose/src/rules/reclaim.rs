@@ -27,10 +27,9 @@
 //! min_free_kbytes); Documentation/admin-guide/cgroup-v2.rst (memory.high, memory.low).
 
 use jitterscope_model::metrics::{cgroup, mem, process, psi, tracer};
-use jitterscope_model::registry::Sel;
 
 use super::{
-    cgroup_culprit, confidence, evidence, finding, mib, moved_first, proc_culprit, series_fact,
+    cgroup_culprit, confidence, finding, mib, moved_first, proc_culprit, sels, series_fact,
     top_procs, top_series, Rule, Take,
 };
 use crate::data::Data;
@@ -41,26 +40,16 @@ pub const RULE: Rule = Rule {
     id: "memory.direct-reclaim",
     summary: "allocations stalled in direct or memcg reclaim",
     mechanism: true,
-    select: &[
-        Sel::all(&tracer::RECLAIM_STALLS_PER_S),
-        Sel::all(&tracer::RECLAIM_STALL_PCT),
-        Sel::all(&tracer::RECLAIM_STALL_MAX_USEC),
-        Sel::all(&mem::RECLAIM_ALLOCSTALL_PER_S),
-        Sel::all(&mem::RECLAIM_PGMAJFAULT_PER_S),
-        Sel::all(&mem::RECLAIM_PGSCAN_DIRECT_PER_S),
-        Sel::all(&mem::RECLAIM_PGSCAN_KSWAPD_PER_S),
-        Sel::all(&tracer::RECLAIM_PROC_STALLS_PER_S),
-        Sel::all(&tracer::RECLAIM_PROC_MEMCG_STALLS_PER_S),
-        Sel::all(&tracer::RECLAIM_PROC_STALL_PCT),
-        Sel::all(&tracer::RECLAIM_CGROUP_STALLS_PER_S),
-        Sel::all(&tracer::RECLAIM_CGROUP_STALL_PCT),
-        Sel::all(&tracer::RECLAIM_CGROUP_STALL_MAX_USEC),
-        Sel::of(&psi::SOME_PCT, &["memory"]),
-        Sel::all(&mem::ZONE_FREE_OVER_MIN),
-        Sel::all(&cgroup::MEMORY_USAGE_OF_LIMIT_PCT),
-        Sel::all(&process::PROC_RSS_BYTES),
-        Sel::all(&mem::FREE_BYTES),
-    ],
+    select: sels! {
+        tracer::RECLAIM_STALLS_PER_S, tracer::RECLAIM_STALL_PCT, tracer::RECLAIM_STALL_MAX_USEC,
+        mem::RECLAIM_ALLOCSTALL_PER_S, mem::RECLAIM_PGMAJFAULT_PER_S,
+        mem::RECLAIM_PGSCAN_DIRECT_PER_S, mem::RECLAIM_PGSCAN_KSWAPD_PER_S,
+        tracer::RECLAIM_PROC_STALLS_PER_S, tracer::RECLAIM_PROC_MEMCG_STALLS_PER_S,
+        tracer::RECLAIM_PROC_STALL_PCT, tracer::RECLAIM_CGROUP_STALLS_PER_S,
+        tracer::RECLAIM_CGROUP_STALL_PCT, tracer::RECLAIM_CGROUP_STALL_MAX_USEC,
+        psi::SOME_PCT["memory"], mem::ZONE_FREE_OVER_MIN, cgroup::MEMORY_USAGE_OF_LIMIT_PCT,
+        process::PROC_RSS_BYTES, mem::FREE_BYTES,
+    },
     run,
 };
 
@@ -130,43 +119,36 @@ fn run(d: &Data) -> Vec<Finding> {
         culprit,
     );
     if traced.n > 0 {
-        f.evidence.push(evidence(
+        f.cite(
             d,
             &tracer::RECLAIM_STALLS_PER_S,
             &[],
             Take::Sum,
             "reclaim stalls (tracer: direct + memcg)",
-        ));
-        f.evidence.push(evidence(
+        );
+        f.cite(
             d,
             &tracer::RECLAIM_STALL_MAX_USEC,
             &[],
             Take::Max,
             "longest stall",
-        ));
-        f.evidence.push(evidence(
+        );
+        f.cite(
             d,
             &tracer::RECLAIM_STALL_PCT,
             &[],
             Take::Mean,
             "time stalled, % of the interval summed over threads",
-        ));
+        );
     }
-    f.evidence.push(evidence(
+    f.cite(
         d,
         &mem::RECLAIM_ALLOCSTALL_PER_S,
         &[],
         Take::Sum,
         "global direct-reclaim entries (vmstat allocstall)",
-    ));
-    for p in who.iter().take(3) {
-        f.evidence.push(series_fact(
-            p.series,
-            p.value,
-            Take::Sum,
-            format!("stalls of {} ({})", p.comm, p.pid),
-        ));
-    }
+    );
+    f.cite_procs(&who, 3, "stalls of", "");
     for (s, n) in cgroups.iter().take(2) {
         let cg = s.label(0);
         f.evidence.push(series_fact(
@@ -176,13 +158,13 @@ fn run(d: &Data) -> Vec<Finding> {
             format!("stalls in memory cgroup {cg}"),
         ));
         if d.stats(&cgroup::MEMORY_USAGE_OF_LIMIT_PCT, &[cg]).n > 0 {
-            f.evidence.push(evidence(
+            f.cite(
                 d,
                 &cgroup::MEMORY_USAGE_OF_LIMIT_PCT,
                 &[cg],
                 Take::Max,
                 "its memory usage, % of its limit",
-            ));
+            );
         }
     }
     if let Some((s, g)) = growers.first() {
@@ -198,13 +180,13 @@ fn run(d: &Data) -> Vec<Finding> {
         ));
     }
     if d.stats(&psi::SOME_PCT, &["memory"]).n > 0 {
-        f.evidence.push(evidence(
+        f.cite(
             d,
             &psi::SOME_PCT,
             &["memory"],
             Take::Max,
             "memory pressure (PSI some)",
-        ));
+        );
     }
     let zmin = d
         .each(&mem::ZONE_FREE_OVER_MIN)
@@ -213,13 +195,13 @@ fn run(d: &Data) -> Vec<Finding> {
         .min_by(|a, b| a.1.max.total_cmp(&b.1.max));
     if let Some((z, _)) = zmin {
         let labels: Vec<&str> = z.labels.iter().map(String::as_str).collect();
-        f.evidence.push(evidence(
+        f.cite(
             d,
             &mem::ZONE_FREE_OVER_MIN,
             &labels,
             Take::Max,
             "free pages over the min watermark (lowest zone)",
-        ));
+        );
     }
     if thrash {
         f.notes.push(format!(

@@ -12,9 +12,8 @@
 //! lower priority for the rest, or more CPUs.
 
 use jitterscope_model::metrics::{process, tracer};
-use jitterscope_model::registry::Sel;
 
-use super::{confidence, evidence, finding, proc_culprit, top_procs, top_series, Rule, Take};
+use super::{confidence, finding, proc_culprit, sels, top_procs, top_series, Rule, Take};
 use crate::data::Data;
 use crate::Finding;
 
@@ -23,12 +22,10 @@ pub const RULE: Rule = Rule {
     id: "sched.runqueue-latency",
     summary: "threads waiting long for a CPU",
     mechanism: false,
-    select: &[
-        Sel::all(&tracer::RUNQLAT_P99_USEC),
-        Sel::all(&tracer::RUNQLAT_MAX_USEC),
-        Sel::all(&tracer::RUNQLAT_CGROUP_P99_USEC),
-        Sel::all(&process::PROC_RUNQ_WAIT_PCT),
-    ],
+    select: sels! {
+        tracer::RUNQLAT_P99_USEC, tracer::RUNQLAT_MAX_USEC, tracer::RUNQLAT_CGROUP_P99_USEC,
+        process::PROC_RUNQ_WAIT_PCT,
+    },
     run,
 };
 
@@ -63,20 +60,14 @@ fn run(d: &Data) -> Vec<Finding> {
             .map(|p| proc_culprit(d, p.pid, &p.comm))
             .unwrap_or_default(),
     );
-    f.evidence.push(evidence(
+    f.cite(
         d,
         &tracer::RUNQLAT_P99_USEC,
         &[],
         Take::Mean,
         "run-queue wait, 99th percentile",
-    ));
-    f.evidence.push(evidence(
-        d,
-        &tracer::RUNQLAT_MAX_USEC,
-        &[],
-        Take::Max,
-        "longest wait",
-    ));
+    );
+    f.cite(d, &tracer::RUNQLAT_MAX_USEC, &[], Take::Max, "longest wait");
     f.remediation.push("fewer runnable threads than CPUs for latency-critical work: a CPU quota or lower priority for the rest, or more CPUs".into());
     vec![f]
 }
@@ -87,11 +78,7 @@ mod tests {
 
     /// Five baseline samples at `base` µs of p99 and five in the window at `win` µs.
     fn data(base: f64, win: f64) -> Data {
-        let mut d = Data {
-            ts: (0..10).map(|i| i * 1_000_000_000).collect(),
-            start: 5,
-            ..Default::default()
-        };
+        let mut d = Data::seconds(10, 5);
         for i in 0..10u32 {
             let v = if i < 5 { base } else { win };
             d.push(&tracer::RUNQLAT_P99_USEC, &[], i, v);

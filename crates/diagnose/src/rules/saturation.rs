@@ -11,9 +11,9 @@
 //! **Remediation.** Capacity, or less batch work (nice, SCHED_IDLE, a CPU quota on its cgroup).
 
 use jitterscope_model::metrics::{cpu, process};
-use jitterscope_model::registry::{Sel, Unit};
+use jitterscope_model::registry::Unit;
 
-use super::{confidence, evidence, fact, finding, proc_culprit, top_procs, Rule, Take};
+use super::{confidence, fact, finding, proc_culprit, sels, top_procs, Rule, Take};
 use crate::data::Data;
 use crate::Finding;
 
@@ -22,14 +22,10 @@ pub const RULE: Rule = Rule {
     id: "cpu.saturation",
     summary: "every CPU busy: runnable threads queue",
     mechanism: false,
-    select: &[
-        Sel::all(&cpu::IDLE_PCT),
-        Sel::all(&cpu::IOWAIT_PCT),
-        Sel::all(&cpu::USR_PCT),
-        Sel::all(&cpu::SYS_PCT),
-        Sel::all(&process::PROC_CPU_PCT),
-        Sel::all(&cpu::LOAD_AVG1),
-    ],
+    select: sels! {
+        cpu::IDLE_PCT, cpu::IOWAIT_PCT, cpu::USR_PCT, cpu::SYS_PCT, process::PROC_CPU_PCT,
+        cpu::LOAD_AVG1,
+    },
     run,
 };
 
@@ -69,17 +65,9 @@ fn run(d: &Data) -> Vec<Finding> {
         Unit::Percent,
         "100 - idle - iowait, mean over the window",
     ));
-    f.evidence
-        .push(evidence(d, &cpu::USR_PCT, &[], Take::Mean, "user CPU"));
-    f.evidence
-        .push(evidence(d, &cpu::SYS_PCT, &[], Take::Mean, "system CPU"));
-    f.evidence.push(evidence(
-        d,
-        &cpu::LOAD_AVG1,
-        &[],
-        Take::Max,
-        "load average (1 min)",
-    ));
+    f.cite(d, &cpu::USR_PCT, &[], Take::Mean, "user CPU");
+    f.cite(d, &cpu::SYS_PCT, &[], Take::Mean, "system CPU");
+    f.cite(d, &cpu::LOAD_AVG1, &[], Take::Max, "load average (1 min)");
     f.remediation.push("more CPU, or less work: lower the batch work's priority (nice, SCHED_IDLE) or cap its cgroup so latency-sensitive threads get a CPU".into());
     vec![f]
 }
@@ -89,11 +77,7 @@ mod tests {
     use super::*;
 
     fn data(idle: f64) -> Data {
-        let mut d = Data {
-            ts: (0..5).map(|i| i * 1_000_000_000).collect(),
-            start: 0,
-            ..Default::default()
-        };
+        let mut d = Data::seconds(5, 0);
         for i in 0..5u32 {
             d.push(&cpu::IDLE_PCT, &[], i, idle);
             d.push(&cpu::IOWAIT_PCT, &[], i, 1.0);

@@ -22,10 +22,10 @@
 //! Virtuozzo, "How and why we optimized the algorithm of cleaning SLAB-caches" (2018).
 
 use jitterscope_model::metrics::{cgroup, cpu, tracer};
-use jitterscope_model::registry::{Sel, Unit};
+use jitterscope_model::registry::Unit;
 use jitterscope_sources::system::kernel::KernelVersion;
 
-use super::{confidence, evidence, fact, finding, moved_first, top_series, Rule, Take};
+use super::{confidence, fact, finding, moved_first, sels, top_series, Rule, Take};
 use crate::data::Data;
 use crate::Finding;
 
@@ -34,15 +34,11 @@ pub const RULE: Rule = Rule {
     id: "memory.shrinker-cost",
     summary: "slab shrinkers called out of proportion to what they free",
     mechanism: true,
-    select: &[
-        Sel::all(&tracer::SHRINKER_CALLS_PER_S),
-        Sel::all(&tracer::SHRINKER_ZERO_FREED_PER_S),
-        Sel::all(&tracer::SHRINKER_TIME_PCT),
-        Sel::all(&tracer::SHRINKER_MAX_USEC),
-        Sel::all(&tracer::SHRINKER_FREED_PER_S),
-        Sel::all(&cgroup::MEMORY_USAGE_BYTES),
-        Sel::all(&cpu::SYS_PCT),
-    ],
+    select: sels! {
+        tracer::SHRINKER_CALLS_PER_S, tracer::SHRINKER_ZERO_FREED_PER_S,
+        tracer::SHRINKER_TIME_PCT, tracer::SHRINKER_MAX_USEC, tracer::SHRINKER_FREED_PER_S,
+        cgroup::MEMORY_USAGE_BYTES, cpu::SYS_PCT,
+    },
     run,
 };
 
@@ -89,49 +85,42 @@ fn run(d: &Data) -> Vec<Finding> {
         },
         Default::default(),
     );
-    f.evidence.push(evidence(
+    f.cite(
         d,
         &tracer::SHRINKER_CALLS_PER_S,
         at,
         Take::Sum,
         format!("calls in the window ({jump:.0}x the baseline rate)"),
-    ));
-    f.evidence.push(evidence(
+    );
+    f.cite(
         d,
         &tracer::SHRINKER_ZERO_FREED_PER_S,
         at,
         Take::Sum,
         "calls that freed nothing",
-    ));
-    f.evidence.push(evidence(
+    );
+    f.cite(
         d,
         &tracer::SHRINKER_FREED_PER_S,
         at,
         Take::Sum,
         "objects freed",
-    ));
-    f.evidence.push(evidence(
+    );
+    f.cite(
         d,
         &tracer::SHRINKER_TIME_PCT,
         at,
         Take::Max,
         "time in the shrinker, % of the interval",
-    ));
-    f.evidence.push(evidence(
-        d,
-        &tracer::SHRINKER_MAX_USEC,
-        at,
-        Take::Max,
-        "longest call",
-    ));
+    );
+    f.cite(d, &tracer::SHRINKER_MAX_USEC, at, Take::Max, "longest call");
     f.evidence.push(fact(
         "memory cgroups",
         memcgs as f64,
         Unit::Count,
         "memory cgroups recorded in the window: reclaim visits each",
     ));
-    f.evidence
-        .push(evidence(d, &cpu::SYS_PCT, &[], Take::Max, "system CPU"));
+    f.cite(d, &cpu::SYS_PCT, &[], Take::Max, "system CPU");
     f.moved_first = moved_first(
         d,
         &[

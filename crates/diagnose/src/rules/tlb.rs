@@ -25,11 +25,9 @@
 //! case study (2021); Documentation/x86/tlb.rst.
 
 use jitterscope_model::metrics::{cpu, irq, tracer};
-use jitterscope_model::registry::Sel;
 
 use super::{
-    confidence, evidence, fact, finding, moved_first, proc_culprit, series_fact, top_procs,
-    top_series, Rule, Take,
+    confidence, fact, finding, moved_first, proc_culprit, sels, top_procs, top_series, Rule, Take,
 };
 use crate::data::Data;
 use crate::Finding;
@@ -39,15 +37,11 @@ pub const RULE: Rule = Rule {
     id: "cpu.tlb-shootdown",
     summary: "TLB-shootdown IPI storms from a process freeing pages on many CPUs",
     mechanism: true,
-    select: &[
-        Sel::all(&irq::TLB_PER_S),
-        Sel::all(&irq::PER_CPU_TLB_PER_S),
-        Sel::all(&tracer::TLB_SHOOTDOWN_IPIS_SENT_PER_S),
-        Sel::all(&tracer::TLB_PROC_SHOOTDOWN_IPIS_SENT_PER_S),
-        Sel::all(&tracer::MADVISE_PROC_DONTNEED_PER_S),
-        Sel::all(&tracer::MADVISE_PROC_FREE_PER_S),
-        Sel::all(&cpu::SYS_PCT),
-    ],
+    select: sels! {
+        irq::TLB_PER_S, irq::PER_CPU_TLB_PER_S, tracer::TLB_SHOOTDOWN_IPIS_SENT_PER_S,
+        tracer::TLB_PROC_SHOOTDOWN_IPIS_SENT_PER_S, tracer::MADVISE_PROC_DONTNEED_PER_S,
+        tracer::MADVISE_PROC_FREE_PER_S, cpu::SYS_PCT,
+    },
     run,
 };
 
@@ -123,13 +117,13 @@ fn run(d: &Data) -> Vec<Finding> {
         },
         culprit,
     );
-    f.evidence.push(evidence(
+    f.cite(
         d,
         &irq::TLB_PER_S,
         &[],
         Take::Mean,
         "TLB-shootdown IPIs received (all CPUs)",
-    ));
+    );
     let per_cpu = top_series(d, &irq::PER_CPU_TLB_PER_S, |s| s.mean);
     if let Some((first, v)) = per_cpu.first() {
         let list: Vec<String> = per_cpu
@@ -144,35 +138,10 @@ fn run(d: &Data) -> Vec<Finding> {
             format!("per CPU (mean): {}", list.join(", ")),
         ));
     }
-    for p in senders.iter().take(3) {
-        f.evidence.push(series_fact(
-            p.series,
-            p.value,
-            Take::Sum,
-            format!(
-                "shootdown IPIs sent by {} ({}) in the window",
-                p.comm, p.pid
-            ),
-        ));
-    }
-    for p in madv.iter().take(2) {
-        f.evidence.push(series_fact(
-            p.series,
-            p.value,
-            Take::Sum,
-            format!("madvise(MADV_DONTNEED) calls by {} ({})", p.comm, p.pid),
-        ));
-    }
-    for p in madv_free.iter().take(1) {
-        f.evidence.push(series_fact(
-            p.series,
-            p.value,
-            Take::Sum,
-            format!("madvise(MADV_FREE) calls by {} ({})", p.comm, p.pid),
-        ));
-    }
-    f.evidence
-        .push(evidence(d, &cpu::SYS_PCT, &[], Take::Mean, "system CPU"));
+    f.cite_procs(&senders, 3, "shootdown IPIs sent by", " in the window");
+    f.cite_procs(&madv, 2, "madvise(MADV_DONTNEED) calls by", "");
+    f.cite_procs(&madv_free, 1, "madvise(MADV_FREE) calls by", "");
+    f.cite(d, &cpu::SYS_PCT, &[], Take::Mean, "system CPU");
     if let Some(h) = super::kernel_hot_note(d, 5) {
         f.evidence.push(h);
     }
