@@ -115,6 +115,8 @@ impl SampleReader {
 
     /// The newest sample and the one before it (up to five minutes back: rates refuse longer
     /// gaps anyway), with their damage.
+    // Callers destructure the tuple at once; an alias would only hide its shape.
+    #[allow(clippy::type_complexity)]
     pub fn latest_pair(
         &self,
         parts: Parts,
