@@ -66,7 +66,7 @@ fn first_build_store_still_reads() {
         .collect();
     assert!(quota.len() >= 2, "want >= 2 quota values: {rows:?}");
     for r in quota {
-        assert_eq!(r.unit, "ratio");
+        assert_eq!(r.unit, "cores");
         let v = r.value.expect("quota known");
         assert!((v - 0.2).abs() < 1e-9, "quota_cores {v} != 0.2");
     }
