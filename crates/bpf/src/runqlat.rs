@@ -34,8 +34,8 @@ const HOST: Layout = Layout {
 pub(crate) static DEF: TracerDef = TracerDef {
     name: "runqlat",
     what: "run-queue latency histograms, host and per CPU cgroup",
-    // BTF-typed tracepoints need no tracefs: only the classic fallback does.
     demand: None,
+    // BTF-typed tracepoints need no tracefs: only the classic fallback does.
     load: |env, tracefs| Ok(Box::new(load(env, tracefs.ok())?)),
     records,
 };
