@@ -1,13 +1,10 @@
-//! Compiles each `src/bpf/<tracer>.bpf.c` with clang and generates its libbpf-rs skeleton.
+//! Compiles each `src/bpf/<tracer>.bpf.c` with clang and generates its libbpf-rs skeleton
+//! (`<tracer>.skel.rs` in OUT_DIR, which the tracer's module includes).
 
 use std::env;
 use std::path::PathBuf;
 
 use libbpf_cargo::SkeletonBuilder;
-
-const TRACERS: &[&str] = &[
-    "reclaim", "shrinker", "tlb", "madvise", "runqlat", "lookups",
-];
 
 fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"));
@@ -20,10 +17,20 @@ fn main() {
         Ok(other) => panic!("jitterscope-bpf: no BPF target arch for {other}"),
         Err(e) => panic!("jitterscope-bpf: CARGO_CFG_TARGET_ARCH: {e}"),
     };
-    println!("cargo:rerun-if-changed=src/bpf/jitterscope.h");
-    for t in TRACERS {
+    // The directory, not only its files: a new program must rerun this script.
+    println!("cargo:rerun-if-changed=src/bpf");
+    // Every program found, so that adding a tracer needs no list here.
+    let mut tracers: Vec<String> = std::fs::read_dir("src/bpf")
+        .unwrap_or_else(|e| panic!("jitterscope-bpf: reading src/bpf: {e}"))
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            Some(name.strip_suffix(".bpf.c")?.to_string())
+        })
+        .collect();
+    tracers.sort_unstable();
+    assert!(!tracers.is_empty(), "jitterscope-bpf: no src/bpf/*.bpf.c");
+    for t in &tracers {
         let src = format!("src/bpf/{t}.bpf.c");
-        println!("cargo:rerun-if-changed={src}");
         SkeletonBuilder::new()
             .source(&src)
             .clang_args([

@@ -2,7 +2,7 @@
 fn main() {
     let (mut c, started) = jitterscope_bpf::TracerCollector::start(
         &jitterscope_sources::Root::new("/"),
-        &jitterscope_bpf::Name::ALL,
+        &jitterscope_bpf::Name::all().collect::<Vec<_>>(),
     );
     for s in &started {
         println!("{:?} {:?} {}", s.name, s.outcome, s.map_bytes);

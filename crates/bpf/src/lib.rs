@@ -12,7 +12,9 @@ use std::mem::MaybeUninit;
 use std::time::Duration;
 
 use jitterscope_model::collector::{Collector, Notes};
+use jitterscope_model::derive::Ctx;
 use jitterscope_model::sample::Sample;
+use jitterscope_model::signals::Signal;
 use jitterscope_model::tracers::Tracers;
 use jitterscope_sources::Root;
 use libbpf_rs::{MapCore, MapFlags, OpenObject};
@@ -27,67 +29,81 @@ mod runqlat;
 mod shrinker;
 mod tlb;
 
-/// One tracer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Name {
-    /// Direct reclaim stalls and kswapd.
-    Reclaim,
-    /// Slab shrinker calls.
-    Shrinker,
-    /// TLB flushes and shootdown IPIs.
-    Tlb,
-    /// madvise() by advice.
-    Madvise,
-    /// Run-queue latency.
-    Runqlat,
-    /// Failed path look-ups.
-    Lookups,
+/// A tracer's registration: everything the collector and the CLI know of it. Each tracer module
+/// defines one `DEF`, and [`TRACERS`] lists them.
+pub(crate) struct TracerDef {
+    /// Its name on the command line, in messages and as its part of the sample
+    /// (`Tracers::<name>`).
+    pub name: &'static str,
+    /// What it traces, for `tracers`.
+    pub what: &'static str,
+    /// The symptom that attaches it when it runs on demand (None: always attached).
+    pub demand: Option<Demand>,
+    /// Loads it (and attaches it unless it waits for its demand).
+    pub load: fn(&mut Env, Tracefs) -> LoadResult,
+    /// The tracepoint record fields its programs read.
+    pub records: fn() -> Vec<format::Record>,
+}
+
+/// tracefs, or why there is none: passed to every `load` so that a tracer that can do without
+/// it (runqlat's BTF-typed tracepoints) still loads.
+pub(crate) type Tracefs<'a> = Result<&'a std::path::Path, &'a str>;
+
+/// A loaded tracer, or why it did not load.
+pub(crate) type LoadResult = Result<Box<dyn Tracer>, String>;
+
+/// Every tracer, in the order they are loaded and listed. Registering a tracer is one line
+/// here; nothing else in the workspace lists them.
+static TRACERS: &[&TracerDef] = &[
+    &reclaim::DEF,
+    &shrinker::DEF,
+    &tlb::DEF,
+    &madvise::DEF,
+    &runqlat::DEF,
+    &lookups::DEF,
+];
+
+/// One tracer (its place in the table, so it is `Copy` and orders as tracers are listed).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Name(usize);
+
+impl std::fmt::Debug for Name {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Name").field(&self.as_str()).finish()
+    }
 }
 
 impl Name {
     /// Every tracer, in the order they are loaded and listed.
-    pub const ALL: [Name; 6] = [
-        Name::Reclaim,
-        Name::Shrinker,
-        Name::Tlb,
-        Name::Madvise,
-        Name::Runqlat,
-        Name::Lookups,
-    ];
+    pub fn all() -> impl ExactSizeIterator<Item = Name> + Clone {
+        (0..TRACERS.len()).map(Name)
+    }
+
+    fn def(self) -> &'static TracerDef {
+        TRACERS[self.0]
+    }
 
     /// The tracer's name on the command line and in messages.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Name::Reclaim => "reclaim",
-            Name::Shrinker => "shrinker",
-            Name::Tlb => "tlb",
-            Name::Madvise => "madvise",
-            Name::Runqlat => "runqlat",
-            Name::Lookups => "lookups",
-        }
+        self.def().name
     }
 
     /// What it traces, for `tracers --check`.
     pub fn what(self) -> &'static str {
-        match self {
-            Name::Reclaim => "direct/memcg reclaim stalls per process and cgroup, kswapd wake-ups",
-            Name::Shrinker => "slab shrinker calls, objects and latency per shrinker",
-            Name::Tlb => "TLB flushes by reason per process, shootdown IPIs by sender",
-            Name::Madvise => "madvise() calls and bytes per process and advice",
-            Name::Runqlat => "run-queue latency histograms, host and per CPU cgroup",
-            Name::Lookups => "stat/access/open failing with ENOENT per process, sampled names",
-        }
+        self.def().what
+    }
+
+    /// The symptom that attaches it on demand (None: always attached).
+    pub fn demand(self) -> Option<Demand> {
+        self.def().demand
     }
 
     /// Parses a tracer name.
     pub fn parse(s: &str) -> Result<Name, String> {
-        Name::ALL
-            .into_iter()
-            .find(|n| n.as_str() == s)
-            .ok_or_else(|| {
-                let all: Vec<_> = Name::ALL.iter().map(|n| n.as_str()).collect();
-                format!("unknown tracer '{s}' (known: {})", all.join(", "))
-            })
+        Name::all().find(|n| n.as_str() == s).ok_or_else(|| {
+            let all: Vec<_> = Name::all().map(Name::as_str).collect();
+            format!("unknown tracer '{s}' (known: {})", all.join(", "))
+        })
     }
 }
 
@@ -124,39 +140,26 @@ impl Env {
 }
 
 /// A loaded tracer (attached, or waiting for its demand).
-trait Tracer: Send {
+pub(crate) trait Tracer: Send {
     /// Reads the interval's counts into `out`.
     fn read(&mut self, env: &mut Env, out: &mut Tracers);
     /// The loaded BPF object (for its maps' memory).
     fn object(&self) -> &libbpf_rs::Object;
     /// Its attached programs: dropping them detaches the tracer, its maps stay.
     fn links(&mut self) -> &mut Vec<libbpf_rs::Link>;
-    /// The symptom that makes an on-demand tracer worth its cost (None: always attached).
-    fn demand(&self) -> Option<Demand> {
-        None
-    }
     /// How it attached (e.g. which tracepoint flavour), for `--check`.
     fn how(&self) -> String;
 }
 
-/// Why an on-demand tracer gets attached. The syscall tracers (`madvise`, `lookups`) cost every
-/// system call on the host a trip through the traced syscall path while attached (measured:
-/// +44% on a malloc/madvise-bound benchmark, +127% on a failing-stat loop, against ≤ 2% for the
-/// other four), so by default they stay loaded but detached until the symptom they explain is
-/// there, and detach again after [`QUIET_SECONDS`] without it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Demand {
-    /// Negative dentries growing (dentry-state `nr_negative`): who fails look-ups, and on what.
-    NegativeDentries,
-    /// TLB-shootdown IPIs (the TLB line of /proc/interrupts): who purges memory with madvise.
-    TlbShootdowns,
-}
+/// Why an on-demand tracer gets attached: the episode signal of the symptom it explains, at or
+/// above the signal's floor. The syscall tracers (`madvise`, `lookups`) cost every system call
+/// on the host a trip through the traced syscall path while attached (measured: +44% on a
+/// malloc/madvise-bound benchmark, +127% on a failing-stat loop, against ≤ 2% for the other
+/// four), so by default they stay loaded but detached until the symptom they explain is there,
+/// and detach again after [`QUIET_SECONDS`] without it. Sharing the signal keeps the attach
+/// threshold and the episode floor one number, computed as `dump` prints the series.
+pub type Demand = &'static Signal;
 
-/// Negative dentries created per second that attach `lookups` (a quiet host makes a few; NSS
-/// probing in case 1 made thousands per certutil run).
-pub const NEGATIVE_DENTRIES_PER_S: f64 = 1000.0;
-/// TLB shootdowns per second that attach `madvise` (case 4 ran at ~2,000 IPIs/s).
-pub const TLB_SHOOTDOWNS_PER_S: f64 = 1000.0;
 /// Seconds without the symptom before an on-demand tracer detaches again.
 pub const QUIET_SECONDS: u64 = 30;
 
@@ -186,7 +189,7 @@ fn object_storage() -> &'static mut MaybeUninit<OpenObject> {
     Box::leak(Box::new(MaybeUninit::uninit()))
 }
 
-fn load_one(name: Name, env: &mut Env) -> Result<Box<dyn Tracer>, String> {
+fn load_one(name: Name, env: &mut Env) -> LoadResult {
     if !env::has_btf() {
         return Err("the kernel exposes no BTF (/sys/kernel/btf/vmlinux); CO-RE programs cannot be relocated".into());
     }
@@ -197,17 +200,16 @@ fn load_one(name: Name, env: &mut Env) -> Result<Box<dyn Tracer>, String> {
                 .into(),
         );
     }
-    // BTF-typed tracepoints (runqlat) attach by name without tracefs; the others need it.
     let tracefs = env.tracefs.clone();
-    let r: Result<Box<dyn Tracer>, String> = match name {
-        Name::Reclaim => reclaim::load(env, &tracefs?).map(|t| Box::new(t) as _),
-        Name::Shrinker => shrinker::load(env, &tracefs?).map(|t| Box::new(t) as _),
-        Name::Tlb => tlb::load(env, &tracefs?).map(|t| Box::new(t) as _),
-        Name::Madvise => madvise::load(env, &tracefs?).map(|t| Box::new(t) as _),
-        Name::Runqlat => runqlat::load(env, tracefs.as_deref().ok()).map(|t| Box::new(t) as _),
-        Name::Lookups => lookups::load(env, &tracefs?).map(|t| Box::new(t) as _),
-    };
-    r.map_err(|e: String| explain(e.as_str()))
+    let tracefs: Tracefs = tracefs.as_deref().map_err(String::as_str);
+    (name.def().load)(env, tracefs).map_err(|e| {
+        // Why tracefs is missing already says what to do; the remedy below is for libbpf's.
+        if tracefs.err() == Some(e.as_str()) {
+            e
+        } else {
+            explain(&e)
+        }
+    })
 }
 
 /// Turns libbpf's errors into the remedy an operator needs.
@@ -228,35 +230,45 @@ struct Slot {
     last_hot_ns: u64,
 }
 
-/// The symptom rates of one interval that decide the on-demand tracers.
+/// The symptom rates that decide the on-demand tracers, computed by the symptom signals' own
+/// metrics so that they are the values `dump` prints and the episode detector sees.
 #[derive(Debug, Default)]
 struct Symptoms {
-    /// (monotonic ns, nr_negative, TLB interrupts total) at the previous sample.
-    prev: Option<(u64, Option<u64>, Option<u64>)>,
+    /// The previous sample, holding only what the symptom metrics read: cloning the processes
+    /// and cgroups every second would cost more than the tracers save.
+    prev: Option<Sample>,
 }
 
 impl Symptoms {
-    /// The rate of each demand in this sample (None until there is a previous sample).
-    fn rates(&mut self, s: &Sample) -> Option<(f64, f64)> {
-        let neg = s.dentry.as_ref().and_then(|d| d.nr_negative);
-        let tlb = s
-            .interrupts
-            .as_ref()
-            .and_then(|i| i.irqs.iter().find(|q| q.name == "TLB"))
-            .map(|q| q.total);
-        let prev = self.prev.replace((s.mono_ns, neg, tlb))?;
-        let dt = s.mono_ns.saturating_sub(prev.0) as f64 / 1e9;
-        if dt <= 0.0 {
-            return None;
-        }
-        let rate = |c: Option<u64>, p: Option<u64>| match (c, p) {
-            (Some(c), Some(p)) => c.saturating_sub(p) as f64 / dt,
-            _ => 0.0,
-        };
-        // Only shootdowns other CPUs receive: local mm flushes come with every exec and exit
-        // (a shell script makes thousands a second) and disturb no other CPU.
-        Some((rate(neg, prev.1), rate(tlb, prev.2)))
+    /// The rate of each signal's series in `cur` (None when it has no value, e.g. its source is
+    /// missing), or None for all until there is a previous sample. Then remembers `cur`.
+    fn rates(&mut self, cur: &Sample, signals: &[Demand]) -> Option<Vec<Option<f64>>> {
+        let rates = self.prev.as_ref().map(|prev| {
+            let cx = Ctx::new(cur, Some(prev));
+            signals.iter().map(|s| symptom_rate(&cx, s)).collect()
+        });
+        let p = self.prev.get_or_insert_with(Sample::default);
+        p.mono_ns = cur.mono_ns;
+        // The boot id: rates never span a reboot.
+        p.host.clone_from(&cur.host);
+        p.interrupts.clone_from(&cur.interrupts);
+        p.dentry.clone_from(&cur.dentry);
+        rates
     }
+}
+
+/// The value of `signal`'s series in `cx` (the largest, should it select several).
+fn symptom_rate(cx: &Ctx, signal: &Signal) -> Option<f64> {
+    let select = signal.select();
+    let mut rate: Option<f64> = None;
+    (signal.metric.eval)(cx, &mut |labels: &[&str], v: Option<f64>| {
+        if let Some(v) = v.filter(|v| v.is_finite()) {
+            if select.matches(signal.metric, labels) {
+                rate = Some(rate.map_or(v, |r| r.max(v)));
+            }
+        }
+    });
+    rate
 }
 
 /// Collects every started tracer's interval into the sample.
@@ -269,7 +281,7 @@ pub struct TracerCollector {
 }
 
 impl TracerCollector {
-    /// Loads and attaches `names` (in [`Name::ALL`] order), saying for each how it runs or why
+    /// Loads and attaches `names` (in [`Name::all`] order), saying for each how it runs or why
     /// it cannot. Every tracer stays attached.
     pub fn start(root: &Root, names: &[Name]) -> (Self, Vec<Started>) {
         Self::start_with(root, names, false)
@@ -287,10 +299,10 @@ impl TracerCollector {
         env.defer_on_demand = on_demand;
         let mut slots = Vec::new();
         let mut report = Vec::new();
-        for n in Name::ALL.into_iter().filter(|n| names.contains(n)) {
+        for n in Name::all().filter(|n| names.contains(n)) {
             match load_one(n, &mut env) {
                 Ok(t) => {
-                    let waits = on_demand && t.demand().is_some();
+                    let waits = on_demand && n.demand().is_some();
                     report.push(Started {
                         name: n,
                         outcome: Ok(if waits {
@@ -330,7 +342,7 @@ impl TracerCollector {
     pub fn waiting(&self) -> Vec<Name> {
         self.slots
             .iter()
-            .filter(|s| self.on_demand && s.tracer.demand().is_some())
+            .filter(|s| self.on_demand && s.name.demand().is_some())
             .map(|s| s.name)
             .collect()
     }
@@ -369,16 +381,20 @@ impl TracerCollector {
     /// Attaches an on-demand tracer whose symptom is present, detaches one whose symptom has
     /// been absent for [`QUIET_SECONDS`].
     fn update_demand(&mut self, sample: &mut Sample, notes: &mut Notes) {
-        let Some((neg_per_s, tlb_per_s)) = self.symptoms.rates(sample) else {
+        let demands: Vec<Demand> = self.slots.iter().filter_map(|s| s.name.demand()).collect();
+        if demands.is_empty() {
+            return;
+        }
+        let Some(rates) = self.symptoms.rates(sample, &demands) else {
             return;
         };
+        let mut rates = rates.into_iter();
         let now = sample.mono_ns;
         for s in self.slots.iter_mut() {
-            let hot = match s.tracer.demand() {
-                None => continue,
-                Some(Demand::NegativeDentries) => neg_per_s >= NEGATIVE_DENTRIES_PER_S,
-                Some(Demand::TlbShootdowns) => tlb_per_s >= TLB_SHOOTDOWNS_PER_S,
+            let Some(signal) = s.name.demand() else {
+                continue;
             };
+            let hot = rates.next().flatten().is_some_and(|r| r >= signal.floor);
             if hot {
                 s.last_hot_ns = now;
                 if !s.attached {
@@ -699,15 +715,7 @@ fn need_tracepoints(tracefs: &std::path::Path, tps: &[(&str, &str)]) -> Result<(
 
 /// Every record field every tracer reads, for the layout tests.
 pub fn all_records() -> Vec<format::Record> {
-    [
-        reclaim::records(),
-        shrinker::records(),
-        tlb::records(),
-        madvise::records(),
-        runqlat::records(),
-        lookups::records(),
-    ]
-    .concat()
+    TRACERS.iter().flat_map(|t| (t.records)()).collect()
 }
 
 #[cfg(test)]
@@ -745,7 +753,7 @@ mod tests {
 
     #[test]
     fn names_round_trip_and_reject_unknown() {
-        for n in Name::ALL {
+        for n in Name::all() {
             assert_eq!(Name::parse(n.as_str()), Ok(n));
         }
         let e = Name::parse("kprobe").unwrap_err();
@@ -757,6 +765,7 @@ mod tests {
 
     #[test]
     fn symptoms_are_negative_dentry_growth_and_tlb_ipis() {
+        use jitterscope_model::signals::{NEGATIVE_DENTRIES, TLB_STORM};
         use jitterscope_sources::system::dentry::DentryState;
         use jitterscope_sources::system::interrupts::{Interrupts, Irq};
         let sample = |mono_ns: u64, neg: u64, tlb: u64| {
@@ -779,23 +788,68 @@ mod tests {
             });
             s
         };
+        let demands = [&NEGATIVE_DENTRIES, &TLB_STORM];
         let mut sy = Symptoms::default();
         assert_eq!(
-            sy.rates(&sample(1_000_000_000, 100, 50)),
+            sy.rates(&sample(1_000_000_000, 100, 50), &demands),
             None,
             "no previous sample"
         );
-        // 2 s later: 3000 more negative dentries, 4000 more TLB IPIs.
+        // 2 s later: 3000 more negative dentries, 4000 more TLB IPIs, both over their floors.
         assert_eq!(
-            sy.rates(&sample(3_000_000_000, 3_100, 4_050)),
-            Some((1500.0, 2000.0))
+            sy.rates(&sample(3_000_000_000, 3_100, 4_050), &demands),
+            Some(vec![Some(1500.0), Some(2000.0)])
         );
-        // Shrinking counts are no symptom; a missing source counts as none.
+        assert!(1500.0 >= NEGATIVE_DENTRIES.floor && 2000.0 >= TLB_STORM.floor);
+        // The very values the signals lane (and `dump`) derive from the whole samples.
+        let mut lane = Vec::new();
+        jitterscope_model::signals::Derive::new().values(
+            &sample(3_000_000_000, 3_100, 4_050),
+            &sample(1_000_000_000, 100, 50),
+            &mut lane,
+        );
+        let lane = |series: &str| lane.iter().find(|v| v.series == series).map(|v| v.value);
+        assert_eq!(lane("dentry.negative_growth_per_s"), Some(1500.0));
+        assert_eq!(lane("irq.tlb_per_s"), Some(2000.0));
+        // Shrinking is negative growth, below any floor; a missing source gives no rate.
         let mut s = sample(4_000_000_000, 10, 4_050);
-        assert_eq!(sy.rates(&s), Some((0.0, 0.0)));
+        assert_eq!(sy.rates(&s, &demands), Some(vec![Some(-3090.0), Some(0.0)]));
         s.mono_ns = 5_000_000_000;
         s.dentry = None;
-        assert_eq!(sy.rates(&s), Some((0.0, 0.0)));
+        s.interrupts = None;
+        assert_eq!(sy.rates(&s, &demands), Some(vec![None, None]));
+        // The sources are back but the previous sample lacked them: still no rate.
+        assert_eq!(
+            sy.rates(&sample(6_000_000_000, 10, 4_050), &demands),
+            Some(vec![None, None])
+        );
+        // Only what the symptom metrics read is kept of the previous sample.
+        let prev = sy.prev.as_ref().unwrap();
+        assert!(prev.processes.is_none() && prev.cgroups.is_none());
+    }
+
+    #[test]
+    fn table_and_sample_model_name_the_same_tracers() {
+        let mut table: Vec<&str> = Name::all().map(Name::as_str).collect();
+        table.sort_unstable();
+        table.dedup();
+        assert_eq!(table.len(), TRACERS.len(), "tracer names are unique");
+        let mut model: Vec<&str> = Tracers::default().running().iter().map(|r| r.0).collect();
+        model.sort_unstable();
+        assert_eq!(
+            table, model,
+            "each TracerDef has its part in model::tracers::Tracers and vice versa"
+        );
+    }
+
+    #[test]
+    fn demands_are_episode_signals() {
+        use jitterscope_model::signals::SIGNALS;
+        for n in Name::all() {
+            if let Some(d) = n.demand() {
+                assert!(SIGNALS.contains(&d), "{}: {}", n.as_str(), d.kind);
+            }
+        }
     }
 
     #[test]

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use jitterscope_model::signals;
 use jitterscope_model::tracers::{
     path_pattern, LookupName, LookupPattern, LookupProc, Lookups, Tracers,
 };
@@ -12,7 +13,7 @@ use libbpf_rs::{MapCore, MapFlags};
 use crate::delta::{Deltas, Layout};
 use crate::env::has_tracepoint;
 use crate::format::{check, field, Record};
-use crate::{begin_read, create_other, Env, Tracer};
+use crate::{begin_read, create_other, Env, Tracer, TracerDef};
 
 use crate::{drain_procs, load_and_attach, open_skel};
 
@@ -34,6 +35,14 @@ const NAME_SLOTS: u32 = 64;
 /// a storm of unique names does not bloat the store.
 const MAX_PATTERNS: usize = 8;
 const MAX_NAMES: usize = 16;
+
+pub(crate) static DEF: TracerDef = TracerDef {
+    name: "lookups",
+    what: "stat/access/open failing with ENOENT per process, sampled names",
+    demand: Some(&signals::NEGATIVE_DENTRIES),
+    load: |env, tracefs| Ok(Box::new(load(env, tracefs?)?)),
+    records,
+};
 
 pub(crate) struct LookupsTracer {
     links: Vec<libbpf_rs::Link>,
@@ -162,10 +171,6 @@ pub(crate) fn patterns(names: &[LookupName]) -> Vec<LookupPattern> {
 impl Tracer for LookupsTracer {
     fn how(&self) -> String {
         format!("syscall tracepoints ({})", self.syscalls.join(", "))
-    }
-
-    fn demand(&self) -> Option<crate::Demand> {
-        Some(crate::Demand::NegativeDentries)
     }
 
     fn links(&mut self) -> &mut Vec<libbpf_rs::Link> {

@@ -2,12 +2,13 @@
 
 use std::path::Path;
 
+use jitterscope_model::signals;
 use jitterscope_model::tracers::{Madvise, MadviseProc, Tracers};
 use libbpf_rs::skel::SkelBuilder;
 
 use crate::delta::{Deltas, Layout};
 use crate::format::{check, field, Record};
-use crate::{create_other, need_tracepoints, Env, Tracer};
+use crate::{create_other, need_tracepoints, Env, Tracer, TracerDef};
 
 use crate::{drain_procs, load_and_attach, open_skel, since};
 
@@ -24,6 +25,17 @@ const LAYOUT: Layout = Layout {
     named_gen: Some(3),
 };
 const _: () = assert!(std::mem::size_of::<types::js_madvise_proc>() == LAYOUT.words * 8);
+
+pub(crate) static DEF: TracerDef = TracerDef {
+    name: "madvise",
+    what: "madvise() calls and bytes per process and advice",
+    // Shootdowns other CPUs receive (/proc/interrupts TLB), not every flush: local mm flushes
+    // come with every exec and exit (a shell script makes thousands a second) and disturb no
+    // other CPU.
+    demand: Some(&signals::TLB_STORM),
+    load: |env, tracefs| Ok(Box::new(load(env, tracefs?)?)),
+    records,
+};
 
 pub(crate) struct MadviseTracer {
     links: Vec<libbpf_rs::Link>,
@@ -72,10 +84,6 @@ pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<MadviseTracer, Strin
 impl Tracer for MadviseTracer {
     fn how(&self) -> String {
         "tracepoint syscalls:sys_enter_madvise".into()
-    }
-
-    fn demand(&self) -> Option<crate::Demand> {
-        Some(crate::Demand::TlbShootdowns)
     }
 
     fn links(&mut self) -> &mut Vec<libbpf_rs::Link> {

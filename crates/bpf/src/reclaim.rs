@@ -8,7 +8,9 @@ use libbpf_rs::skel::SkelBuilder;
 
 use crate::delta::{Deltas, Layout};
 use crate::format::{check, field, Record};
-use crate::{begin_read, create_other, hist, need_tracepoints, since, Env, Tracer, HIST_WORDS};
+use crate::{
+    begin_read, create_other, hist, need_tracepoints, since, Env, Tracer, TracerDef, HIST_WORDS,
+};
 
 use crate::{drain_cgroups, drain_procs, load_and_attach, open_skel};
 
@@ -35,6 +37,14 @@ const TRACEPOINTS: &[(&str, &str)] = &[
     ("vmscan", "mm_vmscan_wakeup_kswapd"),
     ("vmscan", "mm_vmscan_kswapd_wake"),
 ];
+
+pub(crate) static DEF: TracerDef = TracerDef {
+    name: "reclaim",
+    what: "direct/memcg reclaim stalls per process and cgroup, kswapd wake-ups",
+    demand: None,
+    load: |env, tracefs| Ok(Box::new(load(env, tracefs?)?)),
+    records,
+};
 
 pub(crate) struct ReclaimTracer {
     links: Vec<libbpf_rs::Link>,

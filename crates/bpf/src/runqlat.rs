@@ -8,7 +8,7 @@ use libbpf_rs::{MapCore, MapFlags};
 
 use crate::delta::{words, Deltas, Layout};
 use crate::format::{check, field, Record};
-use crate::{begin_read, create_other, hist, need_tracepoints, Env, Tracer, HIST_WORDS};
+use crate::{begin_read, create_other, hist, need_tracepoints, Env, Tracer, TracerDef, HIST_WORDS};
 
 use crate::{drain_cgroups, load_and_attach, open_skel};
 
@@ -29,6 +29,15 @@ const HOST: Layout = Layout {
     words: HIST_WORDS,
     keep: &[HIST_WORDS - 2, HIST_WORDS - 1],
     named_gen: None,
+};
+
+pub(crate) static DEF: TracerDef = TracerDef {
+    name: "runqlat",
+    what: "run-queue latency histograms, host and per CPU cgroup",
+    demand: None,
+    // BTF-typed tracepoints need no tracefs: only the classic fallback does.
+    load: |env, tracefs| Ok(Box::new(load(env, tracefs.ok())?)),
+    records,
 };
 
 pub(crate) struct RunqlatTracer {

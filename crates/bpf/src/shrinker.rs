@@ -8,7 +8,9 @@ use libbpf_rs::{MapCore, MapFlags};
 
 use crate::delta::{words, Deltas, Layout};
 use crate::format::{check, field, Record};
-use crate::{begin_read, entries, hist, need_tracepoints, object_storage, Env, Tracer, HIST_WORDS};
+use crate::{
+    begin_read, entries, hist, need_tracepoints, object_storage, Env, Tracer, TracerDef, HIST_WORDS,
+};
 
 use crate::load_and_attach;
 
@@ -28,6 +30,14 @@ const _: () = assert!(std::mem::size_of::<types::js_shrink_stat>() == LAYOUT.wor
 
 /// Key of the overflow entry (no function lives at the last address).
 const OTHER_FN: u64 = u64::MAX;
+
+pub(crate) static DEF: TracerDef = TracerDef {
+    name: "shrinker",
+    what: "slab shrinker calls, objects and latency per shrinker",
+    demand: None,
+    load: |env, tracefs| Ok(Box::new(load(env, tracefs?)?)),
+    records,
+};
 
 pub(crate) struct ShrinkerTracer {
     links: Vec<libbpf_rs::Link>,

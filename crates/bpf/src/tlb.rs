@@ -8,7 +8,7 @@ use libbpf_rs::skel::SkelBuilder;
 use crate::delta::{Deltas, Layout};
 use crate::env::{has_tracepoint, Kallsyms};
 use crate::format::{check, field, Record};
-use crate::{create_other, need_tracepoints, Env, Tracer};
+use crate::{create_other, need_tracepoints, Env, Tracer, TracerDef};
 
 use crate::{drain_procs, load_and_attach, open_skel, since};
 
@@ -25,6 +25,14 @@ const LAYOUT: Layout = Layout {
     named_gen: Some(3),
 };
 const _: () = assert!(std::mem::size_of::<types::js_tlb_proc>() == LAYOUT.words * 8);
+
+pub(crate) static DEF: TracerDef = TracerDef {
+    name: "tlb",
+    what: "TLB flushes by reason per process, shootdown IPIs by sender",
+    demand: None,
+    load: |env, tracefs| Ok(Box::new(load(env, tracefs?)?)),
+    records,
+};
 
 pub(crate) struct TlbTracer {
     links: Vec<libbpf_rs::Link>,

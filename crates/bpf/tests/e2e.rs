@@ -49,6 +49,11 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// A tracer by name (tracers are registered by name in the crate's table).
+fn tracer(name: &str) -> Name {
+    Name::parse(name).unwrap()
+}
+
 /// `jitterscope-test-<pid>-<n>`, unique within this run.
 fn unique_name() -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -610,7 +615,7 @@ fn madvise_dontneed_storm_counts_calls_and_tlb_shootdowns() {
     const PER_THREAD: u64 = 5_000;
     const PAGES: usize = 16;
     let _serial = serial();
-    let Some((mut s, cpus)) = storm_setup(TEST, &[Name::Tlb, Name::Madvise]) else {
+    let Some((mut s, cpus)) = storm_setup(TEST, &[tracer("tlb"), tracer("madvise")]) else {
         return;
     };
 
@@ -704,7 +709,7 @@ fn tlb_shootdown_ipis_are_attributed_to_the_sender() {
     const PER_THREAD: u64 = 5_000;
     const PAGES: usize = 16;
     let _serial = serial();
-    let Some((mut s, cpus)) = storm_setup(TEST, &[Name::Tlb]) else {
+    let Some((mut s, cpus)) = storm_setup(TEST, &[tracer("tlb")]) else {
         return;
     };
     let done = dontneed_storm([cpus[0], cpus[1]], PER_THREAD, PAGES * page_size()).calls;
@@ -774,7 +779,7 @@ fn memcg_limit_forces_reclaim_stalls_on_the_reader() {
         unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
     }
 
-    let mut s = match Session::start(&[Name::Reclaim]) {
+    let mut s = match Session::start(&[tracer("reclaim")]) {
         Ok(s) => s,
         Err(e) => return skip(TEST, &e),
     };
@@ -905,7 +910,7 @@ fn drop_caches_runs_the_superblock_shrinker() {
         Err(e) => return skip(TEST, &e),
     };
     let dir = TempDir::new_in(&base).expect("test directory");
-    let mut s = match Session::start(&[Name::Shrinker]) {
+    let mut s = match Session::start(&[tracer("shrinker")]) {
         Ok(s) => s,
         Err(e) => return skip(TEST, &e),
     };
@@ -987,7 +992,7 @@ fn failed_stat_burst_is_counted_and_sampled_as_one_pattern() {
         return skip(TEST, "needs root to load BPF programs");
     }
     let dir = TempDir::new_in(&std::env::temp_dir()).expect("test directory");
-    let mut s = match Session::start(&[Name::Lookups]) {
+    let mut s = match Session::start(&[tracer("lookups")]) {
         Ok(s) => s,
         Err(e) => return skip(TEST, &e),
     };
@@ -1113,7 +1118,7 @@ fn pinned_cpu_hogs_raise_run_queue_latency() {
             None
         }
     };
-    let mut s = match Session::start(&[Name::Runqlat]) {
+    let mut s = match Session::start(&[tracer("runqlat")]) {
         Ok(s) => s,
         Err(e) => return skip(TEST, &e),
     };
@@ -1249,7 +1254,8 @@ fn all_six_tracers_load_together_within_the_map_budget() {
     if !is_root() {
         return skip(TEST, "needs root to load BPF programs");
     }
-    let (mut c, started) = TracerCollector::start(&Root::new("/"), &Name::ALL);
+    let (mut c, started) =
+        TracerCollector::start(&Root::new("/"), &Name::all().collect::<Vec<_>>());
     for st in &started {
         println!(
             "{:>8}: {:?}, map bytes {}",

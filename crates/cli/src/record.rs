@@ -61,9 +61,8 @@ pub struct RecordArgs {
     /// per interval).
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     slabinfo_interval: Duration,
-    /// BPF tracers to run, comma-separated (reclaim, shrinker, tlb, madvise, runqlat, lookups)
-    /// [default: all].
-    #[arg(long, value_delimiter = ',', value_parser = parse_tracer, conflicts_with = "no_tracers")]
+    /// BPF tracers to run, comma-separated [default: all].
+    #[arg(long, value_delimiter = ',', value_parser = TracerParser, conflicts_with = "no_tracers")]
     tracers: Option<Vec<jitterscope_bpf::Name>>,
     /// Run no BPF tracer.
     #[arg(long)]
@@ -89,6 +88,32 @@ enum SyscallTracers {
 
 fn parse_tracer(s: &str) -> Result<jitterscope_bpf::Name, String> {
     jitterscope_bpf::Name::parse(s.trim())
+}
+
+/// Parses `--tracers` values as [`parse_tracer`] does (same errors) and offers the tracers'
+/// names to the help from the tracer table, so the help never lists them by hand.
+#[derive(Clone)]
+struct TracerParser;
+
+impl clap::builder::TypedValueParser for TracerParser {
+    type Value = jitterscope_bpf::Name;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<Self::Value, clap::Error> {
+        clap::builder::TypedValueParser::parse_ref(&parse_tracer, cmd, arg, value)
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(jitterscope_bpf::Name::all().map(|n| {
+            clap::builder::PossibleValue::new(n.as_str()).help(n.what())
+        })))
+    }
 }
 
 fn sleep_until_monotonic(ns: u64) {
@@ -187,7 +212,7 @@ pub fn run(a: RecordArgs) -> Result<()> {
     } else {
         a.tracers
             .clone()
-            .unwrap_or_else(|| jitterscope_bpf::Name::ALL.to_vec())
+            .unwrap_or_else(|| jitterscope_bpf::Name::all().collect())
     };
     if !tracers.is_empty() {
         let (c, started) = if a.syscall_tracers == SyscallTracers::Auto {
@@ -204,12 +229,18 @@ pub fn run(a: RecordArgs) -> Result<()> {
         let up = jitterscope_bpf::running(&started);
         if !up.is_empty() {
             log(&format!("tracers running: {}", up.join(", ")));
-            let idle: Vec<&str> = c.waiting().iter().map(|n| n.as_str()).collect();
-            if !idle.is_empty() {
+            let waiting = c.waiting();
+            if !waiting.is_empty() {
+                let names: Vec<&str> = waiting.iter().map(|n| n.as_str()).collect();
+                let symptoms: Vec<String> = waiting
+                    .iter()
+                    .filter_map(|n| n.demand())
+                    .map(|d| format!("{} ≥ {:.0}", d.metric.name, d.floor))
+                    .collect();
                 log(&format!(
-                    "tracers {}: attached only while TLB shootdowns or negative dentries exceed {:.0}/s (--syscall-tracers always to keep them on)",
-                    idle.join(", "),
-                    jitterscope_bpf::TLB_SHOOTDOWNS_PER_S.min(jitterscope_bpf::NEGATIVE_DENTRIES_PER_S)
+                    "tracers {}: attached only while their symptom lasts ({}; --syscall-tracers always to keep them on)",
+                    names.join(", "),
+                    symptoms.join(", ")
                 ));
             }
             sources.push(Box::new(c));

@@ -20,7 +20,7 @@ pub struct TracersArgs {
 /// Runs `tracers`.
 pub fn run(a: TracersArgs) -> Result<()> {
     if !a.check {
-        for n in Name::ALL {
+        for n in Name::all() {
             if a.json {
                 println!(
                     "{}",
@@ -32,7 +32,8 @@ pub fn run(a: TracersArgs) -> Result<()> {
         }
         return Ok(());
     }
-    let (collector, started) = TracerCollector::start(&Root::new("/"), &Name::ALL);
+    let (collector, started) =
+        TracerCollector::start(&Root::new("/"), &Name::all().collect::<Vec<_>>());
     drop(collector);
     let mut failed = 0;
     let mut total = 0;

@@ -147,8 +147,8 @@ fn live_source(interval: Duration, no_tracers: bool) -> LiveSource {
     let mut what = "no BPF".to_string();
     // SAFETY: geteuid has no failure mode.
     if !no_tracers && unsafe { libc::geteuid() } == 0 {
-        let (c, started) =
-            jitterscope_bpf::TracerCollector::start_on_demand(&root, &jitterscope_bpf::Name::ALL);
+        let all: Vec<_> = jitterscope_bpf::Name::all().collect();
+        let (c, started) = jitterscope_bpf::TracerCollector::start_on_demand(&root, &all);
         let up = jitterscope_bpf::running(&started);
         if !up.is_empty() {
             what = format!("BPF {}", up.join(","));

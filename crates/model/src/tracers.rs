@@ -325,42 +325,56 @@ pub struct Lookups {
     pub dropped: u64,
 }
 
-/// Every tracer's data for one interval; a tracer that is not running is `None`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Tracers {
-    /// Time these counts cover (since the previous read), ns.
-    pub span_ns: u64,
+/// Declares the tracers' part of a sample from one list (field name = tracer name, as the BPF
+/// crate's table spells it; a test there checks they agree), so a new tracer is one line here.
+macro_rules! tracers {
+    ($($(#[$doc:meta])* $name:ident: $ty:ty,)*) => {
+        /// Every tracer's data for one interval; a tracer that is not running is `None`.
+        #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+        #[serde(default)]
+        pub struct Tracers {
+            /// Time these counts cover (since the previous read), ns.
+            pub span_ns: u64,
+            $($(#[$doc])* pub $name: Option<$ty>,)*
+            /// On-demand tracers loaded but detached this interval (their symptom was absent),
+            /// whose part above is therefore `None`.
+            pub idle: Vec<String>,
+        }
+
+        impl Tracers {
+            /// How many tracers a sample can hold.
+            pub const COUNT: usize = [$(stringify!($name)),*].len();
+
+            /// Each tracer's name and whether it contributed to this sample.
+            pub fn running(&self) -> [(&'static str, bool); Self::COUNT] {
+                [$((stringify!($name), self.$name.is_some())),*]
+            }
+
+            /// Each tracer's name and the events it could not record this interval (`None`
+            /// when it did not contribute).
+            pub fn dropped(&self) -> [(&'static str, Option<u64>); Self::COUNT] {
+                [$((stringify!($name), self.$name.as_ref().map(|t| t.dropped))),*]
+            }
+        }
+    };
+}
+
+tracers! {
     /// Direct reclaim and kswapd.
-    pub reclaim: Option<Reclaim>,
+    reclaim: Reclaim,
     /// Slab shrinkers.
-    pub shrinker: Option<Shrinkers>,
+    shrinker: Shrinkers,
     /// TLB flushes and shootdown IPIs.
-    pub tlb: Option<Tlb>,
+    tlb: Tlb,
     /// madvise().
-    pub madvise: Option<Madvise>,
+    madvise: Madvise,
     /// Run-queue latency.
-    pub runqlat: Option<Runqlat>,
+    runqlat: Runqlat,
     /// Failed path look-ups.
-    pub lookups: Option<Lookups>,
-    /// On-demand tracers loaded but detached this interval (their symptom was absent), whose
-    /// part above is therefore `None`.
-    pub idle: Vec<String>,
+    lookups: Lookups,
 }
 
 impl Tracers {
-    /// Each tracer's name and whether it contributed to this sample.
-    pub fn running(&self) -> [(&'static str, bool); 6] {
-        [
-            ("reclaim", self.reclaim.is_some()),
-            ("shrinker", self.shrinker.is_some()),
-            ("tlb", self.tlb.is_some()),
-            ("madvise", self.madvise.is_some()),
-            ("runqlat", self.runqlat.is_some()),
-            ("lookups", self.lookups.is_some()),
-        ]
-    }
-
     /// Per-second factor for counts of this interval (0 when the span is unknown).
     pub fn per_s(&self) -> f64 {
         if self.span_ns == 0 {
@@ -475,6 +489,37 @@ mod tests {
         assert_eq!(path_pattern("/x/dead/beef"), "/x/dead/beef");
         assert_eq!(path_pattern("/é1/ü"), "/é*/ü");
         assert_eq!(path_pattern(""), "");
+    }
+
+    #[test]
+    fn names_are_the_serialized_fields_and_dropped_follows_each_part() {
+        let t = Tracers {
+            span_ns: 1,
+            tlb: Some(Tlb {
+                dropped: 3,
+                ..Default::default()
+            }),
+            lookups: Some(Lookups::default()),
+            ..Default::default()
+        };
+        // Stored samples name the parts by field: the names below must be those keys.
+        let json = serde_json::to_value(&t).unwrap();
+        let mut keys: Vec<&str> = json
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .filter(|k| !matches!(*k, "span_ns" | "idle"))
+            .collect();
+        let mut names: Vec<&str> = t.running().iter().map(|(n, _)| *n).collect();
+        names.sort_unstable();
+        keys.sort_unstable();
+        assert_eq!(names, keys);
+        assert_eq!(Tracers::COUNT, names.len());
+        let on: Vec<&str> = t.running().iter().filter(|r| r.1).map(|r| r.0).collect();
+        assert_eq!(on, ["tlb", "lookups"]);
+        let dropped: Vec<_> = t.dropped().into_iter().filter(|d| d.1.is_some()).collect();
+        assert_eq!(dropped, [("tlb", Some(3)), ("lookups", Some(0))]);
     }
 
     #[test]

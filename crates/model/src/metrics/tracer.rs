@@ -146,15 +146,7 @@ fn max_us(h: &Hist) -> Option<f64> {
 
 fn dropped(cx: &Ctx, out: &mut Emit) {
     let Some((t, k)) = tr(cx) else { return };
-    let d = [
-        ("reclaim", t.reclaim.as_ref().map(|x| x.dropped)),
-        ("shrinker", t.shrinker.as_ref().map(|x| x.dropped)),
-        ("tlb", t.tlb.as_ref().map(|x| x.dropped)),
-        ("madvise", t.madvise.as_ref().map(|x| x.dropped)),
-        ("runqlat", t.runqlat.as_ref().map(|x| x.dropped)),
-        ("lookups", t.lookups.as_ref().map(|x| x.dropped)),
-    ];
-    for (name, v) in d {
+    for (name, v) in t.dropped() {
         gauge(out, &[name], v.map(|v| v as f64 * k));
     }
 }
