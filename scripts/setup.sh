@@ -3,7 +3,9 @@
 # - a C toolchain and pkg-config (zstd-sys compiles libzstd), clang and libelf/zlib headers
 #   (the BPF tracers are compiled by clang; libbpf-sys builds libbpf against libelf);
 # - npm and the web UI's libraries (web/package-lock.json, embedded by crates/web/build.rs);
-# - for the end-to-end tests: tmux (terminal views), chromium and prometheus (web UI, /metrics);
+# - for the end-to-end tests: tmux (terminal views), chromium and prometheus (web UI, /metrics),
+#   python3 (memleak targets) and go (`go tool pprof` reads our profiles; a go already in
+#   /usr/local/go/bin counts);
 # - Rust stable via rustup if no cargo is on PATH.
 # Safe to run repeatedly.
 set -euo pipefail
@@ -25,6 +27,8 @@ want npm npm
 want tmux tmux
 want chromium chromium
 want prometheus prometheus
+want python3 python3
+command -v go >/dev/null 2>&1 || want /usr/local/go/bin/go golang-go
 if ((${#need[@]})); then
   if [ "$(id -u)" -ne 0 ]; then
     echo "setup: missing ${need[*]}; install ${pkgs[*]} (needs root)" >&2

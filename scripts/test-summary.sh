@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Sums the "test result:" lines of a cargo test log into one closing line, so the end of the
 # run says what ran overall (the last cargo line is the doc-test run, often "0 passed").
-# Tests that could not run for lack of privileges print "SKIPPED: <reason>" and count as skipped.
+# Tests that could not run for lack of privileges print "SKIPPED: <test>: <reason>" and count as
+# skipped; with JITTERSCOPE_REQUIRE_PRIVILEGED=1 (as .ci/run sets) such a test fails instead, and
+# the summary says so on the line before the totals (the totals line stays alone on the last line,
+# in the plain "N passed, N failed, N skipped" form that CI reads).
 # usage: scripts/test-summary.sh LOG
 set -euo pipefail
 log=${1:?usage: test-summary.sh LOG}
@@ -14,5 +17,10 @@ awk '
     }
   }
   /SKIPPED:/ { s++ }
-  END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, s; exit (f > 0) }
+  END {
+    if (ENVIRON["JITTERSCOPE_REQUIRE_PRIVILEGED"] == "1")
+      print "tests ran with JITTERSCOPE_REQUIRE_PRIVILEGED=1: a test that would skip fails"
+    printf "tests: %d passed, %d failed, %d skipped\n", p, f, s
+    exit (f > 0)
+  }
 ' "$log"

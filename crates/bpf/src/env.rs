@@ -255,6 +255,7 @@ impl CgroupIds {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use jitterscope_testkit::skip;
 
     #[test]
     fn kallsyms_scan_finds_wanted_and_detects_restriction() {
@@ -280,8 +281,10 @@ mod tests {
     fn cgroup_ids_resolve_on_this_host() {
         let mut ids = CgroupIds::new(&Root::new("/"), "cpu");
         let Some(h) = ids.hierarchy.clone() else {
-            println!("SKIPPED: no cgroup hierarchy mounted");
-            return;
+            return skip(
+                "cgroup_ids_resolve_on_this_host",
+                "no cgroup hierarchy mounted",
+            );
         };
         let ino = fs::metadata(&h.mount_point).unwrap().ino();
         let want = if h.mount_root == "/" {
@@ -296,17 +299,16 @@ mod tests {
     #[test]
     fn a_new_cgroup_is_named_at_once_and_its_removal_noticed() {
         let mut ids = CgroupIds::new(&Root::new("/"), "cpu");
+        const TEST: &str = "a_new_cgroup_is_named_at_once_and_its_removal_noticed";
         let Some(h) = ids.hierarchy.clone() else {
-            println!("SKIPPED: no cgroup hierarchy mounted");
-            return;
+            return skip(TEST, "no cgroup hierarchy mounted");
         };
         let dir = h
             .mount_point
             .join(format!("jitterscope-ids-test-{}", std::process::id()));
         ids.path(1); // a walk just happened: the next one would be 10 s away for a known miss
         if let Err(e) = fs::create_dir(&dir) {
-            println!("SKIPPED: cannot create a cgroup ({e})");
-            return;
+            return skip(TEST, &format!("cannot create a cgroup ({e})"));
         }
         let ino = fs::metadata(&dir).unwrap().ino();
         let path = ids.path(ino);

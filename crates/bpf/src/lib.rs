@@ -745,8 +745,10 @@ mod tests {
     #[test]
     fn record_layouts_match_the_running_kernel() {
         let Ok(tracefs) = env::tracefs() else {
-            println!("SKIPPED: no tracefs (not root, or it cannot be mounted)");
-            return;
+            return jitterscope_testkit::skip(
+                "record_layouts_match_the_running_kernel",
+                "no tracefs (not root, or it cannot be mounted)",
+            );
         };
         assert_eq!(format::check(&tracefs, &all_records()), Ok(()));
     }

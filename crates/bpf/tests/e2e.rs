@@ -4,7 +4,7 @@
 //!
 //! Needs root (BPF, cgroups, drop_caches). Without it, or when a tracer cannot load on this
 //! kernel, a test prints `SKIPPED: <test>: <reason>` to stderr (past libtest's capture) and
-//! returns. The tests disturb the whole host (reclaim, dropped caches, CPU hogs) and would disturb
+//! returns; with `JITTERSCOPE_REQUIRE_PRIVILEGED=1` (as in CI) it fails instead. The tests disturb the whole host (reclaim, dropped caches, CPU hogs) and would disturb
 //! each other's numbers, so they run one at a time under one lock. Everything they create —
 //! cgroups named `jitterscope-test-<pid>-<n>` below the test's own cgroup, files in their own
 //! directories, threads, child processes — is removed by guards, also when an assertion fails.
@@ -25,6 +25,7 @@ use jitterscope_model::tracers::{
 };
 use jitterscope_sources::cgroup::{discover, CgroupVersion};
 use jitterscope_sources::Root;
+use jitterscope_testkit::{is_root, skip};
 
 // ---------------------------------------------------------------------------------------------
 // Shared machinery
@@ -36,17 +37,6 @@ static SERIAL: Mutex<()> = Mutex::new(());
 fn serial() -> MutexGuard<'static, ()> {
     // A failed test poisons the lock; the next one must still run.
     SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Reports a skipped test on the stderr handle itself: libtest captures `eprintln!` of passing
-/// tests, and a skip must be visible in CI logs instead of looking like a pass.
-fn skip(test: &str, reason: &str) {
-    let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {reason}");
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no failure mode.
-    unsafe { libc::geteuid() == 0 }
 }
 
 /// A tracer by name (tracers are registered by name in the crate's table).

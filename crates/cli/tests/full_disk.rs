@@ -2,7 +2,8 @@
 //! (not once per sample or retry), resume by itself when space returns, lose no sample to the
 //! pause (the write queue bridges it), exit cleanly on SIGTERM, and leave an undamaged store.
 //!
-//! Needs root to mount a small tmpfs; otherwise it prints `SKIPPED:` and returns.
+//! Needs root to mount a small tmpfs; otherwise it prints `SKIPPED:` and returns (fails under
+//! `JITTERSCOPE_REQUIRE_PRIVILEGED=1`, as in CI).
 
 mod common;
 
@@ -15,9 +16,9 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::{
-    check_store, cmd, count_samples, now_arg, parse_csv, run, s, skip, text, trouble_lines,
-    ChildGuard,
+    check_store, cmd, count_samples, now_arg, parse_csv, run, s, text, trouble_lines, ChildGuard,
 };
+use jitterscope_testkit::{is_root, skip};
 
 /// A mounted tmpfs, unmounted on drop (lazily if something still holds it, so a failed test
 /// never leaves a mount behind).
@@ -113,18 +114,15 @@ fn count_lines(log: &Path, pred: fn(&str) -> bool) -> usize {
 
 #[test]
 fn recorder_pauses_on_full_disk_and_resumes() {
-    if !common::is_root() {
-        skip("full_disk needs root to mount a tmpfs");
-        return;
+    const TEST: &str = "recorder_pauses_on_full_disk_and_resumes";
+    if !is_root() {
+        return skip(TEST, "needs root to mount a tmpfs");
     }
     let mnt_dir = tempfile::tempdir().unwrap();
     let logs = tempfile::tempdir().unwrap(); // off the tmpfs, which will be full
     let fs = match Tmpfs::mount(mnt_dir.path(), "3m") {
         Ok(fs) => fs,
-        Err(reason) => {
-            skip(&format!("full_disk: {reason}"));
-            return;
-        }
+        Err(reason) => return skip(TEST, &reason),
     };
     let store = fs.path.join("store");
     let ballast = fs.path.join("ballast");

@@ -1,20 +1,24 @@
 //! The recorder keeps its cadence when the host is saturated because it raises its priority and
 //! locks its memory: check that a running recorder actually is at nice -20 with locked pages.
 //!
-//! Needs root (CAP_SYS_NICE, CAP_IPC_LOCK); otherwise it prints `SKIPPED:` and returns.
+//! Needs root (CAP_SYS_NICE, CAP_IPC_LOCK); otherwise it prints `SKIPPED:` and returns (fails
+//! under `JITTERSCOPE_REQUIRE_PRIVILEGED=1`, as in CI).
 
 mod common;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{cmd, is_root, skip, ChildGuard};
+use common::{cmd, ChildGuard};
+use jitterscope_testkit::{is_root, skip};
 
 #[test]
 fn running_recorder_is_at_nice_minus_20_with_locked_memory() {
     if !is_root() {
-        skip("running_recorder_is_at_nice_minus_20_with_locked_memory: needs root to raise priority and lock memory");
-        return;
+        return skip(
+            "running_recorder_is_at_nice_minus_20_with_locked_memory",
+            "needs root to raise priority and lock memory",
+        );
     }
     let dir = tempfile::tempdir().unwrap();
     let child = cmd()

@@ -15,7 +15,8 @@ use std::process::Stdio;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::{cmd, is_root, run, skip, text, ChildGuard};
+use common::{cmd, run, text, ChildGuard};
+use jitterscope_testkit::{is_root, skip};
 use serde_json::Value;
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -104,10 +105,9 @@ fn unavailable(stderr: &str) -> Option<String> {
 
 /// Runs `lab check <name> --intensity low --duration <secs>s --json` and returns its report.
 fn check(name: &str, secs: u64) -> Option<Value> {
+    let test = format!("lab scenario {name}");
     if !is_root() {
-        skip(&format!(
-            "lab scenario {name}: needs root (cgroups, mounts)"
-        ));
+        skip(&test, "needs root (cgroups, mounts)");
         return None;
     }
     let dur = format!("{secs}s");
@@ -127,7 +127,7 @@ fn check(name: &str, secs: u64) -> Option<Value> {
     let err = text(&o.stderr);
     if !o.status.success() {
         if let Some(why) = unavailable(&err) {
-            skip(&format!("lab scenario {name}: {why}"));
+            skip(&test, &why);
             return None;
         }
     }
@@ -414,8 +414,10 @@ fn lab_cgroups_with(sub: &str) -> bool {
 fn stop_signals_clean_up_and_exit_128_plus_signal() {
     let _s = serial();
     if !is_root() {
-        skip("lab stop signals: needs root");
-        return;
+        return skip(
+            "stop_signals_clean_up_and_exit_128_plus_signal",
+            "needs root",
+        );
     }
     for (sig, verb, name) in [
         (libc::SIGINT, "run", "tlb-shootdown"),
@@ -440,8 +442,7 @@ fn stop_signals_clean_up_and_exit_128_plus_signal() {
 fn killed_run_leaves_only_what_cleanup_removes() {
     let _s = serial();
     if !is_root() {
-        skip("lab cleanup: needs root");
-        return;
+        return skip("killed_run_leaves_only_what_cleanup_removes", "needs root");
     }
     // shrinker-scale has everything: nested cgroups, mounts, files and a worker; under check,
     // also a recorder and a temporary store.
@@ -484,8 +485,7 @@ fn killed_run_leaves_only_what_cleanup_removes() {
 fn one_run_at_a_time() {
     let _s = serial();
     if !is_root() {
-        skip("lab lock: needs root");
-        return;
+        return skip("one_run_at_a_time", "needs root");
     }
     let mut g = start_run("idle", || lab_processes() >= 1);
     for args in [

@@ -9,21 +9,24 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{is_root, run, skip, text, ChildGuard};
+use common::{run, text, ChildGuard};
+use jitterscope_testkit::{is_root, skip};
 use serde_json::Value;
 
-/// Starts `python3 -c script` and waits for its "ready" line.
-fn python(script: &str) -> Option<ChildGuard> {
-    let child = Command::new("python3")
+/// Starts `python3 -c script` and waits for its "ready" line; `None` after skipping `test`
+/// when there is no python3.
+fn python(test: &str, script: &str) -> Option<ChildGuard> {
+    let Some(python3) = jitterscope_testkit::which("python3", &[]) else {
+        skip(test, "python3 is not installed");
+        return None;
+    };
+    let mut child = Command::new(python3)
         .args(["-c", script])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
-        .spawn();
-    let Ok(mut child) = child else {
-        skip("memleak: python3 is not installed");
-        return None;
-    };
+        .spawn()
+        .expect("python3 starts");
     let out = child.stdout.take().unwrap();
     let g = ChildGuard::new(child);
     let mut line = String::new();
@@ -86,9 +89,10 @@ fn report(pid: u32, extra: &[&str]) -> Value {
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("no JSON ({e}): {out}\n{err}"))
 }
 
-fn root() -> bool {
+/// Whether the tests run as root; if not, `test` is skipped.
+fn root(test: &str) -> bool {
     if !is_root() {
-        skip("memleak end to end: needs root to read other processes' memory");
+        skip(test, "needs root to read other processes' memory");
         return false;
     }
     true
@@ -96,10 +100,13 @@ fn root() -> bool {
 
 #[test]
 fn a_native_leak_is_native_and_its_marker_piles_up() {
-    if !root() {
+    const TEST: &str = "a_native_leak_is_native_and_its_marker_piles_up";
+    if !root(TEST) {
         return;
     }
-    let Some(t) = python(NATIVE) else { return };
+    let Some(t) = python(TEST, NATIVE) else {
+        return;
+    };
     let v = report(t.pid(), &["--interval", "2s", "--samples", "3"]);
     eprintln!("{}", serde_json::to_string_pretty(&v["verdict"]).unwrap());
     assert_eq!(v["growing"], true, "{v}");
@@ -131,10 +138,13 @@ fn a_native_leak_is_native_and_its_marker_piles_up() {
 
 #[test]
 fn a_python_leak_is_python_objects_with_their_type() {
-    if !root() {
+    const TEST: &str = "a_python_leak_is_python_objects_with_their_type";
+    if !root(TEST) {
         return;
     }
-    let Some(t) = python(PYTHON) else { return };
+    let Some(t) = python(TEST, PYTHON) else {
+        return;
+    };
     let v = report(t.pid(), &["--interval", "2s", "--samples", "3"]);
     let verdict = v["verdict"].as_str().unwrap();
     assert!(verdict.starts_with("Python objects grow"), "{verdict}");
@@ -149,10 +159,13 @@ fn a_python_leak_is_python_objects_with_their_type() {
 
 #[test]
 fn a_steady_process_does_not_grow() {
-    if !root() {
+    const TEST: &str = "a_steady_process_does_not_grow";
+    if !root(TEST) {
         return;
     }
-    let Some(t) = python(STEADY) else { return };
+    let Some(t) = python(TEST, STEADY) else {
+        return;
+    };
     let v = report(t.pid(), &["--interval", "1s", "--samples", "3"]);
     assert_eq!(v["growing"], false, "{v}");
     assert!(v["verdict"].as_str().unwrap().starts_with("no growth"));
@@ -160,10 +173,13 @@ fn a_steady_process_does_not_grow() {
 
 #[test]
 fn a_snapshot_compares_later() {
-    if !root() {
+    const TEST: &str = "a_snapshot_compares_later";
+    if !root(TEST) {
         return;
     }
-    let Some(t) = python(NATIVE) else { return };
+    let Some(t) = python(TEST, NATIVE) else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let snap = dir.path().join("before.json");
     let s = snap.to_str().unwrap();
@@ -175,7 +191,9 @@ fn a_snapshot_compares_later() {
     assert_eq!(v["growing"], true, "{v}");
     assert_eq!(v["readings"].as_array().unwrap().len(), 2);
     // Another process's snapshot is refused.
-    let Some(other) = python(STEADY) else { return };
+    let Some(other) = python(TEST, STEADY) else {
+        return;
+    };
     let (code, _, err) = memleak(other.pid(), &["--compare", s]);
     assert_eq!(code, Some(1));
     assert!(err.contains("the snapshot is of pid"), "{err}");
@@ -183,6 +201,7 @@ fn a_snapshot_compares_later() {
 
 #[test]
 fn errors_are_one_line() {
+    const TEST: &str = "errors_are_one_line";
     // No such process (pid_max is at most 2^22).
     let (code, _, err) = memleak(4_194_305, &[]);
     assert_eq!(code, Some(1));
@@ -192,11 +211,14 @@ fn errors_are_one_line() {
     );
     let (code, _, err) = memleak(1, &["--samples", "1"]);
     assert_eq!(code, Some(2), "{err}");
-    if !root() {
+    if !root(TEST) {
         return;
     }
     // Exits during the run.
-    let Some(mut t) = python("import time\nprint('ready', flush=True)\ntime.sleep(1.5)\n") else {
+    let Some(mut t) = python(
+        TEST,
+        "import time\nprint('ready', flush=True)\ntime.sleep(1.5)\n",
+    ) else {
         return;
     };
     let (code, _, err) = memleak(t.pid(), &["--interval", "1s", "--samples", "4"]);
@@ -204,7 +226,9 @@ fn errors_are_one_line() {
     assert!(err.contains("exited during the run"), "{err}");
     t.wait_timeout(Duration::from_secs(5));
     // Permission denied, as nobody, on a root process.
-    let Some(target) = python(STEADY) else { return };
+    let Some(target) = python(TEST, STEADY) else {
+        return;
+    };
     let o = common::NobodyBin::new().run(&["memleak", "--pid", &target.pid().to_string()]);
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");

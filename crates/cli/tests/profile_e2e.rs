@@ -7,7 +7,8 @@
 //! - `top-functions --json` ranks the busy loop, and `--pprof` writes a profile `go tool pprof`
 //!   reads (when Go is installed).
 //!
-//! Needs root (system-wide perf sampling) and gcc; otherwise prints `SKIPPED:` and returns.
+//! Needs root (system-wide perf sampling) and gcc; otherwise prints `SKIPPED:` and returns (fails
+//! under `JITTERSCOPE_REQUIRE_PRIVILEGED=1`, as in CI).
 
 mod common;
 
@@ -15,7 +16,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{cmd, is_root, now_arg, run, s, skip, text, ChildGuard};
+use common::{cmd, now_arg, run, s, text, ChildGuard};
+use jitterscope_testkit::{is_root, skip};
 
 const T: Duration = Duration::from_secs(60);
 
@@ -111,17 +113,14 @@ fn count(folded: &str, needle: &str) -> u64 {
 
 #[test]
 fn profile_end_to_end() {
+    const TEST: &str = "profile_end_to_end";
     if !is_root() {
-        return skip("profile_end_to_end: needs root for system-wide perf sampling");
+        return skip(TEST, "needs root for system-wide perf sampling");
     }
     let tmp = tempfile::tempdir().unwrap();
     let exe = match compile(tmp.path()) {
         Ok(e) => e,
-        Err(e) => {
-            return skip(&format!(
-                "profile_end_to_end: cannot build the workload: {e}"
-            ))
-        }
+        Err(e) => return skip(TEST, &format!("cannot build the workload: {e}")),
     };
     let store = tmp.path().join("store");
     let store_s = s(&store).to_string();
@@ -159,9 +158,7 @@ fn profile_end_to_end() {
         .unwrap();
     assert!(status.success(), "record failed: {err}");
     if err.contains("profile: not running") {
-        return skip(&format!(
-            "profile_end_to_end: the profiler cannot run here: {err}"
-        ));
+        return skip(TEST, &format!("the profiler cannot run here: {err}"));
     }
 
     // The spinner, by pid, under its function name; nearly all of its samples in it.
@@ -280,11 +277,11 @@ fn profile_end_to_end() {
         T,
     );
     assert!(o.status.success(), "{}", text(&o.stderr));
-    let go = ["/usr/local/go/bin/go", "/usr/bin/go"]
-        .into_iter()
-        .find(|g| Path::new(g).exists());
-    match go {
-        None => skip("profile_end_to_end: pprof check: go not installed"),
+    match jitterscope_testkit::go() {
+        None => skip(
+            TEST,
+            "go is not installed (on PATH or in /usr/local/go/bin): pprof check not run",
+        ),
         Some(go) => {
             let o = Command::new(go)
                 .args(["tool", "pprof", "-top", "-symbolize=none", s(&pb)])
@@ -345,14 +342,15 @@ impl Drop for RemoveOnDrop {
 /// JIT code has no file to name it from: node writes /tmp/perf-<pid>.map, read while it runs.
 #[test]
 fn profile_names_jit_code_from_perf_map() {
+    const TEST: &str = "profile_names_jit_code_from_perf_map";
     if !is_root() {
-        return skip("profile_names_jit_code_from_perf_map: needs root for perf sampling");
+        return skip(TEST, "needs root for perf sampling");
     }
-    let Some(node) = ["/usr/bin/node", "/usr/local/bin/node"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-    else {
-        return skip("profile_names_jit_code_from_perf_map: node not installed");
+    let Some(node) = jitterscope_testkit::which("node", &[]) else {
+        return skip(
+            TEST,
+            "node is not installed (scripts/setup.sh installs npm, and node with it)",
+        );
     };
     let tmp = tempfile::tempdir().unwrap();
     let js = tmp.path().join("hot.js");
@@ -386,7 +384,8 @@ fn profile_degrades_without_perf_access() {
         .unwrap_or(2);
     if !is_root() || paranoid <= 0 || !Path::new("/usr/bin/setpriv").exists() {
         return skip(
-            "profile_degrades_without_perf_access: needs root (to drop to nobody), setpriv, and perf_event_paranoid >= 1",
+            "profile_degrades_without_perf_access",
+            "needs root (to drop to nobody), setpriv, and perf_event_paranoid >= 1",
         );
     }
     // A copy nobody can execute, in a directory nobody can write.
@@ -440,17 +439,14 @@ fn profile_degrades_without_perf_access() {
 /// container's image): its functions are named while it runs, through its own view.
 #[test]
 fn profile_names_code_of_another_mount_namespace() {
+    const TEST: &str = "profile_names_code_of_another_mount_namespace";
     if !is_root() || !Path::new("/usr/bin/unshare").exists() {
-        return skip("profile_names_code_of_another_mount_namespace: needs root and unshare");
+        return skip(TEST, "needs root and /usr/bin/unshare");
     }
     let tmp = tempfile::tempdir().unwrap();
     let exe = match compile(tmp.path()) {
         Ok(e) => e,
-        Err(e) => {
-            return skip(&format!(
-                "profile_names_code_of_another_mount_namespace: {e}"
-            ))
-        }
+        Err(e) => return skip(TEST, &format!("cannot build the workload: {e}")),
     };
     let hidden = tmp.path().join("hidden");
     std::fs::create_dir(&hidden).unwrap();
@@ -478,13 +474,14 @@ fn profile_names_code_of_another_mount_namespace() {
 /// frames come from the mapping records and their names from the exec records.
 #[test]
 fn profile_names_short_lived_processes() {
+    const TEST: &str = "profile_names_short_lived_processes";
     if !is_root() {
-        return skip("profile_names_short_lived_processes: needs root for perf sampling");
+        return skip(TEST, "needs root for perf sampling");
     }
     let tmp = tempfile::tempdir().unwrap();
     let exe = match compile(tmp.path()) {
         Ok(e) => e,
-        Err(e) => return skip(&format!("profile_names_short_lived_processes: {e}")),
+        Err(e) => return skip(TEST, &format!("cannot build the workload: {e}")),
     };
     let short = tmp.path().join("jsshort");
     std::fs::copy(&exe, &short).unwrap();

@@ -3,8 +3,8 @@
 //! the findings panel and the flame graph render (a screenshot is kept in
 //! target/test-artifacts); a real Prometheus (Debian's
 //! `prometheus`) scrapes `/metrics` of a live recording and a PromQL query returns our series;
-//! listening beyond loopback without a token is refused. Without Chromium or Prometheus the
-//! test concerned prints `SKIPPED:`.
+//! listening beyond loopback without a token is refused. Without Chromium, node or Prometheus the
+//! test concerned prints `SKIPPED:` (fails under `JITTERSCOPE_REQUIRE_PRIVILEGED=1`, as in CI).
 
 mod common;
 
@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{cmd, skip, ChildGuard};
+use common::{cmd, ChildGuard};
+use jitterscope_testkit::skip;
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -31,11 +32,7 @@ fn free_port() -> u16 {
 }
 
 fn have(prog: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {prog}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+    jitterscope_testkit::which(prog, &[]).is_some()
 }
 
 /// `serve` over `dir` on a free loopback port, waited for until it answers.
@@ -99,9 +96,12 @@ fn chromium(args: &[&str], url: &str) -> std::process::Output {
 
 #[test]
 fn the_ui_renders_findings_and_flame_graph_of_a_selected_window() {
+    const TEST: &str = "the_ui_renders_findings_and_flame_graph_of_a_selected_window";
     if !have("chromium") {
-        skip("chromium is not installed (scripts/setup.sh installs it)");
-        return;
+        return skip(
+            TEST,
+            "chromium is not installed (scripts/setup.sh installs it)",
+        );
     }
     let (_srv, addr) = serve(&fixture("tlb-shootdown"), &[]);
     // The whole recording, and the storm's seconds selected: the URL carries the selection
@@ -143,8 +143,10 @@ fn the_ui_renders_findings_and_flame_graph_of_a_selected_window() {
     let png = dir.join("web-ui.png");
     let _ = std::fs::remove_file(&png);
     if !have("node") {
-        skip("node is not installed: the drag-select part of the UI test did not run");
-        return;
+        return skip(
+            TEST,
+            "node is not installed: the drag-select part of the UI test did not run",
+        );
     }
     let o = Command::new("node")
         .arg("--experimental-websocket")
@@ -191,8 +193,10 @@ fn the_ui_renders_findings_and_flame_graph_of_a_selected_window() {
 #[test]
 fn prometheus_scrapes_a_live_recording() {
     if !have("prometheus") {
-        skip("prometheus is not installed (scripts/setup.sh installs it)");
-        return;
+        return skip(
+            "prometheus_scrapes_a_live_recording",
+            "prometheus is not installed (scripts/setup.sh installs it)",
+        );
     }
     let store = tempfile::tempdir().unwrap();
     let _rec = common::recorder(store.path());

@@ -3,7 +3,8 @@
 //! cgroup's own path, in all three output formats.
 //!
 //! Needs root and a writable cgroup hierarchy with the cpu controller (v1, or v2 with `cpu` in
-//! `cgroup.controllers`); otherwise it prints `SKIPPED:` and returns.
+//! `cgroup.controllers`); otherwise it prints `SKIPPED:` and returns (fails under
+//! `JITTERSCOPE_REQUIRE_PRIVILEGED=1`, as in CI).
 
 mod common;
 
@@ -12,9 +13,10 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::{
-    json_values, median, now_arg, parse_csv, parse_json_lines, run, s, skip, text, trouble_lines,
+    json_values, median, now_arg, parse_csv, parse_json_lines, run, s, text, trouble_lines,
     ChildGuard,
 };
+use jitterscope_testkit::{is_root, skip};
 
 const PERIOD_US: u64 = 100_000;
 const QUOTA_US: u64 = 20_000;
@@ -194,16 +196,13 @@ fn dump(dir: &Path, from: &str, to: &str, select: &str, format: &str) -> String 
 
 #[test]
 fn throttled_cgroup_is_recorded_and_dumped() {
-    if !common::is_root() {
-        skip("throttle_e2e needs root to create cgroups");
-        return;
+    const TEST: &str = "throttled_cgroup_is_recorded_and_dumped";
+    if !is_root() {
+        return skip(TEST, "needs root to create cgroups");
     }
     let cg = match setup() {
         Ok(cg) => cg,
-        Err(reason) => {
-            skip(&format!("throttle_e2e: {reason}"));
-            return;
-        }
+        Err(reason) => return skip(TEST, &reason),
     };
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");

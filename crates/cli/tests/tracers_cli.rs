@@ -2,8 +2,8 @@
 //! `record` stores tracer data that `dump` shows under the registry's names, attributed to the
 //! process that caused it.
 //!
-//! Loading BPF needs root; without it the record test prints `SKIPPED:` and the check test
-//! verifies the refusal instead.
+//! Loading BPF needs root; without it the record tests print `SKIPPED:` (fail under
+//! `JITTERSCOPE_REQUIRE_PRIVILEGED=1`, as in CI) and the check test verifies the refusal instead.
 
 mod common;
 
@@ -13,7 +13,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{cmd, is_root, now_arg, parse_csv, run, s, skip, text};
+use common::{cmd, now_arg, parse_csv, run, s, text};
+use jitterscope_testkit::{is_root, skip};
 
 /// The recording tests both make failed look-ups from this process, so they must not overlap.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -88,9 +89,9 @@ fn check_lists_every_tracer_and_refuses_without_root() {
     assert_eq!(err.lines().count(), 1, "one-line error: {err}");
     assert!(!err.contains("panicked"), "{err}");
 
+    const TEST: &str = "check_lists_every_tracer_and_refuses_without_root";
     if !is_root() {
-        skip("tracers --check as root: not root");
-        return;
+        return skip(TEST, "not root: tracers --check as root did not run");
     }
     let o = run(&["tracers", "--check", "--json"], Duration::from_secs(30));
     let out = text(&o.stdout);
@@ -102,10 +103,10 @@ fn check_lists_every_tracer_and_refuses_without_root() {
     let failed: Vec<_> = lines.iter().filter(|l| l["loads"] != true).collect();
     if !failed.is_empty() {
         // A kernel without some tracepoint is a capability gap, not a test failure; say which.
-        skip(&format!(
-            "tracers --check as root: some tracers do not load here: {failed:?}"
-        ));
-        return;
+        return skip(
+            TEST,
+            &format!("tracers --check as root: some tracers do not load here: {failed:?}"),
+        );
     }
     assert!(o.status.success(), "{}", text(&o.stderr));
     let total: u64 = lines
@@ -142,9 +143,9 @@ fn unknown_tracer_is_a_one_line_error() {
 #[test]
 fn recorded_lookups_are_attributed_to_the_process_and_its_pattern() {
     let _serial = serial();
+    const TEST: &str = "recorded_lookups_are_attributed_to_the_process_and_its_pattern";
     if !is_root() {
-        skip("recorded_lookups_are_attributed: not root (BPF)");
-        return;
+        return skip(TEST, "needs root to load BPF programs");
     }
     let probe = run(&["tracers", "--check"], Duration::from_secs(30));
     let check = text(&probe.stdout);
@@ -152,10 +153,7 @@ fn recorded_lookups_are_attributed_to_the_process_and_its_pattern() {
         .lines()
         .any(|l| l.starts_with("lookups") && l.contains(" ok "))
     {
-        skip(&format!(
-            "recorded_lookups_are_attributed: lookups tracer does not load:\n{check}"
-        ));
-        return;
+        return skip(TEST, &format!("the lookups tracer does not load:\n{check}"));
     }
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");
@@ -248,21 +246,19 @@ fn recorded_lookups_are_attributed_to_the_process_and_its_pattern() {
 #[test]
 fn lookups_attach_when_negative_dentries_pile_up() {
     let _serial = serial();
+    const TEST: &str = "lookups_attach_when_negative_dentries_pile_up";
     if !is_root() {
-        skip("lookups_attach_on_demand: not root (BPF)");
-        return;
+        return skip(TEST, "needs root to load BPF programs");
     }
     let probe = run(&["tracers", "--check"], Duration::from_secs(30));
     if !text(&probe.stdout)
         .lines()
         .any(|l| l.starts_with("lookups") && l.contains(" ok "))
     {
-        skip("lookups_attach_on_demand: lookups tracer does not load");
-        return;
+        return skip(TEST, "the lookups tracer does not load");
     }
     if !std::path::Path::new("/proc/sys/fs/dentry-state").exists() {
-        skip("lookups_attach_on_demand: no dentry-state");
-        return;
+        return skip(TEST, "no /proc/sys/fs/dentry-state");
     }
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");

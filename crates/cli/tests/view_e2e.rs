@@ -1,6 +1,7 @@
 //! `top` and `replay` in a real terminal: tmux runs them in an 80x24 pane, the test sends keys
 //! and reads the pane back. Each test uses a tmux server of its own (`-L`, no user config), so
-//! nothing touches the user's sessions. Without tmux the terminal tests print `SKIPPED:`.
+//! nothing touches the user's sessions. Without tmux the terminal tests print `SKIPPED:` (fail
+//! under `JITTERSCOPE_REQUIRE_PRIVILEGED=1`, as in CI).
 
 mod common;
 
@@ -8,7 +9,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{cmd, skip};
+use common::cmd;
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -22,13 +23,18 @@ struct Tmux {
 }
 
 impl Tmux {
-    fn available() -> bool {
-        Command::new("tmux")
+    /// Whether tmux runs here; if not, `test` is skipped.
+    fn available(test: &str) -> bool {
+        let ok = Command::new("tmux")
             .arg("-V")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
-            .is_ok_and(|s| s.success())
+            .is_ok_and(|s| s.success());
+        if !ok {
+            jitterscope_testkit::skip(test, "tmux is not installed (scripts/setup.sh installs it)");
+        }
+        ok
     }
 
     fn tmux(&self, args: &[&str]) -> std::process::Output {
@@ -122,8 +128,7 @@ fn bin() -> &'static str {
 
 #[test]
 fn replay_steps_jumps_and_quits_in_a_terminal() {
-    if !Tmux::available() {
-        skip("tmux is not installed (scripts/setup.sh installs it)");
+    if !Tmux::available("replay_steps_jumps_and_quits_in_a_terminal") {
         return;
     }
     let dir = fixture("tlb-shootdown");
@@ -186,8 +191,7 @@ fn replay_steps_jumps_and_quits_in_a_terminal() {
 
 #[test]
 fn top_follows_a_running_recorder() {
-    if !Tmux::available() {
-        skip("tmux is not installed (scripts/setup.sh installs it)");
+    if !Tmux::available("top_follows_a_running_recorder") {
         return;
     }
     let store = tempfile::tempdir().unwrap();
@@ -229,8 +233,7 @@ fn top_follows_a_running_recorder() {
 
 #[test]
 fn top_collects_directly_without_a_recorder() {
-    if !Tmux::available() {
-        skip("tmux is not installed (scripts/setup.sh installs it)");
+    if !Tmux::available("top_collects_directly_without_a_recorder") {
         return;
     }
     let empty = tempfile::tempdir().unwrap();
@@ -372,8 +375,7 @@ fn replay_with_pid(tag: &str, exec: bool) -> (Tmux, u32, tempfile::TempDir) {
 
 #[test]
 fn a_closed_terminal_ends_the_view() {
-    if !Tmux::available() {
-        skip("tmux is not installed (scripts/setup.sh installs it)");
+    if !Tmux::available("a_closed_terminal_ends_the_view") {
         return;
     }
     let (t, pid, _tmp) = replay_with_pid("hangup", true);
@@ -393,8 +395,7 @@ fn a_closed_terminal_ends_the_view() {
 
 #[test]
 fn sigterm_restores_the_terminal_and_exits_cleanly() {
-    if !Tmux::available() {
-        skip("tmux is not installed (scripts/setup.sh installs it)");
+    if !Tmux::available("sigterm_restores_the_terminal_and_exits_cleanly") {
         return;
     }
     let (t, shell, _tmp) = replay_with_pid("term", false);

@@ -7,6 +7,7 @@ use jitterscope_memleak::growth::scan_order;
 use jitterscope_memleak::mem::ProcMem;
 use jitterscope_memleak::pymalloc;
 use jitterscope_sources::smaps::parse_smaps;
+use jitterscope_testkit as testkit;
 
 struct Kill(Child);
 impl Drop for Kill {
@@ -18,12 +19,14 @@ impl Drop for Kill {
 
 #[test]
 fn counts_what_the_interpreter_counts_with_its_types() {
-    // SAFETY: geteuid has no failure mode.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED: reading another process's memory needs root");
-        return;
+    const TEST: &str = "counts_what_the_interpreter_counts_with_its_types";
+    if !testkit::is_root() {
+        return testkit::skip(TEST, "reading another process's memory needs root");
     }
-    let child = Command::new("python3")
+    let Some(python3) = testkit::which("python3", &[]) else {
+        return testkit::skip(TEST, "python3 is not installed");
+    };
+    let mut child = Command::new(python3)
         .args([
             "-c",
             r#"
@@ -39,11 +42,8 @@ while True:
         ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .spawn();
-    let Ok(mut child) = child else {
-        eprintln!("SKIPPED: python3 is not installed");
-        return;
-    };
+        .spawn()
+        .expect("python3 starts");
     let out = child.stdout.take().unwrap();
     let mut stdin = child.stdin.take().unwrap();
     let pid = child.id();

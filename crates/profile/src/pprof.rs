@@ -363,14 +363,11 @@ mod tests {
 
     #[test]
     fn pprof_readable_by_go_tool_pprof() {
-        let Some(go) = ["/usr/local/go/bin/go", "go"].into_iter().find(|go| {
-            Command::new(go)
-                .arg("version")
-                .output()
-                .is_ok_and(|o| o.status.success())
-        }) else {
-            eprintln!("SKIPPED: go not installed (go tool pprof check)");
-            return;
+        let Some(go) = jitterscope_testkit::go() else {
+            return jitterscope_testkit::skip(
+                "pprof_readable_by_go_tool_pprof",
+                "go is not installed (on PATH or in /usr/local/go/bin)",
+            );
         };
         let mut file = tempfile::NamedTempFile::new().unwrap();
         file.write_all(&encode(&named(), 1_700_000_000_000_000_000, 5_000_000_000).unwrap())

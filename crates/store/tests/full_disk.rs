@@ -8,6 +8,7 @@ use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use jitterscope_store::{Reader, Record, StoreConfig, Writer};
+use jitterscope_testkit as testkit;
 
 mod common;
 use common::noise;
@@ -67,9 +68,9 @@ fn assert_suffix(got: &[Record], acked: &[Record]) {
 
 #[test]
 fn full_disk_gives_no_space_and_recovers() {
-    if unsafe { libc::geteuid() } != 0 {
-        println!("SKIPPED: full-disk test needs root to mount tmpfs");
-        return;
+    const TEST: &str = "full_disk_gives_no_space_and_recovers";
+    if !testkit::is_root() {
+        return testkit::skip(TEST, "needs root to mount a tmpfs");
     }
     let mnt = tempfile::tempdir().unwrap();
     let mounted = Command::new("mount")
@@ -78,8 +79,10 @@ fn full_disk_gives_no_space_and_recovers() {
         .status()
         .unwrap();
     if !mounted.success() {
-        println!("SKIPPED: full-disk test could not mount tmpfs even as root ({mounted})");
-        return;
+        return testkit::skip(
+            TEST,
+            &format!("could not mount a tmpfs even as root ({mounted})"),
+        );
     }
     let _unmount = Unmount(mnt.path().to_path_buf());
     let dir = mnt.path().join("store");

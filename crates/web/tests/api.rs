@@ -429,11 +429,10 @@ fn non_loopback_ip() -> Option<IpAddr> {
 #[test]
 fn non_loopback_clients_need_the_token() {
     let Some(ip) = non_loopback_ip() else {
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED: no non-loopback IPv4 address on this host"
+        return jitterscope_testkit::skip(
+            "non_loopback_clients_need_the_token",
+            "no non-loopback IPv4 address on this host",
         );
-        return;
     };
     let any: IpAddr = "0.0.0.0".parse().unwrap();
     // A server bound to all addresses without a token (check() refuses this configuration;

@@ -1,11 +1,12 @@
 //! Helpers shared by the integration tests: running the binary with a deadline, guards that kill
-//! children on every exit path, skip reporting and small parsers for `dump` output.
+//! children on every exit path and small parsers for `dump` output. Skips are reported with
+//! `jitterscope_testkit::skip`.
 
 // Each test file is its own crate and uses only some of these helpers; without this, every file
 // would warn about the ones it does not use (and clippy runs with -D warnings).
 #![allow(dead_code)]
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -23,19 +24,6 @@ pub fn cmd() -> Command {
         .env("RUST_BACKTRACE", "1")
         .stdin(Stdio::null());
     c
-}
-
-/// Reports a skipped test. Written to the stderr handle rather than with `eprintln!` because
-/// libtest captures the macros' output of passing tests, and a skip must be visible in CI logs
-/// instead of looking like a pass.
-pub fn skip(reason: &str) {
-    let _ = writeln!(std::io::stderr(), "SKIPPED: {reason}");
-}
-
-/// Whether the tests run as root (mounts, cgroups).
-pub fn is_root() -> bool {
-    // SAFETY: geteuid has no failure mode.
-    unsafe { libc::geteuid() == 0 }
 }
 
 /// A child process killed and reaped when dropped, so a failed assertion never leaves a recorder
