@@ -19,8 +19,10 @@ const PREFIXES: &[&str] = &[
 const NOT_METRICS: &[&str] = &[
     "cgroup.procs", // the cgroup file
     "cgroup.kill",  // the cgroup file
-    "mem.rs",       // crates/model/src/metrics/mem.rs
 ];
+
+/// Endings of file names (`mem.rs`, `load.rs`), which are not metrics either.
+const FILE_ENDINGS: &[&str] = &[".rs", ".sh", ".md", ".c", ".h", ".json", ".toml", ".py"];
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -66,6 +68,7 @@ fn candidates(text: &str) -> Vec<String> {
     out.retain(|t| {
         t.split_once('.')
             .is_some_and(|(p, rest)| PREFIXES.contains(&p) && !rest.is_empty())
+            && !FILE_ENDINGS.iter().any(|e| t.ends_with(e))
     });
     out.sort();
     out.dedup();
@@ -152,7 +155,9 @@ fn the_check_catches_what_it_should() {
     assert!(check("tracer.<name>.attached", &ids).is_some());
     assert!(check("cgroup.*.cpu.throttled_percent", &ids).is_some());
     assert_eq!(
-        candidates("see `irq.tlb_per_s` and --select 'cpu.sys_pct,proc.*.rss_bytes' or cgroup.x"),
+        candidates(
+            "see `irq.tlb_per_s`, `load.rs` and --select 'cpu.sys_pct,proc.*.rss_bytes' or cgroup.x"
+        ),
         ["cpu.sys_pct", "irq.tlb_per_s", "proc.*.rss_bytes"]
     );
 }

@@ -745,10 +745,7 @@ mod tests {
 
     #[test]
     fn names_are_unique_and_documented() {
-        let mut names: Vec<&str> = SCENARIOS.iter().map(|s| s.name).collect();
-        names.sort_unstable();
-        names.dedup();
-        assert_eq!(names.len(), SCENARIOS.len());
+        jitterscope_testkit::assert_unique(SCENARIOS.iter().map(|s| s.name), "scenario names");
         for s in SCENARIOS {
             assert!(!s.reproduces.is_empty() && !s.signals.is_empty() && !s.bounds.is_empty());
             assert_eq!(s.control, s.expected_rule.is_none(), "{}", s.name);

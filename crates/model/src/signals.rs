@@ -357,10 +357,7 @@ mod tests {
 
     #[test]
     fn kinds_are_unique() {
-        let mut k: Vec<&str> = SIGNALS.iter().map(|s| s.kind).collect();
-        k.sort_unstable();
-        k.dedup();
-        assert_eq!(k.len(), SIGNALS.len());
+        jitterscope_testkit::assert_unique(SIGNALS.iter().map(|s| s.kind), "signal kinds");
     }
 
     #[test]

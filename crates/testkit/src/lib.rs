@@ -70,6 +70,15 @@ pub fn go() -> Option<PathBuf> {
     which("go", &["/usr/local/go/bin"])
 }
 
+/// Fails unless every name is different; `what` names them in the message (`"rule ids"`).
+#[track_caller]
+pub fn assert_unique<'a>(names: impl IntoIterator<Item = &'a str>, what: &str) {
+    let mut seen = std::collections::HashSet::new();
+    for n in names {
+        assert!(seen.insert(n), "{what}: {n:?} appears twice");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -576,10 +576,7 @@ mod tests {
 
     #[test]
     fn every_metric_is_routed_once() {
-        let mut names: Vec<&str> = ROUTES.iter().map(|(d, _)| d.name).collect();
-        names.sort_unstable();
-        names.dedup();
-        assert_eq!(names.len(), ROUTES.len());
+        jitterscope_testkit::assert_unique(ROUTES.iter().map(|(d, _)| d.name), "routed metrics");
     }
 
     #[test]

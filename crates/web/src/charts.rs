@@ -120,10 +120,7 @@ mod tests {
 
     #[test]
     fn each_chart_has_one_unit_and_a_unique_id() {
-        let mut ids: Vec<&str> = CHARTS.iter().map(|c| c.id).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        assert_eq!(ids.len(), CHARTS.len());
+        jitterscope_testkit::assert_unique(CHARTS.iter().map(|c| c.id), "chart ids");
         for c in CHARTS {
             assert!(!c.series.is_empty(), "{}", c.id);
             assert!(

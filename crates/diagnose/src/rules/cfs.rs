@@ -31,22 +31,18 @@ use jitterscope_model::metrics::{cgroup, process};
 use jitterscope_model::registry::Unit;
 use jitterscope_sources::system::kernel::KernelVersion;
 
-use super::{cgroup_culprit, confidence, fact, finding, moved_first, sels, top_procs, Rule, Take};
+use super::{cgroup_culprit, confidence, fact, finding, moved_first, rule, top_procs, Take};
 use crate::data::Data;
 use crate::Finding;
 
-/// The rule.
-pub const RULE: Rule = Rule {
-    id: "cpu.cfs-throttling",
-    summary: "a cgroup's threads stopped by its CFS quota in many periods",
-    mechanism: true,
-    select: sels! {
-        cgroup::CPU_THROTTLED_PCT, cgroup::CPU_USAGE_OF_QUOTA_PCT, cgroup::CPU_QUOTA_CORES,
+rule! {
+    "cpu.cfs-throttling",
+    "a cgroup's threads stopped by its CFS quota in many periods",
+    mechanism,
+    reads: cgroup::CPU_THROTTLED_PCT, cgroup::CPU_USAGE_OF_QUOTA_PCT, cgroup::CPU_QUOTA_CORES,
         cgroup::CPU_BURST_CORES, cgroup::CPU_USAGE_PCT, cgroup::CPU_THROTTLED_MS_PER_S,
         process::PROC_CPU_PCT, process::PROC_THREADS,
-    },
-    run,
-};
+}
 
 /// Why a cgroup is throttled, which decides the remediation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -32,8 +32,8 @@ use jitterscope_model::metrics::{cpu, mem, tracer};
 use jitterscope_model::registry::Unit;
 
 use super::{
-    confidence, fact, finding, moved_first, proc_culprit, sels, top_procs, top_series, ProcSum,
-    Rule, Take,
+    confidence, fact, finding, moved_first, proc_culprit, rule, top_procs, top_series, ProcSum,
+    Take,
 };
 use crate::data::Data;
 use crate::Finding;
@@ -41,20 +41,14 @@ use crate::Finding;
 /// The superblock shrinker, which frees dentries and inodes.
 const SUPER: &[&str] = &["super_cache_scan"];
 
-/// The rule.
-pub const RULE: Rule = Rule {
-    id: "memory.dcache-bloat",
-    summary: "negative dentries from failed look-ups filling slab",
-    mechanism: true,
-    select: sels! {
-        mem::DENTRY_NR_NEGATIVE, mem::DENTRY_NR_DENTRY, mem::DENTRY_NEGATIVE_GROWTH_PER_S,
+rule! {
+    "memory.dcache-bloat", "negative dentries from failed look-ups filling slab", mechanism,
+    reads: mem::DENTRY_NR_NEGATIVE, mem::DENTRY_NR_DENTRY, mem::DENTRY_NEGATIVE_GROWTH_PER_S,
         mem::SLAB_TOTAL_BYTES, mem::SLAB_CACHE_TOTAL_BYTES["dentry"],
         tracer::LOOKUPS_PROC_ENOENT_PER_S, tracer::LOOKUPS_PATTERN_SAMPLES,
         tracer::SHRINKER_FREED_PER_S["super_cache_scan"],
         tracer::SHRINKER_TIME_PCT["super_cache_scan"], cpu::SYS_PCT,
-    },
-    run,
-};
+}
 
 /// Whether a process runs NSS's softokn: from its recorded stack samples, else (if it still
 /// runs) its mappings.

@@ -12,20 +12,14 @@
 use jitterscope_model::metrics::{cpu, process};
 use jitterscope_model::registry::Unit;
 
-use super::{confidence, fact, finding, proc_culprit, sels, top_procs, Rule};
+use super::{confidence, fact, finding, proc_culprit, rule, top_procs};
 use crate::data::Data;
 use crate::Finding;
 
-/// The rule.
-pub const RULE: Rule = Rule {
-    id: "cpu.imbalance",
-    summary: "one CPU pinned while the others idle",
-    mechanism: false,
-    select: sels! {
-        cpu::PER_CPU_IDLE_PCT, cpu::PER_CPU_IOWAIT_PCT, process::PROC_CPU_PCT,
-    },
-    run,
-};
+rule! {
+    "cpu.imbalance", "one CPU pinned while the others idle", resource,
+    reads: cpu::PER_CPU_IDLE_PCT, cpu::PER_CPU_IOWAIT_PCT, process::PROC_CPU_PCT,
+}
 
 fn run(d: &Data) -> Vec<Finding> {
     // Busy = 100 - idle, per CPU, by the window's mean (CPUs with no sample left out).

@@ -12,21 +12,15 @@
 
 use jitterscope_model::metrics::{cpu, disk, process};
 
-use super::{confidence, finding, proc_culprit, sels, top_procs, top_series, Rule, Take};
+use super::{confidence, finding, proc_culprit, rule, top_procs, top_series, Take};
 use crate::data::Data;
 use crate::Finding;
 
-/// The rule.
-pub const RULE: Rule = Rule {
-    id: "io.saturation",
-    summary: "a disk busy all the time, tasks waiting in D state",
-    mechanism: false,
-    select: sels! {
-        disk::UTIL_PCT, disk::AWAIT_MS, disk::QUEUE_DEPTH, cpu::SCHED_PROCS_BLOCKED,
+rule! {
+    "io.saturation", "a disk busy all the time, tasks waiting in D state", resource,
+    reads: disk::UTIL_PCT, disk::AWAIT_MS, disk::QUEUE_DEPTH, cpu::SCHED_PROCS_BLOCKED,
         process::PROC_READ_BYTES_PER_S, process::PROC_WRITE_BYTES_PER_S,
-    },
-    run,
-};
+}
 
 fn run(d: &Data) -> Vec<Finding> {
     let disks = top_series(d, &disk::UTIL_PCT, |s| s.mean);

@@ -21,20 +21,14 @@
 use jitterscope_model::metrics::process;
 use jitterscope_sources::units::MIB;
 
-use super::{confidence, finding, mib, proc_culprit, sels, series_fact, Rule, Take};
+use super::{confidence, finding, mib, proc_culprit, rule, series_fact, Take};
 use crate::data::Data;
 use crate::Finding;
 
-/// The rule.
-pub const RULE: Rule = Rule {
-    id: "memory.leak",
-    summary: "a process's memory growing steadily",
-    mechanism: true,
-    select: sels! {
-        process::PROC_RSS_BYTES, process::PROC_ANON_BYTES,
-    },
-    run,
-};
+rule! {
+    "memory.leak", "a process's memory growing steadily", mechanism,
+    reads: process::PROC_RSS_BYTES, process::PROC_ANON_BYTES,
+}
 
 /// Fewest points a trend is judged on.
 pub const MIN_POINTS: usize = 5;

@@ -30,6 +30,29 @@ macro_rules! sels {
 }
 pub(crate) use sels;
 
+/// Declares a rule module's `RULE`: its id, what it detects, its tier (`mechanism`, or
+/// `resource` for plain saturation) and the series it reads (as in [`sels!`]); its evaluation
+/// is the module's `run`.
+macro_rules! rule {
+    ($id:literal, $summary:literal, $tier:ident, reads: $($sel:tt)*) => {
+        /// The rule.
+        pub const RULE: $crate::rules::Rule = $crate::rules::Rule {
+            id: $id,
+            summary: $summary,
+            mechanism: $crate::rules::rule!(@$tier),
+            select: $crate::rules::sels! { $($sel)* },
+            run,
+        };
+    };
+    (@mechanism) => {
+        true
+    };
+    (@resource) => {
+        false
+    };
+}
+pub(crate) use rule;
+
 /// A rule: its id, what it is about, the series it reads and its evaluation.
 pub struct Rule {
     /// Stable id (`memory.dcache-bloat`).
@@ -385,9 +408,6 @@ mod tests {
 
     #[test]
     fn rule_ids_unique() {
-        let mut ids: Vec<&str> = RULES.iter().map(|r| r.id).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        assert_eq!(ids.len(), RULES.len());
+        jitterscope_testkit::assert_unique(RULES.iter().map(|r| r.id), "rule ids");
     }
 }

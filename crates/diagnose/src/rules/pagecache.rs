@@ -27,26 +27,22 @@
 use jitterscope_model::metrics::{disk, mem, process};
 
 use super::{
-    confidence, fact, finding, mib, moved_first, proc_culprit, sels, series_fact, top_procs,
-    top_procs_by, top_series, Rule, Take,
+    confidence, fact, finding, mib, moved_first, proc_culprit, rule, series_fact, top_procs,
+    top_procs_by, top_series, Take,
 };
 use crate::data::Data;
 use crate::Finding;
 use jitterscope_model::registry::Unit;
 
-/// The rule.
-pub const RULE: Rule = Rule {
-    id: "memory.pagecache-thrash",
-    summary: "file working sets evicted and read back (refaults, major faults)",
-    mechanism: true,
-    select: sels! {
-        mem::RECLAIM_REFAULT_FILE_PER_S, mem::RECLAIM_PGMAJFAULT_PER_S,
+rule! {
+    "memory.pagecache-thrash",
+    "file working sets evicted and read back (refaults, major faults)",
+    mechanism,
+    reads: mem::RECLAIM_REFAULT_FILE_PER_S, mem::RECLAIM_PGMAJFAULT_PER_S,
         mem::RECLAIM_PGSTEAL_KSWAPD_PER_S, mem::RECLAIM_PGSTEAL_DIRECT_PER_S,
         mem::RECLAIM_PGSCAN_KSWAPD_PER_S, mem::CACHED_BYTES, mem::ANON_BYTES,
         disk::READ_BYTES_PER_S, process::PROC_READ_BYTES_PER_S, process::PROC_MAJFLT_PER_S,
-    },
-    run,
-};
+}
 
 fn run(d: &Data) -> Vec<Finding> {
     let rf = d.stats(&mem::RECLAIM_REFAULT_FILE_PER_S, &[]);

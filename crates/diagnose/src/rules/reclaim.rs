@@ -29,29 +29,23 @@
 use jitterscope_model::metrics::{cgroup, mem, process, psi, tracer};
 
 use super::{
-    cgroup_culprit, confidence, finding, mib, moved_first, proc_culprit, sels, series_fact,
-    top_procs, top_series, Rule, Take,
+    cgroup_culprit, confidence, finding, mib, moved_first, proc_culprit, rule, series_fact,
+    top_procs, top_series, Take,
 };
 use crate::data::Data;
 use crate::Finding;
 
-/// The rule.
-pub const RULE: Rule = Rule {
-    id: "memory.direct-reclaim",
-    summary: "allocations stalled in direct or memcg reclaim",
-    mechanism: true,
-    select: sels! {
-        tracer::RECLAIM_STALLS_PER_S, tracer::RECLAIM_STALL_PCT, tracer::RECLAIM_STALL_MAX_USEC,
-        mem::RECLAIM_ALLOCSTALL_PER_S, mem::RECLAIM_PGMAJFAULT_PER_S,
-        mem::RECLAIM_PGSCAN_DIRECT_PER_S, mem::RECLAIM_PGSCAN_KSWAPD_PER_S,
-        tracer::RECLAIM_PROC_STALLS_PER_S, tracer::RECLAIM_PROC_MEMCG_STALLS_PER_S,
-        tracer::RECLAIM_PROC_STALL_PCT, tracer::RECLAIM_CGROUP_STALLS_PER_S,
-        tracer::RECLAIM_CGROUP_STALL_PCT, tracer::RECLAIM_CGROUP_STALL_MAX_USEC,
-        psi::SOME_PCT["memory"], mem::ZONE_FREE_OVER_MIN, cgroup::MEMORY_USAGE_OF_LIMIT_PCT,
-        process::PROC_RSS_BYTES, mem::FREE_BYTES,
-    },
-    run,
-};
+rule! {
+    "memory.direct-reclaim", "allocations stalled in direct or memcg reclaim", mechanism,
+    reads: tracer::RECLAIM_STALLS_PER_S, tracer::RECLAIM_STALL_PCT,
+        tracer::RECLAIM_STALL_MAX_USEC, mem::RECLAIM_ALLOCSTALL_PER_S,
+        mem::RECLAIM_PGMAJFAULT_PER_S, mem::RECLAIM_PGSCAN_DIRECT_PER_S,
+        mem::RECLAIM_PGSCAN_KSWAPD_PER_S, tracer::RECLAIM_PROC_STALLS_PER_S,
+        tracer::RECLAIM_PROC_MEMCG_STALLS_PER_S, tracer::RECLAIM_PROC_STALL_PCT,
+        tracer::RECLAIM_CGROUP_STALLS_PER_S, tracer::RECLAIM_CGROUP_STALL_PCT,
+        tracer::RECLAIM_CGROUP_STALL_MAX_USEC, psi::SOME_PCT["memory"], mem::ZONE_FREE_OVER_MIN,
+        cgroup::MEMORY_USAGE_OF_LIMIT_PCT, process::PROC_RSS_BYTES, mem::FREE_BYTES,
+}
 
 fn run(d: &Data) -> Vec<Finding> {
     let traced = d.stats(&tracer::RECLAIM_STALLS_PER_S, &[]);

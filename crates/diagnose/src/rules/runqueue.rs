@@ -13,21 +13,15 @@
 
 use jitterscope_model::metrics::{process, tracer};
 
-use super::{confidence, finding, proc_culprit, sels, top_procs, top_series, Rule, Take};
+use super::{confidence, finding, proc_culprit, rule, top_procs, top_series, Take};
 use crate::data::Data;
 use crate::Finding;
 
-/// The rule.
-pub const RULE: Rule = Rule {
-    id: "sched.runqueue-latency",
-    summary: "threads waiting long for a CPU",
-    mechanism: false,
-    select: sels! {
-        tracer::RUNQLAT_P99_USEC, tracer::RUNQLAT_MAX_USEC, tracer::RUNQLAT_CGROUP_P99_USEC,
+rule! {
+    "sched.runqueue-latency", "threads waiting long for a CPU", resource,
+    reads: tracer::RUNQLAT_P99_USEC, tracer::RUNQLAT_MAX_USEC, tracer::RUNQLAT_CGROUP_P99_USEC,
         process::PROC_RUNQ_WAIT_PCT,
-    },
-    run,
-};
+}
 
 fn run(d: &Data) -> Vec<Finding> {
     let st = d.stats(&tracer::RUNQLAT_P99_USEC, &[]);

@@ -13,21 +13,15 @@
 use jitterscope_model::metrics::{cpu, process};
 use jitterscope_model::registry::Unit;
 
-use super::{confidence, fact, finding, proc_culprit, sels, top_procs, Rule, Take};
+use super::{confidence, fact, finding, proc_culprit, rule, top_procs, Take};
 use crate::data::Data;
 use crate::Finding;
 
-/// The rule.
-pub const RULE: Rule = Rule {
-    id: "cpu.saturation",
-    summary: "every CPU busy: runnable threads queue",
-    mechanism: false,
-    select: sels! {
-        cpu::IDLE_PCT, cpu::IOWAIT_PCT, cpu::USR_PCT, cpu::SYS_PCT, process::PROC_CPU_PCT,
+rule! {
+    "cpu.saturation", "every CPU busy: runnable threads queue", resource,
+    reads: cpu::IDLE_PCT, cpu::IOWAIT_PCT, cpu::USR_PCT, cpu::SYS_PCT, process::PROC_CPU_PCT,
         cpu::LOAD_AVG1,
-    },
-    run,
-};
+}
 
 fn run(d: &Data) -> Vec<Finding> {
     let idle = d.stats(&cpu::IDLE_PCT, &[]);

@@ -25,22 +25,18 @@ use jitterscope_model::metrics::{cgroup, cpu, tracer};
 use jitterscope_model::registry::Unit;
 use jitterscope_sources::system::kernel::KernelVersion;
 
-use super::{confidence, fact, finding, moved_first, sels, top_series, Rule, Take};
+use super::{confidence, fact, finding, moved_first, rule, top_series, Take};
 use crate::data::Data;
 use crate::Finding;
 
-/// The rule.
-pub const RULE: Rule = Rule {
-    id: "memory.shrinker-cost",
-    summary: "slab shrinkers called out of proportion to what they free",
-    mechanism: true,
-    select: sels! {
-        tracer::SHRINKER_CALLS_PER_S, tracer::SHRINKER_ZERO_FREED_PER_S,
+rule! {
+    "memory.shrinker-cost",
+    "slab shrinkers called out of proportion to what they free",
+    mechanism,
+    reads: tracer::SHRINKER_CALLS_PER_S, tracer::SHRINKER_ZERO_FREED_PER_S,
         tracer::SHRINKER_TIME_PCT, tracer::SHRINKER_MAX_USEC, tracer::SHRINKER_FREED_PER_S,
         cgroup::MEMORY_USAGE_BYTES, cpu::SYS_PCT,
-    },
-    run,
-};
+}
 
 fn run(d: &Data) -> Vec<Finding> {
     let by_time = top_series(d, &tracer::SHRINKER_TIME_PCT, |s| s.mean);

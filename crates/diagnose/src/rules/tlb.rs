@@ -27,23 +27,19 @@
 use jitterscope_model::metrics::{cpu, irq, tracer};
 
 use super::{
-    confidence, fact, finding, moved_first, proc_culprit, sels, top_procs, top_series, Rule, Take,
+    confidence, fact, finding, moved_first, proc_culprit, rule, top_procs, top_series, Take,
 };
 use crate::data::Data;
 use crate::Finding;
 
-/// The rule.
-pub const RULE: Rule = Rule {
-    id: "cpu.tlb-shootdown",
-    summary: "TLB-shootdown IPI storms from a process freeing pages on many CPUs",
-    mechanism: true,
-    select: sels! {
-        irq::TLB_PER_S, irq::PER_CPU_TLB_PER_S, tracer::TLB_SHOOTDOWN_IPIS_SENT_PER_S,
+rule! {
+    "cpu.tlb-shootdown",
+    "TLB-shootdown IPI storms from a process freeing pages on many CPUs",
+    mechanism,
+    reads: irq::TLB_PER_S, irq::PER_CPU_TLB_PER_S, tracer::TLB_SHOOTDOWN_IPIS_SENT_PER_S,
         tracer::TLB_PROC_SHOOTDOWN_IPIS_SENT_PER_S, tracer::MADVISE_PROC_DONTNEED_PER_S,
         tracer::MADVISE_PROC_FREE_PER_S, cpu::SYS_PCT,
-    },
-    run,
-};
+}
 
 /// The allocator a process uses, from the libraries it ran code in or maps: (name, library).
 fn allocator(d: &Data, pid: u32) -> Option<(String, String)> {
