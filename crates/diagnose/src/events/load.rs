@@ -1,6 +1,7 @@
 //! The signals of a range: read from the signals lane, or derived from the samples where the
 //! store predates the lane.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -43,13 +44,22 @@ pub fn load(dir: &Path, from: i64, to: i64, lookback_ns: i64) -> Result<Loaded> 
     if reader.store().lane_covers(Lane::Signals, lo, to)? {
         out.from_signals_lane = true;
         let defs = lane_metrics();
+        // The lane holds the same few dozen names every second: each is parsed once. A name
+        // this build does not know (a renamed or newer metric) is left out.
+        let mut known: HashMap<String, Option<(&'static MetricDef, Vec<String>)>> = HashMap::new();
         let mut recs = reader.signals(lo.saturating_add(1), to)?;
         for (ts, sr) in recs.by_ref() {
             let idx = d.ts.len() as u32;
             d.ts.push(ts);
             for (name, v) in &sr.values {
-                // A name this build does not know (a renamed or newer metric) is left out.
-                if let Some((def, labels)) = parse_series(&defs, name) {
+                if let Some(s) = d.series.get_mut(name.as_str()) {
+                    s.points.push((idx, *v));
+                    continue;
+                }
+                let parsed = known
+                    .entry(name.clone())
+                    .or_insert_with(|| parse_series(&defs, name));
+                if let Some((def, labels)) = parsed {
                     let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
                     d.push_point(def, &labels, name, idx, *v);
                 }
