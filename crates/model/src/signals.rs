@@ -11,8 +11,6 @@
 //! A record of the lane is [`SignalRecord`]: values by series name and the marks, MessagePack
 //! with field names behind a codec byte, as samples are.
 
-use std::collections::HashMap;
-
 use serde::{Deserialize, Serialize};
 
 use crate::codec::Parts;
@@ -312,22 +310,6 @@ impl SignalRecord {
             Some((&SIGNALS_CODEC, rest)) => rmp_serde::from_slice(rest).ok(),
             _ => None,
         }
-    }
-}
-
-/// Caches [`watched`] per series name: a lane holds the same few dozen names every second.
-#[derive(Debug, Default)]
-pub struct WatchedCache(HashMap<String, Option<Watched>>);
-
-impl WatchedCache {
-    /// What `series` is.
-    pub fn get(&mut self, series: &str) -> Option<Watched> {
-        if let Some(w) = self.0.get(series) {
-            return *w;
-        }
-        let w = watched(series);
-        self.0.insert(series.to_string(), w);
-        w
     }
 }
 
