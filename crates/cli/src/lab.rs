@@ -404,7 +404,10 @@ fn check(c: CheckArgs) -> Result<()> {
         baseline: (baseline_from, outcome.setup_from_ns),
         active: (outcome.active_from_ns, tail),
     };
-    let results = evaluate(&store.path, &outcome.checks, windows)?;
+    let (results, damaged) = evaluate(&store.path, &outcome.checks, windows)?;
+    if let Some(note) = damaged.note() {
+        eprintln!("jitterscope: lab check: the recording's read {note}");
+    }
     let signature_pass = results.iter().all(|r| r.pass);
     // Diagnose the workload's window against the baseline recorded before it.
     let report = jitterscope_diagnose::diagnose(
@@ -434,6 +437,7 @@ fn check(c: CheckArgs) -> Result<()> {
             "checks": results,
             "pass": pass,
             "signature_pass": signature_pass,
+            "damaged": damaged,
             "diagnosis": {
                 "expected_rule": s.expected_rule,
                 "first_rule": verdict.first,

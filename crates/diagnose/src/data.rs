@@ -130,10 +130,10 @@ pub struct Stats {
     pub n: usize,
     /// Window: largest value.
     pub max: f64,
-    /// Window: mean.
+    /// Window: mean, `sum / n` (so a value that covers more seconds weighs more).
     pub mean: f64,
-    /// Window: each value times the seconds since the series' previous point (a per-second
-    /// rate integrated: a count).
+    /// Window: each value times the seconds it covers (`Data::spans`; without them, the time
+    /// since the series' previous point): a per-second rate integrated, a count.
     pub sum: f64,
     /// Window: first and last values.
     pub first: f64,
@@ -181,8 +181,8 @@ impl Data {
     }
 
     /// Loads the samples in `(from - lookback, to]`: the series `select` names, and with
-    /// `detail`, for the window `(from, to]`, the processes and stack samples (episode
-    /// detection over a day needs neither, and skips decoding them).
+    /// `detail`, for the window `(from, to]`, the processes and stack samples (reading host
+    /// series over a long range needs neither, and skips decoding them).
     pub fn load(
         dir: &Path,
         from: i64,
@@ -255,7 +255,7 @@ impl Data {
         let mut next_procs = i64::MIN;
         let mut started = false;
         // One sample before the range so its first sample has rates. Process tables are in
-        // the detail lane; without them (episode detection), it is not read at all.
+        // the detail lane; when no process series or detail is wanted, it is not read at all.
         let with_procs =
             |ts: i64, next: i64| (!proc_sel.is_empty() || (detail && ts > from)) && ts >= next;
         let mut samples = reader.samples_lanes(

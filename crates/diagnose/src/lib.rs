@@ -172,7 +172,7 @@ pub fn evaluate(d: &Data) -> Report {
         samples: d.window_len(),
         baseline_samples: d.start,
         findings,
-        damaged: d.damage,
+        damaged: d.damage.clone(),
     }
 }
 

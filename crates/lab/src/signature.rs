@@ -8,7 +8,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use jitterscope_model::derive::Selection;
 use jitterscope_model::registry::Select;
-use jitterscope_model::stored::SampleReader;
+use jitterscope_model::stored::{Damage, SampleReader};
 use serde::Serialize;
 
 /// The statistic a check takes of its series over the scenario's active window. Each sample's
@@ -152,8 +152,8 @@ struct Acc {
     series: BTreeSet<String>,
 }
 
-/// Evaluates `checks` on the samples of the store at `dir`.
-pub fn evaluate(dir: &Path, checks: &[Check], w: Windows) -> Result<Vec<CheckResult>> {
+/// Evaluates `checks` on the samples of the store at `dir`; also what the read skipped.
+pub fn evaluate(dir: &Path, checks: &[Check], w: Windows) -> Result<(Vec<CheckResult>, Damage)> {
     let reader =
         SampleReader::open(dir).with_context(|| format!("cannot open store {}", dir.display()))?;
     let selects: Vec<Select> = checks.iter().map(|c| c.series.clone()).collect();
@@ -196,7 +196,8 @@ pub fn evaluate(dir: &Path, checks: &[Check], w: Windows) -> Result<Vec<CheckRes
             }
         }
     }
-    Ok(checks.iter().zip(accs).map(|(c, a)| judge(c, &a)).collect())
+    let results = checks.iter().zip(accs).map(|(c, a)| judge(c, &a)).collect();
+    Ok((results, pairs.damage()))
 }
 
 fn mean(v: &[f64]) -> Option<f64> {

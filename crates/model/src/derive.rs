@@ -232,7 +232,8 @@ enum Keep {
 }
 
 impl Selection {
-    /// Prepares `select` (all series when empty) over `defs`. Duplicate patterns count once.
+    /// Prepares user globs `select` over `defs` (all series when `select` is empty). Duplicate
+    /// patterns count once.
     pub fn new(defs: &[&'static MetricDef], select: &[Pattern]) -> Self {
         let mut pats: Vec<Pattern> = Vec::new();
         for p in select {
@@ -268,8 +269,10 @@ impl Selection {
         Selection { pats, entries }
     }
 
-    /// Prepares the series `selects` name, each metric evaluated once however many selects
-    /// name it, in registry order.
+    /// Prepares the series `selects` name (nothing when empty; unlike [`Selection::new`], whose
+    /// empty list is everything), each metric evaluated once however many selects name it, in
+    /// registry order. Only metrics in the registry's table are reached: a definition missing
+    /// from its module's `metrics!` block cannot exist, so none is.
     pub fn of(selects: &[Select]) -> Self {
         let entries = crate::registry::all()
             .iter()
@@ -294,11 +297,6 @@ impl Selection {
             pats: Vec::new(),
             entries,
         }
-    }
-
-    /// Every series of `defs`.
-    pub fn metrics(defs: &[&'static MetricDef]) -> Self {
-        Self::of(&defs.iter().map(|d| Select::all(d)).collect::<Vec<_>>())
     }
 
     /// The sample parts the selected metrics read.

@@ -52,6 +52,12 @@ impl Pattern {
     }
 }
 
+/// Whether `s` matches glob `p`, without compiling it (for globs written in code, matched a
+/// few times).
+pub fn matches(p: &str, s: &str) -> bool {
+    wildmatch(p.as_bytes(), s.as_bytes())
+}
+
 /// Iterative wildcard match with single-star backtracking: linear in practice, never exponential.
 fn wildmatch(p: &[u8], s: &[u8]) -> bool {
     let (mut pi, mut si) = (0, 0);

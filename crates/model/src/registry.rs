@@ -235,8 +235,9 @@ impl MetricDef {
         let mut out = Vec::with_capacity(lits.len() - 1);
         let mut rest = inner;
         for lit in &lits[1..lits.len() - 1] {
-            // At least one character for this label, then the literal.
-            let at = rest.get(1..)?.find(lit)? + 1;
+            // At least one character (whatever its width) for this label, then the literal.
+            let first = rest.chars().next()?.len_utf8();
+            let at = rest[first..].find(lit)? + first;
             out.push(rest[..at].to_string());
             rest = &rest[at + lit.len()..];
         }
@@ -410,16 +411,24 @@ impl Select {
         }
     }
 
-    /// The series of `def` whose placeholder values match `labels` (one glob per placeholder,
-    /// in template order; missing ones match anything).
+    /// The series of `def` whose placeholder values match `labels`: one glob per placeholder,
+    /// in template order, or none for every series.
+    ///
+    /// # Panics
+    /// When `labels` is neither empty nor one per placeholder: selections are written in code,
+    /// and `PROC_RSS_BYTES` with one label would silently select a pid, not a comm.
     pub fn labels(def: &'static MetricDef, labels: &[&str]) -> Self {
         let n = def.placeholders().len();
+        assert!(
+            labels.is_empty() || labels.len() == n,
+            "{}: {} label globs for {n} placeholders",
+            def.name,
+            labels.len()
+        );
         let mut pats: Vec<crate::glob::Pattern> = labels
             .iter()
-            .take(n)
             .map(|l| crate::glob::Pattern::new(l))
             .collect();
-        pats.resize_with(n, || crate::glob::Pattern::new("*"));
         if pats.iter().all(|p| p.as_str() == "*") {
             pats.clear();
         }
@@ -434,11 +443,6 @@ impl Select {
     /// Whether the series of `def` with placeholder values `labels` is selected.
     pub fn matches(&self, def: &MetricDef, labels: &[&str]) -> bool {
         def == self.def && self.labels.iter().zip(labels).all(|(p, l)| p.matches(l))
-    }
-
-    /// The label globs (empty: every series).
-    pub fn label_globs(&self) -> &[crate::glob::Pattern] {
-        &self.labels
     }
 }
 
@@ -563,6 +567,10 @@ mod tests {
             );
         }
         assert_eq!(process::PROC_RSS_BYTES.labels_of("proc..x.rss_bytes"), None);
+        assert_eq!(
+            process::PROC_RSS_BYTES.labels_of("proc.é.x.rss_bytes"),
+            Some(vec!["é".to_string(), "x".to_string()])
+        );
         assert_eq!(process::PROC_RSS_BYTES.labels_of("cpu.usr_pct"), None);
         assert_eq!(
             cgroup::CPU_THROTTLED_PCT.glob(),
@@ -582,6 +590,12 @@ mod tests {
         assert!(any.is_all());
         assert_eq!(any.to_string(), "proc.*.*.rss_bytes");
         let comm = Select::labels(&process::PROC_RSS_BYTES, &["*", "lab-leak"]);
+        let pid_only =
+            std::panic::catch_unwind(|| Select::labels(&process::PROC_RSS_BYTES, &["7"]));
+        assert!(
+            pid_only.is_err(),
+            "one glob for two placeholders is refused"
+        );
         assert!(comm.matches(&process::PROC_RSS_BYTES, &["7", "lab-leak"]));
         assert!(!comm.matches(&process::PROC_RSS_BYTES, &["7", "other"]));
     }

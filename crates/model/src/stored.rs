@@ -3,9 +3,10 @@
 //!
 //! Every reader of samples (`dump`, diagnosis, episode detection, the lab's signatures, `serve`,
 //! the terminal views, the flame graphs) goes through [`SampleReader`], so they share one policy
-//! for damage: a record whose payload does not decode, or a segment the store cannot read, is
-//! skipped and counted in [`Damage`], never fatal and never silent; the caller reports the
-//! count once (`dump` on stderr, `diagnose` in its report, `serve` in its answers).
+//! for damage: a record whose payload does not decode, a record or frame the store found
+//! corrupt, or a segment the store cannot read at all (with the first such error) is skipped
+//! and counted in [`Damage`], never fatal; the caller reports it once (`dump`, `events` and
+//! `flame` on stderr, `diagnose` in its report, `serve` in its answers and headers).
 
 use std::path::Path;
 
@@ -19,25 +20,44 @@ use crate::signals::SignalRecord;
 pub const PREV_LOOKBACK_NS: i64 = 5_000_000_000;
 
 /// Records a read skipped.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Damage {
     /// Records whose payload did not decode (damaged, or written by an incompatible build).
     pub undecodable: u64,
-    /// Reads of a segment or lane the store gave up on (a damaged file: the rest of it is
-    /// skipped, other segments are read).
+    /// Records whose CRC did not match, and zstd frames that did not decompress (the store
+    /// skips them; a crash leaves a torn frame at most).
+    pub corrupt: u64,
+    /// Segment or lane files the store could not read from some point on (a damaged header, a
+    /// version this build does not read, an I/O error): their rest is skipped, other segments
+    /// are read.
     pub unreadable: u64,
+    /// The first of those errors, for the note.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_error: Option<String>,
 }
 
 impl Damage {
     /// Whether anything was skipped.
     pub fn is_empty(&self) -> bool {
-        self.undecodable == 0 && self.unreadable == 0
+        self.undecodable == 0 && self.corrupt == 0 && self.unreadable == 0
     }
 
     /// Adds another read's counts.
-    pub fn add(&mut self, o: Damage) {
+    pub fn add(&mut self, o: &Damage) {
         self.undecodable += o.undecodable;
+        self.corrupt += o.corrupt;
         self.unreadable += o.unreadable;
+        if self.first_error.is_none() {
+            self.first_error.clone_from(&o.first_error);
+        }
+    }
+
+    /// Counts a file the store gave up on, keeping the first error.
+    pub fn unreadable(&mut self, e: StoreError) {
+        self.unreadable += 1;
+        if self.first_error.is_none() {
+            self.first_error = Some(e.to_string());
+        }
     }
 
     /// One line for people, when anything was skipped.
@@ -49,10 +69,17 @@ impl Damage {
         if self.undecodable > 0 {
             parts.push(format!("{} undecodable samples", self.undecodable));
         }
-        if self.unreadable > 0 {
-            parts.push(format!("{} unreadable store segments", self.unreadable));
+        if self.corrupt > 0 {
+            parts.push(format!("{} corrupt records or frames", self.corrupt));
         }
-        Some(format!("skipped {} (damaged data)", parts.join(" and ")))
+        if self.unreadable > 0 {
+            parts.push(format!(
+                "the rest of {} unreadable store files (error: {})",
+                self.unreadable,
+                self.first_error.as_deref().unwrap_or("unknown")
+            ));
+        }
+        Some(format!("skipped {} (damaged data)", parts.join(", ")))
     }
 }
 
@@ -116,32 +143,34 @@ impl SampleReader {
         })
     }
 
-    /// The newest sample and the one before it (up to five minutes back: rates refuse longer
-    /// gaps anyway), with their damage.
+    /// The newest sample that decodes and the one before it (up to five minutes back: rates
+    /// refuse longer gaps anyway), with what was skipped. A damaged newest record costs the
+    /// newest sample, not the answer.
     pub fn latest_pair(&self, parts: Parts) -> Result<(Option<Pair>, Damage), StoreError> {
         let mut damage = Damage::default();
         let Some(last) = self.reader.latest()? else {
             return Ok((None, damage));
         };
-        let Some(cur) = decode(&last, parts, &mut damage) else {
-            return Ok((None, damage));
-        };
+        let newest = decode(&last, parts, &mut damage);
         // A few seconds back at any usual interval; each window read decompresses its frames.
-        let mut prev = None;
+        let mut before: Vec<Sample> = Vec::new();
+        let want = if newest.is_some() { 1 } else { 2 };
         for back in [
             10_000_000_000,
             crate::derive::MAX_RATE_GAP_S as i64 * 1_000_000_000,
         ] {
             let mut s = self.samples(last.ts_ns - back, last.ts_ns - 1, parts)?;
-            for x in s.by_ref() {
-                prev = Some(x);
-            }
-            damage.add(s.damage());
-            if prev.is_some() {
+            before = s.by_ref().collect();
+            damage.add(&s.damage());
+            if before.len() >= want {
                 break;
             }
         }
-        Ok((Some((cur, prev)), damage))
+        let pair = match newest {
+            Some(cur) => Some((cur, before.pop())),
+            None => before.pop().map(|cur| (cur, before.pop())),
+        };
+        Ok((pair, damage))
     }
 
     /// The record at exactly `ts` decoded with `parts` (the first such record).
@@ -153,7 +182,7 @@ impl SampleReader {
     ) -> Result<Option<Sample>, StoreError> {
         let mut s = self.samples(ts, ts, parts)?;
         let found = s.by_ref().find(|x| x.ts_ns == ts);
-        damage.add(s.damage());
+        damage.add(&s.damage());
         Ok(found)
     }
 
@@ -195,15 +224,23 @@ impl Samples {
                     }
                 }
                 // The store gives up on that segment only; the next call reads the next one.
-                Err(_) => self.damage.unreadable += 1,
+                Err(e) => self.damage.unreadable(e),
             }
         }
     }
 
-    /// What was skipped so far.
+    /// What was skipped so far, the store's own findings included.
     pub fn damage(&self) -> Damage {
-        self.damage
+        with_store(&self.damage, &self.range)
     }
+}
+
+/// `d` plus the corrupt records and frames the store skipped in `range`.
+fn with_store(d: &Damage, range: &Range) -> Damage {
+    let st = range.stats();
+    let mut d = d.clone();
+    d.corrupt += st.corrupt_records + st.corrupt_frames;
+    d
 }
 
 impl Iterator for Samples {
@@ -249,9 +286,9 @@ pub struct SignalRecords {
 }
 
 impl SignalRecords {
-    /// What was skipped so far.
+    /// What was skipped so far, the store's own findings included.
     pub fn damage(&self) -> Damage {
-        self.damage
+        with_store(&self.damage, &self.range)
     }
 }
 
@@ -265,7 +302,7 @@ impl Iterator for SignalRecords {
                     Some(r) => return Some((rec.ts_ns, r)),
                     None => self.damage.undecodable += 1,
                 },
-                Err(_) => self.damage.unreadable += 1,
+                Err(e) => self.damage.unreadable(e),
             }
         }
     }
@@ -321,7 +358,9 @@ mod tests {
 
     fn store(n: i64) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
-        let mut w = Writer::open(StoreConfig::new(dir.path())).unwrap();
+        let mut c = StoreConfig::new(dir.path());
+        c.retain = std::time::Duration::from_secs(100 * 365 * 86400);
+        let mut w = Writer::open(c).unwrap();
         let mut enc = Encoder::new();
         for i in 1..=n {
             let mut s = Sample {
@@ -358,12 +397,17 @@ mod tests {
             p.damage(),
             Damage {
                 undecodable: 1,
-                unreadable: 0
+                ..Default::default()
             }
         );
         assert!(p.damage().note().unwrap().contains("1 undecodable"));
+        // The newest record does not decode: the newest that does stands in.
         let (latest, dmg) = r.latest_pair(Parts::NONE).unwrap();
-        assert!(latest.is_none(), "the newest record does not decode");
+        let (cur, prev) = latest.expect("a pair");
+        assert_eq!(
+            (cur.ts_ns, prev.map(|p| p.ts_ns)),
+            (10_000_000_000, Some(9_000_000_000))
+        );
         assert_eq!(dmg.undecodable, 1);
         let mut d = Damage::default();
         assert_eq!(
@@ -374,5 +418,49 @@ mod tests {
         );
         assert!(d.is_empty());
         assert_eq!(r.signals(0, i64::MAX).unwrap().count(), 10);
+    }
+
+    #[test]
+    fn a_damaged_segment_is_counted_with_its_error_and_the_others_are_read() {
+        let dir = store(10);
+        // A second segment (retention must not delete the first: these times are in 1970),
+        // then four bad bytes over the first one's header.
+        let mut c = StoreConfig::new(dir.path());
+        c.retain = std::time::Duration::from_secs(100 * 365 * 86400);
+        let mut w = Writer::open(c).unwrap();
+        let mut enc = Encoder::new();
+        let mut s = Sample {
+            ts_ns: 20_000_000_000,
+            mono_ns: 20_000_000_000,
+            ..Default::default()
+        };
+        let e = enc.encode(&mut s, &SignalRecord::default()).unwrap();
+        w.append_lanes(s.ts_ns, e.main, &e.lanes).unwrap();
+        w.close().unwrap();
+        let mut segs: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                let n = p.file_name().unwrap().to_string_lossy().to_string();
+                n.ends_with(".jss") && !n.ends_with(".d.jss") && !n.ends_with(".s.jss")
+            })
+            .collect();
+        segs.sort();
+        assert_eq!(segs.len(), 2);
+        let mut b = std::fs::read(&segs[0]).unwrap();
+        b[..4].copy_from_slice(b"XXXX");
+        std::fs::write(&segs[0], b).unwrap();
+        let r = SampleReader::open(dir.path()).unwrap();
+        let mut samples = r.samples(0, i64::MAX, Parts::NONE).unwrap();
+        let got: Vec<i64> = samples.by_ref().map(|s| s.ts_ns).collect();
+        assert_eq!(got, [20_000_000_000], "the undamaged segment is read");
+        let d = samples.damage();
+        assert_eq!(d.unreadable, 1);
+        let note = d.note().unwrap();
+        assert!(
+            note.contains("unreadable") && note.contains("error:"),
+            "{note}"
+        );
     }
 }

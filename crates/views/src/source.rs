@@ -16,8 +16,7 @@ use jitterscope_diagnose::events::{Event, Mark, MarkState, Online};
 use jitterscope_model::codec::Parts;
 use jitterscope_model::collector::{CollectorSet, Notes};
 use jitterscope_model::sample::{monotonic_ns, HostInfo, Sample};
-use jitterscope_model::stored::{self, Damage};
-use jitterscope_store::Reader;
+use jitterscope_model::stored::{Damage, SampleReader};
 use serde::Serialize;
 
 /// The sample shown and the one before it (rates need both).
@@ -115,7 +114,7 @@ const CACHE: usize = 8;
 
 /// A store, replayed or followed.
 pub struct StoreSource {
-    reader: Reader,
+    reader: SampleReader,
     dir: PathBuf,
     follow: bool,
     cache: VecDeque<Arc<Sample>>,
@@ -133,8 +132,8 @@ const FOLLOW_CHECK: Duration = Duration::from_millis(500);
 impl StoreSource {
     /// Opens the store at `dir`; `follow` for `top` on a store a recorder writes.
     pub fn open(dir: &Path, follow: bool) -> Result<Self> {
-        let reader =
-            Reader::open(dir).with_context(|| format!("cannot open store {}", dir.display()))?;
+        let reader = SampleReader::open(dir)
+            .with_context(|| format!("cannot open store {}", dir.display()))?;
         Ok(StoreSource {
             reader,
             dir: dir.to_path_buf(),
@@ -149,14 +148,20 @@ impl StoreSource {
 
     /// The first and last record times.
     pub fn bounds(&self) -> Result<Option<(i64, i64)>> {
-        Ok(self.reader.time_bounds()?)
+        Ok(self.reader.store().time_bounds()?)
     }
 
     fn decode(&mut self, rec: &jitterscope_store::Record) -> Option<Arc<Sample>> {
         if let Some(s) = self.cache.iter().find(|s| s.ts_ns == rec.ts_ns) {
             return Some(s.clone());
         }
-        let s = Arc::new(stored::decode(rec, Parts::ALL, &mut self.damage)?);
+        let s = jitterscope_model::stored::decode(rec, Parts::ALL, &mut self.damage)?;
+        Some(self.keep(s))
+    }
+
+    /// Caches a decoded sample (the last [`CACHE`]).
+    fn keep(&mut self, s: Sample) -> Arc<Sample> {
+        let s = Arc::new(s);
         if s.interval_ns > 0 {
             self.interval = Some(Duration::from_nanos(s.interval_ns));
         }
@@ -164,17 +169,17 @@ impl StoreSource {
             self.cache.pop_front();
         }
         self.cache.push_back(s.clone());
-        Some(s)
+        s
     }
 
-    /// The timestamps of records in `[from, to]`, in file order (damage skipped).
-    fn times(&self, from: i64, to: i64) -> Result<Vec<i64>> {
+    /// The timestamps of records in `[from, to]`, in file order (damage skipped and counted,
+    /// as every read of samples does).
+    fn times(&mut self, from: i64, to: i64) -> Result<Vec<i64>> {
         let mut out = Vec::new();
-        for r in self.reader.range_main(from, to)? {
+        for r in self.reader.store().range_main(from, to)? {
             match r {
                 Ok(r) => out.push(r.ts_ns),
-                Err(jitterscope_store::StoreError::Io { .. }) => continue,
-                Err(e) => return Err(e.into()),
+                Err(e) => self.damage.unreadable(e),
             }
         }
         Ok(out)
@@ -185,20 +190,12 @@ impl StoreSource {
         if let Some(s) = self.cache.iter().find(|s| s.ts_ns == ts) {
             return Ok(Some(s.clone()));
         }
-        for r in self.reader.range(ts, ts)? {
-            match r {
-                Ok(r) if r.ts_ns == ts => {
-                    return Ok(self.decode(&r));
-                }
-                Ok(_) | Err(jitterscope_store::StoreError::Io { .. }) => continue,
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Ok(None)
+        let s = self.reader.sample_at(ts, Parts::ALL, &mut self.damage)?;
+        Ok(s.map(|s| self.keep(s)))
     }
 
     /// The last record time at or before `t`.
-    fn time_at_or_before(&self, t: i64) -> Result<Option<i64>> {
+    fn time_at_or_before(&mut self, t: i64) -> Result<Option<i64>> {
         for w in SEARCH {
             let ts = self.times(t.saturating_sub(w), t)?;
             if let Some(&last) = ts.iter().filter(|&&x| x <= t).max() {
@@ -209,7 +206,7 @@ impl StoreSource {
     }
 
     /// The first record time at or after `t`.
-    fn time_at_or_after(&self, t: i64) -> Result<Option<i64>> {
+    fn time_at_or_after(&mut self, t: i64) -> Result<Option<i64>> {
         for w in SEARCH {
             let ts = self.times(t, t.saturating_add(w))?;
             if let Some(&first) = ts.iter().filter(|&&x| x >= t).min() {
@@ -252,7 +249,7 @@ impl Source for StoreSource {
         let ts = match self.newest {
             Some(ts) if self.cache.iter().any(|s| s.ts_ns == ts) => ts,
             _ => {
-                let Some(r) = self.reader.latest()? else {
+                let Some(r) = self.reader.store().latest()? else {
                     return Ok(None);
                 };
                 self.newest = Some(r.ts_ns);
@@ -288,7 +285,7 @@ impl Source for StoreSource {
             return Ok(false);
         }
         self.checked = Some(std::time::Instant::now());
-        let Some(r) = self.reader.latest()? else {
+        let Some(r) = self.reader.store().latest()? else {
             return Ok(false);
         };
         if Some(r.ts_ns) == self.newest {

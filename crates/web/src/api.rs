@@ -35,6 +35,28 @@ fn internal(e: impl std::fmt::Display) -> ApiError {
     ApiError(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}"))
 }
 
+/// The header that carries what a read skipped as damaged, for answers whose body has no place
+/// for it (`/api/v1/events`, `/metrics`).
+pub const DAMAGED_HEADER: &str = "x-jitterscope-damaged";
+
+/// Adds [`DAMAGED_HEADER`] with the damage note when anything was skipped.
+pub fn damage_header(resp: &mut Response, d: &jitterscope_model::stored::Damage) {
+    let Some(note) = d.note() else { return };
+    let ascii: String = note
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                '?'
+            }
+        })
+        .collect();
+    if let Ok(v) = header::HeaderValue::from_str(&ascii) {
+        resp.headers_mut().insert(DAMAGED_HEADER, v);
+    }
+}
+
 /// Runs `f` on the blocking pool.
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
@@ -238,7 +260,7 @@ pub async fn series(
         } else {
             Data::load_globs(&dir, lo, hi, &sel).map_err(internal)?
         };
-        damaged.add(d.damage);
+        damaged.add(&d.damage);
         // No more buckets than samples: a short window is drawn sample by sample.
         // Samples with a value in the window (a store's first sample has no rates).
         let mut seen = vec![false; d.ts.len()];
@@ -329,12 +351,14 @@ fn in_signals_lane(select: &[String], top: Option<usize>) -> bool {
 pub async fn events(
     State(st): State<Arc<AppState>>,
     Query(w): Query<Window>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let dir = st.cfg.dir.clone();
     blocking(move || {
         let (from, to) = w.resolve(&dir)?;
-        let (ev, _) = jitterscope_diagnose::events(&dir, from, to).map_err(internal)?;
-        Ok(Json(json!(ev)))
+        let (ev, damage) = jitterscope_diagnose::events(&dir, from, to).map_err(internal)?;
+        let mut resp = Json(json!(ev)).into_response();
+        damage_header(&mut resp, &damage);
+        Ok(resp)
     })
     .await
 }

@@ -16,7 +16,7 @@ use jitterscope_model::codec::Parts;
 use jitterscope_model::derive::{evaluate, SeriesValue};
 use jitterscope_model::metrics::{cgroup, irq, mem, process, tracer};
 use jitterscope_model::registry::{all, MetricDef};
-use jitterscope_model::stored::SampleReader;
+use jitterscope_model::stored::{Damage, Pair, SampleReader};
 use jitterscope_model::Sample;
 
 use crate::AppState;
@@ -75,19 +75,20 @@ pub fn exposition(cur: &Sample, prev: Option<&Sample>, top: usize) -> Vec<u8> {
     out
 }
 
-/// The newest sample and the one before it.
-fn latest(dir: &std::path::Path) -> anyhow::Result<Option<(Sample, Option<Sample>)>> {
-    let (pair, _damage) = SampleReader::open(dir)?.latest_pair(Parts::ALL)?;
-    Ok(pair)
+/// The newest sample that decodes, the one before it, and what the read skipped.
+fn latest(dir: &std::path::Path) -> anyhow::Result<(Option<Pair>, Damage)> {
+    Ok(SampleReader::open(dir)?.latest_pair(Parts::ALL)?)
 }
 
 /// `GET /metrics`.
 pub async fn metrics(State(st): State<Arc<AppState>>) -> Response {
     let cfg = st.cfg.clone();
-    let r = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, (StatusCode, String)> {
+    let r = tokio::task::spawn_blocking(move || -> Result<(Vec<u8>, Damage), (StatusCode, String)> {
         let err = |e: anyhow::Error| (StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}\n"));
-        let Some((cur, prev)) = latest(&cfg.dir).map_err(err)? else {
-            return Err((StatusCode::SERVICE_UNAVAILABLE, "the store holds no samples\n".into()));
+        let (pair, damage) = latest(&cfg.dir).map_err(err)?;
+        let Some((cur, prev)) = pair else {
+            let why = damage.note().unwrap_or_else(|| "the store holds no samples".into());
+            return Err((StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")));
         };
         let now = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX);
         let age_s = (now - cur.ts_ns) as f64 / 1e9;
@@ -100,18 +101,22 @@ pub async fn metrics(State(st): State<Arc<AppState>>) -> Response {
                 ),
             ));
         }
-        Ok(exposition(&cur, prev.as_ref(), cfg.top_processes))
+        Ok((exposition(&cur, prev.as_ref(), cfg.top_processes), damage))
     })
     .await;
     match r {
-        Ok(Ok(body)) => (
-            [(
-                header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
-            body,
-        )
-            .into_response(),
+        Ok(Ok((body, damage))) => {
+            let mut resp = (
+                [(
+                    header::CONTENT_TYPE,
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                )],
+                body,
+            )
+                .into_response();
+            crate::api::damage_header(&mut resp, &damage);
+            resp
+        }
         Ok(Err((code, msg))) => (code, msg).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
     }

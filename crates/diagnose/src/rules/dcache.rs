@@ -135,7 +135,10 @@ fn run(d: &Data) -> Vec<Finding> {
     let dent = d.stats(&mem::SLAB_CACHE_TOTAL_BYTES, &["dentry"]);
     if slab.n > 0 && dent.n > 0 && slab.max > 0.0 {
         f.evidence.push(fact(
-            "slab.dentry share",
+            format!(
+                "{} share",
+                mem::SLAB_CACHE_TOTAL_BYTES.series_name(&["dentry"])
+            ),
             dent.max * 100.0 / slab.max,
             Unit::Percent,
             format!(

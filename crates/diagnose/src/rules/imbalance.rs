@@ -94,6 +94,18 @@ mod tests {
     }
 
     #[test]
+    fn completely_idle_cpus_count_among_the_others() {
+        // One pinned CPU, three doing nothing at all: the clearest imbalance there is.
+        let f = run(&data(&[100.0, 1.0, 100.0, 100.0]));
+        assert_eq!(f.len(), 1);
+        assert!(
+            f[0].title.contains("other CPUs average 0%"),
+            "{}",
+            f[0].title
+        );
+    }
+
+    #[test]
     fn evenly_busy_or_one_cpu_is_not() {
         assert!(run(&data(&[5.0, 3.0, 4.0, 6.0])).is_empty(), "all busy");
         assert!(

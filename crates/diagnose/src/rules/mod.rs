@@ -170,12 +170,12 @@ impl Finding {
     }
 
     /// Cites the window sums of the first `n` processes of a ranking, each noted
-    /// `{what} {comm} ({pid}){after}`.
+    /// `{what} {comm} ({pid}){after}` (whatever the ranking was by, the value is the sum).
     pub(crate) fn cite_procs(&mut self, procs: &[ProcSum], n: usize, what: &str, after: &str) {
         for p in procs.iter().take(n) {
             let note = format!("{what} {} ({}){after}", p.comm, p.pid);
             self.evidence
-                .push(series_fact(p.series, p.value, Take::Sum, note));
+                .push(series_fact(p.series, p.sum, Take::Sum, note));
         }
     }
 }
@@ -256,8 +256,10 @@ pub(crate) struct ProcSum<'d> {
     pub pid: u32,
     /// The name it had longest.
     pub comm: String,
-    /// The statistic, summed over its series.
+    /// The ranking statistic, summed over its series.
     pub value: f64,
+    /// Its window sum (a count, for a rate), summed over its series.
+    pub sum: f64,
     /// Its series under that name.
     pub series: &'d Series,
 }
@@ -287,12 +289,14 @@ pub(crate) fn top_procs_by<'d>(
                     pid,
                     comm: comm.to_string(),
                     value: 0.0,
+                    sum: 0.0,
                     series: s,
                 },
                 0,
             )
         });
         e.0.value += f(&st);
+        e.0.sum += st.sum;
         if st.n > e.1 || (st.n == 0 && e.1 == 0) {
             e.0.comm = comm.to_string();
             e.0.series = s;
@@ -409,5 +413,11 @@ mod tests {
     #[test]
     fn rule_ids_unique() {
         jitterscope_testkit::assert_unique(RULES.iter().map(|r| r.id), "rule ids");
+        // Every rule's inputs fit their metrics' placeholders (Select::labels panics otherwise).
+        for r in RULES {
+            for s in r.select {
+                let _ = s.select();
+            }
+        }
     }
 }

@@ -137,7 +137,7 @@ fn run(d: &Data) -> Vec<Finding> {
     let anon = d.stats(&mem::ANON_BYTES, &[]);
     if cache.n > 1 && anon.n > 1 {
         f.evidence.push(fact(
-            "mem.cached_bytes / mem.anon_bytes",
+            format!("{} / {}", mem::CACHED_BYTES.name, mem::ANON_BYTES.name),
             cache.last - cache.first,
             Unit::Bytes,
             format!(
