@@ -72,17 +72,23 @@ impl Online {
         for v in &self.values {
             match v.watched {
                 Watched::Spike(sig) => {
-                    let (kind, det, last) = self
-                        .spikes
-                        .entry(v.series.clone())
-                        .or_insert_with(|| (sig.kind, SpikeDetector::new(sig.floor), idx));
+                    // Looked up before inserting: the same names come every second, and an
+                    // `entry` would copy each name each second to find it.
+                    if !self.spikes.contains_key(&v.series) {
+                        let d = (sig.kind, SpikeDetector::new(sig.floor), idx);
+                        self.spikes.insert(v.series.clone(), d);
+                    }
+                    let (kind, det, last) = self.spikes.get_mut(&v.series).expect("inserted");
                     *last = idx;
                     if let Some(c) = det.push(idx, ts, v.value, true) {
                         rec.marks.push(change_mark(kind, &v.series, c));
                     }
                 }
                 Watched::Rss => {
-                    let (det, last) = self.leaks.entry(v.series.clone()).or_default();
+                    if !self.leaks.contains_key(&v.series) {
+                        self.leaks.insert(v.series.clone(), Default::default());
+                    }
+                    let (det, last) = self.leaks.get_mut(&v.series).expect("inserted");
                     *last = idx;
                     if let Some(c) = det.push(ts, v.value, true) {
                         rec.marks.push(change_mark(LEAK_KIND, &v.series, c));
@@ -90,11 +96,7 @@ impl Online {
                 }
             }
         }
-        rec.values = self
-            .values
-            .iter()
-            .map(|v| (v.series.clone(), v.value))
-            .collect();
+        rec.values = self.values.drain(..).map(|v| (v.series, v.value)).collect();
         // Series gone for a baseline window (a removed cgroup, an exited process): their
         // open episodes end here, and their state goes.
         let stale = |last: u32| idx.saturating_sub(last) > WINDOW as u32;
