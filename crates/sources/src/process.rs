@@ -48,6 +48,12 @@ pub struct PidStat {
     pub minflt: u64,
     /// Major faults, i.e. faults that needed I/O (counter).
     pub majflt: u64,
+    /// Minor faults of the children it waited for (counter). It rises when the process reaps
+    /// a child: the kernel then also folds the child's lifetime I/O counters into this
+    /// process's `/proc/<pid>/io` (kernel/exit.c, wait_task_zombie).
+    pub cminflt: u64,
+    /// CPU time of the children it waited for, user + system, USER_HZ ticks (counter).
+    pub children_ticks: u64,
     /// User CPU time, USER_HZ ticks (counter).
     pub utime_ticks: u64,
     /// System CPU time, USER_HZ ticks (counter).
@@ -66,6 +72,26 @@ pub struct PidStat {
     pub processor: u32,
     /// Aggregated block I/O delay, USER_HZ ticks (needs delay accounting; 0 otherwise).
     pub delayacct_blkio_ticks: u64,
+    /// The exit status in waitpid(2) form, which a zombie still shows (field 52, 3.5+; 0 for
+    /// a live process): the signal that killed it is its low 7 bits.
+    pub exit_code: Option<i32>,
+}
+
+impl PidStat {
+    /// Whether the process has exited (a zombie, dead, or exiting with its memory already
+    /// released): its memory fields read 0 because it has no mm any more, not because it
+    /// shrank.
+    pub fn exited(&self) -> bool {
+        matches!(self.state, 'Z' | 'X')
+            || (self.flags & PF_EXITING != 0 && self.flags & PF_KTHREAD == 0 && self.rss_pages == 0)
+    }
+
+    /// The signal that ended a zombie (SIGKILL is 9), None while it runs or when it exited
+    /// by itself.
+    pub fn exit_signal(&self) -> Option<i32> {
+        let c = self.exit_code?;
+        (matches!(self.state, 'Z' | 'X') && c & 0x7f != 0).then_some(c & 0x7f)
+    }
 }
 
 /// `PF_EXITING` from include/linux/sched.h: set when a task starts exiting.
@@ -88,7 +114,7 @@ pub fn parse_pid_stat(buf: &[u8]) -> Result<PidStat, ParseError> {
     let pid = parse_u64(&buf[..open], 1, "pid")?;
     let comm = lossy(&buf[open + 1..close]);
     // Field numbers below follow proc(5), counting pid as 1 and comm as 2.
-    let mut f: [&[u8]; 40] = [&[]; 40];
+    let mut f: [&[u8]; 50] = [&[]; 50];
     let mut n = 0;
     for (i, v) in fields(&buf[close + 1..]).enumerate() {
         if i >= f.len() {
@@ -114,6 +140,8 @@ pub fn parse_pid_stat(buf: &[u8]) -> Result<PidStat, ParseError> {
         flags: num(9, "flags")? as u32,
         minflt: num(10, "minflt")?,
         majflt: num(12, "majflt")?,
+        cminflt: num(11, "cminflt")?,
+        children_ticks: num(16, "cutime")?.saturating_add(num(17, "cstime")?),
         utime_ticks: num(14, "utime")?,
         stime_ticks: num(15, "stime")?,
         nice: parse_i64(field(19), 1, "nice")?,
@@ -135,6 +163,11 @@ pub fn parse_pid_stat(buf: &[u8]) -> Result<PidStat, ParseError> {
             num(42, "delayacct_blkio_ticks")?
         } else {
             0
+        },
+        exit_code: if n >= 50 {
+            Some(parse_i64(field(52), 1, "exit_code")? as i32)
+        } else {
+            None
         },
     })
 }
@@ -781,6 +814,26 @@ mod tests {
         assert_eq!(kt.comm, "kthreadd");
         assert_ne!(kt.flags & PF_KTHREAD, 0);
         assert_eq!(kt.rss_pages, 0);
+    }
+
+    #[test]
+    fn a_zombie_says_it_exited_and_how() {
+        // Captured by scripts/capture-exit-fixtures.sh: a child killed by SIGKILL, not yet
+        // waited for. Its rss field is 0 because it has no mm any more, not because it shrank.
+        let z =
+            parse_pid_stat(&std::fs::read(format!("{FX}/../edge/zombie-sigkill.stat")).unwrap())
+                .unwrap();
+        assert_eq!(z.state, 'Z');
+        assert_eq!(z.rss_pages, 0);
+        assert!(z.exited());
+        assert_eq!(z.exit_signal(), Some(9));
+        let init = parse_pid_stat(&std::fs::read(format!("{FX}/proc/1/stat")).unwrap()).unwrap();
+        assert!(!init.exited());
+        assert_eq!(init.exit_signal(), None);
+        assert_eq!(init.exit_code, Some(0));
+        // A kernel thread has no mm either, and has not exited.
+        let kt = parse_pid_stat(&std::fs::read(format!("{FX}/proc/2/stat")).unwrap()).unwrap();
+        assert!(!kt.exited());
     }
 
     #[test]

@@ -19,6 +19,8 @@ pub struct ProcCgroup<'a> {
     pub cpuacct: Option<&'a str>,
     /// Path in the v1 hierarchy carrying `memory`.
     pub memory: Option<&'a str>,
+    /// Path in the v1 hierarchy carrying `blkio`.
+    pub blkio: Option<&'a str>,
     /// Path in the unified (v2) hierarchy.
     pub v2: Option<&'a str>,
 }
@@ -40,6 +42,7 @@ impl<'a> ProcCgroup<'a> {
             cpu: self.cpu.map(str::to_owned),
             cpuacct: self.cpuacct.map(str::to_owned),
             memory: self.memory.map(str::to_owned),
+            blkio: self.blkio.map(str::to_owned),
             v2: self.v2.map(str::to_owned),
         }
     }
@@ -55,8 +58,28 @@ pub struct ProcCgroupPaths {
     pub cpuacct: Option<String>,
     /// Path in the v1 hierarchy carrying `memory`.
     pub memory: Option<String>,
+    /// Path in the v1 hierarchy carrying `blkio` (the I/O controller's limits and weights).
+    pub blkio: Option<String>,
     /// Path in the unified (v2) hierarchy.
     pub v2: Option<String>,
+}
+
+impl ProcCgroupPaths {
+    /// The cgroup that holds the process's CPU limits: v1 `cpu` if bound, else v2.
+    pub fn for_cpu(&self) -> Option<&str> {
+        self.cpu.as_deref().or(self.v2.as_deref())
+    }
+
+    /// The cgroup that holds its memory limit and is charged for its pages: v1 `memory` if
+    /// bound, else v2.
+    pub fn for_memory(&self) -> Option<&str> {
+        self.memory.as_deref().or(self.v2.as_deref())
+    }
+
+    /// The cgroup that holds its I/O limits: v1 `blkio` if bound, else v2.
+    pub fn for_io(&self) -> Option<&str> {
+        self.blkio.as_deref().or(self.v2.as_deref())
+    }
 }
 
 /// Parses `/proc/<pid>/cgroup`. Lines of other v1 hierarchies (`name=systemd`, `pids`...) are
@@ -82,6 +105,7 @@ pub fn parse_proc_pid_cgroup(buf: &[u8]) -> Result<ProcCgroup<'_>, ParseError> {
                 b"cpu" => out.cpu = Some(path),
                 b"cpuacct" => out.cpuacct = Some(path),
                 b"memory" => out.memory = Some(path),
+                b"blkio" => out.blkio = Some(path),
                 _ => {}
             }
         }
@@ -134,6 +158,12 @@ mod tests {
         assert_eq!(p.cpuacct, Some("/docker/abc"));
         assert_eq!(p.memory, Some("/docker/abc"));
         assert_eq!(p.v2, None);
+        let p = parse_proc_pid_cgroup(b"9:blkio:/io\n5:memory:/mem\n4:cpu:/\n0::/\n").unwrap();
+        let o = p.to_paths();
+        assert_eq!(
+            (o.for_cpu(), o.for_memory(), o.for_io()),
+            (Some("/"), Some("/mem"), Some("/io"))
+        );
         let p = parse_proc_pid_cgroup(b"0::/system.slice/a:b.service\n").unwrap();
         assert_eq!(p.cpu_cgroup(), Some("/system.slice/a:b.service"));
         assert_eq!(p.memory_cgroup(), Some("/system.slice/a:b.service"));

@@ -9,6 +9,7 @@ pub mod dentry;
 pub mod diskstats;
 pub mod interrupts;
 pub mod kernel;
+pub mod kmsg;
 pub mod loadavg;
 pub mod meminfo;
 pub mod netdev;
