@@ -188,6 +188,9 @@ pub struct Sample {
     pub processes: Option<Vec<Process>>,
     /// What the process scan skipped (vanished processes, parse errors, descriptor use).
     pub process_scan: Option<ProcessScanStats>,
+    /// The processes the OOM killer killed this interval, from its reports in the kernel log
+    /// (None when /dev/kmsg cannot be read).
+    pub oom_kills: Option<Vec<jitterscope_sources::system::kmsg::OomKill>>,
     /// What the in-kernel tracers saw this interval (absent when no tracer runs).
     pub tracers: Option<crate::tracers::Tracers>,
     /// Stack samples of this interval (absent when the sampler is off or unavailable).

@@ -3,6 +3,7 @@
 
 use jitterscope_sources::cgroup::{CgroupReader, CgroupVersion};
 use jitterscope_sources::process::{default_fd_budget, ProcessReader};
+use jitterscope_sources::system::kmsg::KmsgReader;
 use jitterscope_sources::system::{PressureResource, SystemReader};
 use jitterscope_sources::Root;
 use std::time::Duration;
@@ -78,6 +79,7 @@ pub fn collectors(root: &Root, cfg: &CollectConfig) -> CollectorSet {
         }),
         Box::new(CgroupCollector::new(root)),
         Box::new(ProcessCollector::new(root)),
+        Box::new(KmsgCollector::new(root)),
     ])
 }
 
@@ -197,6 +199,42 @@ impl Collector for ProcessCollector {
         if let Some(stats) = notes.handle("processes", sample, r) {
             sample.processes = Some(std::mem::take(&mut self.out));
             sample.process_scan = Some(stats);
+        }
+    }
+}
+
+/// The OOM killer's reports from the kernel log, read from where the ring ended at start.
+/// Opening is retried once a minute when it fails (no /dev/kmsg in a container, or no
+/// permission: `kernel.dmesg_restrict` needs CAP_SYSLOG).
+pub struct KmsgCollector {
+    root: Root,
+    reader: Option<KmsgReader>,
+    retry_at: u64,
+}
+
+impl KmsgCollector {
+    /// A collector of `<root>/dev/kmsg`.
+    pub fn new(root: &Root) -> Self {
+        KmsgCollector {
+            root: root.clone(),
+            reader: None,
+            retry_at: 0,
+        }
+    }
+}
+
+impl Collector for KmsgCollector {
+    fn name(&self) -> &'static str {
+        "kmsg"
+    }
+
+    fn collect(&mut self, sample: &mut Sample, notes: &mut Notes) {
+        if self.reader.is_none() && sample.mono_ns >= self.retry_at {
+            self.retry_at = sample.mono_ns + 60_000_000_000;
+            self.reader = notes.handle("kmsg", sample, KmsgReader::open(&self.root));
+        }
+        if let Some(r) = self.reader.as_mut() {
+            sample.oom_kills = Some(r.read_ooms());
         }
     }
 }

@@ -550,8 +550,11 @@ fn seed_processes(cur: &Sample, prev: Option<&Sample>, dt_s: f64) -> HashMap<u32
                     .cloned()
             })
             .unwrap_or_default();
+        // An ended process (a zombie) has no memory map: its 0 is not a shrink.
         let rss_growth_bytes_per_s = match before.get(&(st.pid, st.starttime_ticks)) {
-            Some(&old) if dt_s > 0.0 => Some((st.rss_pages as f64 - old as f64) * page / dt_s),
+            Some(&old) if dt_s > 0.0 && !st.exited() => {
+                Some((st.rss_pages as f64 - old as f64) * page / dt_s)
+            }
             _ => None,
         };
         out.insert(

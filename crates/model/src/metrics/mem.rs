@@ -123,6 +123,12 @@ metrics! {
     RECLAIM_REFAULT_ANON_PER_S = ("reclaim.refault_anon_per_s", PerSecond, Rate, "Evicted anonymous pages faulted back in per second (vmstat workingset_refault_anon)", |cx, out| vm_rate(cx, out, |s| vm(s, "workingset_refault_anon"))),
     RECLAIM_SLABS_SCANNED_PER_S = ("reclaim.slabs_scanned_per_s", PerSecond, Rate, "Slab objects scanned by shrinkers per second (vmstat slabs_scanned)", |cx, out| vm_rate(cx, out, |s| vm(s, "slabs_scanned"))),
     RECLAIM_KSWAPD_WAKEUPS_PER_S = ("reclaim.kswapd_wakeups_per_s", PerSecond, Rate, "kswapd wake-ups because a zone fell below its low watermark (vmstat pageoutrun)", |cx, out| vm_rate(cx, out, |s| vm(s, "pageoutrun"))),
+    OOM_KILL_RSS_BYTES = ("oom.kill.<pid>.<comm>.rss_bytes", Bytes, Gauge, "Resident memory (anon + file + shmem) of a process the OOM killer killed this interval, from the kernel's report in /dev/kmsg", |cx, out| {
+        for k in cx.cur.oom_kills.iter().flatten() {
+            let pid = k.pid.to_string();
+            gauge(out, &[&pid, &k.comm], k.rss_bytes().map(|b| b as f64));
+        }
+    }),
     RECLAIM_OOM_KILL_PER_S = ("reclaim.oom_kill_per_s", PerSecond, Rate, "OOM kills per second (vmstat oom_kill)", |cx, out| vm_rate(cx, out, |s| vm(s, "oom_kill"))),
     VMSTAT_FIELD = ("vmstat.<field>", Count, Gauge, "Every /proc/vmstat value as the kernel reports it (nr_* are levels, the rest cumulative counters)", |cx, out| {
             for (k, v) in cx.cur.vmstat.iter().flat_map(|v| &v.counters) {
