@@ -20,6 +20,7 @@ use jitterscope_model::stored::{Damage, SampleReader, PREV_LOOKBACK_NS};
 use jitterscope_model::Sample;
 use jitterscope_profile::window::{Filter, NoFiles, Space, Window};
 use jitterscope_sources::system::kernel::{parse_osrelease, KernelVersion};
+use jitterscope_sources::system::kmsg::OomKill;
 
 /// Points of the process-table series over the window (at the same spacing in the baseline).
 const PROCESS_POINTS: i64 = 240;
@@ -71,12 +72,16 @@ impl Series {
 pub struct Proc {
     /// Command name.
     pub comm: String,
+    /// Parent pid (as last seen).
+    pub ppid: u32,
     /// Command line (NUL-separated arguments joined by spaces).
     pub cmdline: String,
     /// Cgroup path: v1 cpu, else v2.
     pub cgroup: Option<String>,
     /// Memory cgroup path: v1 memory, else v2.
     pub memory_cgroup: Option<String>,
+    /// I/O cgroup path: v1 blkio, else v2.
+    pub io_cgroup: Option<String>,
     /// Start time (clock ticks after boot), which with the boot id tells whether a live
     /// process of the same pid is this one.
     pub starttime: u64,
@@ -121,6 +126,9 @@ pub struct Data {
     pub profile_samples: u64,
     /// Records the read skipped (undecodable samples, unreadable segments).
     pub damage: Damage,
+    /// The OOM killer's victims in the window (from its reports in the kernel log), with the
+    /// time of each kill (ns since the epoch).
+    pub oom_kills: Vec<(i64, OomKill)>,
 }
 
 /// Summary statistics of a series over the window and over the baseline.
@@ -279,6 +287,18 @@ impl Data {
                 break;
             };
             let in_window = sample.ts_ns > from;
+            if in_window && sample.ts_ns <= to {
+                for k in sample.oom_kills.iter().flatten() {
+                    // The log's clock counts from boot like the sample's monotonic one.
+                    let ago = sample.mono_ns as i64 - (k.at_usec as i64).saturating_mul(1000);
+                    let at = if k.at_usec > 0 && ago >= 0 {
+                        sample.ts_ns - ago
+                    } else {
+                        sample.ts_ns
+                    };
+                    d.oom_kills.push((at, k.clone()));
+                }
+            }
             let procs_here = with_procs(sample.ts_ns, next);
             if sample.ts_ns > lo {
                 if let Some(p) = prev.as_ref() {
@@ -379,13 +399,15 @@ impl Data {
         for p in s.processes.iter().flatten() {
             let e = self.procs.entry(p.stat.pid).or_default();
             e.comm.clone_from(&p.stat.comm);
+            e.ppid = p.stat.ppid;
             e.starttime = p.stat.starttime_ticks;
             if e.cmdline.is_empty() {
                 e.cmdline = p.cmdline.replace('\0', " ").trim().to_string();
             }
             if let Some(c) = &p.cgroups {
-                e.cgroup = c.cpu.clone().or_else(|| c.v2.clone());
-                e.memory_cgroup = c.memory.clone().or_else(|| c.v2.clone());
+                e.cgroup = c.for_cpu().map(str::to_string);
+                e.memory_cgroup = c.for_memory().map(str::to_string);
+                e.io_cgroup = c.for_io().map(str::to_string);
             }
         }
         if let Some(prof) = &s.profile {
@@ -447,6 +469,18 @@ impl Data {
             self.ts.get(self.start).copied().unwrap_or(0),
             self.ts.last().copied().unwrap_or(0),
         )
+    }
+
+    /// Seconds the window's values cover: each sample's rates span the time since the sample
+    /// before it, so a window of n samples one second apart covers n seconds.
+    pub fn window_seconds(&self) -> f64 {
+        if self.spans.len() == self.ts.len() && !self.spans.is_empty() {
+            return self.spans[self.start..].iter().map(|s| s.0).sum();
+        }
+        match (self.start.checked_sub(1), self.ts.last()) {
+            (Some(b), Some(&l)) => (l - self.ts[b]) as f64 / 1e9,
+            _ => self.window_len() as f64,
+        }
     }
 
     /// Samples in the window.

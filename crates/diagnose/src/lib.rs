@@ -7,6 +7,7 @@
 
 #![deny(missing_docs)]
 
+pub mod chain;
 pub mod data;
 pub mod events;
 pub mod rules;
@@ -40,12 +41,21 @@ pub struct Culprit {
 /// One piece of evidence: a recorded value against its baseline.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Evidence {
-    /// The series (as `dump --select` names it) or a short label.
+    /// What the value is, named for its statistic: the series itself for a level, a maximum
+    /// or a mean of it (`reclaim.stall_max_usec`); for a per-second series totalled over the
+    /// window, the total's name (`proc.<pid>.<comm>.read_bytes_total` for
+    /// `….read_bytes_per_s`), never the rate's; or a short label for a derived figure.
     pub signal: String,
-    /// The value in the window (what `stat` says: max, mean, sum...).
+    /// The recorded series the value was computed from, as `dump --select` names it (absent
+    /// for a derived figure).
+    pub series: Option<String>,
+    /// The value in the window (what `stat` says: max, mean, total...).
     pub value: f64,
-    /// How `value` was taken from the window.
+    /// How `value` was taken from the window: `max`, `mean`, `last`, `total` (a rate
+    /// integrated over the window), `growth` (last minus first), `derived`.
     pub stat: &'static str,
+    /// For `total` and `growth`: the seconds of the window they cover.
+    pub over_s: Option<f64>,
     /// The baseline's median, when there was a baseline.
     pub baseline: Option<f64>,
     /// Unit (of the statistic: a per-second series summed over the window is a count).
@@ -99,6 +109,26 @@ pub struct Finding {
     pub notes: Vec<String>,
     /// Where the mechanism is described.
     pub references: Vec<&'static str>,
+    /// Findings this one set off (see [`chain`]), by their place in the report.
+    pub causes: Vec<Link>,
+    /// Findings that set this one off.
+    pub caused_by: Vec<Link>,
+    /// When the mechanism started in the window (ns since the epoch), when the rule knows:
+    /// the order of two linked findings.
+    #[serde(skip)]
+    pub onset: Option<i64>,
+}
+
+/// A cause–consequence link between two findings of one report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Link {
+    /// The other finding's number in the report (1 is the first).
+    pub finding: usize,
+    /// Its rule.
+    pub rule_id: &'static str,
+    /// Why they are linked: the known consequence, and the evidence for it here (a shared
+    /// process or cgroup, the order in which their signals moved).
+    pub reason: String,
 }
 
 /// The result of [`diagnose`].
@@ -163,6 +193,14 @@ pub fn evaluate(d: &Data) -> Report {
             .cmp(&a.mechanism)
             .then(b.confidence.total_cmp(&a.confidence))
     });
+    // Then each root cause before what it set off.
+    let mut findings = chain::link(findings);
+    let secs = d.window_seconds();
+    for e in findings.iter_mut().flat_map(|f| f.evidence.iter_mut()) {
+        if matches!(e.stat, "total" | "growth") {
+            e.over_s = Some(rules::round(secs));
+        }
+    }
     let (from, to) = d.span();
     Report {
         window: Span {

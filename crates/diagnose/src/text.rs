@@ -32,14 +32,26 @@ pub fn render(r: &Report) -> String {
         return o;
     }
     for (i, f) in r.findings.iter().enumerate() {
+        // A consequence is shown under its root, marked, with the link's reason.
+        let mark = if f.caused_by.is_empty() { "" } else { "↳ " };
         let _ = writeln!(
             o,
-            "\n{}. [{}] {} (confidence {:.2})",
+            "\n{mark}{}. [{}] {} (confidence {:.2})",
             i + 1,
             f.rule_id,
             f.title,
             f.confidence
         );
+        for l in &f.caused_by {
+            let _ = writeln!(
+                o,
+                "   caused by {}. [{}]: {}",
+                l.finding, l.rule_id, l.reason
+            );
+        }
+        for l in &f.causes {
+            let _ = writeln!(o, "   causes {}. [{}]", l.finding, l.rule_id);
+        }
         let c = &f.culprit;
         let mut who = Vec::new();
         if let (Some(p), Some(n)) = (c.pid, &c.comm) {
@@ -69,13 +81,16 @@ pub fn render(r: &Report) -> String {
                 .baseline
                 .map(|b| format!(" (baseline {})", num(b)))
                 .unwrap_or_default();
+            let stat = match e.over_s {
+                Some(s) => format!("{} over {} s", e.stat, num(s)),
+                None => e.stat.to_string(),
+            };
             let _ = writeln!(
                 o,
-                "     - {}: {} {}{base} — {} [{}]",
+                "     - {}: {} {}{base} — {stat} [{}]",
                 e.note,
                 num(e.value),
                 e.unit.symbol(),
-                e.stat,
                 e.signal
             );
         }

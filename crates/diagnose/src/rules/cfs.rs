@@ -196,7 +196,15 @@ fn run(d: &Data) -> Vec<Finding> {
             ],
         );
         let peak_cores = usage.max / 100.0;
-        if own_quota {
+        if own_quota && usage.n == 0 {
+            // No usage series (a v1 cpu group without a cpuacct group of the same path): the
+            // peak is unknown, and a remedy computed from it would read as "peak 0".
+            f.remediation.push(format!(
+                "raise the quota from {quota_cores:.2} cores, e.g. to {:.2} (1.5x; its CPU usage is unknown: no cpuacct group at {cg}, so the peak cannot size it), v1: echo {} > cpu.cfs_quota_us (period 100000), then watch throttled_pct",
+                quota_cores * 1.5,
+                (quota_cores * 1.5 * 100_000.0).round()
+            ));
+        } else if own_quota {
             f.remediation.push(format!(
                 "raise the quota from {quota_cores:.2} to at least {:.2} cores (the window's peak {peak_cores:.2} + 25%), e.g. v1: echo {} > cpu.cfs_quota_us (period 100000)",
                 (peak_cores * 1.25).max(quota_cores * 1.5),
@@ -280,6 +288,20 @@ mod tests {
             d.push(&process::PROC_THREADS, &["7", "worker"], i, threads);
         }
         d
+    }
+
+    #[test]
+    fn unknown_usage_is_not_a_peak_of_zero() {
+        // A v1 cpu group with a quota and no cpuacct group: usage series absent.
+        let mut d = data(None, 0.0, 4.0);
+        for i in 0..8 {
+            d.push(&cgroup::CPU_QUOTA_CORES, &["/app"], i, 0.2);
+        }
+        let f = run(&d);
+        let r = f[0].remediation.join("\n");
+        assert!(!r.contains("peak 0"), "{r}");
+        assert!(r.contains("usage is unknown"), "{r}");
+        assert!(r.contains("0.30"), "{r}");
     }
 
     #[test]

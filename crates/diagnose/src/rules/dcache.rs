@@ -86,7 +86,7 @@ fn run(d: &Data) -> Vec<Finding> {
     let patterns = top_series(d, &tracer::LOOKUPS_PATTERN_SAMPLES, |s| s.sum);
     let culprit = producers
         .first()
-        .map(|p| proc_culprit(d, p.pid, &p.comm))
+        .map(|p| proc_culprit(d, p.pid, &p.comm, super::Res::Memory))
         .unwrap_or_default();
     let nss = producers.first().and_then(|p| uses_softokn(d, p.pid));
     let mut culprit = culprit;

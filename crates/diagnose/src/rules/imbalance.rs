@@ -46,7 +46,7 @@ fn run(d: &Data) -> Vec<Finding> {
         format!("CPU imbalance: cpu{cpu} {hot:.0}% busy while the other CPUs average {rest:.0}%"),
         confidence(hot - rest, 60.0, 95.0),
         top.as_ref()
-            .map(|p| proc_culprit(d, p.pid, &p.comm))
+            .map(|p| proc_culprit(d, p.pid, &p.comm, super::Res::Cpu))
             .unwrap_or_default(),
     );
     f.evidence.push(fact(

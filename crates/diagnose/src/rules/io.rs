@@ -44,7 +44,7 @@ fn run(d: &Data) -> Vec<Finding> {
         confidence(util, 90.0, 100.0),
         users
             .first()
-            .map(|p| proc_culprit(d, p.pid, &p.comm))
+            .map(|p| proc_culprit(d, p.pid, &p.comm, super::Res::Io))
             .unwrap_or_default(),
     );
     f.cite(

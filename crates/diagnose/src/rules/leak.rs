@@ -11,6 +11,14 @@
 //! its starting RSS, with R² >= 0.8 (steady, not a spike) and at least 80% of its steps
 //! non-negative. Confidence by R² and growth.
 //!
+//! **The end of the process.** Most leaks end in a kill: the OOM killer, a supervisor's
+//! restart, a deploy. An ended process has no memory map, so the kernel reports its RSS as 0
+//! (a zombie), or it is gone from /proc; the recorder's series stop there instead of falling
+//! to 0, and the trend is judged on the samples while it ran. A process that grew and then
+//! ended is still a leak, with its end as evidence: `proc.<pid>.<comm>.exited`, the signal
+//! that ended it when the recorder saw the zombie (`exit_signal`), and the kernel's OOM report
+//! when the OOM killer was the one (its cgroup and the victim's size).
+//!
 //! **Remediation.** Find where it grows (`jitterscope memleak --pid`: the mappings that grow,
 //! Python heap or native, the strings that pile up); for worker servers,
 //! recycle workers (gunicorn `max_requests` + `max_requests_jitter`, uwsgi `max-requests`,
@@ -27,7 +35,56 @@ use crate::Finding;
 
 rule! {
     "memory.leak", "a process's memory growing steadily", mechanism,
-    reads: process::PROC_RSS_BYTES, process::PROC_ANON_BYTES,
+    reads: process::PROC_RSS_BYTES, process::PROC_ANON_BYTES, process::PROC_EXITED,
+        process::PROC_EXIT_SIGNAL,
+}
+
+/// How a process ended in the window, when it did.
+pub(crate) struct End {
+    /// When the recorder first saw it ended (ns since the epoch).
+    pub at: i64,
+    /// The signal that ended it, when the recorder saw the zombie.
+    pub signal: Option<i32>,
+    /// The OOM killer's report of it.
+    pub oom: Option<jitterscope_sources::system::kmsg::OomKill>,
+}
+
+/// The end of process `pid` (`comm`) in the window, if it ended there.
+pub(crate) fn end_of(d: &Data, pid: u32, comm: &str) -> Option<End> {
+    let pid_s = pid.to_string();
+    let start = d.start as u32;
+    let exited = d.get(&process::PROC_EXITED, &[&pid_s, comm])?;
+    let &(i, _) = exited.points.iter().find(|(i, _)| *i >= start)?;
+    let signal = d
+        .get(&process::PROC_EXIT_SIGNAL, &[&pid_s, comm])
+        .and_then(|s| s.points.iter().find(|(j, _)| *j >= start))
+        .map(|&(_, v)| v as i32);
+    let oom = d
+        .oom_kills
+        .iter()
+        .find(|(_, k)| k.pid == pid)
+        .map(|(_, k)| k.clone());
+    Some(End {
+        at: d.at(i),
+        signal: signal.or(oom.as_ref().map(|_| 9)),
+        oom,
+    })
+}
+
+/// "SIGKILL (9)" for the signals a process is usually ended by.
+pub(crate) fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        15 => "SIGTERM",
+        _ => return format!("signal {sig}"),
+    };
+    format!("{name} ({sig})")
 }
 
 /// Fewest points a trend is judged on.
@@ -110,21 +167,42 @@ fn run(d: &Data) -> Vec<Finding> {
         let Some((slope, r2)) = steady_growth(pts.len(), first, last, ups, || fit(&pts)) else {
             continue;
         };
+        let end = end_of(d, pid, comm);
+        let ended = match &end {
+            None => String::new(),
+            Some(e) => match (&e.oom, e.signal) {
+                (Some(k), _) => format!(
+                    ", then the OOM killer killed it{}",
+                    k.oom_memcg
+                        .as_deref()
+                        .filter(|_| k.memcg())
+                        .map(|c| format!(" at the limit of cgroup {c}"))
+                        .unwrap_or_else(|| " (the host ran out of memory)".into())
+                ),
+                (None, Some(sig)) => format!(", then it was killed by {}", signal_name(sig)),
+                (None, None) => ", then it ended".into(),
+            },
+        };
         let mut f = finding(
             &RULE,
             d,
             format!(
-                "{comm} ({pid}) grows steadily: +{} MiB in {:.0} s ({} MiB/min, R² {r2:.2})",
+                "{comm} ({pid}) grows steadily: +{} MiB in {:.0} s ({} MiB/min, R² {r2:.2}){ended}",
                 mib(growth),
-                pts[pts.len() - 1].0,
+                pts[pts.len() - 1].0 - pts[0].0,
                 mib(slope * 60.0)
             ),
             ((confidence(r2, 0.8, 0.99) * 0.6 + confidence(growth / MIB, 16.0, 512.0) * 0.4)
                 * 100.0)
                 .round()
                 / 100.0,
-            proc_culprit(d, pid, comm),
+            proc_culprit(d, pid, comm, super::Res::Memory),
         );
+        f.onset = s
+            .points
+            .iter()
+            .find(|(i, _)| *i >= start)
+            .map(|&(i, _)| d.at(i));
         f.evidence.push(series_fact(
             s,
             last,
@@ -152,9 +230,43 @@ fn run(d: &Data) -> Vec<Finding> {
                 ));
             }
         }
-        f.remediation.push(format!(
-            "see where it grows and what piles up, while it runs: jitterscope memleak --pid {pid} (the mappings that grow, Python heap or native, the strings that pile up)"
-        ));
+        if let Some(e) = &end {
+            let pid_s = pid.to_string();
+            let exited = d.get(&process::PROC_EXITED, &[&pid_s, comm]);
+            let how = match (&e.oom, e.signal) {
+                (Some(k), _) => format!(
+                    "was killed by the OOM killer ({}) with {} MiB resident",
+                    k.constraint.as_deref().unwrap_or("constraint not reported"),
+                    k.rss_bytes()
+                        .map_or("an unreported".into(), |b| mib(b as f64).to_string())
+                ),
+                (None, Some(sig)) => format!("was killed by {}", signal_name(sig)),
+                (None, None) => "ended (exited or was killed; the recorder did not see how)".into(),
+            };
+            f.evidence.push(super::Evidence {
+                signal: exited.map_or_else(|| format!("proc.{pid}.{comm}.exited"), |s| s.name()),
+                series: exited.map(|s| s.name()),
+                value: 1.0,
+                stat: "last",
+                over_s: None,
+                baseline: None,
+                unit: jitterscope_model::registry::Unit::Count,
+                note: format!(
+                    "it {how} at {}, {:.0} s after its last growing sample: the growth stopped because the process did",
+                    jitterscope_model::time::rfc3339(e.at),
+                    (e.at - d.ts[d.start]) as f64 / 1e9 - pts[pts.len() - 1].0
+                ),
+            });
+        }
+        if end.is_some() {
+            f.remediation.push(format!(
+                "it has ended: when the next one runs, see where it grows and what piles up with jitterscope memleak --pid <its pid> (the mappings that grow, Python heap or native, the strings that pile up); a {comm} that grows again will show here again"
+            ));
+        } else {
+            f.remediation.push(format!(
+                "see where it grows and what piles up, while it runs: jitterscope memleak --pid {pid} (the mappings that grow, Python heap or native, the strings that pile up)"
+            ));
+        }
         let cmd = d.procs.get(&pid).map(|p| p.cmdline.as_str()).unwrap_or("");
         if let Some(w) = jitterscope_memleak::process::worker_server(cmd) {
             f.remediation.push(format!("{}: {}", w.name, w.mitigation));

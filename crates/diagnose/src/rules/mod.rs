@@ -5,6 +5,7 @@ pub mod dcache;
 pub mod imbalance;
 pub mod io;
 pub mod leak;
+pub mod oom;
 pub mod pagecache;
 pub mod reclaim;
 pub mod runqueue;
@@ -76,6 +77,7 @@ pub static RULES: &[Rule] = &[
     tlb::RULE,
     pagecache::RULE,
     leak::RULE,
+    oom::RULE,
     saturation::RULE,
     imbalance::RULE,
     runqueue::RULE,
@@ -113,14 +115,27 @@ impl Take {
         match self {
             Take::Max => "max",
             Take::Mean => "mean",
-            Take::Sum => "sum over the window",
+            Take::Sum => "total",
             Take::Last => "last",
-            Take::Growth => "growth over the window",
+            Take::Growth => "growth",
         }
     }
 
     /// The unit of the statistic of a series in `unit`: a per-second rate summed over the
     /// window is a count (stalls, bytes), not a rate.
+    /// The name of the statistic of `series`: a per-second series totalled over the window
+    /// is a total (`…read_bytes_per_s` → `…read_bytes_total`), never a rate's name over a
+    /// count; other statistics keep the series' name.
+    fn name(self, series: &str) -> String {
+        match self {
+            Take::Sum => match series.strip_suffix("_per_s") {
+                Some(base) => format!("{base}_total"),
+                None => format!("{series}_total"),
+            },
+            _ => series.to_string(),
+        }
+    }
+
     fn unit(self, unit: Unit) -> Unit {
         match self {
             Take::Sum => unit.summed(),
@@ -146,10 +161,13 @@ pub(crate) fn evidence(
         Take::Last => st.last,
         Take::Growth => st.last - st.first,
     };
+    let series = def.series_name(labels);
     Evidence {
-        signal: def.series_name(labels),
+        signal: take.name(&series),
+        series: Some(series),
         value: round(value),
         stat: take.stat(),
+        over_s: None,
         baseline: (st.base_n > 0).then(|| round(st.base_median)),
         unit: take.unit(def.unit),
         note: note.into(),
@@ -183,10 +201,13 @@ impl Finding {
 /// Evidence of a series' statistic computed by the rule (a per-process sum merged over the
 /// names a process had, a growth): named after the series, in the unit `take` gives it.
 pub(crate) fn series_fact(s: &Series, value: f64, take: Take, note: impl Into<String>) -> Evidence {
+    let series = s.name();
     Evidence {
-        signal: s.name(),
+        signal: take.name(&series),
+        series: Some(series),
         value: round(value),
         stat: take.stat(),
+        over_s: None,
         baseline: None,
         unit: take.unit(s.def.unit),
         note: note.into(),
@@ -202,8 +223,10 @@ pub(crate) fn fact(
 ) -> Evidence {
     Evidence {
         signal: signal.into(),
+        series: None,
         value: round(value),
         stat: "derived",
+        over_s: None,
         baseline: None,
         unit,
         note: note.into(),
@@ -228,10 +251,26 @@ pub(crate) fn container_of(path: &str) -> Option<String> {
     }
 }
 
-/// A process culprit with its cgroup and container from the processes seen in the window.
-pub(crate) fn proc_culprit(d: &Data, pid: u32, comm: &str) -> Culprit {
+/// The resource a rule is about, which decides the cgroup that names a process's culprit: on
+/// cgroup v1 a process sits in one cgroup per hierarchy, and the one whose limit or
+/// accounting explains the finding is the one of that resource (a reader in a memory cgroup
+/// of its own and the root cpu cgroup is a memory culprit in its memory cgroup).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Res {
+    Cpu,
+    Memory,
+    Io,
+}
+
+/// A process culprit with its cgroup (of the hierarchy of `res`) and container from the
+/// processes seen in the window.
+pub(crate) fn proc_culprit(d: &Data, pid: u32, comm: &str, res: Res) -> Culprit {
     let p = d.procs.get(&pid);
-    let cgroup = p.and_then(|p| p.cgroup.clone());
+    let cgroup = p.and_then(|p| match res {
+        Res::Cpu => p.cgroup.clone(),
+        Res::Memory => p.memory_cgroup.clone(),
+        Res::Io => p.io_cgroup.clone(),
+    });
     Culprit {
         pid: Some(pid),
         comm: Some(comm.to_string()),
@@ -393,6 +432,9 @@ pub(crate) fn finding(
         remediation: Vec::new(),
         notes: Vec::new(),
         references: Vec::new(),
+        causes: Vec::new(),
+        caused_by: Vec::new(),
+        onset: None,
     }
 }
 

@@ -28,7 +28,7 @@ use jitterscope_model::metrics::{disk, mem, process};
 
 use super::{
     confidence, fact, finding, mib, moved_first, proc_culprit, rule, series_fact, top_procs,
-    top_procs_by, top_series, Take,
+    top_procs_by, top_series, ProcSum, Take,
 };
 use crate::data::Data;
 use crate::Finding;
@@ -42,6 +42,7 @@ rule! {
         mem::RECLAIM_PGSTEAL_KSWAPD_PER_S, mem::RECLAIM_PGSTEAL_DIRECT_PER_S,
         mem::RECLAIM_PGSCAN_KSWAPD_PER_S, mem::CACHED_BYTES, mem::ANON_BYTES,
         disk::READ_BYTES_PER_S, process::PROC_READ_BYTES_PER_S, process::PROC_MAJFLT_PER_S,
+        process::PROC_REAPED_READ_BYTES_PER_S,
 }
 
 fn run(d: &Data) -> Vec<Finding> {
@@ -70,10 +71,47 @@ fn run(d: &Data) -> Vec<Finding> {
     // files: thrash of its own cache, weaker evidence of harm to others.
     let harmed = faulting && victims.first().is_some_and(|v| v.value >= 1000.0);
     let disks = top_series(d, &disk::READ_BYTES_PER_S, |s| s.mean);
-    let culprit = readers
-        .first()
-        .map(|p| proc_culprit(d, p.pid, &p.comm))
-        .unwrap_or_default();
+    // Short-lived readers (a shell's `cat`s) may never be seen running: their reads arrive in
+    // the parent's counters when it reaps them, recorded apart from its own. Children the
+    // recorder saw are already cited under their own names: only what they do not account
+    // for is news.
+    let unseen = |r: &ProcSum| {
+        let seen: f64 = readers
+            .iter()
+            .filter(|c| d.procs.get(&c.pid).is_some_and(|p| p.ppid == r.pid))
+            .map(|c| c.sum)
+            .sum();
+        r.sum - seen
+    };
+    let reapers = top_procs(d, &process::PROC_REAPED_READ_BYTES_PER_S);
+    let reaper = reapers.first().filter(|r| {
+        let rest = unseen(r);
+        rest > 0.0 && rest >= 0.5 * readers.first().map_or(0.0, |p| p.sum)
+    });
+    // The driver: the largest reader, or the parent of unseen children that read more.
+    let secs = d.window_seconds().max(1.0);
+    let driver = match (readers.first(), reaper) {
+        (_, Some(r)) if readers.first().is_none_or(|p| unseen(r) > p.sum) => Some(format!(
+            ", driven by children of {} ({}) reading {} MiB/s",
+            r.comm,
+            r.pid,
+            mib(unseen(r) / secs)
+        )),
+        (Some(p), _) => Some(format!(
+            ", driven by {} ({}) reading {} MiB/s",
+            p.comm,
+            p.pid,
+            mib(p.sum / secs)
+        )),
+        _ => None,
+    };
+    let culprit = match (readers.first(), reaper) {
+        (_, Some(r)) if readers.first().is_none_or(|p| unseen(r) > p.sum) => {
+            proc_culprit(d, r.pid, &r.comm, super::Res::Memory)
+        }
+        (Some(p), _) => proc_culprit(d, p.pid, &p.comm, super::Res::Memory),
+        _ => Default::default(),
+    };
     let mut f = finding(
         &RULE,
         d,
@@ -81,15 +119,7 @@ fn run(d: &Data) -> Vec<Finding> {
             "page-cache thrashing: {:.0} file refaults, {:.0} major faults{}{}",
             rf.sum,
             mj.sum,
-            readers
-                .first()
-                .map(|p| format!(
-                    ", driven by {} ({}) reading {} MiB/s",
-                    p.comm,
-                    p.pid,
-                    mib(p.value / d.window_len().max(1) as f64)
-                ))
-                .unwrap_or_default(),
+            driver.unwrap_or_default(),
             victims
                 .first()
                 .map(|p| format!("; {} ({}) faults its pages back", p.comm, p.pid))
@@ -104,6 +134,13 @@ fn run(d: &Data) -> Vec<Finding> {
         },
         culprit,
     );
+    f.onset = [
+        (d.get(&mem::RECLAIM_REFAULT_FILE_PER_S, &[]), 100.0),
+        (d.get(&mem::RECLAIM_PGMAJFAULT_PER_S, &[]), 10.0),
+    ]
+    .into_iter()
+    .filter_map(|(s, floor)| d.onset_over_baseline(s?, floor))
+    .min();
     f.cite(
         d,
         &mem::RECLAIM_REFAULT_FILE_PER_S,
@@ -125,6 +162,17 @@ fn run(d: &Data) -> Vec<Finding> {
     );
     f.cite_procs(&victims, 2, "major faults of", ": the victim");
     f.cite_procs(&readers, 2, "read from storage by", " in the window");
+    if let Some(r) = reaper {
+        f.evidence.push(series_fact(
+            r.series,
+            r.sum,
+            Take::Sum,
+            format!(
+                "read from storage by the children {} ({}) reaped in the window (the kernel adds a reaped child's lifetime I/O to its parent's counters)",
+                r.comm, r.pid
+            ),
+        ));
+    }
     if let Some((s, v)) = disks.first() {
         f.evidence.push(series_fact(
             s,
@@ -171,4 +219,72 @@ fn run(d: &Data) -> Vec<Finding> {
         "https://github.com/torvalds/linux/blob/master/mm/workingset.c",
     ];
     vec![f]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A shell whose short `cat` children stream a file: the children are never seen, their
+    /// reads reach the shell's counters when it reaps them.
+    #[test]
+    fn reads_of_reaped_children_are_said_as_such() {
+        let mut d = Data::seconds(12, 4);
+        d.procs.insert(
+            50,
+            crate::data::Proc {
+                comm: "bash".into(),
+                memory_cgroup: Some("/batch".into()),
+                ..Default::default()
+            },
+        );
+        for i in 0..12u32 {
+            let on = i >= 4;
+            d.push(
+                &mem::RECLAIM_REFAULT_FILE_PER_S,
+                &[],
+                i,
+                if on { 50_000.0 } else { 10.0 },
+            );
+            d.push(
+                &mem::RECLAIM_PGMAJFAULT_PER_S,
+                &[],
+                i,
+                if on { 2_000.0 } else { 1.0 },
+            );
+            d.push(
+                &process::PROC_MAJFLT_PER_S,
+                &["60", "postgres"],
+                i,
+                if on { 1_500.0 } else { 0.0 },
+            );
+            if on {
+                d.push(
+                    &process::PROC_REAPED_READ_BYTES_PER_S,
+                    &["50", "bash"],
+                    i,
+                    1e9,
+                );
+            }
+        }
+        let f = &run(&d)[0];
+        assert!(
+            f.title.contains("driven by children of bash (50)"),
+            "{}",
+            f.title
+        );
+        assert_eq!(f.culprit.cgroup.as_deref(), Some("/batch"));
+        let e = f
+            .evidence
+            .iter()
+            .find(|e| e.signal == "proc.50.bash.reaped_read_bytes_total")
+            .expect("the reaped reads");
+        assert!(e.note.contains("reaped"), "{}", e.note);
+        assert_eq!(e.unit, Unit::Bytes);
+        // Nothing credits the shell with reading it itself.
+        assert!(!f
+            .evidence
+            .iter()
+            .any(|e| e.signal == "proc.50.bash.read_bytes_total"));
+    }
 }

@@ -88,7 +88,7 @@ fn run(d: &Data) -> Vec<Finding> {
     growers.sort_by(|a, b| b.1.total_cmp(&a.1));
     let limit_cg = cgroups.first().map(|c| c.0.label(0).to_string());
     let culprit = match (&who.first(), &limit_cg) {
-        (Some(p), _) => proc_culprit(d, p.pid, &p.comm),
+        (Some(p), _) => proc_culprit(d, p.pid, &p.comm, super::Res::Memory),
         (None, Some(cg)) => cgroup_culprit(cg),
         _ => Default::default(),
     };
@@ -112,6 +112,14 @@ fn run(d: &Data) -> Vec<Finding> {
         conf,
         culprit,
     );
+    f.onset = [
+        d.get(&tracer::RECLAIM_STALLS_PER_S, &[]),
+        d.get(&mem::RECLAIM_ALLOCSTALL_PER_S, &[]),
+    ]
+    .into_iter()
+    .flatten()
+    .filter_map(|s| d.onset_over_baseline(s, 1.0))
+    .min();
     if traced.n > 0 {
         f.cite(
             d,

@@ -51,7 +51,7 @@ fn run(d: &Data) -> Vec<Finding> {
         confidence(st.mean / 1000.0, 5.0, 50.0),
         waiting
             .first()
-            .map(|p| proc_culprit(d, p.pid, &p.comm))
+            .map(|p| proc_culprit(d, p.pid, &p.comm, super::Res::Cpu))
             .unwrap_or_default(),
     );
     f.cite(

@@ -50,7 +50,7 @@ fn run(d: &Data) -> Vec<Finding> {
         ),
         confidence(busy, 80.0, 99.0),
         top.as_ref()
-            .map(|p| proc_culprit(d, p.pid, &p.comm))
+            .map(|p| proc_culprit(d, p.pid, &p.comm, super::Res::Cpu))
             .unwrap_or_default(),
     );
     f.evidence.push(fact(

@@ -79,7 +79,7 @@ fn run(d: &Data) -> Vec<Finding> {
         .map(|p| (p.pid, p.comm.clone()));
     let mut culprit = lead
         .as_ref()
-        .map(|(p, c)| proc_culprit(d, *p, c))
+        .map(|(p, c)| proc_culprit(d, *p, c, super::Res::Cpu))
         .unwrap_or_default();
     let alloc = lead.as_ref().and_then(|(p, _)| allocator(d, *p));
     let version = alloc

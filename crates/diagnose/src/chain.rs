@@ -1,0 +1,353 @@
+//! Cause chains: which findings of a report set off which.
+//!
+//! Several rules often fire on one incident, and all of them are true: a streaming reader
+//! thrashes the page cache, and the allocations of its cgroup stall in reclaim; a leak fills
+//! its cgroup, reclaim runs, and the OOM killer ends it. An operator acts on the root. A link
+//! is made only where the kernel's mechanism is known to lead from one to the other
+//! ([`CONSEQUENCES`]) *and* this incident shows it:
+//!
+//! - **a shared actor**: the same process is culprit of both, or named in the other's
+//!   evidence (the leaking process stalls in reclaim; the OOM victim is the leaking process);
+//!   or the same cgroup (the thrash's reader and the stalls are in one memory cgroup);
+//! - **the order**: when both rules know when their mechanism started, the cause did not start
+//!   after the consequence (a little slack for sampling).
+//!
+//! - **a confident cause**: at least 0.7; a weak finding does not become the root of a
+//!   confident one.
+//!
+//! Without a shared actor there is no link, however plausible: two findings on one host stay
+//! separate. The report then lists each root, followed by what it caused.
+
+use std::fmt::Write;
+
+use crate::{Finding, Link};
+
+/// Cause rule, consequence rule, and how the first leads to the second.
+pub const CONSEQUENCES: &[(&str, &str, &str)] = &[
+    (
+        "memory.leak",
+        "memory.oom-kill",
+        "a process that keeps growing ends at its cgroup's limit or the host's memory, where the OOM killer stops it",
+    ),
+    (
+        "memory.direct-reclaim",
+        "memory.oom-kill",
+        "reclaim that cannot free enough for an allocation ends in the OOM killer",
+    ),
+    (
+        "memory.leak",
+        "memory.direct-reclaim",
+        "a growing process fills memory (or its cgroup) until allocations must reclaim first",
+    ),
+    (
+        "memory.pagecache-thrash",
+        "memory.direct-reclaim",
+        "a streaming reader fills the page cache of its cgroup (or the host), so allocations there must evict it first: the stalls are the thrash's cost",
+    ),
+    (
+        "memory.dcache-bloat",
+        "memory.shrinker-cost",
+        "millions of negative dentries make every reclaim pass walk and free them through the superblock shrinker",
+    ),
+    (
+        "memory.dcache-bloat",
+        "cpu.saturation",
+        "walking and freeing the bloated dentry cache is kernel CPU time",
+    ),
+    (
+        "memory.shrinker-cost",
+        "cpu.saturation",
+        "shrinker calls out of proportion to what they free are kernel CPU time",
+    ),
+    (
+        "cpu.tlb-shootdown",
+        "cpu.saturation",
+        "every shootdown interrupts the other CPUs running the process: kernel CPU time",
+    ),
+    (
+        "cpu.cfs-throttling",
+        "sched.runqueue-latency",
+        "a throttled cgroup's threads wait, runnable, for the next CFS period",
+    ),
+];
+
+/// Least confidence of a cause: a weak finding (files re-read by their own reader, nobody
+/// else harmed) is not promoted to the root of a confident one.
+const MIN_CAUSE_CONFIDENCE: f64 = 0.7;
+
+/// Slack in the order test: onsets are found on one-second samples.
+const ORDER_SLACK_NS: i64 = 2_000_000_000;
+
+/// What two findings share: a process or a cgroup named by both.
+fn shared(cause: &Finding, effect: &Finding) -> Option<String> {
+    let named = |f: &Finding, needle: &str| {
+        f.evidence.iter().any(|e| {
+            e.signal.contains(needle) || e.series.as_deref().is_some_and(|s| s.contains(needle))
+        })
+    };
+    for (a, b) in [(cause, effect), (effect, cause)] {
+        if let (Some(pid), Some(comm)) = (a.culprit.pid, a.culprit.comm.as_deref()) {
+            if b.culprit.pid == Some(pid) {
+                return Some(format!("both name {comm} ({pid})"));
+            }
+            if named(b, &format!(".{pid}.{comm}.")) {
+                return Some(format!(
+                    "{comm} ({pid}), the culprit of {}, is in the evidence of {}",
+                    a.rule_id, b.rule_id
+                ));
+            }
+        }
+    }
+    for (a, b) in [(cause, effect), (effect, cause)] {
+        let Some(cg) = a.culprit.cgroup.as_deref().filter(|c| *c != "/") else {
+            continue;
+        };
+        if b.culprit.cgroup.as_deref() == Some(cg) {
+            return Some(format!("both in cgroup {cg}"));
+        }
+        if named(b, &format!("cgroup.{cg}.")) {
+            return Some(format!(
+                "cgroup {cg}, the culprit's of {}, is in the evidence of {}",
+                a.rule_id, b.rule_id
+            ));
+        }
+    }
+    None
+}
+
+/// Why `cause` set `effect` off, when the report shows it.
+fn reason(cause: &Finding, effect: &Finding) -> Option<String> {
+    let (_, _, how) = CONSEQUENCES
+        .iter()
+        .find(|(c, e, _)| *c == cause.rule_id && *e == effect.rule_id)?;
+    if cause.confidence < MIN_CAUSE_CONFIDENCE {
+        return None;
+    }
+    let actor = shared(cause, effect)?;
+    let mut r = format!("{how}; {actor}");
+    if let (Some(a), Some(b)) = (cause.onset, effect.onset) {
+        if a > b + ORDER_SLACK_NS {
+            return None;
+        }
+        let _ = write!(
+            r,
+            "; {} started {:.0} s before {}",
+            cause.rule_id,
+            (b - a).max(0) as f64 / 1e9,
+            effect.rule_id
+        );
+    }
+    Some(r)
+}
+
+/// Links the findings (ranked: mechanisms first, each tier by confidence) and reorders them so
+/// that each root comes first, followed by the findings it caused, depth first; the links are
+/// by place in the returned list.
+pub fn link(findings: Vec<Finding>) -> Vec<Finding> {
+    let n = findings.len();
+    // edges[i]: (j, reason) with i causing j.
+    let mut edges: Vec<Vec<(usize, String)>> = vec![Vec::new(); n];
+    let mut has_cause = vec![false; n];
+    for i in 0..n {
+        for j in 0..n {
+            if i == j {
+                continue;
+            }
+            // One link per pair, and none back (a chain is a tree, never a cycle).
+            if edges[j].iter().any(|(k, _)| *k == i) {
+                continue;
+            }
+            if let Some(r) = reason(&findings[i], &findings[j]) {
+                edges[i].push((j, r));
+                has_cause[j] = true;
+            }
+        }
+    }
+    // Each cause's consequences in the order they started (leak, then reclaim, then the kill).
+    for es in edges.iter_mut() {
+        es.sort_by_key(|(j, _)| (findings[*j].onset.unwrap_or(i64::MAX), *j));
+    }
+    // Roots in rank order, each followed by its consequences.
+    let mut order = Vec::with_capacity(n);
+    let mut placed = vec![false; n];
+    fn visit(
+        i: usize,
+        edges: &[Vec<(usize, String)>],
+        placed: &mut [bool],
+        order: &mut Vec<usize>,
+    ) {
+        if placed[i] {
+            return;
+        }
+        placed[i] = true;
+        order.push(i);
+        for (j, _) in &edges[i] {
+            visit(*j, edges, placed, order);
+        }
+    }
+    // A chain takes the place of its best-ranked member: the root moves up to where its
+    // consequence ranked, never the consequence down.
+    fn best(i: usize, edges: &[Vec<(usize, String)>], seen: &mut [bool]) -> usize {
+        if seen[i] {
+            return usize::MAX;
+        }
+        seen[i] = true;
+        edges[i]
+            .iter()
+            .map(|(j, _)| best(*j, edges, seen))
+            .fold(i, usize::min)
+    }
+    let mut roots: Vec<(usize, usize)> = (0..n)
+        .filter(|&i| !has_cause[i])
+        .map(|i| (best(i, &edges, &mut vec![false; n]), i))
+        .collect();
+    roots.sort();
+    for (_, i) in roots {
+        visit(i, &edges, &mut placed, &mut order);
+    }
+    // A cycle's members have causes but no root: keep them in rank order.
+    for i in 0..n {
+        visit(i, &edges, &mut placed, &mut order);
+    }
+    let mut pos = vec![0; n];
+    for (p, &i) in order.iter().enumerate() {
+        pos[i] = p;
+    }
+    let ids: Vec<&'static str> = findings.iter().map(|f| f.rule_id).collect();
+    let mut slots: Vec<Option<Finding>> = findings.into_iter().map(Some).collect();
+    let mut out: Vec<Finding> = order.iter().map(|&i| slots[i].take().unwrap()).collect();
+    for (i, es) in edges.into_iter().enumerate() {
+        for (j, r) in es {
+            out[pos[i]].causes.push(Link {
+                finding: pos[j] + 1,
+                rule_id: ids[j],
+                reason: r.clone(),
+            });
+            out[pos[j]].caused_by.push(Link {
+                finding: pos[i] + 1,
+                rule_id: ids[i],
+                reason: r,
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Culprit, Evidence, Span};
+
+    fn f(rule_id: &'static str, pid: Option<u32>, cgroup: Option<&str>, onset: i64) -> Finding {
+        Finding {
+            rule_id,
+            title: rule_id.into(),
+            confidence: 0.9,
+            mechanism: true,
+            window: Span {
+                from: String::new(),
+                to: String::new(),
+            },
+            culprit: Culprit {
+                pid,
+                comm: pid.map(|_| "app".into()),
+                cgroup: cgroup.map(str::to_string),
+                ..Default::default()
+            },
+            evidence: Vec::new(),
+            moved_first: Vec::new(),
+            remediation: Vec::new(),
+            notes: Vec::new(),
+            references: Vec::new(),
+            causes: Vec::new(),
+            caused_by: Vec::new(),
+            onset: Some(onset),
+        }
+    }
+
+    #[test]
+    fn the_root_comes_first_with_its_consequences_under_it() {
+        // Ranked by confidence the stalls came first; the thrash caused them.
+        let reclaim = f(
+            "memory.direct-reclaim",
+            Some(7),
+            Some("/lab"),
+            3_000_000_000,
+        );
+        let thrash = f("memory.pagecache-thrash", Some(7), Some("/lab"), 0);
+        let other = f("cpu.cfs-throttling", None, Some("/else"), 0);
+        let out = link(vec![reclaim, other, thrash]);
+        let ids: Vec<&str> = out.iter().map(|f| f.rule_id).collect();
+        assert_eq!(
+            ids,
+            [
+                "memory.pagecache-thrash",
+                "memory.direct-reclaim",
+                "cpu.cfs-throttling"
+            ]
+        );
+        assert_eq!(out[0].causes.len(), 1);
+        assert_eq!(out[0].causes[0].finding, 2);
+        assert_eq!(out[1].caused_by[0].finding, 1);
+        assert!(out[1].caused_by[0].reason.contains("both name app (7)"));
+        assert!(out[1].caused_by[0].reason.contains("3 s before"));
+        assert!(out[2].causes.is_empty() && out[2].caused_by.is_empty());
+    }
+
+    #[test]
+    fn no_link_is_invented() {
+        // Different processes and cgroups: a known consequence, but nothing shows it here.
+        let out = link(vec![
+            f("memory.direct-reclaim", Some(7), Some("/a"), 0),
+            f("memory.pagecache-thrash", Some(8), Some("/b"), 0),
+        ]);
+        assert!(out
+            .iter()
+            .all(|f| f.causes.is_empty() && f.caused_by.is_empty()));
+        // A cause that started well after its supposed consequence is not its cause.
+        let out = link(vec![
+            f("memory.direct-reclaim", Some(7), None, 0),
+            f("memory.pagecache-thrash", Some(7), None, 10_000_000_000),
+        ]);
+        assert!(out.iter().all(|f| f.causes.is_empty()));
+        // The root cgroup is shared by everything: it is no evidence.
+        let out = link(vec![
+            f("memory.direct-reclaim", None, Some("/"), 0),
+            f("memory.pagecache-thrash", None, Some("/"), 0),
+        ]);
+        assert!(out.iter().all(|f| f.causes.is_empty()));
+    }
+
+    #[test]
+    fn a_leak_that_ends_in_an_oom_kill_through_reclaim() {
+        let mut reclaim = f(
+            "memory.direct-reclaim",
+            Some(9),
+            Some("/lab"),
+            2_000_000_000,
+        );
+        reclaim.evidence.push(Evidence {
+            signal: "reclaim.proc.5.app.stalls_total".into(),
+            series: Some("reclaim.proc.5.app.stalls_per_s".into()),
+            value: 1.0,
+            stat: "total",
+            over_s: None,
+            baseline: None,
+            unit: jitterscope_model::registry::Unit::Count,
+            note: String::new(),
+        });
+        let out = link(vec![
+            f("memory.oom-kill", Some(5), Some("/lab"), 5_000_000_000),
+            reclaim,
+            f("memory.leak", Some(5), Some("/lab"), 0),
+        ]);
+        let ids: Vec<&str> = out.iter().map(|f| f.rule_id).collect();
+        assert_eq!(
+            ids,
+            ["memory.leak", "memory.direct-reclaim", "memory.oom-kill"]
+        );
+        assert_eq!(out[0].causes.len(), 2, "{:?}", out[0].causes);
+        let oom = out.iter().find(|f| f.rule_id == "memory.oom-kill").unwrap();
+        assert_eq!(oom.caused_by.len(), 2);
+    }
+}
