@@ -134,8 +134,13 @@ fn list(json: bool, markdown: bool) -> Result<()> {
             println!("- **Reproduces**: {}", md(s.reproduces));
             println!("- **Signals**: {}", md(s.signals));
             println!("- **Bounds**: {}", md(s.bounds));
+            let links: Vec<String> = s
+                .expected_links
+                .iter()
+                .map(|(_, e)| format!(", which must cause `{e}`"))
+                .collect();
             match s.expected_rule {
-                Some(r) => println!("- **Expected finding**: `{r}`\n"),
+                Some(r) => println!("- **Expected finding**: `{r}` first{}\n", links.concat()),
                 None => println!("- **Expected finding**: none (no mechanism rule may fire)\n"),
             }
         }
@@ -418,7 +423,7 @@ fn check(c: CheckArgs) -> Result<()> {
             lookback_ns: windows.active.0 - baseline_from + 1_000_000_000,
         },
     )?;
-    let verdict = Verdict::of(s, &report);
+    let verdict = Verdict::of(s, &report, outcome.culprit_cgroup.as_deref());
     // The episodes of the workload's window, flagged where the recorder marked them live.
     let (episodes, _) =
         jitterscope_diagnose::events(&store.path, windows.active.0, windows.active.1)?;
@@ -440,7 +445,10 @@ fn check(c: CheckArgs) -> Result<()> {
             "damaged": damaged,
             "diagnosis": {
                 "expected_rule": s.expected_rule,
+                "expected_links": s.expected_links,
+                "expected_culprit_cgroup": outcome.culprit_cgroup,
                 "first_rule": verdict.first,
+                "problems": verdict.problems,
                 "mechanism_rules": verdict.mechanisms,
                 "pass": verdict.pass,
                 "report": report,
@@ -500,16 +508,19 @@ fn check(c: CheckArgs) -> Result<()> {
     Ok(())
 }
 
-/// Whether the diagnosis named what the scenario reproduces: its rule ranked first, or for a
-/// control, no mechanism rule at all.
+/// Whether the diagnosis named what the scenario reproduces: its rule ranked first, with the
+/// cause links it must make and the culprit's cgroup it must name; for a control, no
+/// mechanism rule at all.
 struct Verdict {
     first: Option<&'static str>,
     mechanisms: Vec<&'static str>,
+    /// What is wrong beyond the first rule: a missing link, the wrong culprit cgroup.
+    problems: Vec<String>,
     pass: bool,
 }
 
 impl Verdict {
-    fn of(s: &Scenario, r: &jitterscope_diagnose::Report) -> Self {
+    fn of(s: &Scenario, r: &jitterscope_diagnose::Report, cgroup: Option<&str>) -> Self {
         let first = r.findings.first().map(|f| f.rule_id);
         let mechanisms: Vec<&'static str> = r
             .findings
@@ -517,20 +528,49 @@ impl Verdict {
             .filter(|f| f.mechanism)
             .map(|f| f.rule_id)
             .collect();
+        let mut problems = Vec::new();
+        for (cause, effect) in s.expected_links {
+            let linked = r
+                .findings
+                .iter()
+                .any(|f| f.rule_id == *cause && f.causes.iter().any(|l| l.rule_id == *effect));
+            if !linked {
+                problems.push(format!("no link {cause} → {effect}"));
+            }
+        }
+        if let (Some(want), Some(f)) = (cgroup, r.findings.first()) {
+            if f.culprit.cgroup.as_deref() != Some(want) {
+                problems.push(format!(
+                    "culprit cgroup {} instead of {want}",
+                    f.culprit.cgroup.as_deref().unwrap_or("(none)")
+                ));
+            }
+        }
         let pass = match s.expected_rule {
-            Some(rule) => first == Some(rule),
+            Some(rule) => first == Some(rule) && problems.is_empty(),
             None => mechanisms.is_empty(),
         };
         Verdict {
             first,
             mechanisms,
+            problems,
             pass,
         }
     }
 
     fn line(&self, s: &Scenario) -> String {
         match (s.expected_rule, self.pass) {
-            (Some(rule), true) => format!("diagnosis: PASS — {rule} ranked first"),
+            (Some(rule), true) => {
+                let mut l = format!("diagnosis: PASS — {rule} ranked first");
+                for (c, e) in s.expected_links {
+                    l.push_str(&format!(", {c} → {e} linked"));
+                }
+                l
+            }
+            (Some(rule), false) if self.first == Some(rule) => format!(
+                "diagnosis: FAIL — {rule} ranked first, but: {}",
+                self.problems.join("; ")
+            ),
             (Some(rule), false) => format!(
                 "diagnosis: FAIL — expected {rule} first, got {}",
                 self.first.unwrap_or("no finding")

@@ -151,7 +151,16 @@ fn check(name: &str, secs: u64) -> Option<Value> {
     // mechanism rule at all.
     let dg = &v["diagnosis"];
     match dg["expected_rule"].as_str() {
-        Some(rule) => assert_eq!(dg["first_rule"], rule, "{name}: {}", dg["report"]),
+        Some(rule) => {
+            assert_eq!(dg["first_rule"], rule, "{name}: {}", dg["report"]);
+            // The links the scenario lists and the culprit's lab cgroup.
+            assert_eq!(
+                dg["problems"],
+                serde_json::json!([]),
+                "{name}: {}",
+                dg["report"]
+            );
+        }
         None => assert_eq!(
             dg["mechanism_rules"],
             serde_json::json!([]),
@@ -272,6 +281,55 @@ fn pagecache_thrash_evicts_the_working_set() {
     };
     assert!(value(&v, "lab-workset.majflt_per_s") >= 1000.0);
     assert!(value(&v, "refault_file_per_s") >= 1000.0);
+    // The reclaim stalls are the thrash's consequence, under it, in the memory cgroup.
+    let f = &v["diagnosis"]["report"]["findings"];
+    assert_eq!(
+        f[0]["culprit"]["cgroup"],
+        "/jitterscope-lab/pagecache-thrash"
+    );
+    assert_eq!(f[1]["rule_id"], "memory.direct-reclaim", "{f}");
+    assert_eq!(f[1]["caused_by"][0]["finding"], 1, "{f}");
+}
+
+#[test]
+fn oom_leak_is_a_leak_that_ends_in_a_kill() {
+    let _s = serial();
+    let Some(v) = check("oom-leak", 10) else {
+        return;
+    };
+    let f = &v["diagnosis"]["report"]["findings"];
+    let title = f[0]["title"].as_str().unwrap();
+    assert!(title.contains("then the OOM killer killed it"), "{title}");
+    let oom = f
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["rule_id"] == "memory.oom-kill")
+        .unwrap_or_else(|| panic!("no OOM-kill finding: {f}"));
+    assert_eq!(oom["culprit"]["comm"], "lab-oom-leak");
+    assert_eq!(oom["culprit"]["cgroup"], "/jitterscope-lab/oom-leak");
+}
+
+#[test]
+fn worker_leak_survives_its_end() {
+    let _s = serial();
+    let Some(v) = check("worker-leak", 10) else {
+        return;
+    };
+    let f = v["diagnosis"]["report"]["findings"].as_array().unwrap();
+    let leaks: Vec<&Value> = f.iter().filter(|x| x["rule_id"] == "memory.leak").collect();
+    assert_eq!(leaks.len(), 2, "{f:?}");
+    for l in leaks {
+        assert_eq!(l["culprit"]["comm"], "lab-leak-worker");
+        assert!(
+            l["title"]
+                .as_str()
+                .unwrap()
+                .ends_with("killed by SIGKILL (9)"),
+            "{}",
+            l["title"]
+        );
+    }
 }
 
 #[test]
@@ -580,6 +638,8 @@ fn list_documents_every_scenario() {
             "pagecache-thrash",
             "native-leak",
             "python-leak",
+            "oom-leak",
+            "worker-leak",
             "cpu-saturation",
             "idle"
         ]

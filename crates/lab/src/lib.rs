@@ -50,6 +50,9 @@ pub struct Started {
     pub checks: Vec<Check>,
     /// Lines describing the set-up (limits, sizes, pids).
     pub notes: Vec<String>,
+    /// The cgroup the first finding must name as its culprit's (the lab cgroup whose limit
+    /// the mechanism hit), when the scenario knows it.
+    pub culprit_cgroup: Option<String>,
 }
 
 /// The context a scenario starts in.
@@ -78,6 +81,8 @@ pub struct Scenario {
     pub control: bool,
     /// The diagnosis rule that should rank first (issue 6's rule ids); `None` for controls.
     pub expected_rule: Option<&'static str>,
+    /// Cause → consequence links between findings the diagnosis must make (rule ids).
+    pub expected_links: &'static [(&'static str, &'static str)],
     /// Controllers its cgroups need.
     pub controllers: &'static [&'static str],
     /// Creates its cgroups and files and starts its workers.
@@ -116,6 +121,8 @@ pub struct Outcome {
     pub workers: Vec<WorkerReport>,
     /// The signature to check.
     pub checks: Vec<Check>,
+    /// The cgroup the first finding's culprit must be in (see [`Started::culprit_cgroup`]).
+    pub culprit_cgroup: Option<String>,
     /// Cut short by a signal.
     pub interrupted: bool,
     /// What the cleanup removed.
@@ -229,6 +236,7 @@ pub fn run(
         notes: started.notes,
         workers,
         checks: started.checks,
+        culprit_cgroup: started.culprit_cgroup,
         interrupted: stop::requested(),
         cleaned,
         memleak,

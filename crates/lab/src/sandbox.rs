@@ -206,6 +206,9 @@ pub struct Worker {
     pub role: String,
     child: Child,
     exited: Option<ExitStatus>,
+    /// Its end is part of the scenario (the OOM killer, a kill it stages): exiting before the
+    /// run is over is not a failure.
+    ends: bool,
 }
 
 impl Worker {
@@ -350,7 +353,23 @@ impl Sandbox {
     /// charged elsewhere), gets its own process group (a terminal's Ctrl-C reaches only the
     /// lab, which then stops it in order) and is killed if the lab dies. Its stdout is kept
     /// for its report.
-    pub fn spawn(&mut self, cg: &LabCgroup, role: &str, mut cmd: Command) -> Result<u32> {
+    pub fn spawn(&mut self, cg: &LabCgroup, role: &str, cmd: Command) -> Result<u32> {
+        self.spawn_with(cg, role, cmd, false)
+    }
+
+    /// Like [`spawn`](Sandbox::spawn), for a worker whose end is part of the scenario: the
+    /// OOM killer ends it, or it stages its own kill. Its early exit is recorded, not an error.
+    pub fn spawn_ending(&mut self, cg: &LabCgroup, role: &str, cmd: Command) -> Result<u32> {
+        self.spawn_with(cg, role, cmd, true)
+    }
+
+    fn spawn_with(
+        &mut self,
+        cg: &LabCgroup,
+        role: &str,
+        mut cmd: Command,
+        ends: bool,
+    ) -> Result<u32> {
         let procs: Vec<CString> = cg
             .dirs()
             .map(|d| CString::new(d.join("cgroup.procs").into_os_string().into_encoded_bytes()))
@@ -393,6 +412,7 @@ impl Sandbox {
             role: role.to_string(),
             child,
             exited: None,
+            ends,
         });
         Ok(pid)
     }
@@ -408,6 +428,9 @@ impl Sandbox {
             if w.exited.is_none() {
                 if let Some(st) = w.child.try_wait()? {
                     w.exited = Some(st);
+                    if w.ends {
+                        continue;
+                    }
                     bail!(
                         "the {} worker (pid {}) exited early: {st}",
                         w.role,

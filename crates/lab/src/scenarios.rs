@@ -37,6 +37,7 @@ pub static SCENARIOS: &[Scenario] = &[
         bounds: "CPU: the quota (0.2 core low, 0.1 core high); no memory use to speak of",
         control: false,
         expected_rule: Some("cpu.cfs-throttling"),
+        expected_links: &[],
         controllers: &["cpu"],
         start: cfs_throttle,
     },
@@ -55,6 +56,7 @@ pub static SCENARIOS: &[Scenario] = &[
             charged to it); CPU: one thread",
         control: false,
         expected_rule: Some("memory.dcache-bloat"),
+        expected_links: &[],
         controllers: &["memory"],
         start: negative_dentry,
     },
@@ -77,6 +79,7 @@ pub static SCENARIOS: &[Scenario] = &[
             namespace of the worker and vanish with it",
         control: false,
         expected_rule: Some("memory.shrinker-cost"),
+        expected_links: &[],
         controllers: &["memory"],
         start: shrinker_scale,
     },
@@ -93,6 +96,7 @@ pub static SCENARIOS: &[Scenario] = &[
             pause per call)",
         control: false,
         expected_rule: Some("cpu.tlb-shootdown"),
+        expected_links: &[],
         controllers: &["cpu"],
         start: tlb_shootdown,
     },
@@ -108,6 +112,7 @@ pub static SCENARIOS: &[Scenario] = &[
             900 MiB, removed afterwards",
         control: false,
         expected_rule: Some("memory.direct-reclaim"),
+        expected_links: &[],
         controllers: &["memory"],
         start: reclaim_storm,
     },
@@ -126,6 +131,7 @@ pub static SCENARIOS: &[Scenario] = &[
             448 MiB + 2 GiB (high), removed afterwards",
         control: false,
         expected_rule: Some("memory.pagecache-thrash"),
+        expected_links: &[("memory.pagecache-thrash", "memory.direct-reclaim")],
         controllers: &["memory"],
         start: pagecache_thrash,
     },
@@ -142,6 +148,7 @@ pub static SCENARIOS: &[Scenario] = &[
             that",
         control: false,
         expected_rule: Some("memory.leak"),
+        expected_links: &[],
         controllers: &["memory"],
         start: native_leak,
     },
@@ -156,8 +163,46 @@ pub static SCENARIOS: &[Scenario] = &[
             256 MiB above that",
         control: false,
         expected_rule: Some("memory.leak"),
+        expected_links: &[],
         controllers: &["memory"],
         start: python_leak,
+    },
+    Scenario {
+        name: "oom-leak",
+        mirrors: "case 5 (a leak that ends where most do: the OOM killer at a memory limit)",
+        reproduces: "a Python process that mallocs natively and never frees (as the native-leak \
+            scenario), in a memory cgroup whose limit it reaches at about 70% of the run: the \
+            OOM killer kills it. The cgroup is in the memory hierarchy only (cgroup v1: its \
+            cpu cgroup is the root), so a culprit named by its cpu cgroup would read `/`.",
+        signals: "proc.<pid>.lab-oom-leak.rss_bytes growing steadily, then \
+            proc.<pid>.lab-oom-leak.exited; cgroup.<lab>.memory.oom_kill_per_s; the kernel's OOM \
+            report (oom.kill.<pid>.lab-oom-leak.rss_bytes); reclaim stalls at the limit",
+        bounds: "memory: the cgroup limit, what the leak reaches at 70% of the run (12 MiB/s low, \
+            32 MiB/s high) plus 10 MiB, at least 64 MiB; the OOM killer ends the workload \
+            inside the lab cgroup",
+        control: false,
+        expected_rule: Some("memory.leak"),
+        expected_links: &[("memory.leak", "memory.oom-kill")],
+        controllers: &["memory"],
+        start: oom_leak,
+    },
+    Scenario {
+        name: "worker-leak",
+        mirrors: "case 5 (gunicorn workers growing natively), as such incidents end: the server \
+            killed",
+        reproduces: "a pre-fork master (lab-prefork) with two workers (lab-leak-worker) that \
+            leak natively; at about 70% of the run the master SIGKILLs them and stays, not \
+            waiting, for two seconds (the workers are zombies: /proc reports their RSS as 0), \
+            then is SIGKILLed itself.",
+        signals: "proc.<pid>.lab-leak-worker.rss_bytes growing steadily, then ending (no 0 \
+            recorded), proc.<pid>.lab-leak-worker.exited and exit_signal 9",
+        bounds: "memory: 8 MiB/s per worker (low) / 24 MiB/s (high) for at most the run; cgroup \
+            limit 512 MiB (low) / 2 GiB (high)",
+        control: false,
+        expected_rule: Some("memory.leak"),
+        expected_links: &[],
+        controllers: &["memory"],
+        start: worker_leak,
     },
     Scenario {
         name: "cpu-saturation",
@@ -169,6 +214,7 @@ pub static SCENARIOS: &[Scenario] = &[
         bounds: "CPU: every CPU for the duration; no memory",
         control: true,
         expected_rule: None,
+        expected_links: &[],
         controllers: &["cpu"],
         start: cpu_saturation,
     },
@@ -180,6 +226,7 @@ pub static SCENARIOS: &[Scenario] = &[
         bounds: "one sleeping process: no CPU, no memory to speak of",
         control: true,
         expected_rule: None,
+        expected_links: &[],
         controllers: &["cpu"],
         start: idle,
     },
@@ -345,6 +392,7 @@ fn cfs_throttle(e: &mut Env) -> Result<Started> {
     )?;
     let p = &cg.path;
     Ok(Started {
+        culprit_cgroup: None,
         notes: vec![format!(
             "cgroup {p}: quota {} ms per {} ms; fibtest pid {pid}: fast thread on CPU {fast_cpu}, \
              {slow} slow threads on CPU {slow_cpu}",
@@ -397,6 +445,7 @@ fn negative_dentry(e: &mut Env) -> Result<Started> {
     )?;
     let p = &cg.path;
     Ok(Started {
+        culprit_cgroup: None,
         notes: vec![format!(
             "cgroup {p}: memory limit {} MiB; lab-nss-probe pid {pid}: {names} new names per \
              batch in {}, then {} MiB of anonymous memory",
@@ -487,6 +536,7 @@ fn shrinker_scale(e: &mut Env) -> Result<Started> {
         );
     }
     Ok(Started {
+        culprit_cgroup: None,
         notes,
         checks: vec![
             Check::new(
@@ -539,6 +589,7 @@ fn tlb_shootdown(e: &mut Env) -> Result<Started> {
         worker("latency-probe", &[("period_us", "1000".into())])?,
     )?;
     Ok(Started {
+        culprit_cgroup: None,
         notes: vec![format!(
             "lab-madvise pid {pid}: {threads} threads over {ncpu} CPUs, {region} KiB each, \
              madvise(MADV_DONTNEED) after every touch{}; lab-victim pid {vpid} sleeps 1 ms in a loop",
@@ -585,6 +636,7 @@ fn reclaim_storm(e: &mut Env) -> Result<Started> {
     )?;
     let p = &cg.path;
     Ok(Started {
+        culprit_cgroup: Some(p.clone()),
         notes: vec![format!(
             "cgroup {p}: memory limit {} MiB; lab-reclaim pid {pid} reads {} MiB of file, then \
              touches {} MiB of anonymous memory, in a loop",
@@ -640,6 +692,7 @@ fn pagecache_thrash(e: &mut Env) -> Result<Started> {
     )?;
     let p = &cg.path;
     Ok(Started {
+        culprit_cgroup: Some(p.clone()),
         notes: vec![format!(
             "cgroup {p}: memory limit {} MiB; lab-workset pid {wpid} re-reads a {} MiB mapped \
              file; lab-stream pid {spid} streams a {} MiB file",
@@ -693,6 +746,7 @@ fn leak(e: &mut Env, mode: &str, comm: &str) -> Result<Started> {
             rate / MIB,
             cap / MIB
         )],
+        culprit_cgroup: Some(cg.path.clone()),
         checks: vec![Check::new(
             format!("{comm}'s RSS grows"),
             Select::labels(&process::PROC_RSS_BYTES, &["*", comm]),
@@ -711,6 +765,113 @@ fn python_leak(e: &mut Env) -> Result<Started> {
     leak(e, "python", "lab-python-leak")
 }
 
+/// Seconds into the run at which a scenario's process is to end: late enough for a trend of
+/// several samples, early enough that the end is inside the window.
+fn end_at(e: &Env) -> f64 {
+    (e.duration.as_secs_f64() * 0.7).max(1.0)
+}
+
+fn oom_leak(e: &mut Env) -> Result<Started> {
+    let rate = e.intensity.pick(12 * MIB, 32 * MIB);
+    // The interpreter itself is about 10 MiB: the limit is reached at ~70% of the run.
+    let limit = ((rate as f64 * end_at(e)) as u64 + 10 * MIB).max(64 * MIB);
+    let cg: LabCgroup = e.sb.cgroup("", Limits::memory(limit))?;
+    let mut cmd = Command::new("python3");
+    cmd.arg("-c")
+        .arg(include_str!("py/leak.py"))
+        .arg("native")
+        .arg(rate.to_string())
+        // No cap: it grows until the OOM killer stops it.
+        .arg((64 * 1024 * MIB).to_string())
+        .arg("lab-oom-leak");
+    let pid =
+        e.sb.spawn_ending(&cg, "oom-leaker", cmd)
+            .context("the leak scenarios need python3")?;
+    let p = &cg.path;
+    Ok(Started {
+        culprit_cgroup: Some(p.clone()),
+        notes: vec![format!(
+            "cgroup {p}: memory limit {} MiB; lab-oom-leak pid {pid} grows {} MiB/s until the OOM killer ends it",
+            limit / MIB,
+            rate / MIB
+        )],
+        checks: vec![
+            Check::new(
+                "lab-oom-leak's RSS grows",
+                Select::labels(&process::PROC_RSS_BYTES, &["*", "lab-oom-leak"]),
+                Stat::Growth,
+                Cmp::AtLeast(16.0 * MIB as f64),
+            ),
+            Check::new(
+                "the cgroup counts an OOM kill",
+                Select::labels(&cgroup::MEMORY_OOM_KILL_PER_S, &[p]),
+                Stat::Sum,
+                Cmp::AtLeast(0.5),
+            ),
+            Check::new(
+                "lab-oom-leak ended",
+                Select::labels(&process::PROC_EXITED, &["*", "lab-oom-leak"]),
+                Stat::Max,
+                Cmp::AtLeast(1.0),
+            ),
+            Check::new(
+                "the kernel's OOM report names it",
+                Select::labels(&mem::OOM_KILL_RSS_BYTES, &["*", "lab-oom-leak"]),
+                Stat::Max,
+                Cmp::AtLeast(16.0 * MIB as f64),
+            ),
+        ],
+    })
+}
+
+fn worker_leak(e: &mut Env) -> Result<Started> {
+    let (rate, limit) = e
+        .intensity
+        .pick((8 * MIB, 512 * MIB), (24 * MIB, 2048 * MIB));
+    let cg: LabCgroup = e.sb.cgroup("", Limits::memory(limit))?;
+    let mut cmd = Command::new("python3");
+    cmd.arg("-c")
+        .arg(include_str!("py/prefork.py"))
+        .arg("2")
+        .arg(rate.to_string())
+        .arg(format!("{:.1}", end_at(e)));
+    let pid =
+        e.sb.spawn_ending(&cg, "prefork", cmd)
+            .context("the leak scenarios need python3")?;
+    let p = &cg.path;
+    Ok(Started {
+        culprit_cgroup: Some(p.clone()),
+        notes: vec![format!(
+            "cgroup {p}: memory limit {} MiB; lab-prefork pid {pid} forks two lab-leak-worker \
+             that grow {} MiB/s each; after {:.1} s it kills them, leaves them zombies for 2 s, \
+             and is killed",
+            limit / MIB,
+            rate / MIB,
+            end_at(e)
+        )],
+        checks: vec![
+            Check::new(
+                "the workers' RSS grows",
+                Select::labels(&process::PROC_RSS_BYTES, &["*", "lab-leak-worker"]),
+                Stat::Growth,
+                Cmp::AtLeast(16.0 * MIB as f64),
+            ),
+            Check::new(
+                "no 0 is recorded for a zombie worker",
+                Select::labels(&process::PROC_RSS_BYTES, &["*", "lab-leak-worker"]),
+                Stat::Min,
+                Cmp::AtLeast(MIB as f64),
+            ),
+            Check::new(
+                "the workers were seen killed by SIGKILL",
+                Select::labels(&process::PROC_EXIT_SIGNAL, &["*", "lab-leak-worker"]),
+                Stat::Max,
+                Cmp::AtLeast(9.0),
+            ),
+        ],
+    })
+}
+
 fn cpu_saturation(e: &mut Env) -> Result<Started> {
     let cg = e.sb.cgroup("", Limits::default())?;
     let pid = e.sb.spawn(&cg, "busy", worker("busy", &[])?)?;
@@ -722,6 +883,7 @@ fn cpu_saturation(e: &mut Env) -> Result<Started> {
     )];
     checks.extend(quiet_checks(&cg));
     Ok(Started {
+        culprit_cgroup: None,
         notes: vec![format!(
             "cgroup {} (no quota): lab-busy pid {pid}, one thread per CPU",
             cg.path
@@ -734,6 +896,7 @@ fn idle(e: &mut Env) -> Result<Started> {
     let cg = e.sb.cgroup("", Limits::default())?;
     let pid = e.sb.spawn(&cg, "idle", worker("idle", &[])?)?;
     Ok(Started {
+        culprit_cgroup: None,
         notes: vec![format!("cgroup {}: lab-idle pid {pid} sleeps", cg.path)],
         checks: quiet_checks(&cg),
     })

@@ -18,6 +18,8 @@ use serde::Serialize;
 pub enum Stat {
     /// Largest value.
     Max,
+    /// Smallest value (a level that must never read as gone).
+    Min,
     /// Mean value.
     Mean,
     /// Sum of the values: for per-second rates at a 1 s interval, the count over the window.
@@ -40,6 +42,7 @@ impl Stat {
     fn name(self) -> &'static str {
         match self {
             Stat::Max => "max",
+            Stat::Min => "min",
             Stat::Mean => "mean",
             Stat::Sum => "sum",
             Stat::Rise => "rise over baseline",
@@ -209,6 +212,7 @@ fn judge(c: &Check, a: &Acc) -> CheckResult {
     let act = &a.active;
     let value = match c.stat {
         Stat::Max => act.iter().copied().reduce(f64::max),
+        Stat::Min => act.iter().copied().reduce(f64::min),
         Stat::Mean => mean(act),
         Stat::Sum => (!act.is_empty()).then(|| act.iter().sum()),
         Stat::Rise => act
@@ -271,6 +275,7 @@ mod tests {
         assert_eq!(v(Stat::Rise, Cmp::AtLeast(25.0), &a), (Some(25.0), true));
         assert_eq!(v(Stat::Growth, Cmp::AtLeast(25.0), &a), (Some(25.0), true));
         assert_eq!(v(Stat::Series, Cmp::AtLeast(2.0), &a), (Some(2.0), true));
+        assert_eq!(v(Stat::Min, Cmp::AtLeast(6.0), &a), (Some(5.0), false));
         assert_eq!(
             v(Stat::Ratio { floor: 1.0 }, Cmp::AtLeast(10.0), &a),
             (Some(25.0 / 15.0), false)

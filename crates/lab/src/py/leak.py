@@ -1,4 +1,5 @@
-# jitterscope lab worker: a leaking Python process (case 5). argv: mode rate_bytes_per_s cap_bytes
+# jitterscope lab worker: a leaking Python process (case 5).
+# argv: mode rate_bytes_per_s cap_bytes [name]
 #  native: a C library (libc's malloc through ctypes, as a C extension would) keeps a 64-byte
 #          context record per "request" and never frees it; the records carry a repeated marker
 #          string. The Python object count stays flat, so gc and guppy see nothing.
@@ -9,7 +10,8 @@ import ctypes, gc, json, signal, sys, time
 
 mode, rate, cap = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 libc = ctypes.CDLL(None)
-libc.prctl(15, b"lab-native-leak" if mode == "native" else b"lab-python-leak", 0, 0, 0)
+name = sys.argv[4] if len(sys.argv) > 4 else "lab-native-leak" if mode == "native" else "lab-python-leak"
+libc.prctl(15, name.encode(), 0, 0, 0)
 libc.malloc.restype = ctypes.c_void_p
 libc.malloc.argtypes = [ctypes.c_size_t]
 
