@@ -308,6 +308,8 @@ fn oom_leak_is_a_leak_that_ends_in_a_kill() {
         .unwrap_or_else(|| panic!("no OOM-kill finding: {f}"));
     assert_eq!(oom["culprit"]["comm"], "lab-oom-leak");
     assert_eq!(oom["culprit"]["cgroup"], "/jitterscope-lab/oom-leak");
+    // The kill is an episode too, marked by the recorder as it happened.
+    marked_live(&v, "oom-kill", "reclaim.oom_kill_per_s");
 }
 
 #[test]

@@ -135,6 +135,16 @@ pub static NEGATIVE_DENTRIES: Signal = Signal {
     floor: 1000.0,
 };
 
+/// OOM kills on the host. Any kill is an incident: the floor is 0, so one kill in a sample is
+/// an episode.
+pub static OOM_KILL: Signal = Signal {
+    kind: "oom-kill",
+    what: "OOM kills (vmstat oom_kill)",
+    metric: &mem::RECLAIM_OOM_KILL_PER_S,
+    labels: &[],
+    floor: 0.0,
+};
+
 /// The watched signals.
 pub static SIGNALS: &[&Signal] = &[
     &SYS_CPU,
@@ -146,6 +156,7 @@ pub static SIGNALS: &[&Signal] = &[
     &MEMORY_PRESSURE,
     &D_STATE,
     &NEGATIVE_DENTRIES,
+    &OOM_KILL,
 ];
 
 /// The metric of leak trends, kept for the [`RSS_TOP`] largest processes of each sample.
