@@ -175,7 +175,8 @@ pub(crate) fn evidence(
 }
 
 impl Finding {
-    /// Adds [`evidence`] of the series of `def` with `labels`.
+    /// Adds [`evidence`] of the series of `def` with `labels`, when it has values in the
+    /// window.
     pub(crate) fn cite(
         &mut self,
         d: &Data,
@@ -184,7 +185,11 @@ impl Finding {
         take: Take,
         note: impl Into<String>,
     ) {
-        self.evidence.push(evidence(d, def, labels, take, note));
+        // A series without a value in the window is unknown: a line reading 0 would say it
+        // was measured and quiet.
+        if d.stats(def, labels).n > 0 {
+            self.evidence.push(evidence(d, def, labels, take, note));
+        }
     }
 
     /// Cites the window sums of the first `n` processes of a ranking, each noted
@@ -450,6 +455,24 @@ mod tests {
         assert_eq!(confidence(20.0, 10.0, 20.0), 0.95);
         assert_eq!(confidence(100.0, 10.0, 20.0), 0.95);
         assert_eq!(confidence(15.0, 10.0, 20.0), 0.73);
+    }
+
+    #[test]
+    fn a_missing_series_is_not_cited_as_zero() {
+        use jitterscope_model::metrics::cgroup;
+        let mut d = Data::seconds(4, 1);
+        d.push(&cgroup::CPU_THROTTLED_PCT, &["/a"], 2, 50.0);
+        let mut f = finding(&RULES[0], &d, "t".into(), 0.5, Culprit::default());
+        f.cite(&d, &cgroup::CPU_USAGE_PCT, &["/a"], Take::Max, "usage");
+        assert!(f.evidence.is_empty());
+        f.cite(
+            &d,
+            &cgroup::CPU_THROTTLED_PCT,
+            &["/a"],
+            Take::Max,
+            "throttled",
+        );
+        assert_eq!(f.evidence.len(), 1);
     }
 
     #[test]

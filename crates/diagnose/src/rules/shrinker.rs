@@ -66,13 +66,18 @@ fn run(d: &Data) -> Vec<Finding> {
     if !((time >= 5.0 || max_us >= 10_000.0 || scaling) && low_yield) {
         return Vec::new();
     }
-    let wasted = d.stats(&tracer::SHRINKER_ZERO_FREED_PER_S, at).sum;
+    let zero = d.stats(&tracer::SHRINKER_ZERO_FREED_PER_S, at);
+    let wasted = zero.sum;
     let mut f = finding(
         &RULE,
         d,
         format!(
-            "slab shrinking cost: {top} called {calls:.0} times ({:.0}% freed nothing) across {memcgs} memory cgroups",
-            if calls > 0.0 { wasted * 100.0 / calls } else { 0.0 }
+            "slab shrinking cost: {top} called {calls:.0} times ({}) across {memcgs} memory cgroups",
+            if zero.n > 0 && calls > 0.0 {
+                format!("{:.0}% freed nothing", wasted * 100.0 / calls)
+            } else {
+                "how many freed nothing is unknown".into()
+            }
         ),
         if time >= 5.0 || max_us >= 10_000.0 {
             confidence(time.max(max_us / 2000.0), 5.0, 50.0)
