@@ -13,13 +13,17 @@
 //!   after the consequence (a little slack for sampling).
 //!
 //! - **a confident cause**: at least 0.7; a weak finding does not become the root of a
-//!   confident one.
+//!   confident one, unless the data show the mechanism itself (the reader is the task that
+//!   stalled, and its anonymous memory stayed flat: it stalled allocating page cache).
 //!
 //! Without a shared actor there is no link, however plausible: two findings on one host stay
 //! separate. The report then lists each root, followed by what it caused.
 
 use std::fmt::Write;
 
+use jitterscope_model::metrics::process;
+
+use crate::data::Data;
 use crate::{Finding, Link};
 
 /// Cause rule, consequence rule, and how the first leads to the second.
@@ -115,16 +119,44 @@ fn shared(cause: &Finding, effect: &Finding) -> Option<String> {
     None
 }
 
+/// Direct evidence of the mechanism between two findings, from the data, which makes a cause
+/// below [`MIN_CAUSE_CONFIDENCE`] a cause all the same. Page-cache thrash → reclaim: the task
+/// that stalled is the reader and its anonymous memory stayed flat, so what it allocated (and
+/// stalled for) was page cache for its reads, not memory of its own.
+fn direct_evidence(d: &Data, cause: &Finding, effect: &Finding) -> Option<String> {
+    if (cause.rule_id, effect.rule_id) != ("memory.pagecache-thrash", "memory.direct-reclaim") {
+        return None;
+    }
+    let (pid, comm) = (cause.culprit.pid?, cause.culprit.comm.as_deref()?);
+    if effect.culprit.pid != Some(pid) {
+        return None;
+    }
+    let anon = d.get(&process::PROC_ANON_BYTES, &[&pid.to_string(), comm])?;
+    let start = d.start as u32;
+    let vals = anon.points.iter().filter(|(i, _)| *i >= start).map(|p| p.1);
+    let (lo, hi) = vals.fold((f64::MAX, f64::MIN), |(l, h), v| (l.min(v), h.max(v)));
+    (hi >= lo && hi - lo < FLAT_ANON_BYTES).then(|| {
+        format!(
+            "{comm} ({pid}) both read and stalled, with its anonymous memory flat (within {} MiB): it stalled allocating page cache for its reads",
+            crate::rules::mib(hi - lo).max(0.1)
+        )
+    })
+}
+
+/// Anonymous memory that moved less than this over the window is flat.
+const FLAT_ANON_BYTES: f64 = 16.0 * 1_048_576.0;
+
 /// Why `cause` set `effect` off, when the report shows it.
-fn reason(cause: &Finding, effect: &Finding) -> Option<String> {
+fn reason(d: &Data, cause: &Finding, effect: &Finding) -> Option<String> {
     let (_, _, how) = CONSEQUENCES
         .iter()
         .find(|(c, e, _)| *c == cause.rule_id && *e == effect.rule_id)?;
-    if cause.confidence < MIN_CAUSE_CONFIDENCE {
+    let direct = direct_evidence(d, cause, effect);
+    if cause.confidence < MIN_CAUSE_CONFIDENCE && direct.is_none() {
         return None;
     }
     let actor = shared(cause, effect)?;
-    let mut r = format!("{how}; {actor}");
+    let mut r = format!("{how}; {}", direct.unwrap_or(actor));
     if let (Some(a), Some(b)) = (cause.onset, effect.onset) {
         if a > b + ORDER_SLACK_NS {
             return None;
@@ -143,7 +175,7 @@ fn reason(cause: &Finding, effect: &Finding) -> Option<String> {
 /// Links the findings (ranked: mechanisms first, each tier by confidence) and reorders them so
 /// that each root comes first, followed by the findings it caused, depth first; the links are
 /// by place in the returned list.
-pub fn link(findings: Vec<Finding>) -> Vec<Finding> {
+pub fn link(d: &Data, findings: Vec<Finding>) -> Vec<Finding> {
     let n = findings.len();
     // edges[i]: (j, reason) with i causing j.
     let mut edges: Vec<Vec<(usize, String)>> = vec![Vec::new(); n];
@@ -157,7 +189,7 @@ pub fn link(findings: Vec<Finding>) -> Vec<Finding> {
             if edges[j].iter().any(|(k, _)| *k == i) {
                 continue;
             }
-            if let Some(r) = reason(&findings[i], &findings[j]) {
+            if let Some(r) = reason(d, &findings[i], &findings[j]) {
                 edges[i].push((j, r));
                 has_cause[j] = true;
             }
@@ -276,7 +308,7 @@ mod tests {
         );
         let thrash = f("memory.pagecache-thrash", Some(7), Some("/lab"), 0);
         let other = f("cpu.cfs-throttling", None, Some("/else"), 0);
-        let out = link(vec![reclaim, other, thrash]);
+        let out = link(&Data::default(), vec![reclaim, other, thrash]);
         let ids: Vec<&str> = out.iter().map(|f| f.rule_id).collect();
         assert_eq!(
             ids,
@@ -297,24 +329,71 @@ mod tests {
     #[test]
     fn no_link_is_invented() {
         // Different processes and cgroups: a known consequence, but nothing shows it here.
-        let out = link(vec![
-            f("memory.direct-reclaim", Some(7), Some("/a"), 0),
-            f("memory.pagecache-thrash", Some(8), Some("/b"), 0),
-        ]);
+        let out = link(
+            &Data::default(),
+            vec![
+                f("memory.direct-reclaim", Some(7), Some("/a"), 0),
+                f("memory.pagecache-thrash", Some(8), Some("/b"), 0),
+            ],
+        );
         assert!(out
             .iter()
             .all(|f| f.causes.is_empty() && f.caused_by.is_empty()));
         // A cause that started well after its supposed consequence is not its cause.
-        let out = link(vec![
-            f("memory.direct-reclaim", Some(7), None, 0),
-            f("memory.pagecache-thrash", Some(7), None, 10_000_000_000),
-        ]);
+        let out = link(
+            &Data::default(),
+            vec![
+                f("memory.direct-reclaim", Some(7), None, 0),
+                f("memory.pagecache-thrash", Some(7), None, 10_000_000_000),
+            ],
+        );
         assert!(out.iter().all(|f| f.causes.is_empty()));
         // The root cgroup is shared by everything: it is no evidence.
-        let out = link(vec![
-            f("memory.direct-reclaim", None, Some("/"), 0),
-            f("memory.pagecache-thrash", None, Some("/"), 0),
-        ]);
+        let out = link(
+            &Data::default(),
+            vec![
+                f("memory.direct-reclaim", None, Some("/"), 0),
+                f("memory.pagecache-thrash", None, Some("/"), 0),
+            ],
+        );
+        assert!(out.iter().all(|f| f.causes.is_empty()));
+    }
+
+    /// Issue 18's case: the thrash's confidence is low (the victim re-read with read(), no
+    /// major faults), but the reader is the task that stalled, for page cache.
+    #[test]
+    fn a_weak_thrash_is_the_cause_when_the_reader_stalled_for_page_cache() {
+        let mut d = Data::seconds(10, 2);
+        for i in 0..10 {
+            d.push(
+                &process::PROC_ANON_BYTES,
+                &["7", "app"],
+                i,
+                4e6 + f64::from(i),
+            );
+        }
+        let mut thrash = f("memory.pagecache-thrash", Some(7), None, 0);
+        thrash.confidence = 0.6;
+        let reclaim = f("memory.direct-reclaim", Some(7), None, 1_000_000_000);
+        let out = link(&d, vec![reclaim.clone(), thrash.clone()]);
+        assert_eq!(out[0].rule_id, "memory.pagecache-thrash");
+        assert!(
+            out[0].causes[0].reason.contains("anonymous memory flat"),
+            "{:?}",
+            out[0].causes
+        );
+        // The same process allocating anonymous memory as it stalls: its own allocations
+        // stalled, not the stream's page cache.
+        let mut d = Data::seconds(10, 2);
+        for i in 0..10 {
+            d.push(
+                &process::PROC_ANON_BYTES,
+                &["7", "app"],
+                i,
+                f64::from(i % 2) * 128e6,
+            );
+        }
+        let out = link(&d, vec![reclaim, thrash]);
         assert!(out.iter().all(|f| f.causes.is_empty()));
     }
 
@@ -336,11 +415,14 @@ mod tests {
             unit: jitterscope_model::registry::Unit::Count,
             note: String::new(),
         });
-        let out = link(vec![
-            f("memory.oom-kill", Some(5), Some("/lab"), 5_000_000_000),
-            reclaim,
-            f("memory.leak", Some(5), Some("/lab"), 0),
-        ]);
+        let out = link(
+            &Data::default(),
+            vec![
+                f("memory.oom-kill", Some(5), Some("/lab"), 5_000_000_000),
+                reclaim,
+                f("memory.leak", Some(5), Some("/lab"), 0),
+            ],
+        );
         let ids: Vec<&str> = out.iter().map(|f| f.rule_id).collect();
         assert_eq!(
             ids,

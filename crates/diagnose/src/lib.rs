@@ -194,7 +194,7 @@ pub fn evaluate(d: &Data) -> Report {
             .then(b.confidence.total_cmp(&a.confidence))
     });
     // Then each root cause before what it set off.
-    let mut findings = chain::link(findings);
+    let mut findings = chain::link(d, findings);
     let secs = d.window_seconds();
     for e in findings.iter_mut().flat_map(|f| f.evidence.iter_mut()) {
         if matches!(e.stat, "total" | "growth") {
