@@ -289,9 +289,13 @@ impl Data {
             let in_window = sample.ts_ns > from;
             if in_window && sample.ts_ns <= to {
                 for k in sample.oom_kills.iter().flatten() {
-                    // The log's clock counts from boot like the sample's monotonic one.
+                    // The log's clock counts from boot like the sample's monotonic one; a
+                    // report is read in the interval after it, so anything further off means
+                    // the clocks disagree, and the sample's time is the best there is.
                     let ago = sample.mono_ns as i64 - (k.at_usec as i64).saturating_mul(1000);
-                    let at = if k.at_usec > 0 && ago >= 0 {
+                    let at = if k.at_usec > 0
+                        && (0..=2 * sample.interval_ns.max(1_000_000_000) as i64).contains(&ago)
+                    {
                         sample.ts_ns - ago
                     } else {
                         sample.ts_ns
