@@ -80,6 +80,12 @@ fn check(t: &str, rule_ids: &[&str]) -> Option<String> {
     if rule_ids.contains(&t) || NOT_METRICS.contains(&t) {
         return None;
     }
+    // Diagnosis evidence names a rate's window total `<rate without _per_s>_total`: it stands
+    // for the rate's series, which must exist.
+    if let Some(base) = t.strip_suffix("_total") {
+        return check(&format!("{base}_per_s"), rule_ids)
+            .map(|why| format!("a total of no rate: {why}"));
+    }
     if t.contains('<') && !t.contains(['*', '?']) {
         return find(t).is_none().then(|| {
             "no metric has this template (placeholders must be named as in `dump --list`)".into()
