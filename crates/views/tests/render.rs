@@ -183,7 +183,14 @@ fn throttled_cgroup_tops_the_cgroup_panel() {
 
 #[test]
 fn reclaim_storm_shows_on_the_pag_line() {
-    let app = replay("reclaim-storm", Some(1_795_331_580_427_000_000));
+    // The first sample of the storm's stall episode, so the test follows a re-captured store.
+    let storm = replay("reclaim-storm", None)
+        .events
+        .iter()
+        .find(|e| e.kind == "reclaim-stalls")
+        .map(|e| e.from_ns)
+        .expect("the reclaim-storm store has a reclaim-stalls episode");
+    let app = replay("reclaim-storm", Some(storm));
     let s = app.snapshot.as_ref().unwrap();
     assert!(s.pag.stalls_per_s.unwrap() > 0.0, "{:?}", s.pag);
     let l = screen(&app, 80, 24);
@@ -261,8 +268,9 @@ fn t_and_shift_t_step_one_sample() {
 
 #[test]
 fn brackets_jump_between_episodes() {
-    let ts = times("reclaim-storm");
-    let mut app = replay("reclaim-storm", Some(ts[0]));
+    // The OOM leak's store has episodes that start seconds apart (the growth, then the stalls).
+    let ts = times("oom-leak");
+    let mut app = replay("oom-leak", Some(ts[0]));
     let mut starts: Vec<i64> = app.events.iter().map(|e| e.from_ns).collect();
     starts.dedup();
     assert!(starts.len() >= 2, "{:?}", app.events);
