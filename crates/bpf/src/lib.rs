@@ -561,7 +561,8 @@ fn drain_procs(map: &dyn MapCore, deltas: &mut delta::Deltas<u32>, words: usize)
     use jitterscope_model::tracers::OTHER_PID;
     let mut out = Vec::new();
     let percpu = map.map_type().is_percpu();
-    for k in map.keys() {
+    let mut dead = Vec::new();
+    for k in keys_once(map) {
         let Ok(k4) = <[u8; 4]>::try_from(k.as_slice()) else {
             continue;
         };
@@ -590,11 +591,25 @@ fn drain_procs(map: &dyn MapCore, deltas: &mut delta::Deltas<u32>, words: usize)
             });
         }
         if pid != OTHER_PID && !delta::pid_alive(pid) {
-            let _ = map.delete(&k);
-            deltas.forget(&pid);
+            dead.push((k, pid));
         }
     }
+    // Deleted only once the walk is over: the kernel's next-key of a deleted key is the map's
+    // first key, so deleting while walking read every earlier entry again (a second, small
+    // delta per death: issue 18's eight TLB rows for one process in one sample).
+    for (k, pid) in dead {
+        let _ = map.delete(&k);
+        deltas.forget(&pid);
+    }
     out
+}
+
+/// The keys of a map, each once. The kernel walks a hash map by next-key, which starts over
+/// from the first key when the one it was given is gone (an entry deleted meanwhile), so one
+/// walk can return a key twice.
+fn keys_once(map: &dyn MapCore) -> Vec<Vec<u8>> {
+    let mut seen = std::collections::HashSet::new();
+    map.keys().filter(|k| seen.insert(k.clone())).collect()
 }
 
 /// Reads a map keyed by (the low half of) a cgroup id whose full id is word `id_word` of the
@@ -634,7 +649,8 @@ fn drain_cgroups(
 
 /// Every entry of a map as (key, value) bytes.
 fn entries(map: &dyn MapCore) -> Vec<(Vec<u8>, Vec<u8>)> {
-    map.keys()
+    keys_once(map)
+        .into_iter()
         .filter_map(|k| {
             let v = map.lookup(&k, MapFlags::ANY).ok().flatten()?;
             Some((k, v))
@@ -751,6 +767,97 @@ mod tests {
             );
         };
         assert_eq!(format::check(&tracefs, &all_records()), Ok(()));
+    }
+
+    /// A drain while processes die and others keep counting reads each process once. Before the
+    /// fix, every deleted (dead) entry sent the kernel's walk back to the first key, and the live
+    /// entries, read again after they had counted a little more, came out a second time.
+    #[test]
+    fn a_drain_reads_each_process_once_while_others_die() {
+        use libbpf_rs::{MapHandle, MapType};
+        const WORDS: usize = 6;
+        let opts = libbpf_rs::libbpf_sys::bpf_map_create_opts {
+            sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
+            ..Default::default()
+        };
+        let map = match MapHandle::create(
+            MapType::Hash,
+            Some("js_test_procs"),
+            4,
+            (WORDS * 8) as u32,
+            1024,
+            &opts,
+        ) {
+            Ok(m) => m,
+            Err(e) => {
+                return jitterscope_testkit::skip(
+                    "a_drain_reads_each_process_once_while_others_die",
+                    &format!("cannot create a BPF map (needs root or CAP_BPF): {e}"),
+                )
+            }
+        };
+        let value = |count: u64| {
+            let mut w = [0u64; WORDS];
+            w[0] = u64::from_ne_bytes(*b"proc\0\0\0\0");
+            w[4] = count;
+            w.iter().flat_map(|x| x.to_ne_bytes()).collect::<Vec<u8>>()
+        };
+        // Alive: this process and init. Dead: pids above any pid_max (2^22).
+        let live = [std::process::id(), 1];
+        let layout = delta::Layout {
+            words: WORDS,
+            keep: &[0, 1, 2, 3],
+            named_gen: None,
+        };
+        let mut deltas = delta::Deltas::new(layout);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        // The drains' pids per round, checked once the writer has stopped (a failed assert
+        // inside the scope would wait forever for it).
+        let rounds: Vec<Vec<u32>> = std::thread::scope(|t| {
+            // The kernel side: the live processes keep counting while the drain walks the map.
+            t.spawn(|| {
+                let mut n = 1u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    for pid in live {
+                        let _ = map.update(&pid.to_ne_bytes(), &value(n), MapFlags::ANY);
+                    }
+                    n += 1;
+                }
+            });
+            let mut rounds = Vec::new();
+            for round in 0..20u32 {
+                for i in 0..40u32 {
+                    let pid = 4_200_000 + round * 100 + i;
+                    let _ = map.update(&pid.to_ne_bytes(), &value(1), MapFlags::ANY);
+                }
+                let got = drain_procs(&map, &mut deltas, WORDS);
+                rounds.push(got.iter().map(|e| e.pid).collect());
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            rounds
+        });
+        for (round, got) in rounds.iter().enumerate() {
+            let mut pids = got.clone();
+            pids.sort_unstable();
+            pids.dedup();
+            assert_eq!(
+                pids.len(),
+                got.len(),
+                "round {round}: a process read twice: {got:?}"
+            );
+            assert_eq!(
+                got.iter().filter(|&&p| p >= 4_200_000).count(),
+                40,
+                "round {round}: every dead process's last counts are read"
+            );
+        }
+        // The dead are deleted, the living kept.
+        let left: Vec<u32> = keys_once(&map)
+            .iter()
+            .map(|k| u32::from_ne_bytes(k[..4].try_into().unwrap()))
+            .collect();
+        assert!(left.iter().all(|p| live.contains(p)), "{left:?}");
+        assert_eq!(left.len(), 2, "{left:?}");
     }
 
     #[test]

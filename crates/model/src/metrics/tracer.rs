@@ -24,6 +24,7 @@ fn pid_label(pid: u32) -> String {
 }
 
 /// One series per process entry of a tracer: `f` gets the entry and the per-second factor.
+/// Counts of one process in several entries are summed.
 fn per_proc<T>(
     cx: &Ctx,
     out: &mut Emit,
@@ -31,10 +32,53 @@ fn per_proc<T>(
     id: fn(&T) -> (u32, &str),
     f: fn(&T, f64) -> Option<f64>,
 ) {
+    per_proc_by(cx, out, list, id, f, |a, b| a + b)
+}
+
+/// Like [`per_proc`], with `merge` combining the values of one process's entries. Stores
+/// recorded before issue 18 hold a process several times in one sample (a map walk that started
+/// over read it again, each time with the counts since the read before), so a sample would
+/// have given one series several values.
+fn per_proc_by<T>(
+    cx: &Ctx,
+    out: &mut Emit,
+    list: fn(&Tracers) -> Option<&Vec<T>>,
+    id: fn(&T) -> (u32, &str),
+    f: fn(&T, f64) -> Option<f64>,
+    merge: fn(f64, f64) -> f64,
+) {
     let Some((t, k)) = tr(cx) else { return };
-    for e in list(t).into_iter().flatten() {
+    let Some(entries) = list(t) else { return };
+    let mut pids: Vec<u32> = entries.iter().map(|e| id(e).0).collect();
+    pids.sort_unstable();
+    if pids.windows(2).all(|w| w[0] != w[1]) {
+        for e in entries {
+            let (pid, comm) = id(e);
+            gauge(out, &[&pid_label(pid), comm], f(e, k));
+        }
+        return;
+    }
+    let mut rows: Vec<(u32, &str, Option<f64>)> = Vec::with_capacity(entries.len());
+    let mut at = std::collections::HashMap::with_capacity(entries.len());
+    for e in entries {
         let (pid, comm) = id(e);
-        gauge(out, &[&pid_label(pid), comm], f(e, k));
+        let v = f(e, k);
+        match at.get(&pid) {
+            Some(&i) => {
+                let r: &mut (u32, &str, Option<f64>) = &mut rows[i];
+                r.2 = match (r.2, v) {
+                    (Some(a), Some(b)) => Some(merge(a, b)),
+                    (a, b) => a.or(b),
+                };
+            }
+            None => {
+                at.insert(pid, rows.len());
+                rows.push((pid, comm, v));
+            }
+        }
+    }
+    for (pid, comm, v) in rows {
+        gauge(out, &[&pid_label(pid), comm], v);
     }
 }
 
@@ -178,7 +222,7 @@ metrics! {
     RECLAIM_PROC_STALLS_PER_S = ("reclaim.proc.<pid>.<comm>.stalls_per_s", PerSecond, Rate, "Reclaim stalls of this process per second (direct + memcg)", |cx, out| per_proc(cx, out, reclaim_proc, reclaim_id, |s, k| Some(stalls(s) as f64 * k))),
     RECLAIM_PROC_MEMCG_STALLS_PER_S = ("reclaim.proc.<pid>.<comm>.memcg_stalls_per_s", PerSecond, Rate, "Memory-cgroup reclaim stalls of this process per second (its cgroup hit its limit)", |cx, out| per_proc(cx, out, reclaim_proc, reclaim_id, |s, k| Some(s.memcg_stalls as f64 * k))),
     RECLAIM_PROC_STALL_PCT = ("reclaim.proc.<pid>.<comm>.stall_pct", Percent, Rate, "Time this process spent stalled in reclaim, % of the interval summed over its threads", |cx, out| per_proc(cx, out, reclaim_proc, reclaim_id, |s, k| Some(pct(s.latency.sum_ns, k)))),
-    RECLAIM_PROC_STALL_MAX_USEC = ("reclaim.proc.<pid>.<comm>.stall_max_usec", Microseconds, Gauge, "Longest reclaim stall of this process in the interval", |cx, out| per_proc(cx, out, reclaim_proc, reclaim_id, |s, _| max_us(&s.latency))),
+    RECLAIM_PROC_STALL_MAX_USEC = ("reclaim.proc.<pid>.<comm>.stall_max_usec", Microseconds, Gauge, "Longest reclaim stall of this process in the interval", |cx, out| per_proc_by(cx, out, reclaim_proc, reclaim_id, |s, _| max_us(&s.latency), f64::max)),
     RECLAIM_PROC_RECLAIMED_PAGES_PER_S = ("reclaim.proc.<pid>.<comm>.reclaimed_pages_per_s", PerSecond, Rate, "Pages this process reclaimed in its stalls per second", |cx, out| per_proc(cx, out, reclaim_proc, reclaim_id, |s, k| Some(s.reclaimed_pages as f64 * k))),
     RECLAIM_CGROUP_STALLS_PER_S = ("reclaim.cgroup.<cgroup>.stalls_per_s", PerSecond, Rate, "Reclaim stalls of tasks in this memory cgroup per second", |cx, out| reclaim_cgroup(cx, out, |s, k| Some(stalls(s) as f64 * k))),
     RECLAIM_CGROUP_STALL_PCT = ("reclaim.cgroup.<cgroup>.stall_pct", Percent, Rate, "Time tasks of this memory cgroup spent stalled in reclaim, % of the interval summed over threads", |cx, out| reclaim_cgroup(cx, out, |s, k| Some(pct(s.latency.sum_ns, k)))),
@@ -329,6 +373,42 @@ mod tests {
     fn value(s: &Sample, series: &str) -> Option<f64> {
         let v = evaluate(all(), s, None, &[]);
         v.iter().find(|v| v.series == series).and_then(|v| v.value)
+    }
+
+    /// A sample stored before issue 18 with one process in three TLB entries (683 flushes, then
+    /// two re-reads of 2): one series, the sum; a reclaim maximum is the largest of them.
+    #[test]
+    fn a_process_in_several_entries_is_one_series() {
+        let mut s = sample();
+        let t = s.tracers.as_mut().unwrap();
+        let one = |n| TlbProc {
+            pid: 42,
+            comm: "python3".into(),
+            local_shootdown: n,
+            ..Default::default()
+        };
+        t.tlb.as_mut().unwrap().procs = vec![one(683), one(2), one(2)];
+        let r = t.reclaim.as_mut().unwrap();
+        let mut again = r.procs[0].clone();
+        again.latency.max_ns = 900_000;
+        again.direct_stalls = 1;
+        again.memcg_stalls = 0;
+        r.procs.push(again);
+        let v = evaluate(all(), &s, None, &[]);
+        let rows: Vec<_> = v
+            .iter()
+            .filter(|v| v.series == "tlb.proc.42.python3.flushes_per_s")
+            .collect();
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        assert_eq!(rows[0].value, Some(687.0 / 2.0));
+        assert_eq!(
+            value(&s, "reclaim.proc.7.certutil.stalls_per_s"),
+            Some((4.0 + 1.0) / 2.0)
+        );
+        assert_eq!(
+            value(&s, "reclaim.proc.7.certutil.stall_max_usec"),
+            Some(1800.0)
+        );
     }
 
     #[test]
