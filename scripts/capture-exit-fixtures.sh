@@ -2,6 +2,8 @@
 # Captures the kernel's own records of a process's end on this machine, for the parsers' tests:
 #   tests/fixtures/edge/zombie-sigkill.stat   /proc/<pid>/stat of a zombie killed by SIGKILL
 #   tests/fixtures/edge/kmsg-oom.txt          the /dev/kmsg records of one memory-cgroup OOM kill
+#   tests/fixtures/edge/zombie-v1.cgroup      /proc/<pid>/cgroup of a zombie whose parent is in
+#   tests/fixtures/edge/parent-v1.cgroup      a v1 memory cgroup, and the parent's (v1 only)
 # Needs root (a memory cgroup, /dev/kmsg). Everything it creates is removed on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +26,38 @@ for _ in range(100):
     time.sleep(0.01)
 open(f"{out}/zombie-sigkill.stat", "wb").write(stat)
 os.waitpid(pid, 0)
+
+# A zombie in a v1 memory cgroup: the kernel shows an exiting task's v1 paths as "/", while its
+# parent, still running in the same cgroup, shows the real one.
+if os.path.exists("/sys/fs/cgroup/memory/cgroup.procs"):
+    zcg = "/sys/fs/cgroup/memory/jitterscope-fixture-zombie"
+    os.makedirs(zcg, exist_ok=True)
+    try:
+        r, w = os.pipe()
+        parent = os.fork()
+        if parent == 0:
+            open(f"{zcg}/cgroup.procs", "w").write(str(os.getpid()))
+            child = os.fork()
+            if child == 0:
+                os._exit(0)
+            while open(f"/proc/{child}/stat", "rb").read().split(b") ", 1)[1][:1] != b"Z":
+                time.sleep(0.01)
+            os.write(w, open(f"/proc/{child}/cgroup", "rb").read() + b"\0"
+                     + open(f"/proc/{os.getpid()}/cgroup", "rb").read())
+            os.waitpid(child, 0)
+            os.open("/dev/null", os.O_RDONLY)
+            open(f"/sys/fs/cgroup/memory/cgroup.procs", "w").write(str(os.getpid()))
+            os._exit(0)
+        os.close(w)
+        got = b""
+        while chunk := os.read(r, 65536):
+            got += chunk
+        os.waitpid(parent, 0)
+        zombie, parent_cg = got.split(b"\0")
+        open(f"{out}/zombie-v1.cgroup", "wb").write(zombie)
+        open(f"{out}/parent-v1.cgroup", "wb").write(parent_cg)
+    finally:
+        os.rmdir(zcg)
 
 # An OOM kill in a v1 memory cgroup (or v2 where that is all there is), read from /dev/kmsg
 # from the end, so only the records of this kill are kept.
@@ -64,4 +98,4 @@ try:
 finally:
     os.rmdir(cg)
 PY
-ls -l "$out/zombie-sigkill.stat" "$out/kmsg-oom.txt"
+ls -l "$out/zombie-sigkill.stat" "$out/kmsg-oom.txt" "$out"/*-v1.cgroup

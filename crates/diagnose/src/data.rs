@@ -408,7 +408,10 @@ impl Data {
             if e.cmdline.is_empty() {
                 e.cmdline = p.cmdline.replace('\0', " ").trim().to_string();
             }
-            if let Some(c) = &p.cgroups {
+            // Stores recorded before issue 18 hold an exited process's v1 paths as "/" (what the
+            // kernel shows for an exiting task): the cgroups it ran in stand.
+            let ran_in = e.cgroup.is_some() || e.memory_cgroup.is_some();
+            if let Some(c) = p.cgroups.as_ref().filter(|_| !(p.stat.exited() && ran_in)) {
                 e.cgroup = c.for_cpu().map(str::to_string);
                 e.memory_cgroup = c.for_memory().map(str::to_string);
                 e.io_cgroup = c.for_io().map(str::to_string);

@@ -731,13 +731,24 @@ impl ProcessReader {
         };
         h.last_run_ns = run_ns;
         h.last_rss_pages = stat.rss_pages;
-        if h.scans < 2 || h.scans.is_multiple_of(CGROUP_REFRESH_SCANS) {
+        // An exiting task's v1 paths read "/" (proc_cgroup_show prints the real path only for
+        // the unified hierarchy once PF_EXITING is set): the paths it had while it ran are kept,
+        // and one first seen exiting gets no v1 paths rather than the root's.
+        let exiting = stat.flags & PF_EXITING != 0;
+        let due = h.scans < 2 || h.scans.is_multiple_of(CGROUP_REFRESH_SCANS);
+        if due && !(exiting && h.cgroup_paths.is_some()) {
             let paths = read_part(
                 &mut h.cgroup,
                 buf,
-                |b| parse_proc_pid_cgroup(b).map(|c| Arc::new(c.to_paths())),
+                |b| parse_proc_pid_cgroup(b).map(|c| c.to_paths()),
                 &mut parse_errors,
-            );
+            )
+            .map(|mut p| {
+                if exiting {
+                    p.forget_v1();
+                }
+                Arc::new(p)
+            });
             // Keep the shared copy when nothing changed, so consecutive samples share it.
             if paths.is_some() && paths != h.cgroup_paths {
                 h.cgroup_paths = paths;
@@ -935,6 +946,69 @@ mod tests {
         assert_eq!(st.listed, 3);
         assert_eq!(st.vanished, 2);
         assert_eq!(st.parse_errors, 1);
+    }
+
+    /// A process that becomes a zombie keeps the v1 cgroups it had while it ran: the kernel
+    /// shows an exiting task's v1 paths as "/" (captured on this machine by
+    /// scripts/capture-exit-fixtures.sh), which made a leak's memory cgroup the root.
+    #[test]
+    fn a_zombie_keeps_the_cgroups_it_ran_in() {
+        let edge = format!("{FX}/../edge");
+        let zombie_stat = std::fs::read_to_string(format!("{edge}/zombie-sigkill.stat")).unwrap();
+        let (head, rest) = zombie_stat.split_once(") ").unwrap();
+        let mut f: Vec<String> = rest.split_whitespace().map(str::to_string).collect();
+        // Running: state S, PF_EXITING clear, some RSS (fields 3, 9 and 24 of stat).
+        f[0] = "S".into();
+        f[6] = (f[6].parse::<u32>().unwrap() & !PF_EXITING).to_string();
+        f[21] = "1000".into();
+        let running_stat = format!("{head}) {}\n", f.join(" "));
+        let pid: u32 = head.split(' ').next().unwrap().parse().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let root = Root::new(dir.path());
+        let d = root.path(format!("/proc/{pid}"));
+        std::fs::create_dir_all(&d).unwrap();
+        for f in ["status", "io", "cmdline"] {
+            if let Ok(b) = std::fs::read(format!("{FX}/proc/1/{f}")) {
+                std::fs::write(d.join(f), b).unwrap();
+            }
+        }
+        let write = |stat: &str, cgroup: &str, run_ns: u64| {
+            std::fs::write(d.join("stat"), stat).unwrap();
+            std::fs::write(
+                d.join("cgroup"),
+                std::fs::read(format!("{edge}/{cgroup}")).unwrap(),
+            )
+            .unwrap();
+            std::fs::write(d.join("schedstat"), format!("{run_ns} 0 1\n")).unwrap();
+        };
+        let memory = |p: &Process| p.cgroups.as_ref().and_then(|c| c.memory.clone());
+        let mut r = ProcessReader::new(&root, 100);
+        let mut out = Vec::new();
+        write(&running_stat, "parent-v1.cgroup", 100);
+        for n in 0..2 {
+            r.scan(&mut out, None).unwrap();
+            assert_eq!(
+                memory(&out[0]).as_deref(),
+                Some("/jitterscope-fixture-zombie"),
+                "scan {n}"
+            );
+        }
+        write(&zombie_stat, "zombie-v1.cgroup", 200);
+        for n in 0..2 * CGROUP_REFRESH_SCANS {
+            r.scan(&mut out, None).unwrap();
+            assert!(out[0].stat.exited(), "scan {n}");
+            assert_eq!(
+                memory(&out[0]).as_deref(),
+                Some("/jitterscope-fixture-zombie"),
+                "scan {n}"
+            );
+        }
+        // First seen exiting: no v1 path at all rather than the root's.
+        let mut r = ProcessReader::new(&root, 100);
+        r.scan(&mut out, None).unwrap();
+        let c = out[0].cgroups.as_ref().unwrap();
+        assert_eq!((c.memory.as_deref(), c.cpu.as_deref()), (None, None));
+        assert_eq!(c.v2.as_deref(), Some("/"));
     }
 
     #[test]

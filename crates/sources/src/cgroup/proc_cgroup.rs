@@ -76,6 +76,14 @@ impl ProcCgroupPaths {
         self.memory.as_deref().or(self.v2.as_deref())
     }
 
+    /// Drops the v1 paths (read from an exiting task, they all say "/").
+    pub fn forget_v1(&mut self) {
+        self.cpu = None;
+        self.cpuacct = None;
+        self.memory = None;
+        self.blkio = None;
+    }
+
     /// The cgroup that holds its I/O limits: v1 `blkio` if bound, else v2.
     pub fn for_io(&self) -> Option<&str> {
         self.blkio.as_deref().or(self.v2.as_deref())
