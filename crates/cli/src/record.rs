@@ -72,6 +72,11 @@ pub struct RecordArgs {
     /// system call on the host), `always` for the whole run.
     #[arg(long, value_enum, default_value_t = SyscallTracers::Auto)]
     syscall_tracers: SyscallTracers,
+    /// With `--syscall-tracers auto`: attach each detached syscall tracer for one interval this
+    /// often, so a process making thousands of failing look-ups or madvise calls is seen even
+    /// when the symptom that attaches the tracer does not show (0s: never).
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    census_every: Duration,
     /// Stack samples per second per CPU (kernel and user call chains, all processes); 0 turns
     /// the profiler off.
     #[arg(long, default_value_t = jitterscope_profile::sampler::DEFAULT_HZ,
@@ -216,7 +221,10 @@ pub fn run(a: RecordArgs) -> Result<()> {
     };
     if !tracers.is_empty() {
         let (c, started) = if a.syscall_tracers == SyscallTracers::Auto {
-            jitterscope_bpf::TracerCollector::start_on_demand(&root, &tracers)
+            let (mut c, started) =
+                jitterscope_bpf::TracerCollector::start_on_demand(&root, &tracers);
+            c.set_census(a.census_every);
+            (c, started)
         } else {
             jitterscope_bpf::TracerCollector::start(&root, &tracers)
         };
@@ -237,8 +245,16 @@ pub fn run(a: RecordArgs) -> Result<()> {
                     .filter_map(|n| n.demand())
                     .map(|d| format!("{} ≥ {:.0}", d.metric.name, d.floor))
                     .collect();
+                let census = if a.census_every.is_zero() {
+                    String::new()
+                } else {
+                    format!(
+                        ", and for one interval every {} (census)",
+                        humantime::format_duration(a.census_every)
+                    )
+                };
                 log(&format!(
-                    "tracers {}: attached only while their symptom lasts ({}; --syscall-tracers always to keep them on)",
+                    "tracers {}: attached only while their symptom lasts ({}{census}; --syscall-tracers always to keep them on)",
                     names.join(", "),
                     symptoms.join(", ")
                 ));

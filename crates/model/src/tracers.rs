@@ -339,6 +339,11 @@ macro_rules! tracers {
             /// On-demand tracers loaded but detached this interval (their symptom was absent),
             /// whose part above is therefore `None`.
             pub idle: Vec<String>,
+            /// On-demand tracers attached for this one interval by the census (a short look
+            /// every so often while their symptom is absent), not by their symptom: their part
+            /// above covers this interval, and the intervals around it are not traced.
+            #[serde(skip_serializing_if = "Vec::is_empty")]
+            pub census: Vec<String>,
         }
 
         impl Tracers {

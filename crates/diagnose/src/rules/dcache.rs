@@ -26,11 +26,10 @@
 //! **References.** Red Hat bz1044666 / NSS bug 1183153 (sdb_measureAccess);
 //! Documentation/filesystems/vfs.rst (dentry cache).
 
-use std::collections::BTreeSet;
-
 use jitterscope_model::metrics::{cpu, mem, tracer};
 use jitterscope_model::registry::Unit;
 
+use super::lookups::uses_softokn;
 use super::{
     confidence, fact, finding, moved_first, proc_culprit, rule, top_procs, top_series, ProcSum,
     Take,
@@ -48,20 +47,6 @@ rule! {
         tracer::LOOKUPS_PROC_ENOENT_PER_S, tracer::LOOKUPS_PATTERN_SAMPLES,
         tracer::SHRINKER_FREED_PER_S["super_cache_scan"],
         tracer::SHRINKER_TIME_PCT["super_cache_scan"], cpu::SYS_PCT,
-}
-
-/// Whether a process runs NSS's softokn: from its recorded stack samples, else (if it still
-/// runs) its mappings.
-fn uses_softokn(d: &Data, pid: u32) -> Option<String> {
-    let hit = |paths: &BTreeSet<String>| paths.iter().find(|p| p.contains("libsoftokn3")).cloned();
-    if let Some(p) = d.modules.get(&pid).and_then(hit) {
-        return Some(p);
-    }
-    let maps = d.live_file(pid, "maps")?;
-    maps.lines()
-        .filter_map(|l| l.split_whitespace().nth(5))
-        .find(|p| p.contains("libsoftokn3"))
-        .map(str::to_string)
 }
 
 fn run(d: &Data) -> Vec<Finding> {

@@ -5,6 +5,7 @@ pub mod dcache;
 pub mod imbalance;
 pub mod io;
 pub mod leak;
+pub mod lookups;
 pub mod oom;
 pub mod pagecache;
 pub mod reclaim;
@@ -73,6 +74,7 @@ pub static RULES: &[Rule] = &[
     cfs::RULE,
     reclaim::RULE,
     dcache::RULE,
+    lookups::RULE,
     shrinker::RULE,
     tlb::RULE,
     pagecache::RULE,

@@ -206,6 +206,16 @@ fn attached(cx: &Ctx, out: &mut Emit) {
     }
 }
 
+fn census(cx: &Ctx, out: &mut Emit) {
+    let Some((t, _)) = tr(cx) else { return };
+    for (name, on) in t.running() {
+        if on {
+            let census = t.census.iter().any(|c| c == name);
+            gauge(out, &[name], Some(if census { 1.0 } else { 0.0 }));
+        }
+    }
+}
+
 fn patterns(cx: &Ctx, out: &mut Emit) {
     let Some((t, _)) = tr(cx) else { return };
     for p in t.lookups.iter().flat_map(|l| &l.patterns) {
@@ -268,6 +278,7 @@ metrics! {
     LOOKUPS_PROC_OPEN_ENOENT_PER_S = ("lookups.proc.<pid>.<comm>.open_enoent_per_s", PerSecond, Rate, "open/openat failing with ENOENT per second", |cx, out| per_proc(cx, out, look_proc, look_id, |s, k| Some(s.open_enoent as f64 * k))),
     LOOKUPS_PATTERN_SAMPLES = ("lookups.pattern.<pattern>.samples", Count, Gauge, "Sampled failing paths with this name pattern (digit runs as *) in the interval, of at most 64 sampled", |cx, out| patterns(cx, out)),
     ATTACHED = ("tracer.<tracer>.attached", Count, Gauge, "1 while the tracer was attached this interval, 0 while an on-demand tracer waited for its symptom (madvise: TLB shootdowns, lookups: negative dentries)", |cx, out| attached(cx, out)),
+    CENSUS = ("tracer.<tracer>.census", Count, Gauge, "1 when the tracer ran this interval for the census only (an on-demand tracer attached for one interval now and then without its symptom: record --census-every), 0 when it ran for its symptom or always", |cx, out| census(cx, out)),
     DROPPED_PER_S = ("tracer.<tracer>.dropped_per_s", PerSecond, Rate, "Tracer events not recorded per second (bounded kernel maps full)", |cx, out| dropped(cx, out)),
 }
 
@@ -366,6 +377,7 @@ mod tests {
             }),
             shrinker: None,
             idle: vec!["shrinker".into()],
+            census: vec!["lookups".into()],
         });
         s
     }
@@ -463,6 +475,9 @@ mod tests {
         assert_eq!(value(&s, "reclaim.stall_max_usec"), Some(1_800.0));
         assert_eq!(value(&s, "reclaim.kswapd_wakes_per_s"), Some(5.0));
         assert_eq!(value(&s, "tracer.madvise.attached"), Some(1.0));
+        assert_eq!(value(&s, "tracer.lookups.census"), Some(1.0));
+        assert_eq!(value(&s, "tracer.madvise.census"), Some(0.0));
+        assert_eq!(value(&s, "tracer.shrinker.census"), None, "idle: not running");
         assert_eq!(
             value(&s, "tracer.shrinker.attached"),
             Some(0.0),

@@ -1,0 +1,354 @@
+//! `fs.failing-lookups` — a program that looks up thousands of names per second that do not
+//! exist: the precursor of case 1, seen before (or without) the dentry cache swelling.
+//!
+//! **Mechanism.** Every `stat`/`access`/`open` of a missing name walks the path and fails with
+//! ENOENT; a new name also leaves a negative dentry. Whether the dentries pile up depends on
+//! the names and the kernel: NSS's `sdb_measureAccess` probes ~1,000 `.<n>_dOeSnotExist_.db`
+//! names per database open in a temporary directory it then removes, which prunes them (issue
+//! 18: 12,600 failing `access()` calls per second for 40 s, and `dentry.nr_negative` never
+//! moved). The look-ups still cost system CPU, and with names that stay (another directory,
+//! another library version) they become case 1's millions of dentries that reclaim must
+//! shrink. Seen here, the producer and its names are on record before that happens.
+//!
+//! **Evidence.** The lookups tracer's failed look-ups per process
+//! (`lookups.proc.*.enoent_per_s`), summed over the processes of one command name (a script
+//! running `certutil` ten times a second is one producer), averaged over the intervals the
+//! tracer ran: attached by its symptom (negative dentries growing) or, without it, by the
+//! census (one interval in every `record --census-every`, 60 s by default). The sampled names
+//! by pattern (`lookups.pattern.*`), the negative-dentry count, and whether the producer runs
+//! NSS softokn (`libsoftokn3` in its stack samples or mappings, or its probe names).
+//!
+//! **Thresholds.** A finding when one command's processes fail >= 1,000 look-ups per second on
+//! average over the traced intervals: a shell's `PATH` search or a Python import fails tens to
+//! hundreds. Confidence on a log scale: 0.5 at 1,000/s, 0.95 at 10,000/s. A resource-tier
+//! (advisory) finding: it names a cost and a risk, not a mechanism that stalled anything;
+//! when the dentry cache does swell, `memory.dcache-bloat` is the mechanism and this finding
+//! its cause.
+//!
+//! **Remediation.** NSS: `NSS_SDB_USE_CACHE=yes` in the producer's environment skips the probe
+//! (measured with Debian bookworm's certutil 3.87: 1 failing `access()` per run instead of
+//! 1,020 with `NSS_SDB_USE_CACHE` set to anything but yes or no). Otherwise: cache the
+//! answer or stop probing the names of the patterns shown.
+//!
+//! **References.** Red Hat bz1044666 / NSS bug 1183153 (sdb_measureAccess).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use jitterscope_model::metrics::{mem, tracer};
+use jitterscope_model::registry::Unit;
+
+use super::{confidence, fact, finding, proc_culprit, rule, series_fact, top_series, Take};
+use crate::data::{Data, Series};
+use crate::Finding;
+
+rule! {
+    "fs.failing-lookups", "a program failing thousands of path look-ups per second (names that do not exist)", resource,
+    reads: tracer::LOOKUPS_PROC_ENOENT_PER_S, tracer::LOOKUPS_ENOENT_PER_S,
+        tracer::LOOKUPS_PATTERN_SAMPLES, tracer::CENSUS["lookups"], mem::DENTRY_NR_NEGATIVE,
+}
+
+/// Failed look-ups per second (one command's processes, while traced) that make a finding.
+const MIN_RATE: f64 = 1000.0;
+
+/// The rise of negative dentries over the baseline from which `memory.dcache-bloat` reports.
+const DCACHE_RISE: f64 = 100_000.0;
+
+/// The name NSS softokn's sdb_measureAccess gives its probes (`.<n>_dOeSnotExist_.db`).
+const NSS_PROBE: &str = "_dOeSnotExist_";
+
+/// One command's failed look-ups over the window's traced intervals.
+struct Producer<'d> {
+    comm: String,
+    /// Sum over its processes, by sample index.
+    by_idx: BTreeMap<u32, f64>,
+    pids: BTreeSet<u32>,
+    /// Its process with the most failures, and that process's series.
+    top: (u32, f64, &'d Series),
+}
+
+impl Producer<'_> {
+    fn mean(&self, traced: usize) -> f64 {
+        self.by_idx.values().sum::<f64>() / traced.max(1) as f64
+    }
+    fn peak(&self) -> f64 {
+        self.by_idx.values().copied().fold(0.0, f64::max)
+    }
+}
+
+/// Whether a process runs NSS's softokn: from its recorded stack samples, else (if it still
+/// runs) its mappings.
+pub(crate) fn uses_softokn(d: &Data, pid: u32) -> Option<String> {
+    let hit = |paths: &BTreeSet<String>| paths.iter().find(|p| p.contains("libsoftokn3")).cloned();
+    if let Some(p) = d.modules.get(&pid).and_then(hit) {
+        return Some(p);
+    }
+    let maps = d.live_file(pid, "maps")?;
+    maps.lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| p.contains("libsoftokn3"))
+        .map(str::to_string)
+}
+
+fn run(d: &Data) -> Vec<Finding> {
+    let start = d.start as u32;
+    // The intervals the tracer ran: its host series has a point in each.
+    let traced: BTreeSet<u32> = d
+        .each(&tracer::LOOKUPS_ENOENT_PER_S)
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .filter(|&i| i >= start)
+        .collect();
+    if traced.is_empty() {
+        return Vec::new();
+    }
+    let mut by_comm: HashMap<String, Producer> = HashMap::new();
+    let mut per_pid: HashMap<u32, f64> = HashMap::new();
+    for s in d.each(&tracer::LOOKUPS_PROC_ENOENT_PER_S) {
+        let Some((pid, comm)) = s.pid_comm() else {
+            continue;
+        };
+        if s.label(0) == "other" {
+            continue;
+        }
+        let mut total = 0.0;
+        for &(i, v) in s.points.iter().filter(|p| p.0 >= start) {
+            total += v;
+            let p = by_comm.entry(comm.to_string()).or_insert_with(|| Producer {
+                comm: comm.to_string(),
+                by_idx: BTreeMap::new(),
+                pids: BTreeSet::new(),
+                top: (pid, 0.0, s),
+            });
+            *p.by_idx.entry(i).or_default() += v;
+            p.pids.insert(pid);
+        }
+        if total > 0.0 {
+            let t = per_pid.entry(pid).or_default();
+            *t += total;
+            if let Some(p) = by_comm.get_mut(comm) {
+                if *t > p.top.1 {
+                    p.top = (pid, *t, s);
+                }
+            }
+        }
+    }
+    // A swelling dentry cache is `memory.dcache-bloat`'s finding, which names the producer.
+    let neg = d.stats(&mem::DENTRY_NR_NEGATIVE, &[]);
+    let base = if neg.base_n > 0 {
+        neg.base_median
+    } else {
+        neg.first
+    };
+    let rise = if neg.n > 0 { neg.max - base } else { 0.0 };
+    if rise >= DCACHE_RISE {
+        return Vec::new();
+    }
+    let n = traced.len();
+    let mut producers: Vec<Producer> = by_comm
+        .into_values()
+        .filter(|p| p.mean(n) >= MIN_RATE)
+        .collect();
+    producers.sort_by(|a, b| b.mean(n).total_cmp(&a.mean(n)).then(a.comm.cmp(&b.comm)));
+    let patterns = top_series(d, &tracer::LOOKUPS_PATTERN_SAMPLES, |s| s.sum);
+    let census = d.get(&tracer::CENSUS, &["lookups"]).map_or(0, |s| {
+        s.points
+            .iter()
+            .filter(|p| p.0 >= start && p.1 > 0.0)
+            .count()
+    });
+    let cx = Coverage {
+        traced: n,
+        census,
+        rise: (neg.n > 0).then_some((rise, neg.max)),
+    };
+    producers
+        .iter()
+        .take(3)
+        .map(|p| one(d, p, &cx, &patterns))
+        .collect()
+}
+
+/// How much of the window the tracer saw, and what the dentry cache did.
+struct Coverage {
+    traced: usize,
+    /// Of which intervals the census attached it for.
+    census: usize,
+    /// Negative dentries: rise over the baseline and the window's largest level.
+    rise: Option<(f64, f64)>,
+}
+
+fn one(d: &Data, p: &Producer, cx: &Coverage, patterns: &[(&Series, f64)]) -> Finding {
+    let traced = cx.traced;
+    let rate = p.mean(traced);
+    let (pid, _, series) = p.top;
+    // The patterns this command's processes probed (a pattern sample names up to four).
+    let probed: Vec<&(&Series, f64)> = patterns.iter().take(8).collect();
+    let nss_names = probed.iter().any(|(s, _)| s.label(0).contains(NSS_PROBE));
+    let lib = p
+        .pids
+        .iter()
+        .find_map(|&pid| uses_softokn(d, pid))
+        .or_else(|| {
+            nss_names.then(|| "libsoftokn3 (NSS softokn; recognised by its probe names)".into())
+        });
+    let mut culprit = proc_culprit(d, pid, &p.comm, super::Res::Cpu);
+    culprit.library.clone_from(&lib);
+    let who = if p.pids.len() > 1 {
+        format!("{} ({} processes)", p.comm, p.pids.len())
+    } else {
+        format!("{} ({pid})", p.comm)
+    };
+    let mut f = finding(
+        &RULE,
+        d,
+        format!(
+            "{who} fails {rate:.0} path look-ups per second (names that do not exist){}",
+            if lib.is_some() {
+                " — NSS softokn's access probe"
+            } else {
+                ""
+            }
+        ),
+        confidence(rate.log10(), 3.0, 4.0),
+        culprit,
+    );
+    let coverage = if cx.census > 0 {
+        format!(
+            "{traced} of the window's {} intervals were traced, {} of them by the census (the lookups tracer attached for one interval now and then while negative dentries do not grow)",
+            d.window_len(),
+            cx.census
+        )
+    } else {
+        format!(
+            "{traced} of the window's {} intervals were traced",
+            d.window_len()
+        )
+    };
+    f.evidence.push(fact(
+        format!(
+            "{} mean",
+            tracer::LOOKUPS_PROC_ENOENT_PER_S.series_name(&["*", &p.comm])
+        ),
+        rate,
+        Unit::PerSecond,
+        format!(
+            "failed look-ups per second of {} summed over its processes, mean of the traced intervals (peak {:.0}/s); {coverage}",
+            p.comm,
+            p.peak()
+        ),
+    ));
+    f.evidence.push(series_fact(
+        series,
+        p.top.1,
+        Take::Sum,
+        format!(
+            "failed look-ups by {} ({pid}), the most of its processes, in the traced intervals",
+            p.comm
+        ),
+    ));
+    if !probed.is_empty() {
+        let list: Vec<String> = probed
+            .iter()
+            .take(5)
+            .map(|(s, n)| format!("{} ({n:.0})", s.label(0)))
+            .collect();
+        f.evidence.push(fact(
+            "lookups.pattern",
+            probed[0].1,
+            Unit::Count,
+            format!("names that failed, by pattern: {}", list.join(", ")),
+        ));
+    }
+    if let Some((rise, level)) = cx.rise {
+        f.evidence.push(fact(
+            "dentry.nr_negative rise",
+            rise,
+            Unit::Count,
+            format!("negative dentries rose by {rise:.0} over the baseline (at most {level:.0}): the failed names are not piling up in the dentry cache"),
+        ));
+    }
+    match &lib {
+        Some(lib) => f.remediation.push(format!(
+            "{} runs NSS softokn ({lib}), whose sdb_measureAccess times the database directory by probing names that do not exist on every database open: set NSS_SDB_USE_CACHE=yes in {}'s environment (any other value but no starts the probe)",
+            p.comm, p.comm
+        )),
+        None => f.remediation.push(format!(
+            "find why {} looks up names that do not exist (the patterns above) and cache the answer: each miss is a path walk, and names that differ each time leave negative dentries that reclaim must shrink later (case 1)",
+            p.comm
+        )),
+    }
+    if cx.census > 0 {
+        f.remediation.push(
+            "to trace every interval while it lasts: record with --syscall-tracers always (the tracer then slows every system call on the host; see docs/BENCHMARKS.md)"
+                .into(),
+        );
+    }
+    f.references = vec!["https://bugzilla.mozilla.org/show_bug.cgi?id=1183153"];
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(rates: &[(u32, &str, &[(u32, f64)])], traced: &[u32], len: usize) -> Data {
+        let mut d = Data {
+            ts: (0..len as i64).map(|i| i * 1_000_000_000).collect(),
+            start: 2,
+            ..Default::default()
+        };
+        for &i in traced {
+            d.push(&tracer::LOOKUPS_ENOENT_PER_S, &[], i, 1.0);
+            d.push(&tracer::CENSUS, &["lookups"], i, 1.0);
+        }
+        for &(pid, comm, pts) in rates {
+            for &(i, v) in pts {
+                d.push(
+                    &tracer::LOOKUPS_PROC_ENOENT_PER_S,
+                    &[&pid.to_string(), comm],
+                    i,
+                    v,
+                );
+            }
+        }
+        d
+    }
+
+    #[test]
+    fn short_lived_processes_of_one_command_are_one_producer() {
+        // A script running certutil: a new process in each traced interval, ~1,000 each.
+        let d = data(
+            &[
+                (101, "certutil", &[(3, 6_000.0)]),
+                (102, "certutil", &[(3, 5_000.0)]),
+                (103, "certutil", &[(7, 12_000.0)]),
+                (9, "bash", &[(3, 40.0), (7, 30.0)]),
+            ],
+            &[3, 7],
+            10,
+        );
+        let f = run(&d);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(
+            f[0].title.starts_with("certutil (3 processes) fails 11500"),
+            "{}",
+            f[0].title
+        );
+        assert_eq!(f[0].culprit.pid, Some(103));
+        assert!(
+            f[0].evidence[0]
+                .note
+                .contains("2 of the window's 8 intervals were traced, 2 of them by the census"),
+            "{}",
+            f[0].evidence[0].note
+        );
+        assert!(f[0].confidence > 0.9);
+    }
+
+    #[test]
+    fn a_path_search_is_not_a_producer_and_untraced_is_silent() {
+        let d = data(&[(9, "bash", &[(3, 400.0)])], &[3], 10);
+        assert!(run(&d).is_empty());
+        let d = data(&[], &[], 10);
+        assert!(run(&d).is_empty());
+    }
+}
