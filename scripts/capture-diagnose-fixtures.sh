@@ -19,6 +19,8 @@ for s in "${names[@]}"; do
     # Scenarios whose process ends at 70% of the run need a trend of several samples first.
     case $s in
         oom-leak|worker-leak) duration=10s ;;
+        # Census intervals every 3 s: enough of them in the window.
+        nss-probe) duration=10s ;;
         *) duration=6s ;;
     esac
     rm -rf "${out:?}/$s" "$out/$s.json"

@@ -28,6 +28,8 @@ want tmux tmux
 want chromium chromium
 want prometheus prometheus
 want python3 python3
+# The nss-probe lab scenario runs Debian's certutil (NSS softokn's access probe).
+want certutil libnss3-tools
 command -v go >/dev/null 2>&1 || want /usr/local/go/bin/go golang-go
 if ((${#need[@]})); then
   if [ "$(id -u)" -ne 0 ]; then

@@ -257,11 +257,12 @@ struct Recorder {
 }
 
 impl Recorder {
-    fn start(dir: &Path) -> Result<Self> {
+    fn start(dir: &Path, more: &[&str]) -> Result<Self> {
         let exe = std::env::current_exe().context("cannot find this executable")?;
         let mut cmd = Command::new(exe);
         cmd.args(["record", "--interval", "1s", "--dir"])
             .arg(dir)
+            .args(more)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -374,7 +375,7 @@ fn check(c: CheckArgs) -> Result<()> {
             }
         }
     };
-    let mut rec = Recorder::start(&store.path)?;
+    let mut rec = Recorder::start(&store.path, s.record_args)?;
     // Three samples: the first has no rates, the next two are the baseline.
     let baseline_from = match rec.wait_for(&store.path, Duration::from_secs(30), |t| t.len() >= 3) {
         Ok(ts) => ts[0],

@@ -334,6 +334,28 @@ fn worker_leak_survives_its_end() {
     }
 }
 
+/// Issue 18's invisible precursor: Debian's certutil, through NSS softokn, fails thousands of
+/// look-ups a second while the dentry cache does not grow; the census sees it.
+#[test]
+fn nss_probe_is_seen_by_the_census() {
+    let _s = serial();
+    let Some(v) = check("nss-probe", 12) else {
+        return;
+    };
+    let f = &v["diagnosis"]["report"]["findings"][0];
+    assert_eq!(f["rule_id"], "fs.failing-lookups", "{f}");
+    assert_eq!(f["culprit"]["comm"], "certutil", "{f}");
+    assert!(
+        f["culprit"]["library"]
+            .as_str()
+            .is_some_and(|l| l.contains("libsoftokn3")),
+        "{f}"
+    );
+    let text = f.to_string();
+    assert!(text.contains("_dOeSnotExist_"), "the probe's names: {text}");
+    assert!(text.contains("NSS_SDB_USE_CACHE=yes"), "{text}");
+}
+
 #[test]
 fn native_leak_grows() {
     let _s = serial();
@@ -642,6 +664,7 @@ fn list_documents_every_scenario() {
             "python-leak",
             "oom-leak",
             "worker-leak",
+            "nss-probe",
             "cpu-saturation",
             "idle"
         ]

@@ -53,7 +53,8 @@ fn first<'a>(r: &'a Report, rule: &str) -> &'a Finding {
         .unwrap_or_else(|| panic!("no finding; expected {rule}"));
     assert_eq!(f.rule_id, rule, "first finding: {}", f.title);
     assert!(f.confidence >= 0.5 && f.confidence <= 1.0);
-    assert!(f.mechanism);
+    // The advisory rule names a cost and a risk, not a mechanism.
+    assert_eq!(f.mechanism, rule != "fs.failing-lookups");
     assert!(!f.evidence.is_empty() && !f.remediation.is_empty() && !f.references.is_empty());
     f
 }
@@ -263,6 +264,40 @@ fn worker_leak() {
         // The fit is on the samples while it ran: no zombie zero drags it.
         assert!(evidence(l, "rss_bytes").value > 16.0 * 1048576.0);
     }
+}
+
+/// Issue 18's precursor: certutil's failed look-ups, traced by the census while negative
+/// dentries stayed put, named with NSS softokn and its fix.
+#[test]
+fn nss_probe() {
+    let r = run("nss-probe");
+    let f = first(&r, "fs.failing-lookups");
+    assert_eq!(f.culprit.comm.as_deref(), Some("certutil"));
+    assert_eq!(
+        f.culprit.cgroup.as_deref(),
+        Some("/jitterscope-lab/nss-probe")
+    );
+    assert!(f
+        .culprit
+        .library
+        .as_deref()
+        .is_some_and(|l| l.contains("libsoftokn3")));
+    assert!(f.evidence[0].value >= 1000.0, "{:?}", f.evidence[0]);
+    assert!(
+        f.evidence[0].note.contains("by the census"),
+        "{}",
+        f.evidence[0].note
+    );
+    let patterns = &evidence(f, "lookups.pattern").note;
+    assert!(
+        patterns.contains("/dbTemp.*/.*_dOeSnotExist_.db"),
+        "one pattern for every run's temporary directory: {patterns}"
+    );
+    assert!(f.remediation[0].contains("NSS_SDB_USE_CACHE=yes"));
+    assert!(r
+        .findings
+        .iter()
+        .all(|x| x.rule_id != "memory.dcache-bloat"));
 }
 
 /// Every report over every recording: evidence says what it is. A total is named as one and

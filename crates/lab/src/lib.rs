@@ -83,6 +83,8 @@ pub struct Scenario {
     pub expected_rule: Option<&'static str>,
     /// Cause → consequence links between findings the diagnosis must make (rule ids).
     pub expected_links: &'static [(&'static str, &'static str)],
+    /// Options of the recorder `lab check` runs for it, beyond `--interval 1s --dir`.
+    pub record_args: &'static [&'static str],
     /// Controllers its cgroups need.
     pub controllers: &'static [&'static str],
     /// Creates its cgroups and files and starts its workers.

@@ -38,6 +38,7 @@ pub static SCENARIOS: &[Scenario] = &[
         control: false,
         expected_rule: Some("cpu.cfs-throttling"),
         expected_links: &[],
+        record_args: &[],
         controllers: &["cpu"],
         start: cfs_throttle,
     },
@@ -57,6 +58,7 @@ pub static SCENARIOS: &[Scenario] = &[
         control: false,
         expected_rule: Some("memory.dcache-bloat"),
         expected_links: &[],
+        record_args: &[],
         controllers: &["memory"],
         start: negative_dentry,
     },
@@ -80,6 +82,7 @@ pub static SCENARIOS: &[Scenario] = &[
         control: false,
         expected_rule: Some("memory.shrinker-cost"),
         expected_links: &[],
+        record_args: &[],
         controllers: &["memory"],
         start: shrinker_scale,
     },
@@ -97,6 +100,7 @@ pub static SCENARIOS: &[Scenario] = &[
         control: false,
         expected_rule: Some("cpu.tlb-shootdown"),
         expected_links: &[],
+        record_args: &[],
         controllers: &["cpu"],
         start: tlb_shootdown,
     },
@@ -113,6 +117,7 @@ pub static SCENARIOS: &[Scenario] = &[
         control: false,
         expected_rule: Some("memory.direct-reclaim"),
         expected_links: &[],
+        record_args: &[],
         controllers: &["memory"],
         start: reclaim_storm,
     },
@@ -132,6 +137,7 @@ pub static SCENARIOS: &[Scenario] = &[
         control: false,
         expected_rule: Some("memory.pagecache-thrash"),
         expected_links: &[("memory.pagecache-thrash", "memory.direct-reclaim")],
+        record_args: &[],
         controllers: &["memory"],
         start: pagecache_thrash,
     },
@@ -149,6 +155,7 @@ pub static SCENARIOS: &[Scenario] = &[
         control: false,
         expected_rule: Some("memory.leak"),
         expected_links: &[],
+        record_args: &[],
         controllers: &["memory"],
         start: native_leak,
     },
@@ -164,6 +171,7 @@ pub static SCENARIOS: &[Scenario] = &[
         control: false,
         expected_rule: Some("memory.leak"),
         expected_links: &[],
+        record_args: &[],
         controllers: &["memory"],
         start: python_leak,
     },
@@ -183,6 +191,7 @@ pub static SCENARIOS: &[Scenario] = &[
         control: false,
         expected_rule: Some("memory.leak"),
         expected_links: &[("memory.leak", "memory.oom-kill")],
+        record_args: &[],
         controllers: &["memory"],
         start: oom_leak,
     },
@@ -201,8 +210,32 @@ pub static SCENARIOS: &[Scenario] = &[
         control: false,
         expected_rule: Some("memory.leak"),
         expected_links: &[],
+        record_args: &[],
         controllers: &["memory"],
         start: worker_leak,
+    },
+    Scenario {
+        name: "nss-probe",
+        mirrors: "case 1's precursor, as issue 18 met it: NSS softokn's sdb_measureAccess \
+            probing non-existent names thousands of times a second while the dentry cache does \
+            not grow",
+        reproduces: "a loop running Debian's certutil (libnss3-tools) on an sql: database with \
+            NSS_SDB_USE_CACHE set to neither yes nor no, which makes NSS 3.87 time the database \
+            directory by access()ing ~1,000 `.<n>_dOeSnotExist_.db` names in a temporary \
+            directory per run; removing that directory prunes the negative dentries, so \
+            nothing grows and the on-demand lookups tracer is never attached. The recorder runs \
+            its census every 3 s (`--census-every 3s`, 60 s by default) to see it within the run.",
+        signals: "lookups.proc.<pid>.certutil.enoent_per_s in the census intervals \
+            (tracer.lookups.census 1), lookups.pattern.*_dOeSnotExist_.db, no growth of \
+            dentry.nr_negative",
+        bounds: "CPU: one certutil at a time, ~0.1 s of system time every 1.5 s; files: one \
+            NSS database of ~100 KiB in the lab directory",
+        control: false,
+        expected_rule: Some("fs.failing-lookups"),
+        expected_links: &[],
+        record_args: &["--census-every", "3s"],
+        controllers: &["cpu"],
+        start: nss_probe,
     },
     Scenario {
         name: "cpu-saturation",
@@ -215,6 +248,7 @@ pub static SCENARIOS: &[Scenario] = &[
         control: true,
         expected_rule: None,
         expected_links: &[],
+        record_args: &[],
         controllers: &["cpu"],
         start: cpu_saturation,
     },
@@ -227,6 +261,7 @@ pub static SCENARIOS: &[Scenario] = &[
         control: true,
         expected_rule: None,
         expected_links: &[],
+        record_args: &[],
         controllers: &["cpu"],
         start: idle,
     },
@@ -867,6 +902,58 @@ fn worker_leak(e: &mut Env) -> Result<Started> {
                 Select::labels(&process::PROC_EXIT_SIGNAL, &["*", "lab-leak-worker"]),
                 Stat::Max,
                 Cmp::AtLeast(9.0),
+            ),
+        ],
+    })
+}
+
+fn nss_probe(e: &mut Env) -> Result<Started> {
+    let cg = e.sb.cgroup("", Limits::default())?;
+    let db = e.sb.dir().join("nssdb");
+    std::fs::create_dir_all(&db)?;
+    let sql = format!("sql:{}", path_str(&db)?);
+    let made = Command::new("certutil")
+        .args(["-N", "--empty-password", "-d", &sql])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .status()
+        .context("nss-probe needs certutil (Debian: apt-get install libnss3-tools)")?;
+    anyhow::ensure!(made.success(), "certutil -N {sql}: {made}");
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        // A run every ~1.5 s: ~15k failed access() calls per second on average, as issue 18
+        // met it, and too few at a time for the dentry cache's growth to attach the tracer.
+        .arg("while :; do certutil -L -d \"$1\" >/dev/null 2>&1; sleep 1.5; done")
+        .arg("sh")
+        .arg(&sql)
+        // Any value but yes or no: NSS measures the directory's access time by probing.
+        .env("NSS_SDB_USE_CACHE", "probe");
+    let pid = e.sb.spawn(&cg, "certutil-loop", cmd)?;
+    let p = &cg.path;
+    Ok(Started {
+        culprit_cgroup: Some(p.clone()),
+        notes: vec![format!(
+            "cgroup {p}: sh pid {pid} runs certutil -L -d {sql} every ~1.5 s with \
+             NSS_SDB_USE_CACHE=probe"
+        )],
+        checks: vec![
+            Check::new(
+                "the census traced certutil's failed look-ups",
+                Select::labels(&tracer::LOOKUPS_PROC_ENOENT_PER_S, &["*", "certutil"]),
+                Stat::Sum,
+                Cmp::AtLeast(1000.0),
+            ),
+            Check::new(
+                "the lookups tracer ran for the census",
+                Select::labels(&tracer::CENSUS, &["lookups"]),
+                Stat::Max,
+                Cmp::AtLeast(1.0),
+            ),
+            Check::new(
+                "negative dentries do not pile up",
+                Select::all(&mem::DENTRY_NR_NEGATIVE),
+                Stat::Rise,
+                Cmp::Below(100_000.0),
             ),
         ],
     })

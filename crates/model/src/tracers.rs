@@ -451,8 +451,37 @@ accumulate!(RunqCgroup {} hist latency);
 
 /// Replaces every run of digits (and of hex digits mixed with at least one digit) in `path` by
 /// `*`, so `/tmp/.1234_dOeSnotExist_.db` and `/tmp/.99_dOeSnotExist_.db` share one pattern
-/// while words made only of letters a–f (`dead`, `cafe`) stay.
+/// while words made only of letters a–f (`dead`, `cafe`) stay. A `mkstemp`/`mkdtemp` suffix
+/// (six letters and digits of mixed case after a dot ending a component: NSS's
+/// `dbTemp.vPHxqc`) is a `*` too, or each run's temporary directory would be its own pattern.
 pub fn path_pattern(path: &str) -> String {
+    if path.split('/').any(|c| temp_suffix(c).is_some()) {
+        let parts: Vec<String> = path
+            .split('/')
+            .map(|c| match temp_suffix(c) {
+                Some(stem) => format!("{}*", digits_pattern(stem)),
+                None => digits_pattern(c),
+            })
+            .collect();
+        return parts.join("/");
+    }
+    digits_pattern(path)
+}
+
+/// The component up to and including the dot of a `mkstemp`-style random suffix, if it has one.
+fn temp_suffix(c: &str) -> Option<&str> {
+    let dot = c.len().checked_sub(7)?;
+    if !c.is_char_boundary(dot) || c.as_bytes()[dot] != b'.' || dot == 0 {
+        return None;
+    }
+    let suffix = &c.as_bytes()[dot + 1..];
+    let all_alnum = suffix.iter().all(u8::is_ascii_alphanumeric);
+    let upper = suffix.iter().any(u8::is_ascii_uppercase);
+    let lower = suffix.iter().any(u8::is_ascii_lowercase);
+    (all_alnum && upper && lower).then(|| &c[..=dot])
+}
+
+fn digits_pattern(path: &str) -> String {
     let b = path.as_bytes();
     let mut out = String::with_capacity(path.len());
     let mut i = 0;
@@ -492,6 +521,19 @@ mod tests {
         );
         assert_eq!(path_pattern("/x/3fa9c0/y"), "/x/*/y");
         assert_eq!(path_pattern("/x/dead/beef"), "/x/dead/beef");
+        // NSS's temporary directory: one pattern whatever mkdtemp picked.
+        for dir in ["dbTemp.vPHxqc", "dbTemp.do3aLK", "dbTemp.8rZ1Qa"] {
+            assert_eq!(
+                path_pattern(&format!("/var/tmp/{dir}/.35738867_dOeSnotExist_.db")),
+                "/var/tmp/dbTemp.*/.*_dOeSnotExist_.db"
+            );
+        }
+        assert_eq!(path_pattern("/etc/file.backup"), "/etc/file.backup");
+        assert_eq!(
+            path_pattern("/a/.vPHxqc"),
+            "/a/.vPHxqc",
+            "a dot file, not a suffix"
+        );
         assert_eq!(path_pattern("/é1/ü"), "/é*/ü");
         assert_eq!(path_pattern(""), "");
     }

@@ -44,6 +44,7 @@ use crate::Finding;
 rule! {
     "fs.failing-lookups", "a program failing thousands of path look-ups per second (names that do not exist)", resource,
     reads: tracer::LOOKUPS_PROC_ENOENT_PER_S, tracer::LOOKUPS_ENOENT_PER_S,
+        tracer::LOOKUPS_CGROUP_ENOENT_PER_S,
         tracer::LOOKUPS_PATTERN_SAMPLES, tracer::CENSUS["lookups"], mem::DENTRY_NR_NEGATIVE,
 }
 
@@ -191,6 +192,20 @@ fn one(d: &Data, p: &Producer, cx: &Coverage, patterns: &[(&Series, f64)]) -> Fi
             nss_names.then(|| "libsoftokn3 (NSS softokn; recognised by its probe names)".into())
         });
     let mut culprit = proc_culprit(d, pid, &p.comm, super::Res::Cpu);
+    if culprit.cgroup.is_none() {
+        // Short-lived producers (a script running certutil) are gone before the process
+        // sampler sees them; the tracer noted the cgroup each ran in.
+        // Only a cgroup that holds most of this command's failures is its.
+        let total: f64 = p.by_idx.values().sum();
+        if let Some((s, _)) = top_series(d, &tracer::LOOKUPS_CGROUP_ENOENT_PER_S, |s| s.sum)
+            .into_iter()
+            .find(|(s, v)| s.label(0) != "(other)" && *v >= 0.5 * total)
+        {
+            culprit = super::cgroup_culprit(s.label(0));
+            culprit.pid = Some(pid);
+            culprit.comm = Some(p.comm.clone());
+        }
+    }
     culprit.library.clone_from(&lib);
     let who = if p.pids.len() > 1 {
         format!("{} ({} processes)", p.comm, p.pids.len())

@@ -477,7 +477,11 @@ mod tests {
         assert_eq!(value(&s, "tracer.madvise.attached"), Some(1.0));
         assert_eq!(value(&s, "tracer.lookups.census"), Some(1.0));
         assert_eq!(value(&s, "tracer.madvise.census"), Some(0.0));
-        assert_eq!(value(&s, "tracer.shrinker.census"), None, "idle: not running");
+        assert_eq!(
+            value(&s, "tracer.shrinker.census"),
+            None,
+            "idle: not running"
+        );
         assert_eq!(
             value(&s, "tracer.shrinker.attached"),
             Some(0.0),
