@@ -221,8 +221,8 @@ pub static SCENARIOS: &[Scenario] = &[
             not grow",
         reproduces: "a loop running Debian's certutil (libnss3-tools) on an sql: database with \
             NSS_SDB_USE_CACHE set to neither yes nor no, which makes NSS 3.87 time the database \
-            directory by access()ing ~1,000 `.<n>_dOeSnotExist_.db` names in a temporary \
-            directory per run; removing that directory prunes the negative dentries, so \
+            directory by access()ing `.<n>_dOeSnotExist_.db` names in a temporary directory \
+            for a fixed time per run (~28k calls here); removing that directory prunes the negative dentries, so \
             nothing grows and the on-demand lookups tracer is never attached. The recorder runs \
             its census every 3 s (`--census-every 3s`, 60 s by default) to see it within the run.",
         signals: "lookups.proc.<pid>.certutil.enoent_per_s in the census intervals \

@@ -3,8 +3,9 @@
 //!
 //! **Mechanism.** Every `stat`/`access`/`open` of a missing name walks the path and fails with
 //! ENOENT; a new name also leaves a negative dentry. Whether the dentries pile up depends on
-//! the names and the kernel: NSS's `sdb_measureAccess` probes ~1,000 `.<n>_dOeSnotExist_.db`
-//! names per database open in a temporary directory it then removes, which prunes them (issue
+//! the names and the kernel: NSS's `sdb_measureAccess` probes `.<n>_dOeSnotExist_.db` names for
+//! a fixed time per database open (~28k here) in a temporary directory it then removes, which
+//! prunes them (issue
 //! 18: 12,600 failing `access()` calls per second for 40 s, and `dentry.nr_negative` never
 //! moved). The look-ups still cost system CPU, and with names that stay (another directory,
 //! another library version) they become case 1's millions of dentries that reclaim must
@@ -26,8 +27,9 @@
 //! its cause.
 //!
 //! **Remediation.** NSS: `NSS_SDB_USE_CACHE=yes` in the producer's environment skips the probe
-//! (measured with Debian bookworm's certutil 3.87: 1 failing `access()` per run instead of
-//! 1,020 with `NSS_SDB_USE_CACHE` set to anything but yes or no). Otherwise: cache the
+//! (measured with Debian bookworm's certutil 3.87 under strace: 1 failing `access()` per run
+//! with yes, unset or no; 1,020 with any other value, ~28k without strace slowing it).
+//! Otherwise: cache the
 //! answer or stop probing the names of the patterns shown.
 //!
 //! **References.** Red Hat bz1044666 / NSS bug 1183153 (sdb_measureAccess).
