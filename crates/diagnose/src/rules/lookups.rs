@@ -307,7 +307,10 @@ fn one(d: &Data, p: &Producer, cx: &Coverage, patterns: &[(&Series, f64)]) -> Fi
 mod tests {
     use super::*;
 
-    fn data(rates: &[(u32, &str, &[(u32, f64)])], traced: &[u32], len: usize) -> Data {
+    /// A process's failed look-ups per second: pid, comm, (sample index, rate).
+    type Rates<'a> = (u32, &'a str, &'a [(u32, f64)]);
+
+    fn data(rates: &[Rates], traced: &[u32], len: usize) -> Data {
         let mut d = Data {
             ts: (0..len as i64).map(|i| i * 1_000_000_000).collect(),
             start: 2,
