@@ -375,11 +375,21 @@ JITTERSCOPE=$JITTERSCOPE TRACER_OUT=$TMP/tracers.md TRACER_TARGETS=$TMP/tracers-
 JITTERSCOPE=$JITTERSCOPE TRACER_OUT=$TMP/tracers-always.md TRACER_TARGETS=$TMP/tracers-always-targets.md \
     TRACER_LABEL="--syscall-tracers always" TRACER_WITH_ARGS="--syscall-tracers always" TRACER_STATS=0 \
     bash "$HERE/tracers.sh"
+# The census's own cost: all tracers on demand either way, the census at one interval in two
+# against none; scaled to its default of one interval in sixty (cost is linear in attached time).
+JITTERSCOPE=$JITTERSCOPE TRACER_OUT=$TMP/tracers-census.md TRACER_TARGETS=$TMP/tracers-census-targets.md \
+    TRACER_LABEL="the census (--census-every 1s against 0s, scaled to 60s)" \
+    TRACER_WITHOUT_ARGS="--census-every 0s" TRACER_WITH_ARGS="--census-every 1s" TRACER_STATS=0 \
+    TRACER_SCALE=0.0333 TRACER_SCALE_NOTE="the census measured at one interval in two (--census-every 1s), scaled to its default, one in sixty (2/60)" \
+    bash "$HERE/tracers.sh"
 TRACER_SECTION="$(cat "$TMP/tracers.md")
 
-$(cat "$TMP/tracers-always.md")"
+$(cat "$TMP/tracers-always.md")
+
+$(cat "$TMP/tracers-census.md")"
 TRACER_TARGET_ROWS="$(cat "$TMP/tracers-targets.md")
-$(cat "$TMP/tracers-always-targets.md")"
+$(cat "$TMP/tracers-always-targets.md")
+$(cat "$TMP/tracers-census-targets.md")"
 
 # ---------------------------------------------------------------------------------------------
 # 6. Stack sampler: `record` with and without it against `perf record -F 99 -g -a`, side by side
