@@ -149,6 +149,12 @@ pub(crate) trait Tracer: Send {
     fn links(&mut self) -> &mut Vec<libbpf_rs::Link>;
     /// How it attached (e.g. which tracepoint flavour), for `--check`.
     fn how(&self) -> String;
+    /// Starts a read generation without reading, as it is attached again: every process entry
+    /// is named at its next event. Without it, a process seen while a detach was still under
+    /// way (it runs on a thread of its own) kept that name through the next attachment's
+    /// first interval and beyond: issue 18's lab worker stayed `jitterscope`, the name it had
+    /// before it renamed itself.
+    fn new_generation(&mut self);
 }
 
 /// Why an on-demand tracer gets attached: the episode signal of the symptom it explains, at or
@@ -240,6 +246,28 @@ struct Slot {
     census: bool,
     /// Monotonic time of its last census attachment, ns (None before the first).
     last_census_ns: Option<u64>,
+    /// The thread dropping its last links. The kernel refuses to attach a program to a
+    /// tracepoint it is still attached to, so no attach starts before this thread is done.
+    detaching: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Slot {
+    /// Whether its links of an earlier attachment are still being dropped.
+    fn detach_pending(&mut self) -> bool {
+        if self.detaching.as_ref().is_some_and(|h| !h.is_finished()) {
+            return true;
+        }
+        if let Some(h) = self.detaching.take() {
+            let _ = h.join();
+        }
+        false
+    }
+
+    fn detach(&mut self) {
+        self.detaching = detach(std::mem::take(self.tracer.links()));
+        self.attached = false;
+        self.census = false;
+    }
 }
 
 /// The symptom rates that decide the on-demand tracers, computed by the symptom signals' own
@@ -333,6 +361,7 @@ impl TracerCollector {
                         last_hot_ns: 0,
                         census: false,
                         last_census_ns: None,
+                        detaching: None,
                     });
                 }
                 Err(e) => report.push(Started {
@@ -415,32 +444,32 @@ impl TracerCollector {
         };
         let mut rates = rates.into_iter();
         let now = sample.mono_ns;
+        let quiet = QUIET_SECONDS * 1_000_000_000;
         for s in self.slots.iter_mut() {
             let Some(signal) = s.name.demand() else {
                 continue;
             };
-            let hot = rates.next().flatten().is_some_and(|r| r >= signal.floor);
-            if hot {
+            if rates.next().flatten().is_some_and(|r| r >= signal.floor) {
                 s.last_hot_ns = now;
                 // A census look that found the symptom stays, held by the symptom now.
                 s.census = false;
-                if !s.attached {
+            }
+            // Wanted from the symptom until it has been absent for `quiet`, not only in the
+            // seconds it shows: an attach that has to wait (a detach still under way) or
+            // fails is tried again while the symptom is recent, and a burst that recurs every
+            // few seconds keeps its tracer.
+            let wanted = s.last_hot_ns > 0 && now.saturating_sub(s.last_hot_ns) < quiet;
+            if wanted {
+                if !s.attached && !s.detach_pending() {
                     attach_slot(s, sample, notes);
                 }
-            } else if s.attached && s.census {
-                // The census interval has been read: detach until the next one.
-                detach(std::mem::take(s.tracer.links()));
-                s.attached = false;
-                s.census = false;
-            } else if s.attached
-                && now.saturating_sub(s.last_hot_ns) >= QUIET_SECONDS * 1_000_000_000
-            {
-                detach(std::mem::take(s.tracer.links()));
-                s.attached = false;
-            } else if !s.attached
-                && self.census_every_ns > 0
+            } else if s.attached {
+                // The census interval has been read, or the symptom has been gone long enough.
+                s.detach();
+            } else if self.census_every_ns > 0
                 && s.last_census_ns
                     .is_none_or(|t| now.saturating_sub(t) >= self.census_every_ns)
+                && !s.detach_pending()
             {
                 s.last_census_ns = Some(now);
                 if attach_slot(s, sample, notes) {
@@ -453,13 +482,15 @@ impl TracerCollector {
 
 /// Attaches a detached tracer's programs; an error is noted once and in the sample.
 fn attach_slot(s: &mut Slot, sample: &mut Sample, notes: &mut Notes) -> bool {
-    match attach_all(s.tracer.object()) {
-        Ok(links) => {
+    s.tracer.new_generation();
+    match attach_each(s.tracer.object()) {
+        (links, None) => {
             *s.tracer.links() = links;
             s.attached = true;
             true
         }
-        Err(e) => {
+        (made, Some(e)) => {
+            s.detaching = detach(made);
             let name = s.name.as_str();
             notes.once(&format!("attach:{name}"), || {
                 format!("tracer {name}: cannot attach on demand: {e}")
@@ -544,30 +575,50 @@ where
 /// Detaches by dropping `links`, on a thread of its own: removing a tracepoint program waits for
 /// RCU grace periods (about 70 ms per syscall tracepoint here, 1.5 s for `lookups`' 20), which
 /// must not stall the sampling loop.
-fn detach(links: Vec<libbpf_rs::Link>) {
+fn detach(links: Vec<libbpf_rs::Link>) -> Option<std::thread::JoinHandle<()>> {
     if links.is_empty() {
-        return;
+        return None;
     }
     let slot = std::sync::Arc::new(std::sync::Mutex::new(Some(links)));
     let theirs = slot.clone();
     let spawned = std::thread::Builder::new()
         .name("bpf-detach".into())
         .spawn(move || drop(theirs.lock().map(|mut l| l.take())));
-    if spawned.is_err() {
-        // No thread: detach here rather than never.
-        drop(slot.lock().map(|mut l| l.take()));
+    match spawned {
+        Ok(h) => Some(h),
+        Err(_) => {
+            // No thread: detach here rather than never.
+            drop(slot.lock().map(|mut l| l.take()));
+            None
+        }
     }
 }
 
 /// Attaches every loaded program of `obj` at its section's attach point.
 fn attach_all(obj: &libbpf_rs::Object) -> Result<Vec<libbpf_rs::Link>, String> {
-    obj.progs_mut()
-        .filter(|p| p.autoload())
-        .map(|p| {
-            p.attach()
-                .map_err(|e| format!("{}: {e}", p.section().to_string_lossy()))
-        })
-        .collect()
+    match attach_each(obj) {
+        (links, None) => Ok(links),
+        (_, Some(e)) => Err(e),
+    }
+}
+
+/// Like [`attach_all`], but when a program fails the links made so far are returned with the
+/// error, for the caller to drop off its thread (dropped at once, they held one sample for
+/// most of a second).
+fn attach_each(obj: &libbpf_rs::Object) -> (Vec<libbpf_rs::Link>, Option<String>) {
+    let mut links = Vec::new();
+    for p in obj.progs_mut().filter(|p| p.autoload()) {
+        match p.attach() {
+            Ok(l) => links.push(l),
+            Err(e) => {
+                return (
+                    links,
+                    Some(format!("{}: {e}", p.section().to_string_lossy())),
+                )
+            }
+        }
+    }
+    (links, None)
 }
 
 /// Starts a read of a tracer whose `.bss` has `js_gen` and `dropped`: bumps the histogram
@@ -585,6 +636,16 @@ macro_rules! begin_read {
     }};
 }
 pub(crate) use begin_read;
+
+/// [`Tracer::new_generation`] for a tracer whose `.bss` has `js_gen`.
+macro_rules! next_generation {
+    ($skel:expr) => {
+        if let Some(bss) = $skel.maps.bss_data.as_deref_mut() {
+            bss.js_gen += 1;
+        }
+    };
+}
+pub(crate) use next_generation;
 
 /// The increase of a cumulative counter since the last call, remembering it in `prev`.
 fn since(cur: u64, prev: &mut u64) -> u64 {
@@ -1032,5 +1093,105 @@ mod tests {
         // A maximum stamped in an older generation belongs to an older interval.
         assert_eq!(hist(&w, 8).max_ns, 0);
         assert!(hist(&[], 0).is_empty());
+    }
+
+    /// A process renamed while its tracer was detached carries its new name once the tracer is
+    /// attached again, although no read came between. That is the census's case: its detach
+    /// runs on a thread of its own, a process can be counted meanwhile, and the next attachment
+    /// kept the name from then (issue 18's lab worker stayed `jitterscope`, never
+    /// `lab-nss-probe`).
+    #[test]
+    fn a_reattached_tracer_names_processes_again() {
+        const TEST: &str = "a_reattached_tracer_names_processes_again";
+        if !jitterscope_testkit::is_root() {
+            return jitterscope_testkit::skip(TEST, "needs root to load BPF programs");
+        }
+        let lookups = Name::parse("lookups").expect("the lookups tracer");
+        let (mut c, started) = TracerCollector::start(&Root::new("/"), &[lookups]);
+        if let Some(e) = started.iter().find_map(|s| s.outcome.as_ref().err()) {
+            return jitterscope_testkit::skip(TEST, &format!("lookups did not load: {e}"));
+        }
+        // The tracer names a process by its main thread's comm: /proc/self/comm.
+        let own = std::fs::read_to_string("/proc/self/comm").expect("own comm");
+        let rename = |n: &str| std::fs::write("/proc/self/comm", n).expect("rename");
+        let missing = std::ffi::CString::new("/nonexistent-jitterscope-test/x").unwrap();
+        // SAFETY: a NUL-terminated path; access only reads it.
+        let fail = || unsafe { libc::access(missing.as_ptr(), libc::F_OK) };
+        c.read(1);
+        rename("js-gen-before");
+        fail();
+        let slot = &mut c.slots[0];
+        drop(std::mem::take(slot.tracer.links()));
+        slot.attached = false;
+        rename("js-gen-after");
+        let attached = attach_slot(slot, &mut Sample::default(), &mut Notes::default());
+        fail();
+        let t = c.read(2);
+        rename(own.trim_end());
+        assert!(attached, "the tracer attaches again");
+        let pid = std::process::id();
+        let ours: Vec<&str> = t
+            .lookups
+            .iter()
+            .flat_map(|l| &l.procs)
+            .filter(|p| p.pid == pid)
+            .map(|p| p.comm.as_str())
+            .collect();
+        assert_eq!(ours, ["js-gen-after"], "this process's entries");
+    }
+
+    /// An on-demand tracer whose symptom returns while its last detach is still under way is
+    /// attached once that detach is done, even if the symptom has paused by then. Before, the
+    /// attach ran at once, the kernel refused it (the programs were still attached), and the
+    /// tracer stayed detached until the symptom came back: issue 18's lab lost the first
+    /// NSS-probe burst that way.
+    #[test]
+    fn an_on_demand_tracer_attaches_once_its_detach_is_done() {
+        const TEST: &str = "an_on_demand_tracer_attaches_once_its_detach_is_done";
+        if !jitterscope_testkit::is_root() {
+            return jitterscope_testkit::skip(TEST, "needs root to load BPF programs");
+        }
+        let lookups = Name::parse("lookups").expect("the lookups tracer");
+        let (mut c, started) = TracerCollector::start_on_demand(&Root::new("/"), &[lookups]);
+        if let Some(e) = started.iter().find_map(|s| s.outcome.as_ref().err()) {
+            return jitterscope_testkit::skip(TEST, &format!("lookups did not load: {e}"));
+        }
+        c.set_census(Duration::ZERO);
+        let mut notes = Notes::default();
+        let mut errors = Vec::new();
+        // A sample at `secs` (monotonic) with `negative` negative dentries: the symptom is
+        // their growth.
+        let mut at = |c: &mut TracerCollector, secs: u64, negative: u64| {
+            let mut s = Sample {
+                mono_ns: secs * 1_000_000_000,
+                dentry: Some(jitterscope_sources::system::dentry::DentryState {
+                    nr_negative: Some(negative),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            c.collect(&mut s, &mut notes);
+            errors.extend(s.errors);
+            c.slots[0].attached
+        };
+        assert!(!at(&mut c, 100, 0));
+        assert!(!at(&mut c, 101, 0));
+        assert!(at(&mut c, 102, 100_000), "attached by the symptom");
+        assert!(
+            !at(&mut c, 102 + QUIET_SECONDS, 100_000),
+            "detached once quiet"
+        );
+        // The symptom again at once, then a pause: the tracer is attached within a few
+        // samples, whenever the detach thread is done.
+        let mut attached = at(&mut c, 103 + QUIET_SECONDS, 200_000);
+        for k in 0..50 {
+            if attached {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            attached = at(&mut c, 104 + QUIET_SECONDS + k, 200_000);
+        }
+        assert!(attached, "attached again");
+        assert_eq!(errors, Vec::<String>::new(), "errors in the samples");
     }
 }

@@ -169,6 +169,15 @@ pub(crate) fn patterns(names: &[LookupName]) -> Vec<LookupPattern> {
 }
 
 impl Tracer for LookupsTracer {
+    fn new_generation(&mut self) {
+        crate::next_generation!(self.skel);
+        // Names sampled since the last read (while a detach was under way) would otherwise be
+        // read with the interval after next, which reuses their half.
+        if let Some(bss) = self.skel.maps.bss_data.as_deref_mut() {
+            bss.names_seen = [0; 2];
+        }
+    }
+
     fn how(&self) -> String {
         format!("syscall tracepoints ({})", self.syscalls.join(", "))
     }

@@ -82,6 +82,10 @@ pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<MadviseTracer, Strin
 }
 
 impl Tracer for MadviseTracer {
+    fn new_generation(&mut self) {
+        crate::next_generation!(self.skel);
+    }
+
     fn how(&self) -> String {
         "tracepoint syscalls:sys_enter_madvise".into()
     }

@@ -106,6 +106,10 @@ fn stat(d: &[u64], gen: u64) -> ReclaimStat {
 }
 
 impl Tracer for ReclaimTracer {
+    fn new_generation(&mut self) {
+        crate::next_generation!(self.skel);
+    }
+
     fn how(&self) -> String {
         "tracepoints vmscan:mm_vmscan_{direct,memcg}_reclaim_{begin,end}, wakeup_kswapd, kswapd_wake".into()
     }

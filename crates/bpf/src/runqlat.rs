@@ -125,6 +125,10 @@ pub(crate) fn load(env: &mut Env, tracefs: Option<&Path>) -> Result<RunqlatTrace
 }
 
 impl Tracer for RunqlatTracer {
+    fn new_generation(&mut self) {
+        crate::next_generation!(self.skel);
+    }
+
     fn how(&self) -> String {
         if self.btf {
             "BTF-typed tracepoints sched_wakeup, sched_wakeup_new, sched_switch (host and per cgroup)".into()

@@ -100,6 +100,10 @@ pub(crate) fn load(_env: &mut Env, tracefs: &Path) -> Result<ShrinkerTracer, Str
 }
 
 impl Tracer for ShrinkerTracer {
+    fn new_generation(&mut self) {
+        crate::next_generation!(self.skel);
+    }
+
     fn how(&self) -> String {
         "tracepoints vmscan:mm_shrink_slab_start/end, shrinkers named by their scan function (kallsyms)".into()
     }

@@ -110,6 +110,10 @@ pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<TlbTracer, String> {
 }
 
 impl Tracer for TlbTracer {
+    fn new_generation(&mut self) {
+        crate::next_generation!(self.skel);
+    }
+
     fn how(&self) -> String {
         match self.ipis {
             Ok(ev) => format!(
