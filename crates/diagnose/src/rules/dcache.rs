@@ -29,7 +29,7 @@
 use jitterscope_model::metrics::{cpu, mem, tracer};
 use jitterscope_model::registry::Unit;
 
-use super::lookups::uses_softokn;
+use super::lookups::{pattern_fact, uses_softokn};
 use super::{
     confidence, fact, finding, moved_first, proc_culprit, rule, top_procs, top_series, ProcSum,
     Take,
@@ -134,19 +134,7 @@ fn run(d: &Data) -> Vec<Finding> {
         ));
     }
     f.cite_procs(&producers, 3, "failed look-ups by", " in the window");
-    if !patterns.is_empty() {
-        let list: Vec<String> = patterns
-            .iter()
-            .take(5)
-            .map(|(s, n)| format!("{} ({n:.0})", s.label(0)))
-            .collect();
-        f.evidence.push(fact(
-            "lookups.pattern",
-            patterns[0].1,
-            Unit::Count,
-            format!("names that failed, by pattern: {}", list.join(", ")),
-        ));
-    }
+    f.evidence.extend(pattern_fact(&patterns));
     if freed.n > 0 {
         f.cite(
             d,

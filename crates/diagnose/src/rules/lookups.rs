@@ -262,19 +262,7 @@ fn one(d: &Data, p: &Producer, cx: &Coverage, patterns: &[(&Series, f64)]) -> Fi
             p.comm
         ),
     ));
-    if !probed.is_empty() {
-        let list: Vec<String> = probed
-            .iter()
-            .take(5)
-            .map(|(s, n)| format!("{} ({n:.0})", s.label(0)))
-            .collect();
-        f.evidence.push(fact(
-            "lookups.pattern",
-            probed[0].1,
-            Unit::Count,
-            format!("names that failed, by pattern: {}", list.join(", ")),
-        ));
-    }
+    f.evidence.extend(pattern_fact(probed.iter().copied()));
     if let Some((rise, level)) = cx.rise {
         f.evidence.push(fact(
             "dentry.nr_negative rise",
@@ -301,6 +289,23 @@ fn one(d: &Data, p: &Producer, cx: &Coverage, patterns: &[(&Series, f64)]) -> Fi
     }
     f.references = vec!["https://bugzilla.mozilla.org/show_bug.cgi?id=1183153"];
     f
+}
+
+/// The failed names by pattern, most sampled first, as one evidence line (none without any).
+pub(crate) fn pattern_fact<'a, 'd: 'a>(
+    patterns: impl IntoIterator<Item = &'a (&'d Series, f64)>,
+) -> Option<crate::Evidence> {
+    let top: Vec<&(&Series, f64)> = patterns.into_iter().take(5).collect();
+    let list: Vec<String> = top
+        .iter()
+        .map(|(s, n)| format!("{} ({n:.0})", s.label(0)))
+        .collect();
+    Some(fact(
+        "lookups.pattern",
+        top.first()?.1,
+        Unit::Count,
+        format!("names that failed, by pattern: {}", list.join(", ")),
+    ))
 }
 
 #[cfg(test)]
