@@ -26,6 +26,14 @@ use jitterscope_model::metrics::{process, tracer};
 use crate::data::Data;
 use crate::{Finding, Link};
 
+/// The series the links read besides the rules' (a link's direct evidence). Without them
+/// loaded, the minor-fault test of thrash → reclaim saw no values and let every flat RSS
+/// through.
+pub const READS: &[jitterscope_model::registry::Sel] = crate::rules::sels! {
+    process::PROC_ANON_BYTES, process::PROC_MINFLT_PER_S,
+    tracer::SHRINKER_FREED_PER_S["super_cache_scan"],
+};
+
 /// Cause rule, consequence rule, and how the first leads to the second.
 pub const CONSEQUENCES: &[(&str, &str, &str)] = &[
     (
@@ -176,13 +184,23 @@ fn flat_anon(d: &Data, pid: u32, comm: &str) -> Option<String> {
     let labels = [labels[0].as_str(), labels[1].as_str()];
     let anon = d.get(&process::PROC_ANON_BYTES, &labels)?;
     let start = d.start as u32;
-    let vals = anon.points.iter().filter(|(i, _)| *i >= start).map(|p| p.1);
-    let (lo, hi) = vals.fold((f64::MAX, f64::MIN), |(l, h), v| (l.min(v), h.max(v)));
-    if !(hi >= lo && hi - lo < FLAT_ANON_BYTES) {
+    let vals: Vec<f64> = anon
+        .points
+        .iter()
+        .filter(|(i, _)| *i >= start)
+        .map(|p| p.1)
+        .collect();
+    let (lo, hi) = vals
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(l, h), &v| (l.min(v), h.max(v)));
+    // Evidence is what was measured: a process seen in a sample or two, or whose fault counts
+    // are missing, shows nothing flat (CI once linked reclaim-storm's bursts to a thrash on
+    // "0 minor faults a second" that were no values at all).
+    let minflt = d.stats(&process::PROC_MINFLT_PER_S, &labels);
+    if vals.len() < MIN_POINTS || minflt.n + 1 < MIN_POINTS {
         return None;
     }
-    let minflt = d.stats(&process::PROC_MINFLT_PER_S, &labels);
-    if minflt.n > 0 && minflt.mean > FLAT_MINFLT_PER_S {
+    if hi - lo >= FLAT_ANON_BYTES || minflt.mean > FLAT_MINFLT_PER_S {
         return None;
     }
     Some(format!(
@@ -191,6 +209,10 @@ fn flat_anon(d: &Data, pid: u32, comm: &str) -> Option<String> {
         minflt.mean
     ))
 }
+
+/// Samples of a process in the window before its memory can be called flat: a rate needs two
+/// samples, so `MIN_POINTS - 1` rates.
+const MIN_POINTS: usize = 3;
 
 /// Anonymous memory that moved less than this over the window is flat.
 const FLAT_ANON_BYTES: f64 = 16.0 * 1_048_576.0;
@@ -428,6 +450,12 @@ mod tests {
         let mut thrash = f("memory.pagecache-thrash", Some(7), None, 0);
         thrash.confidence = 0.6;
         let reclaim = f("memory.direct-reclaim", Some(7), None, 1_000_000_000);
+        // Its fault counts unknown: flat RSS alone is not shown to be page cache.
+        let out = link(&d, vec![reclaim.clone(), thrash.clone()]);
+        assert!(out.iter().all(|f| f.causes.is_empty()));
+        for i in 1..10 {
+            d.push(&process::PROC_MINFLT_PER_S, &["7", "app"], i, 3.0);
+        }
         let out = link(&d, vec![reclaim.clone(), thrash.clone()]);
         assert_eq!(out[0].rule_id, "memory.pagecache-thrash");
         assert!(

@@ -165,7 +165,9 @@ impl Default for Options {
 pub fn diagnose(dir: &Path, from: i64, to: i64, opts: Options) -> Result<Report> {
     let select: Vec<jitterscope_model::registry::Select> = rules::RULES
         .iter()
-        .flat_map(|r| r.select.iter().map(|s| s.select()))
+        .flat_map(|r| r.select.iter())
+        .chain(chain::READS)
+        .map(|s| s.select())
         .collect();
     let d = Data::load(dir, from, to, opts.lookback_ns, &select, true)?;
     Ok(evaluate(&d))
