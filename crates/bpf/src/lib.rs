@@ -1095,6 +1095,27 @@ mod tests {
         assert!(hist(&[], 0).is_empty());
     }
 
+    /// A collector of the lookups tracer alone (loaded detached when `on_demand`), or `None`
+    /// after saying SKIPPED and why.
+    fn lookups_alone(test: &str, on_demand: bool) -> Option<TracerCollector> {
+        if !jitterscope_testkit::is_root() {
+            jitterscope_testkit::skip(test, "needs root to load BPF programs");
+            return None;
+        }
+        let lookups = [Name::parse("lookups").expect("the lookups tracer")];
+        let root = Root::new("/");
+        let (c, started) = if on_demand {
+            TracerCollector::start_on_demand(&root, &lookups)
+        } else {
+            TracerCollector::start(&root, &lookups)
+        };
+        if let Some(e) = started.iter().find_map(|s| s.outcome.as_ref().err()) {
+            jitterscope_testkit::skip(test, &format!("lookups did not load: {e}"));
+            return None;
+        }
+        Some(c)
+    }
+
     /// A process renamed while its tracer was detached carries its new name once the tracer is
     /// attached again, although no read came between. That is the census's case: its detach
     /// runs on a thread of its own, a process can be counted meanwhile, and the next attachment
@@ -1102,15 +1123,9 @@ mod tests {
     /// `lab-nss-probe`).
     #[test]
     fn a_reattached_tracer_names_processes_again() {
-        const TEST: &str = "a_reattached_tracer_names_processes_again";
-        if !jitterscope_testkit::is_root() {
-            return jitterscope_testkit::skip(TEST, "needs root to load BPF programs");
-        }
-        let lookups = Name::parse("lookups").expect("the lookups tracer");
-        let (mut c, started) = TracerCollector::start(&Root::new("/"), &[lookups]);
-        if let Some(e) = started.iter().find_map(|s| s.outcome.as_ref().err()) {
-            return jitterscope_testkit::skip(TEST, &format!("lookups did not load: {e}"));
-        }
+        let Some(mut c) = lookups_alone("a_reattached_tracer_names_processes_again", false) else {
+            return;
+        };
         // The tracer names a process by its main thread's comm: /proc/self/comm.
         let own = std::fs::read_to_string("/proc/self/comm").expect("own comm");
         let rename = |n: &str| std::fs::write("/proc/self/comm", n).expect("rename");
@@ -1147,15 +1162,11 @@ mod tests {
     /// NSS-probe burst that way.
     #[test]
     fn an_on_demand_tracer_attaches_once_its_detach_is_done() {
-        const TEST: &str = "an_on_demand_tracer_attaches_once_its_detach_is_done";
-        if !jitterscope_testkit::is_root() {
-            return jitterscope_testkit::skip(TEST, "needs root to load BPF programs");
-        }
-        let lookups = Name::parse("lookups").expect("the lookups tracer");
-        let (mut c, started) = TracerCollector::start_on_demand(&Root::new("/"), &[lookups]);
-        if let Some(e) = started.iter().find_map(|s| s.outcome.as_ref().err()) {
-            return jitterscope_testkit::skip(TEST, &format!("lookups did not load: {e}"));
-        }
+        let Some(mut c) =
+            lookups_alone("an_on_demand_tracer_attaches_once_its_detach_is_done", true)
+        else {
+            return;
+        };
         c.set_census(Duration::ZERO);
         let mut notes = Notes::default();
         let mut errors = Vec::new();
