@@ -10,6 +10,7 @@
 //! - [`signals`]: the key series the recorder derives into the signals lane, and its records.
 #![deny(missing_docs)]
 
+pub mod cancel;
 pub mod codec;
 pub mod collector;
 pub mod derive;

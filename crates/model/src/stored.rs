@@ -217,6 +217,9 @@ impl Samples {
     /// The next record that decodes, with the parts `choose` picks from its time.
     pub fn next_with(&mut self, choose: impl Fn(i64) -> Parts) -> Option<Sample> {
         loop {
+            if crate::cancel::cancelled() {
+                return None;
+            }
             match self.range.next()? {
                 Ok(rec) => {
                     if let Some(s) = decode(&rec, choose(rec.ts_ns), &mut self.damage) {
@@ -297,6 +300,9 @@ impl Iterator for SignalRecords {
 
     fn next(&mut self) -> Option<(i64, SignalRecord)> {
         loop {
+            if crate::cancel::cancelled() {
+                return None;
+            }
             match self.range.next()? {
                 Ok(rec) => match SignalRecord::decode(&rec.payload) {
                     Some(r) => return Some((rec.ts_ns, r)),
@@ -418,6 +424,26 @@ mod tests {
         );
         assert!(d.is_empty());
         assert_eq!(r.signals(0, i64::MAX).unwrap().count(), 10);
+    }
+
+    #[test]
+    fn a_read_in_a_cancelled_scope_ends_and_others_do_not() {
+        let dir = store(5);
+        let r = SampleReader::open(dir.path()).unwrap();
+        let token = crate::cancel::Token::new();
+        let mut seen = 0;
+        crate::cancel::scope(&token, || {
+            let mut samples = r.samples(i64::MIN, i64::MAX, Parts::ALL).unwrap();
+            seen += samples.by_ref().take(2).count();
+            token.cancel();
+            seen += samples.count();
+            assert_eq!(r.signals(i64::MIN, i64::MAX).unwrap().count(), 0);
+        });
+        assert_eq!(seen, 2, "the read stops at the cancel");
+        assert_eq!(
+            r.samples(i64::MIN, i64::MAX, Parts::ALL).unwrap().count(),
+            5
+        );
     }
 
     #[test]
