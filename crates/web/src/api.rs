@@ -4,11 +4,13 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use jitterscope_diagnose::{Data, Options};
+use jitterscope_model::cancel::Token;
 use jitterscope_model::glob::Pattern;
 use jitterscope_model::registry::all;
 use jitterscope_profile::window::{Filter, Named};
@@ -19,11 +21,18 @@ use crate::AppState;
 
 /// An API error: a status and a one-line reason, as `{"error": …}`.
 #[derive(Debug)]
-pub struct ApiError(StatusCode, String);
+pub struct ApiError(pub(crate) StatusCode, pub(crate) String);
+
+impl ApiError {
+    /// An error answer with `status` and a one-line reason.
+    pub fn new(status: StatusCode, msg: String) -> Self {
+        ApiError(status, msg)
+    }
+}
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.0, Json(json!({ "error": self.1 }))).into_response()
+        crate::limits::retry_after((self.0, Json(json!({ "error": self.1 }))).into_response())
     }
 }
 
@@ -55,6 +64,13 @@ pub fn damage_header(resp: &mut Response, d: &jitterscope_model::stored::Damage)
     if let Ok(v) = header::HeaderValue::from_str(&ascii) {
         resp.headers_mut().insert(DAMAGED_HEADER, v);
     }
+}
+
+/// A query string that does not parse (a missing `select`, `points=abc`) gets the same
+/// one-line JSON error as any other bad parameter, not axum's plain-text rejection.
+fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
+    q.map(|Query(v)| v)
+        .map_err(|e| bad(e.body_text().replace('\n', " ")))
 }
 
 /// Runs `f` on the blocking pool.
@@ -217,36 +233,59 @@ pub fn downsample(
 /// `GET /api/v1/series`: the selected series over a window, downsampled.
 pub async fn series(
     State(st): State<Arc<AppState>>,
-    Query(q): Query<SeriesQuery>,
+    q: Result<Query<SeriesQuery>, QueryRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
+    let q = query(q)?;
+    use crate::limits::{MAX_PATTERNS, MAX_PATTERN_LEN, MAX_SERIES};
+    let select: Vec<String> = q
+        .select
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    if select.is_empty() {
+        return Err(bad("select names no series"));
+    }
+    if select.len() > MAX_PATTERNS {
+        return Err(bad(format!(
+            "select has {} patterns; at most {MAX_PATTERNS}",
+            select.len()
+        )));
+    }
+    if let Some(p) = select.iter().find(|p| p.len() > MAX_PATTERN_LEN) {
+        return Err(bad(format!(
+            "a select pattern has {} characters; at most {MAX_PATTERN_LEN}",
+            p.len()
+        )));
+    }
+    let points = q.points.unwrap_or(600);
+    if !(1..=5000).contains(&points) {
+        return Err(bad("points must be 1..=5000"));
+    }
+    if q.top.is_some_and(|t| !(1..=MAX_SERIES).contains(&t)) {
+        return Err(bad(format!("top must be 1..={MAX_SERIES}")));
+    }
     let dir = st.cfg.dir.clone();
-    blocking(move || {
+    st.heavy
+        .run(Token::new(), move || {
         let (from, to) = resolve(&q.from, &q.to, &dir)?;
-        let select: Vec<String> = q
-            .select
-            .split(',')
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-            .collect();
-        if select.is_empty() {
-            return Err(bad("select names no series"));
-        }
-        let points = q.points.unwrap_or(600);
-        if !(1..=5000).contains(&points) {
-            return Err(bad("points must be 1..=5000"));
-        }
-        let sel: Vec<&str> = select.iter().map(String::as_str).collect();
-        let mut damaged = jitterscope_model::stored::Damage::default();
         // Load only the recorded part of the window: process series are evaluated on a
         // subsample whose stride follows the loaded span, and an hour's stride over ten
         // recorded seconds would leave them no pair of samples.
         let (first, last) = bounds(&dir)?;
+        crate::limits::check_window("series", from, to, (first, last))?;
+        let sel: Vec<&str> = select.iter().map(String::as_str).collect();
+        let mut damaged = jitterscope_model::stored::Damage::default();
         let (lo, hi) = (from.max(first - 1), to.min(last));
         let lane = lo < hi
             && in_signals_lane(&select, q.top)
             && jitterscope_store::Reader::open(&dir)
                 .and_then(|r| r.lane_covers(jitterscope_store::Lane::Signals, lo, hi))
                 .unwrap_or(false);
+        if lo < hi {
+            let e = estimate(&dir, &sel, lo, hi, lane)?;
+            e.check(q.top, points)?;
+        }
         let d = if lo >= hi {
             Data::default()
         } else if lane {
@@ -295,6 +334,12 @@ pub async fn series(
             })
             .filter(|s| s.max.iter().any(Option::is_some))
             .collect();
+        if q.top.is_none() && out.len() > MAX_SERIES {
+            return Err(too_large(format!(
+                "select matches {} series; at most {MAX_SERIES} per answer (add top=N or narrow the select)",
+                out.len()
+            )));
+        }
         if let Some(top) = q.top {
             let peak = |s: &SeriesOut| s.max.iter().flatten().fold(f64::MIN, |a, &b| a.max(b));
             out.sort_by(|a, b| peak(b).total_cmp(&peak(a)).then(a.name.cmp(&b.name)));
@@ -311,6 +356,85 @@ pub async fn series(
         })))
     })
     .await
+}
+
+fn too_large(msg: String) -> ApiError {
+    ApiError(StatusCode::PAYLOAD_TOO_LARGE, msg)
+}
+
+/// What a `series` request would read and answer, from the store's newest samples, before any
+/// of the window is read.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Estimate {
+    /// Series the select takes in the newest sample.
+    pub series: usize,
+    /// Samples in the window, at the newest samples' interval.
+    pub samples: u64,
+    /// Whether the signals lane serves it (no sample is decoded).
+    pub lane: bool,
+}
+
+impl Estimate {
+    /// 413 when the answer or the read would be over a limit.
+    pub fn check(&self, top: Option<usize>, points: usize) -> Result<(), ApiError> {
+        use crate::limits::{MAX_ANSWER_POINTS, MAX_DECODED_SAMPLES, MAX_SERIES};
+        if top.is_none() && self.series > MAX_SERIES {
+            return Err(too_large(format!(
+                "select matches {} series; at most {MAX_SERIES} per answer (add top=N or narrow the select)",
+                self.series
+            )));
+        }
+        if !self.lane && self.samples > MAX_DECODED_SAMPLES {
+            return Err(too_large(format!(
+                "these series are not in the signals lane and the window holds about {} samples; at most {MAX_DECODED_SAMPLES} are decoded per request (ask for a shorter window)",
+                self.samples
+            )));
+        }
+        let shown = top.map_or(self.series, |t| t.min(self.series)) as u64;
+        let buckets = shown * (points as u64).min(self.samples.max(1));
+        if buckets > MAX_ANSWER_POINTS {
+            return Err(too_large(format!(
+                "the answer would hold {shown} series of {} points; at most {MAX_ANSWER_POINTS} points in all (lower points or top)",
+                (points as u64).min(self.samples.max(1))
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Estimates a `series` read of `[lo, hi]`: the sampling interval and the series from the
+/// selection evaluated on the newest sample and the one before it.
+pub fn estimate(
+    dir: &PathBuf,
+    sel: &[&str],
+    lo: i64,
+    hi: i64,
+    lane: bool,
+) -> Result<Estimate, ApiError> {
+    use jitterscope_model::codec::Parts;
+    use jitterscope_model::derive::Selection;
+    let reader = jitterscope_model::stored::SampleReader::open(dir).map_err(internal)?;
+    let (pair, _) = reader.latest_pair(Parts::ALL).map_err(internal)?;
+    let Some((cur, prev)) = pair else {
+        return Ok(Estimate {
+            series: 0,
+            samples: 0,
+            lane,
+        });
+    };
+    let pats: Vec<Pattern> = sel.iter().map(|p| Pattern::new(p)).collect();
+    let mut series = 0;
+    Selection::new(all(), &pats).for_each(&cur, prev.as_ref(), |_, _, _, _| series += 1);
+    let interval = prev
+        .as_ref()
+        .map(|p| cur.ts_ns - p.ts_ns)
+        .filter(|&g| g > 0)
+        .unwrap_or(1_000_000_000);
+    Ok(Estimate {
+        series,
+        samples: ((hi - lo) / interval).max(0) as u64,
+        lane,
+    })
 }
 
 /// Whether the store's signals lane (what the recorder derives every second for episode
@@ -350,36 +474,39 @@ fn in_signals_lane(select: &[String], top: Option<usize>) -> bool {
 /// `GET /api/v1/events`: the episodes of a window.
 pub async fn events(
     State(st): State<Arc<AppState>>,
-    Query(w): Query<Window>,
+    w: Result<Query<Window>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    let w = query(w)?;
     let dir = st.cfg.dir.clone();
-    blocking(move || {
-        let (from, to) = w.resolve(&dir)?;
-        let (ev, damage) = jitterscope_diagnose::events(&dir, from, to).map_err(internal)?;
-        let mut resp = Json(json!(ev)).into_response();
-        damage_header(&mut resp, &damage);
-        Ok(resp)
-    })
-    .await
+    st.heavy
+        .run(Token::new(), move || {
+            let (from, to) = w.resolve(&dir)?;
+            crate::limits::check_window("events", from, to, bounds(&dir)?)?;
+            let (ev, damage) = jitterscope_diagnose::events(&dir, from, to).map_err(internal)?;
+            let mut resp = Json(json!(ev)).into_response();
+            damage_header(&mut resp, &damage);
+            Ok(resp)
+        })
+        .await
 }
 
 /// `GET /api/v1/findings`: `diagnose` of a window.
 pub async fn findings(
     State(st): State<Arc<AppState>>,
-    Query(w): Query<Window>,
+    w: Result<Query<Window>, QueryRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
+    let w = query(w)?;
     let dir = st.cfg.dir.clone();
-    blocking(move || {
-        let (from, to) = w.resolve(&dir)?;
-        if to - from > 24 * 3_600_000_000_000 {
-            return Err(bad("diagnose at most a day at once"));
-        }
-        let r =
-            jitterscope_diagnose::diagnose(&dir, from, to, Options::default()).map_err(internal)?;
-        // The report carries what the read skipped (`damaged`).
-        Ok(Json(json!(r)))
-    })
-    .await
+    st.heavy
+        .run(Token::new(), move || {
+            let (from, to) = w.resolve(&dir)?;
+            crate::limits::check_window("findings", from, to, bounds(&dir)?)?;
+            let r = jitterscope_diagnose::diagnose(&dir, from, to, Options::default())
+                .map_err(internal)?;
+            // The report carries what the read skipped (`damaged`).
+            Ok(Json(json!(r)))
+        })
+        .await
 }
 
 /// Parameters of `/api/v1/flame`.
@@ -443,41 +570,47 @@ pub fn tree(named: &Named) -> Node {
 /// `GET /api/v1/flame`: the stack samples of a window.
 pub async fn flame(
     State(st): State<Arc<AppState>>,
-    Query(q): Query<FlameQuery>,
+    q: Result<Query<FlameQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    let q = query(q)?;
     let dir = st.cfg.dir.clone();
-    blocking(move || {
-        let (from, to) = resolve(&q.from, &q.to, &dir)?;
-        let filter = Filter {
-            pid: q.pid,
-            comm: q.comm.clone(),
-            cgroup: q.cgroup.clone(),
-            kernel_only: q.kernel_only,
-            skip_idle: false,
-        };
-        let (w, _, damaged) =
-            jitterscope_profile::window::read_store(&dir, from, to, &filter).map_err(internal)?;
-        let named = w.resolve(&mut jitterscope_profile::system::FileSymbolizer::new());
-        match q.format.as_deref() {
-            None | Some("json") => Ok(Json(json!({
-                "from_ns": from,
-                "to_ns": to,
-                "samples": named.samples,
-                "total": named.total,
-                "hz": named.hz,
-                "damaged": damaged,
-                "tree": tree(&named),
-            }))
-            .into_response()),
-            Some("folded") => {
-                let mut text = named.folded().join("\n");
-                text.push('\n');
-                Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
+    st.heavy
+        .run(Token::new(), move || {
+            let (from, to) = resolve(&q.from, &q.to, &dir)?;
+            crate::limits::check_window("flame", from, to, bounds(&dir)?)?;
+            let filter = Filter {
+                pid: q.pid,
+                comm: q.comm.clone(),
+                cgroup: q.cgroup.clone(),
+                kernel_only: q.kernel_only,
+                skip_idle: false,
+            };
+            let (w, _, damaged) = jitterscope_profile::window::read_store(&dir, from, to, &filter)
+                .map_err(internal)?;
+            let named = w.resolve(&mut jitterscope_profile::system::FileSymbolizer::new());
+            match q.format.as_deref() {
+                None | Some("json") => Ok(Json(json!({
+                    "from_ns": from,
+                    "to_ns": to,
+                    "samples": named.samples,
+                    "total": named.total,
+                    "hz": named.hz,
+                    "damaged": damaged,
+                    "tree": tree(&named),
+                }))
+                .into_response()),
+                Some("folded") => {
+                    let mut text = named.folded().join("\n");
+                    text.push('\n');
+                    Ok(
+                        ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text)
+                            .into_response(),
+                    )
+                }
+                Some(f) => Err(bad(format!("format {f:?} is not json or folded"))),
             }
-            Some(f) => Err(bad(format!("format {f:?} is not json or folded"))),
-        }
-    })
-    .await
+        })
+        .await
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@
 pub mod api;
 pub mod assets;
 pub mod charts;
+pub mod limits;
 pub mod prom;
 
 use std::net::SocketAddr;
@@ -49,6 +50,24 @@ pub struct Config {
 #[derive(Debug)]
 pub struct AppState {
     pub cfg: Config,
+    /// The pool heavy requests run on.
+    pub heavy: limits::Heavy,
+    /// Cancelled when the server stops: every heavy read then ends.
+    pub stopping: jitterscope_model::cancel::Token,
+}
+
+impl AppState {
+    /// The state of a server of `cfg`, with its heavy-request pool started.
+    pub fn new(cfg: Config) -> Result<Arc<AppState>> {
+        let stopping = jitterscope_model::cancel::Token::new();
+        let heavy = limits::Heavy::start(stopping.clone())
+            .context("cannot start the server's reader threads")?;
+        Ok(Arc::new(AppState {
+            cfg,
+            heavy,
+            stopping,
+        }))
+    }
 }
 
 /// Refuses a configuration that would expose the store without a token.
@@ -176,7 +195,7 @@ pub fn run(cfg: Config, stop: &'static std::sync::atomic::AtomicBool) -> Result<
         .thread_name("serve")
         .build()
         .context("cannot start the server's runtime")?;
-    rt.block_on(async move {
+    let r = rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(cfg.listen)
             .await
             .with_context(|| format!("cannot listen on {}", cfg.listen))?;
@@ -190,19 +209,79 @@ pub fn run(cfg: Config, stop: &'static std::sync::atomic::AtomicBool) -> Result<
                 ""
             }
         );
-        let app = router(Arc::new(AppState { cfg }));
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(async move {
+        let st = AppState::new(cfg)?;
+        serve(listener, st, async move {
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         })
         .await
-        .context("server failed")
-    })
+    });
+    // Blocking tasks still running (a light read stuck on the disk) are not waited for.
+    rt.shutdown_timeout(Duration::from_millis(100));
+    r
+}
+
+/// Serves `st` on `listener` until `shutdown` completes, then ends within
+/// [`limits::SHUTDOWN_GRACE`]: heavy reads are cancelled at once, answers in flight get the
+/// grace period, and connections still open after it are dropped.
+///
+/// Connections: at most [`limits::max_connections`] at once (the listener is not polled
+/// meanwhile, so the kernel's backlog holds the next ones), and a connection that does not
+/// complete a request's headers within [`limits::HEADER_TIMEOUT`], whether new or kept alive,
+/// is closed: idle sockets cannot hold the server's file descriptors.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    st: Arc<AppState>,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<()> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use tower::Service;
+    let app = router(st.clone());
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits::max_connections()));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits::HEADER_TIMEOUT)
+        .keep_alive(true);
+    tokio::pin!(shutdown);
+    loop {
+        let slot = tokio::select! {
+            s = slots.clone().acquire_owned() => s.context("connection slots closed")?,
+            () = &mut shutdown => break,
+        };
+        let (io, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(e) => {
+                    // Out of descriptors or a connection reset before accept: the next one
+                    // may do; a tight loop would only burn the CPU we are watching.
+                    if !matches!(e.kind(), std::io::ErrorKind::ConnectionAborted | std::io::ErrorKind::ConnectionReset) {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = io.set_nodelay(true);
+        let app = app.clone();
+        let svc =
+            hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(ConnectInfo(peer));
+                let mut app = app.clone();
+                async move { app.call(req.map(axum::body::Body::new)).await }
+            });
+        let conn = graceful.watch(http.serve_connection(TokioIo::new(io), svc));
+        tokio::spawn(async move {
+            let _ = conn.await;
+            drop(slot);
+        });
+    }
+    drop(listener);
+    st.stopping.cancel();
+    let _ = tokio::time::timeout(limits::SHUTDOWN_GRACE, graceful.shutdown()).await;
+    Ok(())
 }
 
 #[cfg(test)]

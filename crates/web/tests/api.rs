@@ -4,10 +4,9 @@
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
-use jitterscope_web::{router, AppState, Config};
+use jitterscope_web::{AppState, Config};
 
 fn store(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -35,8 +34,8 @@ fn start(ip: IpAddr, dir: PathBuf, token: Option<&str>, max_age: Duration) -> So
         rt.block_on(async move {
             let l = tokio::net::TcpListener::bind(cfg.listen).await.unwrap();
             tx.send(l.local_addr().unwrap()).unwrap();
-            let app = router(Arc::new(AppState { cfg }));
-            axum::serve(l, app.into_make_service_with_connect_info::<SocketAddr>())
+            let st = AppState::new(cfg).unwrap();
+            jitterscope_web::serve(l, st, std::future::pending())
                 .await
                 .unwrap();
         });
@@ -253,6 +252,7 @@ fn events_findings_and_flame() {
 #[test]
 fn bad_requests_get_one_line_errors() {
     let a = fixture_server();
+    let long_pattern = format!("/api/v1/series?select={}", "*".repeat(257));
     for (path, want) in [
         (
             "/api/v1/series?select=cpu.sys_pct&from=soon",
@@ -265,7 +265,12 @@ fn bad_requests_get_one_line_errors() {
         ("/api/v1/series?select=,", "select names no series"),
         ("/api/v1/events?from=20&to=10", "from must be before to"),
         ("/api/v1/flame?format=svg", "not json or folded"),
-        ("/api/v1/findings?from=0&to=1000000", "at most a day"),
+        (
+            "/api/v1/series?select=a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q,r,s,t,u,v,w,x,y,z,A,B,C,D,E,F,G",
+            "select has 33 patterns; at most 32",
+        ),
+        ("/api/v1/series?select=cpu.sys_pct&top=0", "top must be 1..=500"),
+        (&long_pattern, "a select pattern has 257 characters; at most 256"),
     ] {
         let (st, v) = get_json(a, path);
         assert_eq!(st, 400, "{path}: {v}");
@@ -452,8 +457,8 @@ fn non_loopback_clients_need_the_token() {
             rt.block_on(async move {
                 let l = tokio::net::TcpListener::bind(cfg.listen).await.unwrap();
                 tx.send(l.local_addr().unwrap().port()).unwrap();
-                let app = router(Arc::new(AppState { cfg }));
-                axum::serve(l, app.into_make_service_with_connect_info::<SocketAddr>())
+                let st = AppState::new(cfg).unwrap();
+                jitterscope_web::serve(l, st, std::future::pending())
                     .await
                     .unwrap();
             });
@@ -551,4 +556,26 @@ fn series_read_the_signals_lane_when_it_holds_them() {
         assert_eq!(a["t"], b["t"], "{select}");
         assert_eq!(a["series"], b["series"], "{select}");
     }
+}
+
+#[test]
+fn a_series_request_over_budget_is_refused_before_reading() {
+    let a = fixture_server();
+    let (st, v) = get_json(
+        a,
+        "/api/v1/series?select=***&points=5000&from=0&to=4000000000",
+    );
+    assert_eq!(st, 413, "{v}");
+    let e = v["error"].as_str().unwrap();
+    assert!(
+        e.starts_with("select matches ") && e.contains("series; at most 500 per answer"),
+        "{e}"
+    );
+    // The same select with top= is within budget and served.
+    let (st, v) = get_json(
+        a,
+        "/api/v1/series?select=***&top=20&points=5000&from=0&to=4000000000",
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["series"].as_array().unwrap().len(), 20);
 }
