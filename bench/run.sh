@@ -421,6 +421,13 @@ JITTERSCOPE=$JITTERSCOPE SYNTH_STORE=${SYNTH_STORE:-} VIEWS_OUT="$TMP/views.md" 
     bash "$HERE/views.sh"
 VIEWS_SECTION=$(cat "$TMP/views.md")
 
+# serve under load: 200 heavy requests and 1000 idle sockets on a 24 h store (bench/serve.sh).
+say "serve under load (bench/serve.sh)"
+JITTERSCOPE=$JITTERSCOPE SYNTH_STORE=${SYNTH_STORE:-} SERVE_OUT="$TMP/serve.md" \
+    SERVE_TARGETS="$TMP/serve-targets.md" bash "$HERE/serve.sh"
+SERVE_SECTION=$(cat "$TMP/serve.md")
+SERVE_TARGET_ROWS=$(cat "$TMP/serve-targets.md" 2>/dev/null || true)
+
 # ---------------------------------------------------------------------------------------------
 # 7. Report
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
@@ -562,6 +569,8 @@ $MEMLEAK_SECTION
 
 $VIEWS_SECTION
 
+$SERVE_SECTION
+
 ## Targets
 
 | target | measured | |
@@ -576,6 +585,7 @@ $TRACER_TARGET_ROWS
 $PROFILE_TARGET_ROWS
 $DIAGNOSE_TARGET_ROWS
 $MEMLEAK_TARGET_ROWS
+$SERVE_TARGET_ROWS
 
 CPU against the target: $CPU_SHORT.
 EOF
