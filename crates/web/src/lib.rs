@@ -229,7 +229,9 @@ pub fn run(cfg: Config, stop: &'static std::sync::atomic::AtomicBool) -> Result<
 /// Connections: at most [`limits::max_connections`] at once (the listener is not polled
 /// meanwhile, so the kernel's backlog holds the next ones), and a connection that does not
 /// complete a request's headers within [`limits::HEADER_TIMEOUT`], whether new or kept alive,
-/// is closed: idle sockets cannot hold the server's file descriptors.
+/// is closed: idle sockets cannot hold the server's file descriptors. A client that stops
+/// reading its answer for [`limits::WRITE_TIMEOUT`] is disconnected, so unread answers cannot
+/// pile up in memory.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     st: Arc<AppState>,
@@ -265,6 +267,9 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let _ = io.set_nodelay(true);
+        let mut io = tokio_io_timeout::TimeoutStream::new(io);
+        io.set_write_timeout(Some(limits::WRITE_TIMEOUT));
+        let io = Box::pin(io);
         let app = app.clone();
         let svc =
             hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {

@@ -12,8 +12,9 @@
 //!   behind them. Memory then follows from the number of workers times what one bounded
 //!   request holds (see `docs/BENCHMARKS.md` for the ceiling measured under load).
 //! - **Connections** (in `lib.rs`): at most [`max_connections`], headers within
-//!   [`HEADER_TIMEOUT`] (which is also how long a kept-alive connection may sit idle), and a
-//!   shutdown that ends within [`SHUTDOWN_GRACE`].
+//!   [`HEADER_TIMEOUT`] (which is also how long a kept-alive connection may sit idle), answers
+//!   read by the client without a stall of [`WRITE_TIMEOUT`], and a shutdown that ends within
+//!   [`SHUTDOWN_GRACE`].
 
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
@@ -38,6 +39,9 @@ const HEAVY_NICE: i32 = 10;
 /// How long a client may take to send a request's headers, and how long a kept-alive
 /// connection may wait for its next request.
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a write of an answer may make no progress (the client stopped reading) before the
+/// connection is dropped with the answer.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// From SIGTERM to exit: in-flight answers get this long, then connections are dropped.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_millis(1500);
 
