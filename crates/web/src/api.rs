@@ -1,4 +1,5 @@
-//! The JSON API. Reading the store blocks, so each handler runs on the blocking pool.
+//! The JSON API. Reading the store blocks, so each handler runs off the runtime's threads:
+//! light reads on the blocking pool, heavy ones on `limits::Heavy`'s readers.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -71,13 +72,6 @@ pub fn damage_header(resp: &mut Response, d: &jitterscope_model::stored::Damage)
 fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
     q.map(|Query(v)| v)
         .map_err(|e| bad(e.body_text().replace('\n', " ")))
-}
-
-/// Runs `f` on the blocking pool.
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
-) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(f).await.map_err(internal)?
 }
 
 /// A time parameter: epoch seconds (fractions allowed) or RFC 3339.
@@ -163,7 +157,7 @@ pub async fn charts() -> impl IntoResponse {
 /// `GET /api/v1/range`: the recorded span.
 pub async fn range(State(st): State<Arc<AppState>>) -> Result<Json<serde_json::Value>, ApiError> {
     let dir = st.cfg.dir.clone();
-    let (first, last) = blocking(move || bounds(&dir)).await?;
+    let (first, last) = crate::limits::light(&st.light, move || bounds(&dir)).await??;
     Ok(Json(json!({
         "from_ns": first,
         "to_ns": last,

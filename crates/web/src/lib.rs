@@ -54,6 +54,8 @@ pub struct AppState {
     pub heavy: limits::Heavy,
     /// Cancelled when the server stops: every heavy read then ends.
     pub stopping: jitterscope_model::cancel::Token,
+    /// Places for light reads ([`limits::light`]).
+    pub light: tokio::sync::Semaphore,
 }
 
 impl AppState {
@@ -66,6 +68,7 @@ impl AppState {
             cfg,
             heavy,
             stopping,
+            light: tokio::sync::Semaphore::new(limits::LIGHT_AT_ONCE),
         }))
     }
 }

@@ -6,6 +6,8 @@
 //! - **Per request**: each heavy endpoint has a maximum window ([`max_window`]), `series` a
 //!   cap on patterns, series and the samples it decodes, checked before the read starts; a
 //!   heavy request is cancelled past [`HEAVY_TIME_LIMIT`] or when its client goes away.
+//! - **Light reads** (the newest samples) at most [`LIGHT_AT_ONCE`] at a time on tokio's
+//!   blocking pool; the rest wait.
 //! - **Heavy work in a fixed pool**: reads of the store run on [`HEAVY_WORKERS`] threads at a
 //!   lower priority, fed by a queue of [`HEAVY_QUEUE`]; a request that finds the queue full
 //!   gets 429 at once. Light answers (`/api/v1/range`, the assets, `/metrics`) never wait
@@ -33,6 +35,10 @@ pub const HEAVY_WORKERS: usize = 2;
 pub const HEAVY_QUEUE: usize = 16;
 /// A heavy request's limit, from its arrival to its answer (queueing included).
 pub const HEAVY_TIME_LIMIT: Duration = Duration::from_secs(30);
+/// Light reads (`/api/v1/range`, `/metrics`: the newest samples) running at once; more wait
+/// their turn. Each is small, but a thousand at once would each take a thread and a decoded
+/// sample.
+pub const LIGHT_AT_ONCE: usize = 8;
 /// Niceness of the heavy workers: the recorder and the light answers go first.
 const HEAVY_NICE: i32 = 10;
 
@@ -196,6 +202,22 @@ impl Heavy {
         }
         out
     }
+}
+
+/// Runs a light read `f` on the blocking pool once one of [`LIGHT_AT_ONCE`] places is free.
+pub async fn light<T: Send + 'static>(
+    places: &tokio::sync::Semaphore,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    let _place = places.acquire().await.map_err(|_| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the server is stopping".into(),
+        )
+    })?;
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}")))
 }
 
 fn worker(rx: &Mutex<Receiver<(Token, Job)>>) {

@@ -83,7 +83,7 @@ fn latest(dir: &std::path::Path) -> anyhow::Result<(Option<Pair>, Damage)> {
 /// `GET /metrics`.
 pub async fn metrics(State(st): State<Arc<AppState>>) -> Response {
     let cfg = st.cfg.clone();
-    let r = tokio::task::spawn_blocking(move || -> Result<(Vec<u8>, Damage), (StatusCode, String)> {
+    let r = crate::limits::light(&st.light, move || -> Result<(Vec<u8>, Damage), (StatusCode, String)> {
         let err = |e: anyhow::Error| (StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}\n"));
         let (pair, damage) = latest(&cfg.dir).map_err(err)?;
         let Some((cur, prev)) = pair else {
@@ -118,6 +118,6 @@ pub async fn metrics(State(st): State<Arc<AppState>>) -> Response {
             resp
         }
         Ok(Err((code, msg))) => (code, msg).into_response(),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+        Err(e) => e.into_response(),
     }
 }
