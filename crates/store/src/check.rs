@@ -278,6 +278,61 @@ pub fn rebuild_index(path: &Path) -> Result<usize> {
     Ok(entries.len())
 }
 
+/// Puts a valid header back on a segment-format file whose header is damaged (bad magic, a
+/// version byte gone wrong) when the rest of it decodes without damage: the header is 16
+/// fixed bytes, the records carry their own CRCs. Written to a temporary file and renamed over
+/// `path` after the caller moved the original aside (`keep_original`). Returns the records it
+/// holds, or `None` (nothing changed) when it does not decode cleanly.
+pub fn restore_header(
+    path: &Path,
+    keep_original: impl FnOnce(&Path) -> io::Result<()>,
+) -> Result<Option<u64>> {
+    let mut bytes = std::fs::read(path).map_err(|e| StoreError::io(path, e))?;
+    if bytes.len() <= HEADER_LEN {
+        return Ok(None);
+    }
+    let magic = if segment_of_lane_file(&path.file_name().unwrap_or_default().to_string_lossy())
+        .is_some()
+        || path.extension().is_some_and(|e| e == "jss")
+    {
+        SEGMENT_MAGIC
+    } else {
+        return Ok(None);
+    };
+    bytes[..HEADER_LEN].copy_from_slice(&file_header(magic));
+    let tmp = path.with_extension("tmp.jss");
+    std::fs::write(&tmp, &bytes).map_err(|e| StoreError::io(&tmp, e))?;
+    let mut damage = Damage::default();
+    let mut decoder = FrameDecoder::new().map_err(|e| StoreError::io(path, e))?;
+    let mut records = 0u64;
+    let clean = match Segment::open(&tmp, &mut damage) {
+        Ok(Some(seg)) => {
+            for i in 0..seg.frames.len() {
+                seg.decode_frame(i, &mut decoder, &mut damage, &mut |_, _| records += 1);
+            }
+            seg.scan_tail(&mut decoder, &mut damage, &mut |_, _| records += 1);
+            records > 0
+                && damage.corrupt_frames == 0
+                && damage.corrupt_records == 0
+                && damage.lost_records == 0
+        }
+        _ => false,
+    };
+    if !clean {
+        let _ = std::fs::remove_file(&tmp);
+        return Ok(None);
+    }
+    let done = File::open(&tmp)
+        .and_then(|f| f.sync_all())
+        .and_then(|()| keep_original(path))
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = done {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(StoreError::io(path, e));
+    }
+    Ok(Some(records))
+}
+
 /// The store's writer lock, held by a repair so no recorder writes while files move.
 pub struct StoreLock {
     _file: File,

@@ -36,10 +36,12 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use check::{check_store, lock_store, rebuild_index, FileCheck, Kind, StoreLock};
+pub use check::{
+    check_store, lock_store, rebuild_index, restore_header, FileCheck, Kind, StoreLock,
+};
 pub use format::{Lane, FORMAT_VERSION};
 pub use reader::{Range, RangeStats, Reader, StoreStats};
-pub use writer::Writer;
+pub use writer::{write_lane, Writer};
 
 /// One stored sample: its timestamp and the opaque payload bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -730,6 +730,45 @@ fn create_new_segment_file(dir: &Path, first_ts: i64) -> Result<(PathBuf, File)>
     }
 }
 
+/// Writes `lane`'s file (and its index) for the existing `segment` from `records`, in frames of
+/// [`DEFAULT_FRAME_RECORDS`](crate::DEFAULT_FRAME_RECORDS) like the recorder's. Written under
+/// temporary names and renamed into place, the data first: a reader in between sees the new
+/// lane with no index and scans it. For a repair, with the store's lock held.
+pub fn write_lane(segment: &Path, lane: Lane, records: &[(i64, Vec<u8>)]) -> Result<()> {
+    let dir = segment.parent().unwrap_or(Path::new("."));
+    let config = StoreConfig::new(dir);
+    let path = lane_path(segment, lane);
+    // Neither a segment nor a lane name: no reader or retention pass takes it for one.
+    let tmp = path.with_extension("tmp.jss");
+    let file = create_lane_file(&tmp)?;
+    let mut written = 0;
+    let mut stream = Stream::create(&config, tmp.clone(), file, &mut written)?;
+    let mut out = Vec::new();
+    let per_frame = crate::DEFAULT_FRAME_RECORDS as usize;
+    let result = (|| {
+        for (i, (ts, p)) in records.iter().enumerate() {
+            if p.len() > MAX_PAYLOAD_BYTES {
+                return Err(StoreError::PayloadTooLarge {
+                    len: p.len(),
+                    max: MAX_PAYLOAD_BYTES,
+                });
+            }
+            let ends = (i + 1) % per_frame == 0;
+            stream.write_record(*ts, p, ends, &mut out, &mut written)?;
+        }
+        stream.end_frame(&mut out, &mut written)?;
+        stream.sync()?;
+        std::fs::rename(&tmp, &path).map_err(|e| StoreError::io(&path, e))?;
+        let idx = index_path(&path);
+        std::fs::rename(index_path(&tmp), &idx).map_err(|e| StoreError::io(&idx, e))
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+        let _ = std::fs::remove_file(index_path(&tmp));
+    }
+    result
+}
+
 /// Room kept free in the output buffer before each call into zstd.
 const OUT_CHUNK: usize = 128 * 1024;
 
