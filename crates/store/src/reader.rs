@@ -111,7 +111,8 @@ impl Reader {
         self.range_of(from_ns, to_ns, Source::Lane(lane))
     }
 
-    /// Whether every segment that may hold records of `[from_ns, to_ns]` has a usable `lane`:
+    /// Whether every segment that may hold records of `[from_ns, to_ns]` has a usable `lane`
+    /// (meant for [`Lane::Signals`], which has a record for every record):
     /// one that exists, has a valid header and whose newest record is at least as new as its
     /// segment's newest (from the indexes and the unindexed tails: no full decompression).
     /// Segments written by builds before the lane existed have none; an empty, cut or damaged
@@ -170,7 +171,9 @@ impl Reader {
         let mut decoder = FrameDecoder::new().map_err(|e| StoreError::io(&self.dir, e))?;
         let mut damage = Damage::default();
         for path in self.segments()?.iter().rev() {
-            let Some(seg) = Segment::open(path, &mut damage)? else {
+            // A newest segment that cannot be read leaves the newest record in an older one:
+            // the range reads that cover it count it.
+            let Ok(Some(seg)) = Segment::open(path, &mut damage) else {
                 continue;
             };
             let mut last = None;
@@ -211,9 +214,9 @@ impl Reader {
                     first = Some(r.ts_ns);
                     break;
                 }
-                // A segment we cannot read holds no first record for us; the next one may.
-                Err(StoreError::Io { .. }) => continue,
-                Err(e) => return Err(e),
+                // A segment we cannot read (damaged, unreadable, of another version) holds no
+                // first record for us; the next one may.
+                Err(_) => continue,
             }
         }
         let last = self.latest_of(false)?;

@@ -436,3 +436,56 @@ fn oversized_payload_is_refused_and_writer_goes_on() {
         }]
     );
 }
+
+/// A newest segment whose header is damaged leaves the store's bounds and newest record to
+/// the segments before it, instead of failing every question about the store.
+#[test]
+fn a_damaged_newest_segment_leaves_the_bounds_to_the_others() {
+    let d = tempfile::tempdir().unwrap();
+    let t0 = now_ns();
+    write(&config(d.path()), (0..3).map(|i| t0 + i * SEC));
+    write(&config(d.path()), (10..13).map(|i| t0 + i * SEC));
+    let segs = segments(d.path());
+    assert_eq!(segs.len(), 2);
+    for seg in [&segs[1], &segs[0]] {
+        let mut b = std::fs::read(seg).unwrap();
+        b[..4].copy_from_slice(b"XXXX");
+        std::fs::write(seg, &b).unwrap();
+        let r = Reader::open(d.path()).unwrap();
+        let bounds = r.time_bounds().unwrap();
+        if seg == &segs[1] {
+            assert_eq!(bounds, Some((t0, t0 + 2 * SEC)));
+            assert_eq!(r.latest().unwrap().map(|x| x.ts_ns), Some(t0 + 2 * SEC));
+        } else {
+            assert_eq!(bounds, None, "no segment is readable");
+        }
+    }
+}
+
+/// An index entry past the end of its segment means the segment was cut: the records its
+/// entry counts and the tail does not hold are counted lost, with their times.
+#[test]
+fn a_cut_segment_counts_what_its_index_promised() {
+    let d = tempfile::tempdir().unwrap();
+    let t0 = now_ns();
+    let mut c = config(d.path());
+    c.frame_records = 10;
+    write(&c, (0..10).map(|i| t0 + i * SEC));
+    let seg = segments(d.path())[0].clone();
+    let len = std::fs::metadata(&seg).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&seg)
+        .unwrap()
+        .set_len(len - len / 3)
+        .unwrap();
+    let r = Reader::open(d.path()).unwrap();
+    let mut range = r.range(i64::MIN, i64::MAX).unwrap();
+    let got = (&mut range).filter_map(Result::ok).count() as u64;
+    let st = range.stats();
+    assert!(got < 10, "{got}");
+    assert_eq!(st.lost_records, 10 - got, "{st:?}");
+    assert_eq!(st.lost, vec![(t0, t0 + 9 * SEC)]);
+    assert_eq!(st.damaged_files.len(), 1, "{st:?}");
+    assert!(st.damaged_files[0].what.contains("cut inside"), "{st:?}");
+}
