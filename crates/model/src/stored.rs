@@ -364,6 +364,11 @@ impl Samples {
     }
 }
 
+/// What the store skipped in `range` (a caller that reads the store's records itself).
+pub fn store_damage(range: &Range) -> Damage {
+    with_store(&Damage::default(), range)
+}
+
 /// `d` plus what the store skipped in `range`: corrupt records and frames, the samples and
 /// spans lost, the damaged files.
 fn with_store(d: &Damage, range: &Range) -> Damage {
