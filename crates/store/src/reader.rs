@@ -409,39 +409,45 @@ impl Range {
         }
     }
 
-    /// Counts what a segment (or lane) the read gives up on costs in this range: its index
-    /// entries' records and times when its index is readable, else the span its name gives.
-    fn give_up(&mut self, main: &Path, file: &Path, e: &StoreError) {
-        self.damage
-            .file(file, format!("unreadable, its records are lost: {e}"));
-        let entries = read_index(file).0;
+    /// What a segment (or lane) the read cannot open held in this range, as `(records, span)`:
+    /// its index entries when its index is readable (and, past the last indexed frame, an
+    /// uncountable tail up to the next segment), else the span from its name to the next
+    /// segment's. Empty when none of it can lie in the range.
+    fn lost_in_range(&self, main: &Path, file: &Path) -> Vec<(u64, (i64, i64))> {
         let (from, to) = (self.from, self.to);
-        let mut any = false;
-        for en in entries
+        let start = name_ts(main).unwrap_or(i64::MIN);
+        let end = self
+            .segments
+            .front()
+            .and_then(|n| name_ts(n))
+            .map_or(i64::MAX, |n| n.saturating_sub(1).max(start));
+        let entries = read_index(file).0;
+        let mut out: Vec<(u64, (i64, i64))> = entries
             .iter()
-            .filter(|en| en.max_ts >= from && en.min_ts <= to)
-        {
-            any = true;
-            self.damage
-                .lose(u64::from(en.count), Some((en.min_ts, en.max_ts)));
+            .map(|en| (u64::from(en.count), (en.min_ts, en.max_ts)))
+            .collect();
+        let indexed_end = entries
+            .last()
+            .map_or(HEADER_LEN as u64, |e| e.offset + e.len);
+        if file_len(file) > indexed_end {
+            let after = entries
+                .iter()
+                .map(|e| e.max_ts)
+                .max()
+                .map_or(start, |m| m + 1);
+            out.push((0, (after, end.max(after))));
         }
-        if !any {
-            let start = name_ts(main).unwrap_or(from);
-            let end = self
-                .segments
-                .front()
-                .and_then(|n| name_ts(n))
-                .map_or(start, |n| n.saturating_sub(1).max(start));
-            self.damage.lose(0, Some((start, end)));
-        }
+        out.retain(|(_, (a, b))| *b >= from && *a <= to);
+        out
     }
 
-    /// Whether a segment may hold records of the range, by the span of its name to the next
-    /// segment's: a segment the read cannot open costs a range only where it may overlap.
-    fn may_overlap(&self, main: &Path) -> bool {
-        let start = name_ts(main).unwrap_or(i64::MIN);
-        let next = self.segments.front().and_then(|n| name_ts(n));
-        start <= self.to && next.is_none_or(|n| n > self.from)
+    /// Counts what a segment (or lane) the read gives up on costs in this range.
+    fn give_up(&mut self, file: &Path, e: &StoreError, lost: Vec<(u64, (i64, i64))>) {
+        self.damage
+            .file(file, format!("unreadable, its records are lost: {e}"));
+        for (n, span) in lost {
+            self.damage.lose(n, Some(span));
+        }
     }
 
     fn step(&mut self) -> Result<bool> {
@@ -463,10 +469,14 @@ impl Range {
             let seg = match Segment::open(&path, &mut self.damage) {
                 Ok(Some(seg)) => seg,
                 Ok(None) => return Ok(true),
-                // A segment whose span lies outside the range costs this read nothing.
-                Err(_) if !self.may_overlap(&main) => return Ok(true),
                 Err(e) => {
-                    self.give_up(&main, &path, &e);
+                    // A segment none of whose records can lie in the range costs this read
+                    // nothing.
+                    let lost = self.lost_in_range(&main, &path);
+                    if lost.is_empty() {
+                        return Ok(true);
+                    }
+                    self.give_up(&path, &e, lost);
                     return Err(e);
                 }
             };
@@ -797,6 +807,8 @@ fn merge_spans(spans: &[(i64, i64)], from: i64, to: i64) -> Vec<(i64, i64)> {
         .iter()
         .filter(|(a, b)| *b >= from && *a <= to)
         .map(|&(a, b)| (a.max(from), b.min(to)))
+        // An end nothing bounds (the last segment's): lost after its start, one instant.
+        .map(|(a, b)| (a, if b == i64::MAX { a } else { b }))
         .collect();
     v.sort_unstable();
     let mut out: Vec<(i64, i64)> = Vec::with_capacity(v.len());

@@ -489,3 +489,33 @@ fn a_cut_segment_counts_what_its_index_promised() {
     assert_eq!(st.damaged_files.len(), 1, "{st:?}");
     assert!(st.damaged_files[0].what.contains("cut inside"), "{st:?}");
 }
+
+/// A segment the read cannot open costs only ranges its records may lie in (its index tells
+/// where they are, when it is readable), and there its index entries count the loss.
+#[test]
+fn an_unreadable_segment_costs_only_the_ranges_its_index_places_it_in() {
+    let d = tempfile::tempdir().unwrap();
+    let t0 = now_ns();
+    let mut c = config(d.path());
+    c.frame_records = 3;
+    write(&c, (0..6).map(|i| t0 + i * SEC));
+    write(&c, (20..23).map(|i| t0 + i * SEC));
+    let segs = segments(d.path());
+    let mut b = std::fs::read(&segs[0]).unwrap();
+    b[..4].copy_from_slice(b"XXXX");
+    std::fs::write(&segs[0], &b).unwrap();
+    let r = Reader::open(d.path()).unwrap();
+    let read = |from: i64, to: i64| {
+        let mut range = r.range(from, to).unwrap();
+        let errors = (&mut range).filter(Result::is_err).count();
+        (errors, range.stats())
+    };
+    // Between the first segment's last record and the second's first: nothing lost.
+    let (errors, st) = read(t0 + 10 * SEC, t0 + 22 * SEC);
+    assert_eq!((errors, st.lost_records), (0, 0), "{st:?}");
+    assert!(st.lost.is_empty() && st.damaged_files.is_empty(), "{st:?}");
+    // Over its second frame only: that frame's three records.
+    let (errors, st) = read(t0 + 4 * SEC, t0 + 22 * SEC);
+    assert_eq!((errors, st.lost_records), (1, 3), "{st:?}");
+    assert_eq!(st.lost, vec![(t0 + 4 * SEC, t0 + 5 * SEC)]);
+}
