@@ -399,3 +399,75 @@ fn repair_is_refused_while_a_recorder_holds_the_lock() {
     drop(lock);
     assert_eq!(check(dir.path(), true).status.code(), Some(0));
 }
+
+/// `record` on a damaged store says so once at start, and writes a segment of its own: the
+/// damaged ones are never appended to.
+#[test]
+fn record_names_the_damage_it_finds_and_writes_a_new_segment() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let dir = store();
+    let seg_a = file(dir.path(), &format!("{A}.jss"));
+    write_at(&seg_a, 0, b"XXXX");
+    let before = std::fs::read(&seg_a).unwrap();
+    let mut child = common::cmd()
+        .args([
+            "record",
+            "--no-tracers",
+            "--profile-hz",
+            "0",
+            "--no-mlock",
+            "--nice",
+            "0",
+            "--dir",
+            s(dir.path()),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("record starts");
+    let err = child.stderr.take().unwrap();
+    let mut guard = common::ChildGuard::new(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut said = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
+        if let Ok(l) = rx.recv_timeout(Duration::from_millis(200)) {
+            said.push(l);
+        }
+        let segs = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                let n = e.file_name().to_string_lossy().to_string();
+                n.starts_with("seg-") && n.ends_with(".jss") && n.matches('.').count() == 1
+            })
+            .count();
+        if segs == 3 && said.iter().any(|l| l.contains("damaged files")) {
+            break;
+        }
+    }
+    guard.signal(libc::SIGTERM);
+    guard.wait_timeout(Duration::from_secs(20));
+    while let Ok(l) = rx.recv_timeout(Duration::from_millis(200)) {
+        said.push(l);
+    }
+    let damage: Vec<&String> = said
+        .iter()
+        .filter(|l| l.contains("damaged files"))
+        .collect();
+    assert_eq!(damage.len(), 1, "said once: {said:?}");
+    assert!(damage[0].contains(&format!("{A}.jss")), "{said:?}");
+    assert_eq!(std::fs::read(&seg_a).unwrap(), before, "never written to");
+    let (ts, _) = dump(dir.path());
+    assert!(
+        ts.len() > 11,
+        "the new segment is read with B: {}",
+        ts.len()
+    );
+}
