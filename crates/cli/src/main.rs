@@ -11,6 +11,7 @@ mod record;
 mod serve;
 mod signals;
 mod status;
+mod store;
 mod timearg;
 mod tracers;
 mod view;
@@ -62,6 +63,8 @@ enum Cmd {
     /// Web UI (timelines, episodes, findings and flame graph of a dragged window), JSON API
     /// and Prometheus /metrics over the store; read-only, loopback unless given a token.
     Serve(serve::ServeArgs),
+    /// Check the store for damage (every CRC of every segment and lane) and repair it.
+    Store(store::StoreArgs),
 }
 
 /// The store directory: `--dir`, else `$JITTERSCOPE_DIR`, else [`DEFAULT_DIR`].
@@ -111,6 +114,8 @@ fn main() -> ExitCode {
         Cmd::Top(a) => view::run_top(a),
         Cmd::Replay(a) => view::run_replay(a),
         Cmd::Serve(a) => serve::run(a),
+        // Its exit status is its answer (clean, damaged, could not check).
+        Cmd::Store(a) => return store::run(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

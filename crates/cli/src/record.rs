@@ -189,6 +189,18 @@ pub fn run(a: RecordArgs) -> Result<()> {
     }
     let writer =
         Writer::open(cfg).with_context(|| format!("cannot open store {}", dir.display()))?;
+    // Headers and indexes only (no decompression): a start on a big store stays fast. The
+    // writer never appends to an existing segment, so damage found here costs only itself.
+    if let Ok(found) = jitterscope_store::check_store(&dir, false) {
+        if let Some(first) = found.first() {
+            log(&format!(
+                "the store has {} damaged files (readers skip them; `jitterscope store check` lists them, `--repair` fixes what it can); first: {}: {}",
+                found.len(),
+                first.path.display(),
+                first.what
+            ));
+        }
+    }
 
     crate::signals::install();
     for n in crate::prio::harden(a.nice, !a.no_mlock).notes {

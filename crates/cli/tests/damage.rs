@@ -1,6 +1,7 @@
 //! One damage policy for every reader: a store with a segment whose header was overwritten (the
 //! four bad bytes of a hostile or unlucky user) still reads its other segments; `dump` says what
-//! it skipped on stderr, once, and `diagnose --json` carries it in `damaged`.
+//! it skipped on stderr, once, and `diagnose --json` carries it in `damaged` for the windows the
+//! segment may hold.
 
 mod common;
 
@@ -90,6 +91,34 @@ fn a_damaged_segment_costs_itself_and_is_reported() {
     );
     assert!(o.status.success(), "{}", text(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(v["damaged"]["unreadable"], 1, "{}", v["damaged"]);
+    // The damaged segment starts after this window and its baseline: it costs them nothing.
+    assert_eq!(v["damaged"]["unreadable"], 0, "{}", v["damaged"]);
     assert_eq!(v["findings"][0]["rule_id"], "cpu.tlb-shootdown");
+
+    // A window over the damaged recording says what it lost, by the segment's index.
+    let o = run(
+        &[
+            "diagnose",
+            "--dir",
+            d,
+            "--from",
+            "1795331632",
+            "--to",
+            "1795331640",
+            "--json",
+        ],
+        TIMEOUT,
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let dmg = &v["damaged"];
+    assert_eq!(dmg["unreadable"], 1, "{dmg}");
+    assert!(dmg["samples_lost"].as_u64().unwrap() > 0, "{dmg}");
+    assert!(
+        dmg["files"][0]["what"]
+            .as_str()
+            .unwrap()
+            .contains("bad magic"),
+        "{dmg}"
+    );
 }

@@ -19,7 +19,7 @@ use crate::signals::SignalRecord;
 /// How far before a range's first sample a reader looks for the sample its rates need.
 pub const PREV_LOOKBACK_NS: i64 = 5_000_000_000;
 
-/// Records a read skipped.
+/// Records a read skipped, and what that lost.
 #[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Damage {
     /// Records whose payload did not decode (damaged, or written by an incompatible build).
@@ -27,28 +27,108 @@ pub struct Damage {
     /// Records whose CRC did not match, and zstd frames that did not decompress (the store
     /// skips them; a crash leaves a torn frame at most).
     pub corrupt: u64,
+    /// Of `corrupt`, the zstd frames.
+    pub frames: u64,
     /// Segment or lane files the store could not read from some point on (a damaged header, a
     /// version this build does not read, an I/O error): their rest is skipped, other segments
     /// are read.
     pub unreadable: u64,
-    /// The first of those errors, for the note.
+    /// Samples known lost in the range: those the index of a damaged frame or file counts and
+    /// the read did not get, and records whose CRC failed (undecodable ones are apart). Damage
+    /// outside any index is not countable: see `lost`.
+    pub samples_lost: u64,
+    /// When samples were lost, merged spans within the range read. A span whose end is unknown
+    /// is one instant (lost after it).
+    pub lost: Vec<LostSpan>,
+    /// The damaged files met (at most [`MAX_FILES`]), with what was wrong and what the read
+    /// did: a damaged index is ignored and its segment scanned, a damaged lane read around.
+    pub files: Vec<DamagedFile>,
+    /// The first of the unreadable files' errors, for the note.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_error: Option<String>,
 }
 
+/// The most damaged files a [`Damage`] names; a store with more has bigger problems than its
+/// list, and `store check` lists them all.
+pub const MAX_FILES: usize = 16;
+
+/// How the store describes a file it gave up on (see `files`).
+const UNREADABLE: &str = "unreadable";
+
+/// A span of time in which samples were lost.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LostSpan {
+    /// Start, ns since the epoch.
+    pub from_ns: i64,
+    /// End, ns since the epoch.
+    pub to_ns: i64,
+    /// Start, RFC 3339 UTC.
+    pub from: String,
+    /// End, RFC 3339 UTC.
+    pub to: String,
+}
+
+impl LostSpan {
+    fn new(from_ns: i64, to_ns: i64) -> Self {
+        LostSpan {
+            from_ns,
+            to_ns,
+            from: crate::time::rfc3339(from_ns),
+            to: crate::time::rfc3339(to_ns),
+        }
+    }
+}
+
+/// A damaged file a read met.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DamagedFile {
+    /// The file.
+    pub file: String,
+    /// What was wrong with it, and what the read did.
+    pub what: String,
+}
+
 impl Damage {
-    /// Whether anything was skipped.
+    /// Whether anything was skipped or found damaged.
     pub fn is_empty(&self) -> bool {
-        self.undecodable == 0 && self.corrupt == 0 && self.unreadable == 0
+        !self.lost_any() && self.files.is_empty()
+    }
+
+    /// Whether any sample was lost (a damaged file read around without loss, such as an index
+    /// that was ignored, is not a loss).
+    pub fn lost_any(&self) -> bool {
+        self.undecodable > 0
+            || self.corrupt > 0
+            || self.unreadable > 0
+            || self.samples_lost > 0
+            || !self.lost.is_empty()
     }
 
     /// Adds another read's counts.
     pub fn add(&mut self, o: &Damage) {
         self.undecodable += o.undecodable;
         self.corrupt += o.corrupt;
+        self.frames += o.frames;
         self.unreadable += o.unreadable;
+        self.samples_lost += o.samples_lost;
+        let spans: Vec<(i64, i64)> = self
+            .lost
+            .iter()
+            .chain(&o.lost)
+            .map(|s| (s.from_ns, s.to_ns))
+            .collect();
+        self.lost = merge(spans);
+        for f in &o.files {
+            self.add_file(f.clone());
+        }
         if self.first_error.is_none() {
             self.first_error.clone_from(&o.first_error);
+        }
+    }
+
+    fn add_file(&mut self, f: DamagedFile) {
+        if self.files.len() < MAX_FILES && !self.files.contains(&f) {
+            self.files.push(f);
         }
     }
 
@@ -60,12 +140,29 @@ impl Damage {
         }
     }
 
-    /// One line for people, when anything was skipped.
+    /// One line for people, when anything was skipped or found damaged.
     pub fn note(&self) -> Option<String> {
         if self.is_empty() {
             return None;
         }
         let mut parts = Vec::new();
+        if self.samples_lost > 0 || !self.lost.is_empty() {
+            let count = if self.samples_lost > 0 {
+                format!("{} samples", self.samples_lost)
+            } else {
+                "samples (not countable)".to_string()
+            };
+            let when = match self.lost.first() {
+                Some(s) if s.from_ns == s.to_ns => format!(" after {}", s.from),
+                Some(s) => format!(" in {} .. {}", s.from, s.to),
+                None => String::new(),
+            };
+            let more = match self.lost.len() {
+                0 | 1 => String::new(),
+                n => format!(" and {} more spans", n - 1),
+            };
+            parts.push(format!("lost {count}{when}{more}"));
+        }
         if self.undecodable > 0 {
             parts.push(format!("{} undecodable samples", self.undecodable));
         }
@@ -79,8 +176,40 @@ impl Damage {
                 self.first_error.as_deref().unwrap_or("unknown")
             ));
         }
-        Some(format!("skipped {} (damaged data)", parts.join(", ")))
+        // The unreadable files are said above with their error.
+        let read_around: Vec<&DamagedFile> = self
+            .files
+            .iter()
+            .filter(|f| !f.what.starts_with(UNREADABLE))
+            .collect();
+        if let Some(f) = read_around.first() {
+            let name = Path::new(&f.file)
+                .file_name()
+                .map_or(f.file.clone(), |n| n.to_string_lossy().into_owned());
+            let more = match read_around.len() {
+                1 => String::new(),
+                n => format!(" (+{} more files)", n - 1),
+            };
+            parts.push(format!("damaged {name}: {}{more}", f.what));
+        }
+        Some(format!(
+            "skipped damaged data: {}; `jitterscope store check` lists it",
+            parts.join(", ")
+        ))
     }
+}
+
+/// Spans sorted and merged where they overlap or touch.
+fn merge(mut v: Vec<(i64, i64)>) -> Vec<LostSpan> {
+    v.sort_unstable();
+    let mut out: Vec<(i64, i64)> = Vec::with_capacity(v.len());
+    for (a, b) in v {
+        match out.last_mut() {
+            Some(last) if a <= last.1.saturating_add(1) => last.1 = last.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out.into_iter().map(|(a, b)| LostSpan::new(a, b)).collect()
 }
 
 /// A sample and the one before it, when there is one.
@@ -238,11 +367,30 @@ impl Samples {
     }
 }
 
-/// `d` plus the corrupt records and frames the store skipped in `range`.
+/// What the store skipped in `range` (a caller that reads the store's records itself).
+pub fn store_damage(range: &Range) -> Damage {
+    with_store(&Damage::default(), range)
+}
+
+/// `d` plus what the store skipped in `range`: corrupt records and frames, the samples and
+/// spans lost, the damaged files.
 fn with_store(d: &Damage, range: &Range) -> Damage {
     let st = range.stats();
+    let mut store = Damage {
+        corrupt: st.corrupt_records + st.corrupt_frames,
+        frames: st.corrupt_frames,
+        samples_lost: st.lost_records,
+        lost: merge(st.lost),
+        ..Default::default()
+    };
+    for f in st.damaged_files {
+        store.add_file(DamagedFile {
+            file: f.path.display().to_string(),
+            what: f.what,
+        });
+    }
     let mut d = d.clone();
-    d.corrupt += st.corrupt_records + st.corrupt_frames;
+    d.add(&store);
     d
 }
 

@@ -26,6 +26,7 @@
 
 #![deny(missing_docs)]
 
+mod check;
 mod decode;
 pub mod format;
 mod reader;
@@ -35,9 +36,12 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use check::{
+    check_store, lock_store, rebuild_index, restore_header, FileCheck, Kind, StoreLock,
+};
 pub use format::{Lane, FORMAT_VERSION};
 pub use reader::{Range, RangeStats, Reader, StoreStats};
-pub use writer::Writer;
+pub use writer::{write_lane, Writer};
 
 /// One stored sample: its timestamp and the opaque payload bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,6 +53,15 @@ pub struct Record {
     /// The [`Lane::Detail`] payload passed to [`Writer::append_lanes`], when the read asked for
     /// it ([`Reader::range`]) and it was written and is intact.
     pub detail: Option<Vec<u8>>,
+}
+
+/// A file a read gave up on or read around, and what was wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DamagedFile {
+    /// The file.
+    pub path: PathBuf,
+    /// What was wrong, and what the read did about it.
+    pub what: String,
 }
 
 /// Default [`StoreConfig::segment_span`]: one hour of data per segment.

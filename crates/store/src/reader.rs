@@ -21,8 +21,19 @@ pub struct Reader {
 }
 
 /// Damage met by one [`Range`] so far. Damage is skipped, never returned as records.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct RangeStats {
+    /// Records known lost in the range: the records a damaged indexed frame's index entry
+    /// counts and it did not yield, the records of an unreadable segment's index, and records
+    /// whose CRC failed. Damage outside any index (a scanned tail) is not countable.
+    pub lost_records: u64,
+    /// Time spans `(from_ns, to_ns)` where records were lost, sorted and merged, clipped to the
+    /// range. A span whose end is not known (damage with no good record after it) is one
+    /// instant: lost after that time.
+    pub lost: Vec<(i64, i64)>,
+    /// Files the read gave up on (a bad header, an I/O error) or read around (an index that
+    /// was ignored, a lane that could not be read), with what was wrong.
+    pub damaged_files: Vec<crate::DamagedFile>,
     /// Records whose CRC did not match, or whose length field was impossible.
     pub corrupt_records: u64,
     /// zstd frames that failed to decompress (records before the damage are still returned).
@@ -100,23 +111,38 @@ impl Reader {
         self.range_of(from_ns, to_ns, Source::Lane(lane))
     }
 
-    /// Whether every segment that may hold records of `[from_ns, to_ns]` has `lane` (segments
-    /// written by builds before the lane existed do not). A segment's span is taken from its
-    /// name to the next segment's, which a clock jumping back could make inexact.
+    /// Whether every segment that may hold records of `[from_ns, to_ns]` has a usable `lane`
+    /// (meant for [`Lane::Signals`], which has a record for every record):
+    /// one that exists, has a valid header and whose newest record is at least as new as its
+    /// segment's newest (from the indexes and the unindexed tails: no full decompression).
+    /// Segments written by builds before the lane existed have none; an empty, cut or damaged
+    /// lane would hide the records it lacks, so a reader then takes the main stream. A
+    /// segment's span is taken from its name to the next segment's, which a clock jumping back
+    /// could make inexact.
     pub fn lane_covers(&self, lane: Lane, from_ns: i64, to_ns: i64) -> Result<bool> {
         let segs = self.segments()?;
-        let first_ts = |p: &Path| -> i64 {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .and_then(|n| n.get(4..24))
-                .and_then(|d| d.parse().ok())
-                .unwrap_or(0)
-        };
         for (i, seg) in segs.iter().enumerate() {
-            let start = first_ts(seg);
-            let end = segs.get(i + 1).map_or(i64::MAX, |n| first_ts(n));
-            if start <= to_ns && end > from_ns && !lane_path(seg, lane).exists() {
+            let start = name_ts(seg).unwrap_or(0);
+            let end = segs
+                .get(i + 1)
+                .map_or(i64::MAX, |n| name_ts(n).unwrap_or(0));
+            if start > to_ns || end <= from_ns {
+                continue;
+            }
+            let lane_file = lane_path(seg, lane);
+            if !lane_file.exists() {
                 return Ok(false);
+            }
+            // A main segment this build cannot read has nothing a lane must cover.
+            let main_max = segment_max_ts(seg).unwrap_or(None);
+            let lane_max = match segment_max_ts(&lane_file) {
+                Ok(m) => m,
+                Err(_) => return Ok(false),
+            };
+            match (main_max, lane_max) {
+                (Some(m), Some(l)) if l < m => return Ok(false),
+                (Some(_), None) => return Ok(false),
+                _ => {}
             }
         }
         Ok(true)
@@ -145,20 +171,22 @@ impl Reader {
         let mut decoder = FrameDecoder::new().map_err(|e| StoreError::io(&self.dir, e))?;
         let mut damage = Damage::default();
         for path in self.segments()?.iter().rev() {
-            let Some(seg) = Segment::open(path, &mut damage)? else {
+            // A newest segment that cannot be read leaves the newest record in an older one:
+            // the range reads that cover it count it.
+            let Ok(Some(seg)) = Segment::open(path, &mut damage) else {
                 continue;
             };
             let mut last = None;
             seg.scan_tail(&mut decoder, &mut damage, &mut |ts_ns, payload| {
                 last = Some((ts_ns, payload.to_vec()));
-            })?;
+            });
             for i in (0..seg.frames.len()).rev() {
                 if last.is_some() {
                     break;
                 }
                 seg.decode_frame(i, &mut decoder, &mut damage, &mut |ts_ns, payload| {
                     last = Some((ts_ns, payload.to_vec()));
-                })?;
+                });
             }
             if let Some((ts_ns, payload)) = last {
                 let detail = if with_detail {
@@ -186,9 +214,9 @@ impl Reader {
                     first = Some(r.ts_ns);
                     break;
                 }
-                // A segment we cannot read holds no first record for us; the next one may.
-                Err(StoreError::Io { .. }) => continue,
-                Err(e) => return Err(e),
+                // A segment we cannot read (damaged, unreadable, of another version) holds no
+                // first record for us; the next one may.
+                Err(_) => continue,
             }
         }
         let last = self.latest_of(false)?;
@@ -220,6 +248,11 @@ impl Reader {
     }
 }
 
+/// The first record time a segment's name carries.
+pub(crate) fn name_ts(p: &Path) -> Option<i64> {
+    p.file_name()?.to_str()?.get(4..24)?.parse().ok()
+}
+
 pub(crate) fn file_len(path: &Path) -> u64 {
     std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
 }
@@ -247,7 +280,7 @@ pub(crate) fn segment_max_ts(path: &Path) -> Result<Option<i64>> {
     let mut decoder = FrameDecoder::new().map_err(|e| StoreError::io(path, e))?;
     seg.scan_tail(&mut decoder, &mut damage, &mut |ts, _| {
         max = Some(max.map_or(ts, |m: i64| m.max(ts)));
-    })?;
+    });
     Ok(max)
 }
 
@@ -266,7 +299,7 @@ fn detail_of(
         if ts == ts_ns {
             found = Some(payload.to_vec());
         }
-    })?;
+    });
     for i in (0..lane.frames.len()).rev() {
         if found.is_some() {
             break;
@@ -277,7 +310,7 @@ fn detail_of(
                 if ts == ts_ns {
                     found = Some(payload.to_vec());
                 }
-            })?;
+            });
         }
     }
     Ok(found)
@@ -327,9 +360,9 @@ impl DetailLane {
         (from, to): (i64, i64),
         decoder: &mut FrameDecoder,
         damage: &mut Damage,
-    ) -> Result<()> {
+    ) {
         let Some(min) = records.iter().map(|r| r.ts_ns).min() else {
-            return Ok(());
+            return;
         };
         let max = records.iter().map(|r| r.ts_ns).max().unwrap_or(min);
         let by_ts = &mut self.by_ts;
@@ -341,7 +374,7 @@ impl DetailLane {
         for (i, e) in self.seg.frames.iter().enumerate() {
             if !self.decoded[i] && e.max_ts >= min && e.min_ts <= max {
                 self.decoded[i] = true;
-                self.seg.decode_frame(i, decoder, damage, &mut keep)?;
+                self.seg.decode_frame(i, decoder, damage, &mut keep);
             }
         }
         for r in records.iter_mut() {
@@ -355,11 +388,10 @@ impl DetailLane {
                     if from <= ts && ts <= to {
                         by_ts.insert(ts, payload.to_vec());
                     }
-                })?;
+                });
                 r.detail = self.by_ts.remove(&r.ts_ns);
             }
         }
-        Ok(())
     }
 }
 
@@ -367,10 +399,54 @@ impl Range {
     /// Damage met and frames skipped so far.
     pub fn stats(&self) -> RangeStats {
         RangeStats {
+            lost_records: self.damage.lost_records,
+            lost: merge_spans(&self.damage.lost, self.from, self.to),
+            damaged_files: self.damage.files.clone(),
             corrupt_records: self.damage.corrupt_records,
             corrupt_frames: self.damage.corrupt_frames,
             torn_tails: self.damage.torn_tails,
             frames_skipped: self.frames_skipped,
+        }
+    }
+
+    /// What a segment (or lane) the read cannot open held in this range, as `(records, span)`:
+    /// its index entries when its index is readable (and, past the last indexed frame, an
+    /// uncountable tail up to the next segment), else the span from its name to the next
+    /// segment's. Empty when none of it can lie in the range.
+    fn lost_in_range(&self, main: &Path, file: &Path) -> Vec<(u64, (i64, i64))> {
+        let (from, to) = (self.from, self.to);
+        let start = name_ts(main).unwrap_or(i64::MIN);
+        let end = self
+            .segments
+            .front()
+            .and_then(|n| name_ts(n))
+            .map_or(i64::MAX, |n| n.saturating_sub(1).max(start));
+        let entries = read_index(file).0;
+        let mut out: Vec<(u64, (i64, i64))> = entries
+            .iter()
+            .map(|en| (u64::from(en.count), (en.min_ts, en.max_ts)))
+            .collect();
+        let indexed_end = entries
+            .last()
+            .map_or(HEADER_LEN as u64, |e| e.offset + e.len);
+        if file_len(file) > indexed_end {
+            let after = entries
+                .iter()
+                .map(|e| e.max_ts)
+                .max()
+                .map_or(start, |m| m + 1);
+            out.push((0, (after, end.max(after))));
+        }
+        out.retain(|(_, (a, b))| *b >= from && *a <= to);
+        out
+    }
+
+    /// Counts what a segment (or lane) the read gives up on costs in this range.
+    fn give_up(&mut self, file: &Path, e: &StoreError, lost: Vec<(u64, (i64, i64))>) {
+        self.damage
+            .file(file, format!("unreadable, its records are lost: {e}"));
+        for (n, span) in lost {
+            self.damage.lose(n, Some(span));
         }
     }
 
@@ -379,18 +455,30 @@ impl Range {
             let Some(path) = self.segments.pop_front() else {
                 return Ok(false);
             };
+            let main = path;
             let path = match self.source {
                 Source::Lane(lane) => {
-                    let p = lane_path(&path, lane);
+                    let p = lane_path(&main, lane);
                     if !p.exists() {
                         return Ok(true);
                     }
                     p
                 }
-                Source::Main { .. } => path,
+                Source::Main { .. } => main.clone(),
             };
-            let Some(seg) = Segment::open(&path, &mut self.damage)? else {
-                return Ok(true);
+            let seg = match Segment::open(&path, &mut self.damage) {
+                Ok(Some(seg)) => seg,
+                Ok(None) => return Ok(true),
+                Err(e) => {
+                    // A segment none of whose records can lie in the range costs this read
+                    // nothing.
+                    let lost = self.lost_in_range(&main, &path);
+                    if lost.is_empty() {
+                        return Ok(true);
+                    }
+                    self.give_up(&path, &e, lost);
+                    return Err(e);
+                }
             };
             // Opened after the main lane: a live writer adds detail before its record, so every
             // record seen in the main lane has its detail within what is seen here.
@@ -436,18 +524,18 @@ impl Range {
             } else {
                 cursor
                     .seg
-                    .decode_frame(i, decoder, &mut self.damage, &mut keep)?;
+                    .decode_frame(i, decoder, &mut self.damage, &mut keep);
             }
         } else if !cursor.tail_done {
             cursor.tail_done = true;
-            cursor.seg.scan_tail(decoder, &mut self.damage, &mut keep)?;
+            cursor.seg.scan_tail(decoder, &mut self.damage, &mut keep);
         } else {
             self.current = None;
             return Ok(true);
         }
         if let Some(lane) = cursor.detail.as_mut() {
             let new = self.pending.make_contiguous();
-            lane.attach(&mut new[before..], (from, to), decoder, &mut self.damage)?;
+            lane.attach(&mut new[before..], (from, to), decoder, &mut self.damage);
         }
         Ok(true)
     }
@@ -475,17 +563,22 @@ impl Iterator for Range {
 }
 
 /// An opened segment: its valid index entries and where the unindexed rest begins.
-struct Segment {
+pub(crate) struct Segment {
     path: PathBuf,
     file: File,
-    frames: Vec<IndexEntry>,
-    tail_start: u64,
-    file_len: u64,
+    pub(crate) frames: Vec<IndexEntry>,
+    /// Index entries past the end of the file: frames the segment lost when it was cut (a
+    /// crash writes a frame before its entry, so only damage leaves these). Their counts say
+    /// what the tail scan should have found.
+    beyond: Vec<IndexEntry>,
+    pub(crate) tail_start: u64,
+    pub(crate) file_len: u64,
 }
 
 impl Segment {
     /// Opens a segment; `None` if it is too short to hold its header (cut right after creation).
-    fn open(path: &Path, damage: &mut Damage) -> Result<Option<Segment>> {
+    /// An index that cannot be used is noted in `damage` and the segment is scanned instead.
+    pub(crate) fn open(path: &Path, damage: &mut Damage) -> Result<Option<Segment>> {
         let mut file = File::open(path).map_err(|e| StoreError::io(path, e))?;
         let mut header = Vec::with_capacity(HEADER_LEN);
         (&mut file)
@@ -515,32 +608,53 @@ impl Segment {
         }
         // The index is read before the segment length is taken: the writer appends a frame
         // before its index entry, so every entry read here describes bytes that exist.
-        let index = read_index(path)?;
+        let (index, mut problem) = read_index(path);
         let file_len = file.metadata().map_err(|e| StoreError::io(path, e))?.len();
         let mut frames = Vec::new();
+        let mut beyond = Vec::new();
         let mut expected = HEADER_LEN as u64;
-        for entry in index {
-            let fits = entry
-                .offset
-                .checked_add(entry.len)
-                .is_some_and(|end| end <= file_len);
-            if entry.offset != expected || !fits {
+        for (k, entry) in index.iter().enumerate() {
+            let end = entry.offset.checked_add(entry.len);
+            if entry.offset != expected || end.is_none() {
+                problem.get_or_insert(format!(
+                    "index entry {k} does not continue its frames: ignored from there, the rest of the segment is scanned"
+                ));
+                break;
+            }
+            if end.is_some_and(|end| end > file_len) {
+                beyond = index[k..].to_vec();
                 break;
             }
             expected = entry.offset + entry.len;
-            frames.push(entry);
+            frames.push(*entry);
+        }
+        if let Some(p) = problem {
+            // An index left empty by a crash right after the segment was created is no damage.
+            if file_len > HEADER_LEN as u64 {
+                damage.file(&index_path(path), p);
+            }
+        }
+        if !beyond.is_empty() {
+            damage.file(
+                path,
+                format!(
+                    "cut inside indexed frame {} (file ends at byte {file_len}): the records after the cut are lost",
+                    frames.len()
+                ),
+            );
         }
         Ok(Some(Segment {
             path: path.to_path_buf(),
             file,
             frames,
+            beyond,
             tail_start: expected,
             file_len,
         }))
     }
 
-    /// Opens the detail lane of `segment`, if it has one. A lane that cannot be read is counted
-    /// as a damaged frame and read around: its records then come without detail.
+    /// Opens the detail lane of `segment`, if it has one. A lane that cannot be read is noted
+    /// and read around: its records then come without detail.
     fn open_detail(segment: &Path, damage: &mut Damage) -> Option<Segment> {
         let path = lane_path(segment, Lane::Detail);
         if !path.exists() {
@@ -548,8 +662,8 @@ impl Segment {
         }
         match Segment::open(&path, damage) {
             Ok(seg) => seg,
-            Err(_) => {
-                damage.corrupt_frames += 1;
+            Err(e) => {
+                damage.file(&path, format!("{e}: records come without their detail"));
                 None
             }
         }
@@ -563,55 +677,146 @@ impl Segment {
         Ok(buf)
     }
 
-    fn decode_frame(
+    /// Decodes indexed frame `i`. A frame that cannot be read costs itself: counted by its
+    /// index entry, like one that does not decompress.
+    pub(crate) fn decode_frame(
         &self,
         i: usize,
         decoder: &mut FrameDecoder,
         damage: &mut Damage,
         sink: &mut dyn FnMut(i64, &[u8]),
-    ) -> Result<()> {
+    ) {
         let e = self.frames[i];
-        let bytes = self.read_at(e.offset, e.len)?;
-        decoder.indexed_frame(&bytes, damage, sink);
-        Ok(())
+        match self.read_at(e.offset, e.len) {
+            Ok(bytes) => decoder.indexed_frame(&bytes, &e, damage, sink),
+            Err(err) => {
+                damage.corrupt_frames += 1;
+                damage.lose(u64::from(e.count), Some((e.min_ts, e.max_ts)));
+                damage.file(&self.path, format!("frame {i}: {err}"));
+            }
+        }
     }
 
-    fn scan_tail(
+    pub(crate) fn scan_tail(
         &self,
         decoder: &mut FrameDecoder,
         damage: &mut Damage,
         sink: &mut dyn FnMut(i64, &[u8]),
-    ) -> Result<()> {
+    ) {
         if self.tail_start >= self.file_len {
-            return Ok(());
+            self.lose_beyond(0, damage);
+            return;
         }
-        let bytes = self.read_at(self.tail_start, self.file_len - self.tail_start)?;
-        decoder.scan(&bytes, damage, sink);
-        Ok(())
+        let bytes = match self.read_at(self.tail_start, self.file_len - self.tail_start) {
+            Ok(b) => b,
+            Err(err) => {
+                damage.corrupt_frames += 1;
+                damage.file(&self.path, format!("unindexed tail: {err}"));
+                return;
+            }
+        };
+        let before = self.frames.last().map(|e| e.max_ts);
+        let mut got = 0u64;
+        decoder.scan(&bytes, before, damage, &mut |ts, p| {
+            got += 1;
+            sink(ts, p)
+        });
+        self.lose_beyond(got, damage);
+    }
+
+    /// Counts the records of index entries past the end of the file that the tail did not
+    /// yield (`got` of them did).
+    fn lose_beyond(&self, got: u64, damage: &mut Damage) {
+        let Some(first) = self.beyond.first() else {
+            return;
+        };
+        let want: u64 = self.beyond.iter().map(|e| u64::from(e.count)).sum();
+        let min = self
+            .beyond
+            .iter()
+            .map(|e| e.min_ts)
+            .min()
+            .unwrap_or(first.min_ts);
+        let max = self
+            .beyond
+            .iter()
+            .map(|e| e.max_ts)
+            .max()
+            .unwrap_or(first.max_ts);
+        if got < want {
+            damage.lose(want - got, Some((min, max)));
+        }
     }
 }
 
-/// Valid index entries of a segment, in file order up to the first torn or corrupt one. A missing
-/// or unreadable index yields none (the segment is then scanned); only an index from a newer
-/// format version is an error, since scanning would silently ignore what that version added.
-fn read_index(segment: &Path) -> Result<Vec<IndexEntry>> {
+/// Valid index entries of a segment, in file order up to the first torn or corrupt one, and
+/// what was wrong with the index when it is damaged (`None`: intact, missing, or ending in a
+/// torn entry, a crash's trace). A damaged index, or one of a version this build does not
+/// read, is ignored: the segment is scanned, which costs time, not data.
+pub(crate) fn read_index(segment: &Path) -> (Vec<IndexEntry>, Option<String>) {
     let path = index_path(segment);
     let Ok(bytes) = std::fs::read(&path) else {
-        return Ok(Vec::new());
+        return (Vec::new(), None);
     };
     match check_header(&bytes, INDEX_MAGIC) {
         Header::Valid => {}
-        Header::Short | Header::BadMagic => return Ok(Vec::new()),
+        Header::Short if bytes.is_empty() => {
+            return (Vec::new(), Some("index is empty: ignored, the segment is scanned".into()))
+        }
+        Header::Short => {
+            return (
+                Vec::new(),
+                Some("index is cut inside its header: ignored, the segment is scanned".into()),
+            )
+        }
+        Header::BadMagic => {
+            return (
+                Vec::new(),
+                Some("index has a bad header: ignored, the segment is scanned".into()),
+            )
+        }
         Header::UnknownVersion(version) => {
-            return Err(StoreError::UnsupportedVersion {
-                path,
-                version,
-                supported: FORMAT_VERSION,
-            })
+            return (
+                Vec::new(),
+                Some(format!(
+                    "index of format version {version} (this build reads {FORMAT_VERSION}): ignored, the segment is scanned"
+                )),
+            )
         }
     }
-    Ok(bytes[HEADER_LEN..]
+    let body = &bytes[HEADER_LEN..];
+    let entries: Vec<IndexEntry> = body
         .chunks_exact(INDEX_ENTRY_LEN)
         .map_while(IndexEntry::decode)
-        .collect())
+        .collect();
+    let whole = body.len() / INDEX_ENTRY_LEN;
+    // A crash can tear the last entry (a short write); a whole entry that fails its CRC, or
+    // any entry after one, is damage.
+    let problem = (entries.len() < whole).then(|| {
+        format!(
+            "index entry {} fails its check: ignored from there, the rest of the segment is scanned",
+            entries.len()
+        )
+    });
+    (entries, problem)
+}
+
+/// Spans sorted, clipped to `[from, to]` (those outside dropped) and merged where they touch.
+fn merge_spans(spans: &[(i64, i64)], from: i64, to: i64) -> Vec<(i64, i64)> {
+    let mut v: Vec<(i64, i64)> = spans
+        .iter()
+        .filter(|(a, b)| *b >= from && *a <= to)
+        .map(|&(a, b)| (a.max(from), b.min(to)))
+        // An end nothing bounds (the last segment's): lost after its start, one instant.
+        .map(|(a, b)| (a, if b == i64::MAX { a } else { b }))
+        .collect();
+    v.sort_unstable();
+    let mut out: Vec<(i64, i64)> = Vec::with_capacity(v.len());
+    for (a, b) in v {
+        match out.last_mut() {
+            Some(last) if a <= last.1.saturating_add(1) => last.1 = last.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out
 }

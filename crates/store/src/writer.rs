@@ -33,6 +33,11 @@ pub struct Writer {
     /// Set by the first out-of-space failure and cleared by the next success, so one episode of
     /// full disk deletes old segments once rather than on every retry.
     in_no_space_episode: bool,
+    /// Largest compressed frame (all streams) this writer has completed, for the room a
+    /// full disk needs.
+    frame_bytes: u64,
+    /// Upper bound of the bytes the append in progress writes (its payloads uncompressed).
+    need_bytes: u64,
     out: Vec<u8>,
 }
 
@@ -57,6 +62,7 @@ struct Stream {
     seg_len: u64,
     idx_len: u64,
     frame: Option<OpenFrame>,
+    last_frame_len: u64,
     unsynced: bool,
 }
 
@@ -100,6 +106,8 @@ impl Writer {
             active: None,
             bytes_written: 0,
             in_no_space_episode: false,
+            frame_bytes: 0,
+            need_bytes: 0,
             out: Vec::new(),
         };
         w.apply_retention()?;
@@ -140,6 +148,8 @@ impl Writer {
         lanes: &[(Lane, &[u8])],
     ) -> Result<()> {
         let lens = lanes.iter().map(|(_, p)| p.len());
+        self.need_bytes =
+            (payload.len() + lanes.iter().map(|(_, p)| p.len()).sum::<usize>()) as u64;
         for len in std::iter::once(payload.len()).chain(lens) {
             if len > MAX_PAYLOAD_BYTES {
                 return Err(StoreError::PayloadTooLarge {
@@ -193,6 +203,9 @@ impl Writer {
         };
         self.finish_failure(result)?;
         self.in_no_space_episode = false;
+        if let Some(a) = &self.active {
+            self.frame_bytes = self.frame_bytes.max(a.last_frame_bytes());
+        }
         Ok(())
     }
 
@@ -250,22 +263,42 @@ impl Writer {
         Err(e)
     }
 
-    /// Deletes the oldest segments (never `keep`, which holds the newest data) until about one
-    /// segment's worth of space is freed, once per out-of-space episode.
+    /// Deletes the oldest segments (never `keep`, which holds the newest data, nor the one
+    /// being written) until the filesystem has room for what the failed write needed, with
+    /// slack: the larger of that, two frames and [`MIN_FREE_BYTES`]. Once per out-of-space
+    /// episode, each deletion said on stderr: a full disk costs the oldest minutes it must,
+    /// not the whole history.
     fn free_space_once(&mut self, keep: Option<&Path>) {
         if self.in_no_space_episode {
             return;
         }
         self.in_no_space_episode = true;
-        let Ok(segments) = list_segments(&self.config.dir) else {
+        let dir = self.config.dir.clone();
+        let Ok(segments) = list_segments(&dir) else {
             return;
         };
-        let mut freed = 0;
-        for seg in segments.iter().filter(|s| Some(s.as_path()) != keep) {
-            if freed >= self.config.segment_max_bytes {
-                break;
+        let want = self
+            .need_bytes
+            .max(2 * self.frame_bytes)
+            .max(MIN_FREE_BYTES);
+        let active = self.active.as_ref().map(|a| a.main.seg_path.clone());
+        for seg in segments
+            .iter()
+            .filter(|s| Some(s.as_path()) != keep && Some(*s) != active.as_ref())
+        {
+            match available_bytes(&dir) {
+                Some(free) if free >= want => break,
+                _ => {}
             }
-            freed += delete_segment(seg);
+            let from = crate::reader::name_ts(seg).unwrap_or(0);
+            let to = segment_max_ts(seg).ok().flatten().unwrap_or(from);
+            let freed = delete_segment(seg);
+            eprintln!(
+                "jitterscope store: disk full: deleted {} (records {} .. {}, {freed} bytes) to make room for {want} bytes",
+                seg.display(),
+                fmt_utc(from),
+                fmt_utc(to),
+            );
         }
     }
 
@@ -314,6 +347,44 @@ impl Drop for Writer {
     }
 }
 
+/// Room a full disk's eviction makes at least: a few frames of a busy host, so the writer does
+/// not come back for more at its next record.
+pub const MIN_FREE_BYTES: u64 = 1 << 20;
+
+/// Bytes an unprivileged write may still use on the filesystem of `dir` (statvfs).
+fn available_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs writes into the zeroed struct we pass; the path is NUL-terminated.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+}
+
+/// `ns` since the epoch as `YYYY-MM-DDTHH:MM:SSZ` (the store has no calendar crate; this is
+/// the civil-from-days conversion for the log line of a deletion).
+pub(crate) fn fmt_utc(ns: i64) -> String {
+    let secs = ns.div_euclid(1_000_000_000);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
 /// Removes lane files whose segment is gone (a deletion cut short by a crash), which nothing
 /// would otherwise ever delete.
 fn remove_orphan_lanes(dir: &Path) {
@@ -352,6 +423,16 @@ impl Active {
             max_ts: first_ts,
             last_sync: Instant::now(),
         })
+    }
+
+    /// Bytes of the last frame each stream completed, together.
+    fn last_frame_bytes(&self) -> u64 {
+        self.main.last_frame_len
+            + self
+                .lanes
+                .iter()
+                .map(|(_, s)| s.last_frame_len)
+                .sum::<u64>()
     }
 
     fn streams(&mut self) -> impl Iterator<Item = &mut Stream> {
@@ -493,6 +574,7 @@ impl Stream {
                     idx,
                     encoder,
                     frame: None,
+                    last_frame_len: 0,
                     unsynced: false,
                 })
             }
@@ -569,6 +651,7 @@ impl Stream {
         let Some(f) = self.frame.take() else {
             return Ok(());
         };
+        self.last_frame_len = self.seg_len - f.offset;
         let entry = IndexEntry {
             offset: f.offset,
             len: self.seg_len - f.offset,
@@ -647,6 +730,45 @@ fn create_new_segment_file(dir: &Path, first_ts: i64) -> Result<(PathBuf, File)>
     }
 }
 
+/// Writes `lane`'s file (and its index) for the existing `segment` from `records`, in frames of
+/// [`DEFAULT_FRAME_RECORDS`](crate::DEFAULT_FRAME_RECORDS) like the recorder's. Written under
+/// temporary names and renamed into place, the data first: a reader in between sees the new
+/// lane with no index and scans it. For a repair, with the store's lock held.
+pub fn write_lane(segment: &Path, lane: Lane, records: &[(i64, Vec<u8>)]) -> Result<()> {
+    let dir = segment.parent().unwrap_or(Path::new("."));
+    let config = StoreConfig::new(dir);
+    let path = lane_path(segment, lane);
+    // Neither a segment nor a lane name: no reader or retention pass takes it for one.
+    let tmp = path.with_extension("tmp.jss");
+    let file = create_lane_file(&tmp)?;
+    let mut written = 0;
+    let mut stream = Stream::create(&config, tmp.clone(), file, &mut written)?;
+    let mut out = Vec::new();
+    let per_frame = crate::DEFAULT_FRAME_RECORDS as usize;
+    let result = (|| {
+        for (i, (ts, p)) in records.iter().enumerate() {
+            if p.len() > MAX_PAYLOAD_BYTES {
+                return Err(StoreError::PayloadTooLarge {
+                    len: p.len(),
+                    max: MAX_PAYLOAD_BYTES,
+                });
+            }
+            let ends = (i + 1) % per_frame == 0;
+            stream.write_record(*ts, p, ends, &mut out, &mut written)?;
+        }
+        stream.end_frame(&mut out, &mut written)?;
+        stream.sync()?;
+        std::fs::rename(&tmp, &path).map_err(|e| StoreError::io(&path, e))?;
+        let idx = index_path(&path);
+        std::fs::rename(index_path(&tmp), &idx).map_err(|e| StoreError::io(&idx, e))
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+        let _ = std::fs::remove_file(index_path(&tmp));
+    }
+    result
+}
+
 /// Room kept free in the output buffer before each call into zstd.
 const OUT_CHUNK: usize = 128 * 1024;
 
@@ -673,5 +795,22 @@ fn drain(
         if op(&mut buf)? == 0 {
             return Ok(());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn utc_times_are_civil_dates() {
+        assert_eq!(super::fmt_utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(
+            super::fmt_utc(1_795_331_531_178_383_168),
+            "2026-11-22T07:12:11Z"
+        );
+        assert_eq!(
+            super::fmt_utc(951_782_400 * 1_000_000_000),
+            "2000-02-29T00:00:00Z"
+        );
+        assert_eq!(super::fmt_utc(-1), "1969-12-31T23:59:59Z");
     }
 }

@@ -360,7 +360,7 @@ fn torn_tail_is_counted_not_an_error() {
 }
 
 #[test]
-fn unknown_version_is_rejected_naming_the_file() {
+fn unknown_segment_version_is_rejected_naming_the_file_and_an_unknown_index_is_scanned_around() {
     let d = tempfile::tempdir().unwrap();
     let t0 = now_ns();
     write(&config(d.path()), (0..3).map(|i| t0 + i * SEC));
@@ -391,8 +391,16 @@ fn unknown_version_is_rejected_naming_the_file() {
     let mut ib = std::fs::read(&idx).unwrap();
     ib[8] = 2;
     std::fs::write(&idx, &ib).unwrap();
-    let err = r.latest().unwrap_err();
-    assert!(err.to_string().contains(".idx"), "{err}");
+    // An index this build cannot read costs a scan, not the segment's records; the read
+    // names it.
+    assert_eq!(r.latest().unwrap().map(|x| x.ts_ns), Some(t0 + 2 * SEC));
+    let mut range = r.range(i64::MIN, i64::MAX).unwrap();
+    assert_eq!((&mut range).filter_map(Result::ok).count(), 3);
+    let st = range.stats();
+    assert_eq!(st.lost_records, 0);
+    assert_eq!(st.damaged_files.len(), 1, "{st:?}");
+    assert_eq!(st.damaged_files[0].path, idx);
+    assert!(st.damaged_files[0].what.contains("version 2"), "{st:?}");
 }
 
 #[test]
@@ -427,4 +435,87 @@ fn oversized_payload_is_refused_and_writer_goes_on() {
             detail: None,
         }]
     );
+}
+
+/// A newest segment whose header is damaged leaves the store's bounds and newest record to
+/// the segments before it, instead of failing every question about the store.
+#[test]
+fn a_damaged_newest_segment_leaves_the_bounds_to_the_others() {
+    let d = tempfile::tempdir().unwrap();
+    let t0 = now_ns();
+    write(&config(d.path()), (0..3).map(|i| t0 + i * SEC));
+    write(&config(d.path()), (10..13).map(|i| t0 + i * SEC));
+    let segs = segments(d.path());
+    assert_eq!(segs.len(), 2);
+    for seg in [&segs[1], &segs[0]] {
+        let mut b = std::fs::read(seg).unwrap();
+        b[..4].copy_from_slice(b"XXXX");
+        std::fs::write(seg, &b).unwrap();
+        let r = Reader::open(d.path()).unwrap();
+        let bounds = r.time_bounds().unwrap();
+        if seg == &segs[1] {
+            assert_eq!(bounds, Some((t0, t0 + 2 * SEC)));
+            assert_eq!(r.latest().unwrap().map(|x| x.ts_ns), Some(t0 + 2 * SEC));
+        } else {
+            assert_eq!(bounds, None, "no segment is readable");
+        }
+    }
+}
+
+/// An index entry past the end of its segment means the segment was cut: the records its
+/// entry counts and the tail does not hold are counted lost, with their times.
+#[test]
+fn a_cut_segment_counts_what_its_index_promised() {
+    let d = tempfile::tempdir().unwrap();
+    let t0 = now_ns();
+    let mut c = config(d.path());
+    c.frame_records = 10;
+    write(&c, (0..10).map(|i| t0 + i * SEC));
+    let seg = segments(d.path())[0].clone();
+    let len = std::fs::metadata(&seg).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&seg)
+        .unwrap()
+        .set_len(len - len / 3)
+        .unwrap();
+    let r = Reader::open(d.path()).unwrap();
+    let mut range = r.range(i64::MIN, i64::MAX).unwrap();
+    let got = (&mut range).filter_map(Result::ok).count() as u64;
+    let st = range.stats();
+    assert!(got < 10, "{got}");
+    assert_eq!(st.lost_records, 10 - got, "{st:?}");
+    assert_eq!(st.lost, vec![(t0, t0 + 9 * SEC)]);
+    assert_eq!(st.damaged_files.len(), 1, "{st:?}");
+    assert!(st.damaged_files[0].what.contains("cut inside"), "{st:?}");
+}
+
+/// A segment the read cannot open costs only ranges its records may lie in (its index tells
+/// where they are, when it is readable), and there its index entries count the loss.
+#[test]
+fn an_unreadable_segment_costs_only_the_ranges_its_index_places_it_in() {
+    let d = tempfile::tempdir().unwrap();
+    let t0 = now_ns();
+    let mut c = config(d.path());
+    c.frame_records = 3;
+    write(&c, (0..6).map(|i| t0 + i * SEC));
+    write(&c, (20..23).map(|i| t0 + i * SEC));
+    let segs = segments(d.path());
+    let mut b = std::fs::read(&segs[0]).unwrap();
+    b[..4].copy_from_slice(b"XXXX");
+    std::fs::write(&segs[0], &b).unwrap();
+    let r = Reader::open(d.path()).unwrap();
+    let read = |from: i64, to: i64| {
+        let mut range = r.range(from, to).unwrap();
+        let errors = (&mut range).filter(Result::is_err).count();
+        (errors, range.stats())
+    };
+    // Between the first segment's last record and the second's first: nothing lost.
+    let (errors, st) = read(t0 + 10 * SEC, t0 + 22 * SEC);
+    assert_eq!((errors, st.lost_records), (0, 0), "{st:?}");
+    assert!(st.lost.is_empty() && st.damaged_files.is_empty(), "{st:?}");
+    // Over its second frame only: that frame's three records.
+    let (errors, st) = read(t0 + 4 * SEC, t0 + 22 * SEC);
+    assert_eq!((errors, st.lost_records), (1, 3), "{st:?}");
+    assert_eq!(st.lost, vec![(t0 + 4 * SEC, t0 + 5 * SEC)]);
 }

@@ -152,3 +152,85 @@ fn full_disk_gives_no_space_and_recovers() {
     assert_suffix(&after, &acked);
     assert_eq!(after.len(), before.len() + 5);
 }
+
+/// A disk that fills up costs the oldest segments it must, not the history: with 24 segments
+/// of about 256 KiB and the rest of the filesystem taken by someone else, the writer frees
+/// about a megabyte (its minimum) and keeps the rest. The old rule freed a whole
+/// `segment_max_bytes` (64 MiB by default), which was every segment of this store.
+#[test]
+fn full_disk_deletes_only_the_oldest_segments_it_needs() {
+    const TEST: &str = "full_disk_deletes_only_the_oldest_segments_it_needs";
+    if !testkit::is_root() {
+        return testkit::skip(TEST, "needs root to mount a tmpfs");
+    }
+    let mnt = tempfile::tempdir().unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
+        .arg(mnt.path())
+        .status()
+        .unwrap();
+    if !mounted.success() {
+        return testkit::skip(
+            TEST,
+            &format!("could not mount a tmpfs even as root ({mounted})"),
+        );
+    }
+    let _unmount = Unmount(mnt.path().to_path_buf());
+    let dir = mnt.path().join("store");
+    let mut config = StoreConfig::new(&dir);
+    config.max_bytes = 1 << 30;
+    config.segment_span = std::time::Duration::from_secs(16);
+    config.frame_records = 4;
+    config.compression_level = 1;
+    let mut w = Writer::open(config).unwrap();
+    let mut ts = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64;
+    let mut acked = Vec::new();
+    let mut append = |w: &mut Writer, acked: &mut Vec<Record>| {
+        ts += SEC;
+        let p = noise(ts as u64, 16 * 1024);
+        let r = w.append(ts, &p);
+        if r.is_ok() {
+            acked.push(Record {
+                ts_ns: ts,
+                payload: p,
+                detail: None,
+            });
+        }
+        r
+    };
+    for _ in 0..24 * 17 {
+        append(&mut w, &mut acked).expect("the store alone fits");
+    }
+    let before = Reader::open(&dir).unwrap().segments().unwrap().len();
+    assert!(before >= 24, "{before} segments");
+
+    fill(&mnt.path().join("ballast"));
+    let mut failed = false;
+    for _ in 0..64 {
+        match append(&mut w, &mut acked) {
+            Err(e) => {
+                assert!(e.is_no_space(), "{e:?}");
+                failed = true;
+            }
+            Ok(()) if failed => break,
+            Ok(()) => {}
+        }
+    }
+    assert!(failed, "the filesystem never filled");
+    // Room was made: the next appends succeed without more deletions.
+    for _ in 0..4 {
+        append(&mut w, &mut acked).expect("append after the eviction");
+    }
+    let after = Reader::open(&dir).unwrap().segments().unwrap().len();
+    let deleted = before + 1 - after.min(before + 1);
+    assert!(
+        after * 3 >= before * 2,
+        "a small overflow deleted {deleted} of {before} segments ({after} left)"
+    );
+    assert!(deleted >= 1, "nothing was deleted, yet appends went on");
+    drop(w);
+    assert_suffix(&read_all(&dir), &acked);
+}

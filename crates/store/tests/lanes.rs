@@ -311,3 +311,45 @@ fn a_lane_reads_on_its_own_and_says_where_it_is_missing() {
     assert_eq!(main.len(), 16);
     assert_eq!(main[15].detail, Some(detail(19)));
 }
+
+/// A lane only covers its segment when it is readable and reaches the segment's newest
+/// record: an empty, cut or garbage lane would hide the records it lacks.
+#[test]
+fn an_empty_cut_or_garbage_lane_does_not_cover_its_segment() {
+    let d = tempfile::tempdir().unwrap();
+    let mut c = StoreConfig::new(d.path());
+    c.frame_records = 4;
+    c.retain = std::time::Duration::from_secs(u32::MAX as u64);
+    let mut w = Writer::open(c).unwrap();
+    for i in 0..10i64 {
+        let sig = i.to_le_bytes();
+        w.append_lanes(T0 + i * SEC, &main_payload(i), &[(Lane::Signals, &sig)])
+            .unwrap();
+    }
+    w.close().unwrap();
+    let r = Reader::open(d.path()).unwrap();
+    let seg = r.segments().unwrap()[0].clone();
+    let lane = seg.with_extension("s.jss");
+    let lane_idx = seg.with_extension("s.idx");
+    let covers = || r.lane_covers(Lane::Signals, i64::MIN, i64::MAX).unwrap();
+    assert!(covers());
+    let intact = std::fs::read(&lane).unwrap();
+    let intact_idx = std::fs::read(&lane_idx).unwrap();
+
+    std::fs::write(&lane, b"").unwrap();
+    assert!(!covers(), "empty");
+    // Cut after its first frames, with an index that says so.
+    let idx_cut = 16 + 56;
+    std::fs::write(&lane_idx, &intact_idx[..idx_cut]).unwrap();
+    let first_frame_end = u64::from_le_bytes(intact_idx[16..24].try_into().unwrap())
+        + u64::from_le_bytes(intact_idx[24..32].try_into().unwrap());
+    std::fs::write(&lane, &intact[..first_frame_end as usize]).unwrap();
+    assert!(!covers(), "ends before its segment");
+    std::fs::write(&lane_idx, &intact_idx).unwrap();
+    let mut garbage = intact.clone();
+    garbage[..8].copy_from_slice(b"NOTALANE");
+    std::fs::write(&lane, &garbage).unwrap();
+    assert!(!covers(), "bad header");
+    std::fs::write(&lane, &intact).unwrap();
+    assert!(covers(), "restored");
+}

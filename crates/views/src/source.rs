@@ -123,6 +123,8 @@ pub struct StoreSource {
     checked: Option<std::time::Instant>,
     /// Records skipped because they did not decode.
     damage: Damage,
+    /// What the listing of record times skipped (see `times`).
+    times_damage: Damage,
 }
 
 /// How often a followed store is checked for a new record: `latest` decompresses the tail
@@ -143,6 +145,7 @@ impl StoreSource {
             interval: None,
             checked: None,
             damage: Damage::default(),
+            times_damage: Damage::default(),
         })
     }
 
@@ -176,11 +179,23 @@ impl StoreSource {
     /// as every read of samples does).
     fn times(&mut self, from: i64, to: i64) -> Result<Vec<i64>> {
         let mut out = Vec::new();
-        for r in self.reader.store().range_main(from, to)? {
+        let mut range = self.reader.store().range_main(from, to)?;
+        let mut damage = Damage::default();
+        for r in range.by_ref() {
             match r {
                 Ok(r) => out.push(r.ts_ns),
-                Err(e) => self.damage.unreadable(e),
+                Err(e) => damage.unreadable(e),
             }
+        }
+        damage.add(&jitterscope_model::stored::store_damage(&range));
+        // Steps read widening windows over the same records: the widest read's damage
+        // stands for them all, rather than each window adding its count again.
+        if damage.samples_lost + damage.unreadable + damage.corrupt
+            >= self.times_damage.samples_lost
+                + self.times_damage.unreadable
+                + self.times_damage.corrupt
+        {
+            self.times_damage = damage;
         }
         Ok(out)
     }
@@ -234,10 +249,14 @@ impl Source for StoreSource {
             "{} {}{}",
             if self.follow { "following" } else { "store" },
             self.dir.display(),
-            self.damage
-                .note()
-                .map(|n| format!(" ({n})"))
-                .unwrap_or_default()
+            {
+                let mut d = self.damage.clone();
+                d.add(&self.times_damage);
+                d
+            }
+            .note()
+            .map(|n| format!(" ({n})"))
+            .unwrap_or_default()
         )
     }
 

@@ -68,26 +68,14 @@ pub fn load(dir: &Path, from: i64, to: i64, lookback_ns: i64) -> Result<Loaded> 
         SampleReader::open(dir).with_context(|| format!("cannot open store {}", dir.display()))?;
     let lo = from.saturating_sub(lookback_ns);
     let mut out = Loaded::default();
-    let d = &mut out.data;
-    if reader.store().lane_covers(Lane::Signals, lo, to)? {
+    // A lane that lost records (garbage, a damaged frame) would hide what the main stream
+    // still holds: the signals are then derived from the samples instead.
+    if reader.store().lane_covers(Lane::Signals, lo, to)?
+        && from_lane(&reader, &mut out, from, lo, to)?
+    {
         out.from_signals_lane = true;
-        let defs = lane_metrics();
-        // The lane holds the same few dozen names every second: each is parsed once. A name
-        // this build does not know (a renamed or newer metric) is left out.
-        let mut known: HashMap<String, Option<(&'static MetricDef, Vec<String>)>> = HashMap::new();
-        let mut recs = reader.signals(lo.saturating_add(1), to)?;
-        for (ts, sr) in recs.by_ref() {
-            let idx = d.ts.len() as u32;
-            d.ts.push(ts);
-            for (name, v) in &sr.values {
-                push(d, &mut known, &defs, idx, name, *v);
-            }
-            if ts > from {
-                out.marks.extend(sr.marks);
-            }
-        }
-        d.damage = recs.damage();
     } else {
+        let d = &mut out.data;
         let derive = Derive::new();
         let mut values = Vec::new();
         let defs = lane_metrics();
@@ -104,8 +92,37 @@ pub fn load(dir: &Path, from: i64, to: i64, lookback_ns: i64) -> Result<Loaded> 
         }
         d.damage = pairs.damage();
     }
+    let d = &mut out.data;
     d.start = d.ts.partition_point(|&t| t <= from);
     Ok(out)
+}
+
+/// Reads the signals of `(lo, to]` from the lane into `out`; false (and `out` left empty)
+/// when the lane lost any record.
+fn from_lane(reader: &SampleReader, out: &mut Loaded, from: i64, lo: i64, to: i64) -> Result<bool> {
+    let d = &mut out.data;
+    let defs = lane_metrics();
+    // The lane holds the same few dozen names every second: each is parsed once. A name
+    // this build does not know (a renamed or newer metric) is left out.
+    let mut known: HashMap<String, Option<(&'static MetricDef, Vec<String>)>> = HashMap::new();
+    let mut recs = reader.signals(lo.saturating_add(1), to)?;
+    for (ts, sr) in recs.by_ref() {
+        let idx = d.ts.len() as u32;
+        d.ts.push(ts);
+        for (name, v) in &sr.values {
+            push(d, &mut known, &defs, idx, name, *v);
+        }
+        if ts > from {
+            out.marks.extend(sr.marks);
+        }
+    }
+    let damage = recs.damage();
+    if damage.lost_any() {
+        *out = Loaded::default();
+        return Ok(false);
+    }
+    d.damage = damage;
+    Ok(true)
 }
 
 /// Writes every sample of the store at `src` into a new store at `dst` the way `record` writes

@@ -1,0 +1,290 @@
+//! `jitterscope store check [--repair]`: every CRC of every segment and lane verified, one line
+//! per damaged file, and a repair that rebuilds what can be rebuilt and moves the rest aside.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+use jitterscope_model::time::rfc3339;
+use jitterscope_store::{
+    check_store, lock_store, rebuild_index, restore_header, FileCheck, Kind, Lane,
+};
+
+/// Arguments of `store`.
+#[derive(Args, Debug)]
+pub struct StoreArgs {
+    #[command(subcommand)]
+    cmd: StoreCmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum StoreCmd {
+    /// Verify every frame and record CRC of every segment, index and lane; print one line per
+    /// damaged file (what, where, time range) and a summary.
+    ///
+    /// Exit status: 0 when no damage was found (with --repair: none is left), 1 when damage
+    /// was found (with --repair: some is left, such as records lost inside a segment that is
+    /// kept for the rest of its records), 2 when the check could not run (no store, a
+    /// recorder holds the lock).
+    Check(CheckArgs),
+}
+
+#[derive(Args, Debug)]
+struct CheckArgs {
+    /// Repair: rebuild damaged, missing or empty indexes from their segments (written to a
+    /// temporary file, then renamed), rebuild a damaged, empty or short signals lane from the
+    /// main stream, and move files that cannot be read at all into `<dir>/damaged/` (nothing
+    /// is deleted). Refused while a recorder holds the store's lock.
+    #[arg(long)]
+    repair: bool,
+    /// Store directory [default: $JITTERSCOPE_DIR or /var/lib/jitterscope].
+    #[arg(long)]
+    dir: Option<PathBuf>,
+}
+
+/// Runs `store`; the exit status is the command's answer (see `store check --help`).
+pub fn run(a: StoreArgs) -> ExitCode {
+    let StoreCmd::Check(c) = a.cmd;
+    match check(c) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("jitterscope: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Whether the store is (or, repaired, was left) free of damage.
+fn check(a: CheckArgs) -> Result<bool> {
+    let dir = crate::store_dir(a.dir);
+    if !dir.is_dir() {
+        anyhow::bail!("no store at {}", dir.display());
+    }
+    let _lock = if a.repair {
+        Some(lock_store(&dir).map_err(|e| match e {
+            jitterscope_store::StoreError::Locked { .. } => anyhow::anyhow!(
+                "store {} is being written by a recorder (LOCK is held): stop it before --repair",
+                dir.display()
+            ),
+            e => e.into(),
+        })?)
+    } else {
+        None
+    };
+    let found = check_store(&dir, true)?;
+    for f in &found {
+        println!("{}", line(f));
+    }
+    let segments = jitterscope_store::Reader::open(&dir)?.segments()?.len();
+    if found.is_empty() {
+        println!("store clean: {segments} segments checked");
+        return Ok(true);
+    }
+    let lost: u64 = found.iter().map(|f| f.lost_records).sum();
+    println!(
+        "{} damaged files in {segments} segments; {lost} records known lost{}",
+        found.len(),
+        if a.repair {
+            ""
+        } else {
+            " (`--repair` rebuilds what it can)"
+        }
+    );
+    if !a.repair {
+        return Ok(false);
+    }
+    for f in &found {
+        match repair(&dir, f) {
+            Ok(done) => println!("repaired {}: {done}", f.path.display()),
+            Err(e) => println!("not repaired {}: {e:#}", f.path.display()),
+        }
+    }
+    let left = check_store(&dir, true)?;
+    for f in &left {
+        println!("left: {}", line(f));
+    }
+    println!(
+        "after repair: {} damaged files left{}",
+        left.len(),
+        if dir.join(DAMAGED).is_dir() {
+            format!(" (moved aside: {})", dir.join(DAMAGED).display())
+        } else {
+            String::new()
+        }
+    );
+    Ok(left.is_empty())
+}
+
+/// Where a repair moves what it cannot mend.
+const DAMAGED: &str = "damaged";
+
+fn line(f: &FileCheck) -> String {
+    // Errors name their file already.
+    let prefix = format!("{}: ", f.path.display());
+    let what = f.what.strip_prefix(&prefix).unwrap_or(&f.what);
+    let mut s = format!("{}: {what}", f.path.display());
+    if let Some((a, b)) = f.time {
+        s.push_str(&format!(" [{} .. {}]", rfc3339(a), rfc3339(b)));
+    }
+    if f.lost_records > 0 {
+        s.push_str(&format!(" ({} records lost)", f.lost_records));
+    }
+    s
+}
+
+/// Repairs one finding; says what was done.
+fn repair(dir: &Path, f: &FileCheck) -> Result<String> {
+    match f.kind {
+        Kind::Index | Kind::LaneIndex(_) => {
+            let data = data_file_of_index(f);
+            if !data.exists() {
+                return Ok("its data file is gone; nothing to index".into());
+            }
+            if f.path.exists() {
+                move_aside(dir, &f.path)?;
+            }
+            let n = rebuild_index(&data)?;
+            Ok(format!("index rebuilt from its file ({n} frames)"))
+        }
+        Kind::Segment if f.unreadable => {
+            let copy = |p: &Path| copy_aside(dir, p);
+            if let Some(n) = restore_header(&f.path, copy)? {
+                return Ok(format!(
+                    "header restored, the rest checks out ({n} records; the damaged copy is in {DAMAGED}/)"
+                ));
+            }
+            let mut moved = Vec::new();
+            for p in segment_files(&f.segment) {
+                if p.exists() {
+                    move_aside(dir, &p)?;
+                    moved.push(file_name(&p));
+                }
+            }
+            Ok(format!("unreadable: moved aside ({})", moved.join(", ")))
+        }
+        // Its index is kept: its entries count what the damaged frames lost, for every read.
+        Kind::Segment => {
+            Ok("kept for its intact records (the lost ones cannot be recovered)".into())
+        }
+        Kind::Lane(Lane::Signals) => {
+            if f.unreadable {
+                let copy = |p: &Path| copy_aside(dir, p);
+                if let Some(n) = restore_header(&f.path, copy)? {
+                    return Ok(format!(
+                        "header restored, the rest checks out ({n} records)"
+                    ));
+                }
+            }
+            for p in [f.path.clone(), f.path.with_extension("idx")] {
+                if p.exists() {
+                    move_aside(dir, &p)?;
+                }
+            }
+            let n = rebuild_signals(dir, &f.segment)?;
+            Ok(format!(
+                "signals lane rebuilt from the main stream ({n} records; episode marks by a detector started at the segment)"
+            ))
+        }
+        Kind::Lane(_) if f.unreadable || f.lost_records > 0 || f.what.contains("corrupt") => {
+            if f.unreadable {
+                let copy = |p: &Path| copy_aside(dir, p);
+                if let Some(n) = restore_header(&f.path, copy)? {
+                    return Ok(format!(
+                        "header restored, the rest checks out ({n} records)"
+                    ));
+                }
+            }
+            for p in [f.path.clone(), f.path.with_extension("idx")] {
+                if p.exists() {
+                    move_aside(dir, &p)?;
+                }
+            }
+            Ok("moved aside (its records are read without their detail)".into())
+        }
+        Kind::Lane(_) => Ok("left as it is (nothing of it can be rebuilt)".into()),
+        Kind::Orphan => {
+            move_aside(dir, &f.path)?;
+            Ok("moved aside".into())
+        }
+    }
+}
+
+/// Writes the signals lane of `seg` anew from its samples, as the recorder derives it
+/// (`events::Online` + the signals record). The detector starts at the segment's first
+/// sample, so its marks can differ from the recorder's, which had the history before.
+fn rebuild_signals(dir: &Path, seg: &Path) -> Result<usize> {
+    let reader = jitterscope_store::Reader::open(dir)?;
+    let segs = reader.segments()?;
+    let name_ts = |p: &Path| -> Option<i64> { file_name(p).get(4..24)?.parse().ok() };
+    let from = name_ts(seg).unwrap_or(i64::MIN);
+    let to = segs
+        .iter()
+        .find(|s| s.as_path() > seg)
+        .and_then(|s| name_ts(s))
+        .map_or(i64::MAX, |n| n - 1);
+    let samples = jitterscope_model::stored::SampleReader::open(dir)?;
+    let mut online = jitterscope_diagnose::events::Online::new();
+    let mut prev: Option<jitterscope_model::Sample> = None;
+    let mut recs = Vec::new();
+    for s in samples.samples(from, to, jitterscope_model::codec::Parts::ALL)? {
+        let rec = online.step(&s, prev.as_ref());
+        let mut buf = Vec::new();
+        rec.encode(&mut buf);
+        recs.push((s.ts_ns, buf));
+        prev = Some(s);
+    }
+    jitterscope_store::write_lane(seg, Lane::Signals, &recs)?;
+    Ok(recs.len())
+}
+
+/// The segment-format file an index belongs to.
+fn data_file_of_index(f: &FileCheck) -> PathBuf {
+    f.path.with_extension("jss")
+}
+
+/// Every file of a segment: its lanes with their indexes, its index, itself.
+fn segment_files(seg: &Path) -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    for l in ["d", "s"] {
+        let lane = seg.with_extension(format!("{l}.jss"));
+        v.push(lane.with_extension("idx"));
+        v.push(lane);
+    }
+    v.push(seg.with_extension("idx"));
+    v.push(seg.to_path_buf());
+    v
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into())
+}
+
+/// A free name for `p` in `<dir>/damaged/` (never over an earlier one of the same name).
+fn aside_name(dir: &Path, p: &Path) -> std::io::Result<PathBuf> {
+    let to_dir = dir.join(DAMAGED);
+    std::fs::create_dir_all(&to_dir)?;
+    let name = file_name(p);
+    let mut to = to_dir.join(&name);
+    let mut n = 1;
+    while to.exists() {
+        to = to_dir.join(format!("{name}.{n}"));
+        n += 1;
+    }
+    Ok(to)
+}
+
+/// Moves `p` into `<dir>/damaged/`.
+fn move_aside(dir: &Path, p: &Path) -> Result<PathBuf> {
+    let to = aside_name(dir, p)?;
+    std::fs::rename(p, &to)
+        .with_context(|| format!("cannot move {} to {}", p.display(), to.display()))?;
+    Ok(to)
+}
+
+/// Copies `p` into `<dir>/damaged/` (before a repair replaces it).
+fn copy_aside(dir: &Path, p: &Path) -> std::io::Result<()> {
+    std::fs::copy(p, aside_name(dir, p)?).map(|_| ())
+}
