@@ -171,7 +171,7 @@ rss=$(j '"%.0f" % d["rss_peak_mb"]')
 load_s=$(j '"%.1f" % d["load_s"]')
 closed=$(j 'd["idle_closed"]')
 exit_s=$(j '"%.2f" % d["exit_s"]')
-answers=$(j '"\n".join("| `%s` | %s | %d | %.1f s | %.1f MB |" % (k.split()[0], k.split()[1], v["n"], v["max_s"], v["max_bytes"]/1e6) for k, v in d["answers"].items())')
+answers=$(j '"\n".join("| `%s` | %s | %d | %.1f s | %.0f kB |" % (k.split()[0], k.split()[1], v["n"], v["max_s"], v["max_bytes"]/1e3) for k, v in d["answers"].items())')
 verdict() { awk -v v="$1" -v t="$2" 'BEGIN { print (v < t) ? "met" : "missed" }'; }
 
 printf '| `serve` under load: `/api/v1/range` p99 < 200 ms | %s ms | **%s** |\n' "$p99" "$(verdict "$p99" 200)" >>"$TARGETS"
