@@ -69,7 +69,7 @@ for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/api/v1/range" >/dev/nul
 
 say "load: 200 heavy requests, 1000 idle sockets, /api/v1/range polled"
 python3 - "$port" "$SERVER" "$first" "$last" >"$TMP/load.json" <<'PY'
-import json, resource, socket, sys, threading, time
+import json, os, resource, socket, sys, threading, time
 port, pid, first, last = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
@@ -138,12 +138,26 @@ for ep, st, n, dt in results:
     k = f"{ep} {st}"
     a = by.setdefault(k, [0, 0.0, 0])
     a[0] += 1; a[1] = max(a[1], dt); a[2] = max(a[2], n)
+# A heavy read whose client hangs up after 1 s: the server's CPU time from then on.
+def cpu_ticks():
+    with open(f"/proc/{pid}/stat") as f:
+        v = f.read().rsplit(")", 1)[1].split()
+    return int(v[11]) + int(v[12])
+tick = os.sysconf("SC_CLK_TCK")
+s = socket.create_connection(("127.0.0.1", port))
+s.sendall(f"GET /api/v1/findings?from={last - 86000}&to={last} HTTP/1.1\r\nHost: b\r\n\r\n".encode())
+time.sleep(1)
+s.close()
+time.sleep(0.5)
+at_half = cpu_ticks()
+time.sleep(2)
+after_hangup = (cpu_ticks() - at_half) / tick
 # In-flight heavy work when SIGTERM comes.
 inflight = [threading.Thread(target=client, args=(heavy[4],)) for _ in range(4)]
 for t in inflight:
     t.start()
 time.sleep(0.3)
-import os, signal
+import signal
 t0 = time.monotonic()
 os.kill(pid, signal.SIGTERM)
 while os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split()[2] != "Z":
@@ -156,7 +170,7 @@ p = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))]
 print(json.dumps({
     "range_n": len(lat), "range_p50_ms": p(0.5), "range_p99_ms": p(0.99), "range_max_ms": lat[-1],
     "rss_peak_mb": max(peak_rss, hwm) / 2**20, "load_s": load_s, "idle_closed": closed,
-    "exit_s": exit_s, "answers": {k: {"n": v[0], "max_s": v[1], "max_bytes": v[2]} for k, v in sorted(by.items())},
+    "exit_s": exit_s, "cpu_after_hangup_s": after_hangup, "answers": {k: {"n": v[0], "max_s": v[1], "max_bytes": v[2]} for k, v in sorted(by.items())},
 }))
 PY
 wait "$SERVER" 2>/dev/null || true
@@ -171,6 +185,7 @@ rss=$(j '"%.0f" % d["rss_peak_mb"]')
 load_s=$(j '"%.1f" % d["load_s"]')
 closed=$(j 'd["idle_closed"]')
 exit_s=$(j '"%.2f" % d["exit_s"]')
+hangup=$(j '"%.2f" % d["cpu_after_hangup_s"]')
 answers=$(j '"\n".join("| `%s` | %s | %d | %.1f s | %.0f kB |" % (k.split()[0], k.split()[1], v["n"], v["max_s"], v["max_bytes"]/1e3) for k, v in d["answers"].items())')
 verdict() { awk -v v="$1" -v t="$2" 'BEGIN { print (v < t) ? "met" : "missed" }'; }
 
@@ -185,14 +200,16 @@ ${HOURS} h store (${store_mb} MB). One \`serve\` at its defaults; a Python clien
 1000 sockets that send nothing, then sends 200 heavy requests at once (six kinds in turn: a
 \`***\` select of 5000 points over an hour, the 10 largest RSS over a day, every cgroup's CPU over
 an hour, events over a day, findings over an hour, a flame graph over an hour), while it asks
-for \`/api/v1/range\` every 50 ms until the last heavy answer (${load_s} s). Then four diagnoses
-are sent and the server gets SIGTERM 0.3 s later.
+for \`/api/v1/range\` every 50 ms until the last heavy answer (${load_s} s). Then a diagnosis of
+a day is sent alone and its client hangs up after 1 s; last, four diagnoses are sent and the
+server gets SIGTERM 0.3 s later.
 
 | measure | value | target |
 |---|---|---|
 | \`/api/v1/range\` during the load, ${rn} requests: p50 / p99 / max | ${p50} / ${p99} / ${rmax} ms | p99 < 200 ms ($(verdict "$p99" 200)) |
 | server's peak RSS (VmHWM and VmRSS polled) | ${rss} MiB | < 256 MiB ($(verdict "$rss" 256)) |
 | idle sockets closed by the server (header timeout 10 s) | ${closed} of 1000 | all |
+| server CPU in the 2 s from 0.5 s after a client hung up on a day's diagnosis (sent alone, after the load) | ${hangup} s | 0: the read is cancelled |
 | SIGTERM to exit, four diagnoses in flight | ${exit_s} s | < 2 s ($(verdict "$exit_s" 2)) |
 
 How the 200 heavy requests were answered (429: the queue of 16 behind the 2 readers was full;
