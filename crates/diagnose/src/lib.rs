@@ -170,7 +170,16 @@ pub fn diagnose(dir: &Path, from: i64, to: i64, opts: Options) -> Result<Report>
         .map(|s| s.select())
         .collect();
     let d = Data::load(dir, from, to, opts.lookback_ns, &select, true)?;
-    Ok(evaluate(&d))
+    let mut r = evaluate(&d);
+    if r.samples == 0 {
+        // No sample to take the window's ends from: it is the one asked for (the baseline's
+        // last sample and the epoch read as a window, over a segment lost to damage).
+        r.window = Span {
+            from: rfc3339(from),
+            to: rfc3339(to),
+        };
+    }
+    Ok(r)
 }
 
 /// The episodes in `(from, to]` of the store at `dir` (the 5 minutes before feed the first
