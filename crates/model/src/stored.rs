@@ -200,16 +200,11 @@ impl Damage {
 }
 
 /// Spans sorted and merged where they overlap or touch.
-fn merge(mut v: Vec<(i64, i64)>) -> Vec<LostSpan> {
-    v.sort_unstable();
-    let mut out: Vec<(i64, i64)> = Vec::with_capacity(v.len());
-    for (a, b) in v {
-        match out.last_mut() {
-            Some(last) if a <= last.1.saturating_add(1) => last.1 = last.1.max(b),
-            _ => out.push((a, b)),
-        }
-    }
-    out.into_iter().map(|(a, b)| LostSpan::new(a, b)).collect()
+fn merge(v: Vec<(i64, i64)>) -> Vec<LostSpan> {
+    jitterscope_store::merge_touching(v)
+        .into_iter()
+        .map(|(a, b)| LostSpan::new(a, b))
+        .collect()
 }
 
 /// A sample and the one before it, when there is one.

@@ -241,21 +241,12 @@ fn check_file(
 /// scanned). Written to a temporary file and renamed over the index. Returns the entries.
 pub fn rebuild_index(path: &Path) -> Result<usize> {
     let bytes = std::fs::read(path).map_err(|e| StoreError::io(path, e))?;
-    match check_header(&bytes, SEGMENT_MAGIC) {
-        Header::Valid => {}
-        Header::Short => return Ok(0),
-        Header::BadMagic => {
-            return Err(StoreError::BadMagic {
-                path: path.to_path_buf(),
-            })
-        }
-        Header::UnknownVersion(version) => {
-            return Err(StoreError::UnsupportedVersion {
-                path: path.to_path_buf(),
-                version,
-                supported: crate::FORMAT_VERSION,
-            })
-        }
+    let header = check_header(&bytes, SEGMENT_MAGIC);
+    if let Some(e) = header.error(path) {
+        return Err(e);
+    }
+    if header == Header::Short {
+        return Ok(0);
     }
     let mut decoder = FrameDecoder::new().map_err(|e| StoreError::io(path, e))?;
     let entries = decoder.index_frames(&bytes[HEADER_LEN..]);

@@ -54,6 +54,24 @@ pub(crate) enum Header {
     UnknownVersion(u16),
 }
 
+impl Header {
+    /// The error a segment with this header is for its readers: none when it is valid or
+    /// short (a file cut right after creation holds nothing, and is no damage to report).
+    pub(crate) fn error(&self, path: &std::path::Path) -> Option<crate::StoreError> {
+        match *self {
+            Header::Valid | Header::Short => None,
+            Header::BadMagic => Some(crate::StoreError::BadMagic {
+                path: path.to_path_buf(),
+            }),
+            Header::UnknownVersion(version) => Some(crate::StoreError::UnsupportedVersion {
+                path: path.to_path_buf(),
+                version,
+                supported: FORMAT_VERSION,
+            }),
+        }
+    }
+}
+
 pub(crate) fn check_header(bytes: &[u8], magic: [u8; 8]) -> Header {
     if bytes.len() < HEADER_LEN {
         return Header::Short;

@@ -40,7 +40,7 @@ pub use check::{
     check_store, lock_store, rebuild_index, restore_header, FileCheck, Kind, StoreLock,
 };
 pub use format::{Lane, FORMAT_VERSION};
-pub use reader::{Range, RangeStats, Reader, StoreStats};
+pub use reader::{merge_touching, Range, RangeStats, Reader, StoreStats};
 pub use writer::{write_lane, Writer};
 
 /// One stored sample: its timestamp and the opaque payload bytes.

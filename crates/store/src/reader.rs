@@ -585,26 +585,15 @@ impl Segment {
             .take(HEADER_LEN as u64)
             .read_to_end(&mut header)
             .map_err(|e| StoreError::io(path, e))?;
-        match check_header(&header, SEGMENT_MAGIC) {
-            Header::Valid => {}
-            Header::Short => {
-                if !header.is_empty() {
-                    damage.torn_tails += 1;
-                }
-                return Ok(None);
+        let h = check_header(&header, SEGMENT_MAGIC);
+        if let Some(e) = h.error(path) {
+            return Err(e);
+        }
+        if h == Header::Short {
+            if !header.is_empty() {
+                damage.torn_tails += 1;
             }
-            Header::BadMagic => {
-                return Err(StoreError::BadMagic {
-                    path: path.to_path_buf(),
-                })
-            }
-            Header::UnknownVersion(version) => {
-                return Err(StoreError::UnsupportedVersion {
-                    path: path.to_path_buf(),
-                    version,
-                    supported: FORMAT_VERSION,
-                })
-            }
+            return Ok(None);
         }
         // The index is read before the segment length is taken: the writer appends a frame
         // before its index entry, so every entry read here describes bytes that exist.
@@ -803,13 +792,18 @@ pub(crate) fn read_index(segment: &Path) -> (Vec<IndexEntry>, Option<String>) {
 
 /// Spans sorted, clipped to `[from, to]` (those outside dropped) and merged where they touch.
 fn merge_spans(spans: &[(i64, i64)], from: i64, to: i64) -> Vec<(i64, i64)> {
-    let mut v: Vec<(i64, i64)> = spans
+    let v: Vec<(i64, i64)> = spans
         .iter()
         .filter(|(a, b)| *b >= from && *a <= to)
         .map(|&(a, b)| (a.max(from), b.min(to)))
         // An end nothing bounds (the last segment's): lost after its start, one instant.
         .map(|(a, b)| (a, if b == i64::MAX { a } else { b }))
         .collect();
+    merge_touching(v)
+}
+
+/// Time spans (inclusive nanosecond bounds) sorted and merged where they overlap or touch.
+pub fn merge_touching(mut v: Vec<(i64, i64)>) -> Vec<(i64, i64)> {
     v.sort_unstable();
     let mut out: Vec<(i64, i64)> = Vec::with_capacity(v.len());
     for (a, b) in v {

@@ -3,7 +3,6 @@
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -27,7 +26,7 @@ use crate::{Result, StoreConfig, StoreError};
 pub struct Writer {
     config: StoreConfig,
     // Held for its flock; closing the file releases the lock.
-    _lock: File,
+    _lock: crate::check::StoreLock,
     active: Option<Active>,
     bytes_written: u64,
     /// Set by the first out-of-space failure and cleared by the next success, so one episode of
@@ -82,24 +81,7 @@ impl Writer {
     pub fn open(config: StoreConfig) -> Result<Writer> {
         let dir = config.dir.clone();
         std::fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
-        let lock_path = dir.join("LOCK");
-        let lock = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o644)
-            .open(&lock_path)
-            .map_err(|e| StoreError::io(&lock_path, e))?;
-        // SAFETY: flock on a file descriptor we own; no memory is passed.
-        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            let err = io::Error::last_os_error();
-            return Err(if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
-                StoreError::Locked { dir }
-            } else {
-                StoreError::io(&lock_path, err)
-            });
-        }
+        let lock = crate::check::lock_store(&dir)?;
         let mut w = Writer {
             config,
             _lock: lock,
