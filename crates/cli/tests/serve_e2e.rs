@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{cmd, ChildGuard};
+use common::{cmd, serve, ChildGuard};
 use jitterscope_testkit::skip;
 
 fn fixture(name: &str) -> PathBuf {
@@ -33,29 +33,6 @@ fn free_port() -> u16 {
 
 fn have(prog: &str) -> bool {
     jitterscope_testkit::which(prog, &[]).is_some()
-}
-
-/// `serve` over `dir` on a free loopback port, waited for until it answers.
-fn serve(dir: &Path, extra: &[&str]) -> (ChildGuard, SocketAddr) {
-    let port = free_port();
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let child = cmd()
-        .arg("serve")
-        .arg("--dir")
-        .arg(dir)
-        .args(["--listen", &addr.to_string()])
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let g = ChildGuard::new(child);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(addr).is_err() {
-        assert!(Instant::now() < deadline, "serve did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    (g, addr)
 }
 
 fn http_get(url_path: &str, addr: SocketAddr) -> String {

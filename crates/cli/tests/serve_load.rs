@@ -9,12 +9,11 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{cmd, ChildGuard};
+use common::serve;
 
 /// The memory ceiling `serve` documents (crates/web/src/limits.rs, docs/ARCHITECTURE.md).
 const CEILING_BYTES: u64 = 256 << 20;
@@ -36,29 +35,6 @@ fn raise_nofile() {
         l.rlim_cur = l.rlim_max.min(8192);
         libc::setrlimit(libc::RLIMIT_NOFILE, &l);
     }
-}
-
-fn start(dir: &std::path::Path) -> (ChildGuard, SocketAddr) {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let child = cmd()
-        .args(["serve", "--listen", &addr.to_string(), "--dir"])
-        .arg(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let g = ChildGuard::new(child);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(addr).is_err() {
-        assert!(Instant::now() < deadline, "serve did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    (g, addr)
 }
 
 /// The status of one request, or why there was none.
@@ -90,7 +66,7 @@ fn rss_peak(pid: u32) -> u64 {
 #[test]
 fn heavy_requests_and_idle_sockets_neither_starve_nor_sink_the_server() {
     raise_nofile();
-    let (mut srv, addr) = start(&fixture("reclaim-storm"));
+    let (mut srv, addr) = serve(&fixture("reclaim-storm"), &[]);
     let pid = srv.pid();
     let (from, to) = ("0", "4000000000");
     // 1000 sockets that never send a byte.

@@ -341,3 +341,31 @@ pub fn recorder(dir: &Path) -> ChildGuard {
         .expect("record starts");
     ChildGuard::new(child)
 }
+
+/// `jitterscope serve` over `dir` on a free loopback port with `extra` arguments, waited for
+/// until it accepts connections.
+pub fn serve(dir: &Path, extra: &[&str]) -> (ChildGuard, std::net::SocketAddr) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let child = cmd()
+        .arg("serve")
+        .arg("--dir")
+        .arg(dir)
+        .args(["--listen", &addr.to_string()])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let g = ChildGuard::new(child);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < deadline, "serve did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (g, addr)
+}
