@@ -210,3 +210,62 @@ fn dump_list_json() {
     assert_eq!(t["unit"], "percent");
     assert_eq!(t["kind"], "rate");
 }
+
+/// [`assert_clean_failure`] for an error of ours, not clap's: stderr is that one line and
+/// nothing else.
+fn assert_one_line_failure(args: &[&str], needle: &str) -> String {
+    let err = assert_clean_failure(args, needle);
+    assert_eq!(err.lines().count(), 1, "{args:?}: want one line: {err}");
+    assert!(err.starts_with("jitterscope: error: "), "{args:?}: {err}");
+    err
+}
+
+// A duration of centuries parses; its window's start must not wrap around into the future.
+
+#[test]
+fn diagnose_since_beyond_the_supported_range() {
+    let d = fixture_store();
+    assert_one_line_failure(
+        &["diagnose", "--dir", s(&d), "--since", "18446744733s"],
+        "supported range",
+    );
+}
+
+#[test]
+fn diagnose_baseline_beyond_the_supported_range() {
+    let d = fixture_store();
+    let err = assert_one_line_failure(
+        &["diagnose", "--dir", s(&d), "--baseline", "18446744733s"],
+        "--baseline",
+    );
+    assert!(err.contains("supported range"), "{err}");
+}
+
+#[test]
+fn events_since_beyond_the_supported_range() {
+    let d = fixture_store();
+    assert_one_line_failure(
+        &["events", "--dir", s(&d), "--since", "18446744733s"],
+        "supported range",
+    );
+}
+
+#[test]
+fn a_valid_time_beyond_the_range_is_not_called_malformed() {
+    let d = fixture_store();
+    for cmd in ["dump", "flame", "diagnose"] {
+        let err = assert_one_line_failure(
+            &[
+                cmd,
+                "--dir",
+                s(&d),
+                "--from",
+                "3000-01-01T00:00:00Z",
+                "--to",
+                "now",
+            ],
+            "outside the supported range, 1677-09-21T00:12:44Z to 2262-04-11T23:47:16Z",
+        );
+        assert!(!err.contains("use RFC 3339"), "{cmd}: {err}");
+    }
+}
