@@ -269,3 +269,13 @@ fn a_valid_time_beyond_the_range_is_not_called_malformed() {
         assert!(!err.contains("use RFC 3339"), "{cmd}: {err}");
     }
 }
+
+#[test]
+fn serve_token_file_without_end_is_refused() {
+    // /dev/zero was read whole: gigabytes of memory and a server that never started.
+    let d = fixture_store();
+    assert_one_line_failure(
+        &["serve", "--dir", s(&d), "--auth-token-file", "/dev/zero"],
+        "longer than 4096 bytes",
+    );
+}
