@@ -279,3 +279,92 @@ fn serve_token_file_without_end_is_refused() {
         "longer than 4096 bytes",
     );
 }
+
+#[test]
+fn record_nice_out_of_range() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("store");
+    for n in ["100", "-21", "20"] {
+        assert_clean_failure(
+            &["record", "--dir", s(&d), "--duration", "1s", "--nice", n],
+            "--nice",
+        );
+    }
+}
+
+/// A store with data recorded earlier: the fixture's segments, copied.
+fn store_with_data() -> (tempfile::TempDir, std::path::PathBuf, Vec<String>) {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("store");
+    std::fs::create_dir(&d).unwrap();
+    let mut names = Vec::new();
+    for e in std::fs::read_dir(fixture_store()).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), d.join(e.file_name())).unwrap();
+        names.push(e.file_name().to_string_lossy().into_owned());
+    }
+    names.sort();
+    assert!(!names.is_empty());
+    (t, d, names)
+}
+
+fn names_in(d: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn record_retain_zero_is_refused_and_keeps_the_previous_data() {
+    let (_t, d, before) = store_with_data();
+    for retain in ["0s", "30s"] {
+        let err = assert_one_line_failure(
+            &[
+                "record",
+                "--dir",
+                s(&d),
+                "--duration",
+                "1s",
+                "--retain",
+                retain,
+            ],
+            "--retain",
+        );
+        assert!(err.contains("at least 1m"), "{err}");
+        assert_eq!(names_in(&d), before, "--retain {retain} deleted data");
+    }
+}
+
+#[test]
+fn record_max_size_zero_is_refused_and_keeps_the_previous_data() {
+    let (_t, d, before) = store_with_data();
+    for size in ["0", "2"] {
+        let err = assert_one_line_failure(
+            &[
+                "record",
+                "--dir",
+                s(&d),
+                "--duration",
+                "1s",
+                "--max-size",
+                size,
+            ],
+            "--max-size",
+        );
+        assert!(err.contains("at least 1MiB"), "{err}");
+        assert_eq!(names_in(&d), before, "--max-size {size} deleted data");
+    }
+}
+
+#[test]
+fn record_duration_zero() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("store");
+    assert_one_line_failure(
+        &["record", "--dir", s(&d), "--duration", "0s"],
+        "--duration 0",
+    );
+}
