@@ -368,3 +368,15 @@ fn record_duration_zero() {
         "--duration 0",
     );
 }
+
+#[test]
+fn memleak_interval_zero() {
+    // Our own pid: the check must come first, whatever the process.
+    let pid = std::process::id().to_string();
+    for i in ["0s", "10ms"] {
+        assert_one_line_failure(
+            &["memleak", "--pid", &pid, "--interval", i, "--samples", "2"],
+            "--interval",
+        );
+    }
+}
