@@ -92,11 +92,14 @@ const COOKIE: &str = "jitterscope_token";
 
 fn token_of(req: &Request) -> Option<(&str, Carried)> {
     if let Some(h) = req.headers().get(header::AUTHORIZATION) {
+        // The scheme is case-insensitive and may be followed by several spaces (RFC 7235
+        // section 2.1); clients do send `bearer`.
         return h
             .to_str()
             .ok()
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(|t| (t, Carried::Header));
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, t)| (t.trim_start_matches(' '), Carried::Header));
     }
     if let Some(t) = req
         .uri()
@@ -237,5 +240,36 @@ mod tests {
         cfg.listen = "[::1]:0".parse().unwrap();
         cfg.token = None;
         check(&cfg).unwrap();
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        let with = |auth: &str| {
+            axum::http::Request::builder()
+                .header(header::AUTHORIZATION, auth)
+                .body(axum::body::Body::empty())
+                .unwrap()
+        };
+        for auth in [
+            "Bearer 0123456789abcdef",
+            "bearer 0123456789abcdef",
+            "BEARER 0123456789abcdef",
+            "Bearer   0123456789abcdef",
+        ] {
+            let r = with(auth);
+            assert_eq!(
+                token_of(&r),
+                Some(("0123456789abcdef", Carried::Header)),
+                "{auth}"
+            );
+        }
+        for auth in [
+            "Basic 0123456789abcdef",
+            "Bearer0123456789abcdef",
+            "Bearerx y",
+        ] {
+            let r = with(auth);
+            assert_eq!(token_of(&r), None, "{auth}");
+        }
     }
 }
