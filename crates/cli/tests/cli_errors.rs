@@ -380,3 +380,35 @@ fn memleak_interval_zero() {
         );
     }
 }
+
+#[test]
+fn serve_refuses_a_store_it_cannot_list() {
+    const TEST: &str = "serve_refuses_a_store_it_cannot_list";
+    let t = tempfile::tempdir().unwrap();
+    let file = t.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    assert_one_line_failure(&["serve", "--dir", s(&file)], "not a directory");
+
+    // Root lists any directory: the unreadable store needs another user.
+    if !jitterscope_testkit::is_root() {
+        return jitterscope_testkit::skip(TEST, "needs root to run serve as nobody");
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let (holder, d, _) = store_with_data();
+    // Only the store itself is closed: its parent must not already stop `nobody`.
+    std::fs::set_permissions(holder.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let nobody = common::NobodyBin::new();
+    let o = nobody.run_for(
+        &["serve", "--dir", s(&d), "--listen", "127.0.0.1:0"],
+        TIMEOUT,
+    );
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("cannot read the store") && err.contains(s(&d)),
+        "{err}"
+    );
+    assert!(err.contains("ermission denied"), "{err}");
+}

@@ -67,9 +67,21 @@ pub fn check(cfg: &Config) -> Result<()> {
             );
         }
     }
-    if !cfg.dir.is_dir() {
-        bail!("no store at {}", cfg.dir.display());
+    match std::fs::metadata(&cfg.dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("no store at {}", cfg.dir.display())
+        }
+        Err(e) => {
+            return Err(e).with_context(|| format!("cannot read the store {}", cfg.dir.display()))
+        }
+        Ok(m) if !m.is_dir() => bail!("{} is not a store: not a directory", cfg.dir.display()),
+        Ok(_) => {}
     }
+    // Every request lists the store: one this user cannot list would start, then answer 500
+    // to everything.
+    jitterscope_store::Reader::open(&cfg.dir)
+        .and_then(|r| r.segments())
+        .with_context(|| format!("cannot read the store {}", cfg.dir.display()))?;
     Ok(())
 }
 
@@ -240,6 +252,25 @@ mod tests {
         cfg.listen = "[::1]:0".parse().unwrap();
         cfg.token = None;
         check(&cfg).unwrap();
+    }
+
+    #[test]
+    fn a_store_that_is_a_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("store");
+        std::fs::write(&file, "not a store").unwrap();
+        let cfg = Config {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            dir: file.clone(),
+            token: None,
+            top_processes: 20,
+            metrics_max_age: Duration::from_secs(60),
+        };
+        let e = check(&cfg).unwrap_err().to_string();
+        assert!(
+            e.contains("not a directory") && e.contains(&*file.to_string_lossy()),
+            "{e}"
+        );
     }
 
     #[test]
