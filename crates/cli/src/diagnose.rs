@@ -6,7 +6,7 @@ use anyhow::{bail, Result};
 use clap::Args;
 use jitterscope_diagnose::{diagnose, rules::RULES, text, Options};
 
-use crate::timearg::{parse_duration, parse_time};
+use crate::timearg::{after, before, parse_duration, parse_time};
 
 /// Arguments of `diagnose`.
 #[derive(Args, Debug)]
@@ -60,11 +60,19 @@ pub fn run(a: DiagnoseArgs) -> Result<()> {
             let Some((f, t)) = jitterscope_diagnose::events::parse_id(id) else {
                 bail!("--event {id:?} is not an event id (`<kind>@<start epoch s>+<seconds>`, as `jitterscope events` prints)");
             };
-            (f - 10_000_000_000, t + 10_000_000_000)
+            let margin = std::time::Duration::from_secs(10);
+            (
+                before(f, margin, "--event").map_err(anyhow::Error::msg)?,
+                after(t, margin, "--event").map_err(anyhow::Error::msg)?,
+            )
         }
         (Some(t), ..) => {
             let t = parse_time(t, now).map_err(anyhow::Error::msg)?;
-            (t - 30_000_000_000, t + 30_000_000_000)
+            let half = std::time::Duration::from_secs(30);
+            (
+                before(t, half, "--at").map_err(anyhow::Error::msg)?,
+                after(t, half, "--at").map_err(anyhow::Error::msg)?,
+            )
         }
         (None, Some(f), Some(t), _) => (
             parse_time(f, now).map_err(anyhow::Error::msg)?,
@@ -73,18 +81,12 @@ pub fn run(a: DiagnoseArgs) -> Result<()> {
         (None, _, _, since) => {
             let to = parse_time("now", now).map_err(anyhow::Error::msg)?;
             let d = since.unwrap_or(std::time::Duration::from_secs(300));
-            (to - d.as_nanos() as i64, to)
+            (before(to, d, "--since").map_err(anyhow::Error::msg)?, to)
         }
     };
+    let lookback_ns = from - before(from, a.baseline, "--baseline").map_err(anyhow::Error::msg)?;
     let dir = crate::existing_store(a.dir, from, to)?;
-    let report = diagnose(
-        &dir,
-        from,
-        to,
-        Options {
-            lookback_ns: a.baseline.as_nanos() as i64,
-        },
-    )?;
+    let report = diagnose(&dir, from, to, Options { lookback_ns })?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -6,7 +6,7 @@ use anyhow::Result;
 use clap::Args;
 use jitterscope_model::time::rfc3339;
 
-use crate::timearg::{parse_duration, parse_time};
+use crate::timearg::{before, parse_duration, parse_time};
 
 /// Arguments of `events`.
 #[derive(Args, Debug)]
@@ -38,7 +38,10 @@ pub fn run(a: EventsArgs) -> Result<()> {
         ),
         _ => {
             let to = parse_time("now", now).map_err(anyhow::Error::msg)?;
-            (to - a.since.as_nanos() as i64, to)
+            (
+                before(to, a.since, "--since").map_err(anyhow::Error::msg)?,
+                to,
+            )
         }
     };
     let dir = crate::existing_store(a.dir, from, to)?;

@@ -21,7 +21,7 @@ pub struct MemleakArgs {
     /// The process.
     #[arg(long)]
     pid: u32,
-    /// Time between readings.
+    /// Time between readings, at least 1s.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     interval: Duration,
     /// Readings (the first and the last also count strings and, for Python, the heap).
@@ -49,8 +49,19 @@ pub struct MemleakArgs {
 
 use jitterscope_sources::units::mib_text as mib;
 
+/// Shortest `--interval`: one reading (smaps of every mapping) takes a good part of a second
+/// on a large process, and growth measured between readings closer than that is noise.
+const MIN_INTERVAL: Duration = Duration::from_secs(1);
+
 /// Runs `memleak`.
 pub fn run(a: MemleakArgs) -> Result<()> {
+    // Checked before the process is opened, so the mistake is named whatever the pid.
+    if a.interval < MIN_INTERVAL {
+        anyhow::bail!(
+            "--interval {} is too short: readings must be at least 1s apart",
+            humantime::format_duration(a.interval)
+        );
+    }
     let o = Options {
         census: census::Options {
             min_len: a.min_len as usize,

@@ -36,13 +36,15 @@ pub struct RecordArgs {
     /// Store directory [default: $JITTERSCOPE_DIR or /var/lib/jitterscope].
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// Delete recorded data older than this.
+    /// Delete recorded data older than this (at least 1m: retention runs when the store
+    /// opens, so less would delete the previous runs' data at start).
     #[arg(long, default_value = "7d", value_parser = parse_duration)]
     retain: Duration,
-    /// Keep the store below this total size, deleting the oldest data first.
+    /// Keep the store below this total size, deleting the oldest data first (at least 1MiB;
+    /// a bare number is bytes).
     #[arg(long, default_value = "2GiB", value_parser = parse_size)]
     max_size: u64,
-    /// Stop after this long (default: run until SIGINT/SIGTERM).
+    /// Stop after this long, more than 0 (default: run until SIGINT/SIGTERM).
     #[arg(long, value_parser = parse_duration)]
     duration: Option<Duration>,
     /// Print one status line per sample on stdout (cpu, reclaim scans, TLB IPIs, worst throttled cgroup).
@@ -51,14 +53,15 @@ pub struct RecordArgs {
     /// Read kernel files under this directory instead of / (for recorded trees and tests).
     #[arg(long, default_value = "/")]
     root: PathBuf,
-    /// Scheduling niceness to run at (-20 is the highest priority).
-    #[arg(long, default_value_t = -20, allow_negative_numbers = true)]
+    /// Scheduling niceness to run at, -20 (the highest priority) to 19.
+    #[arg(long, default_value_t = -20, allow_negative_numbers = true,
+          value_parser = clap::value_parser!(i32).range(-20..=19))]
     nice: i32,
     /// Do not lock the recorder's memory (mlockall).
     #[arg(long)]
     no_mlock: bool,
     /// How often to read /proc/slabinfo, which holds slab locks while it is read (at most once
-    /// per interval).
+    /// per interval; 0s: every interval).
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     slabinfo_interval: Duration,
     /// BPF tracers to run, comma-separated [default: all].
@@ -170,10 +173,37 @@ fn log(msg: &str) {
     eprintln!("jitterscope: {msg}");
 }
 
+/// Shortest `--retain`: anything shorter empties the store it opens.
+const MIN_RETAIN: Duration = Duration::from_secs(60);
+
+/// Smallest `--max-size`. A bare number is bytes, so `--max-size 2` meant as gigabytes would
+/// otherwise delete every closed segment.
+const MIN_MAX_SIZE: u64 = 1 << 20;
+
 /// Runs `record`.
 pub fn run(a: RecordArgs) -> Result<()> {
     if a.interval < Duration::from_millis(100) || a.interval > Duration::from_secs(3600) {
         bail!("--interval must be between 100ms and 1h");
+    }
+    // Checked before the store opens: opening it applies retention, at once.
+    if a.retain < MIN_RETAIN {
+        bail!(
+            "--retain {} would delete the data as soon as it is written, the previous runs' too: \
+             give how long to keep it, at least 1m (default 7d)",
+            humantime::format_duration(a.retain)
+        );
+    }
+    if a.max_size < MIN_MAX_SIZE {
+        bail!(
+            "--max-size {} bytes leaves no room for the data, the previous runs' included: \
+             give the most the store may use, at least 1MiB (e.g. 500MiB; default 2GiB)",
+            a.max_size
+        );
+    }
+    if a.duration == Some(Duration::ZERO) {
+        bail!(
+            "--duration 0 would stop before the first sample: leave it out to record until stopped"
+        );
     }
     let dir = crate::store_dir(a.dir);
     let mut cfg = StoreConfig::new(&dir);

@@ -1,7 +1,8 @@
 //! `jitterscope serve`: the web UI, JSON API and Prometheus endpoint (crates/web).
 
+use std::io::Read;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -38,12 +39,31 @@ fn parse_zero_or_duration(s: &str) -> Result<Duration, String> {
     parse_duration(s)
 }
 
+/// Longest token file read. A token is one line; without a bound, `/dev/zero` or a log file
+/// given by mistake is read until memory runs out and the server never starts.
+const TOKEN_FILE_MAX: u64 = 4096;
+
+fn read_token_file(p: &Path) -> Result<String> {
+    let cannot = || format!("cannot read the token file {}", p.display());
+    let mut buf = Vec::new();
+    std::fs::File::open(p)
+        .and_then(|f| f.take(TOKEN_FILE_MAX + 1).read_to_end(&mut buf))
+        .with_context(cannot)?;
+    if buf.len() as u64 > TOKEN_FILE_MAX {
+        bail!(
+            "the token file {} is longer than {TOKEN_FILE_MAX} bytes: it must hold only the token",
+            p.display()
+        );
+    }
+    String::from_utf8(buf)
+        .map_err(|_| anyhow::anyhow!("the token file {} is not UTF-8 text", p.display()))
+}
+
 /// Runs `serve`.
 pub fn run(a: ServeArgs) -> Result<()> {
     let token = match &a.auth_token_file {
         Some(p) => {
-            let t = std::fs::read_to_string(p)
-                .with_context(|| format!("cannot read the token file {}", p.display()))?;
+            let t = read_token_file(p)?;
             let t = t.trim().to_string();
             if t.is_empty() {
                 bail!("the token file {} is empty", p.display());

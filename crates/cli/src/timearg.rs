@@ -1,6 +1,9 @@
 //! Time arguments: RFC 3339, `HH:MM[:SS]` (today, local time), `10m ago`, `now`, epoch seconds.
 
+use std::time::Duration;
+
 use chrono::{DateTime, Local, NaiveTime, TimeZone, Utc};
+use jitterscope_model::time::{LATEST, MAX_EPOCH_SECS, SUPPORTED_RANGE};
 
 /// Parses a time argument into nanoseconds since the epoch (UTC), relative to `now`.
 pub fn parse_time(s: &str, now: DateTime<Utc>) -> Result<i64, String> {
@@ -11,27 +14,32 @@ pub fn parse_time(s: &str, now: DateTime<Utc>) -> Result<i64, String> {
              '10m ago', 'now' or epoch seconds"
         )
     };
+    // A well-formed time the store cannot hold must not be called malformed.
+    let beyond = || format!("time {s:?} is outside the supported range, {SUPPORTED_RANGE}");
     if t.is_empty() {
         return Err(bad());
     }
     if t == "now" {
-        return to_ns(now).ok_or_else(bad);
+        return to_ns(now).ok_or_else(beyond);
     }
     if let Some(ago) = t.strip_suffix("ago") {
         let d = humantime::parse_duration(ago.trim())
             .map_err(|e| format!("invalid time {s:?}: {e}"))?;
-        let d = chrono::Duration::from_std(d).map_err(|_| bad())?;
-        return now.checked_sub_signed(d).and_then(to_ns).ok_or_else(bad);
+        let d = chrono::Duration::from_std(d).map_err(|_| beyond())?;
+        return now.checked_sub_signed(d).and_then(to_ns).ok_or_else(beyond);
     }
     if let Ok(dt) = DateTime::parse_from_rfc3339(t) {
-        return to_ns(dt.with_timezone(&Utc)).ok_or_else(bad);
+        return to_ns(dt.with_timezone(&Utc)).ok_or_else(beyond);
     }
     if t.bytes().all(|c| c.is_ascii_digit() || c == b'.')
         && t.bytes().filter(|&c| c == b'.').count() <= 1
     {
         let secs: f64 = t.parse().map_err(|_| bad())?;
-        if !(0.0..=4.0e9).contains(&secs) {
-            return Err(format!("invalid time {s:?}: epoch seconds out of range"));
+        if !(0.0..=MAX_EPOCH_SECS).contains(&secs) {
+            return Err(format!(
+                "epoch seconds {s:?} are outside the supported range, 0 to {MAX_EPOCH_SECS} \
+                 (1970-01-01T00:00:00Z to {LATEST})"
+            ));
         }
         return Ok((secs * 1e9).round() as i64);
     }
@@ -50,6 +58,34 @@ pub fn parse_time(s: &str, now: DateTime<Utc>) -> Result<i64, String> {
 
 fn to_ns(t: DateTime<Utc>) -> Option<i64> {
     t.timestamp_nanos_opt()
+}
+
+/// `t` less `d`: the start of a window of length `d` ending at `t`. `what` names the argument
+/// that asked for it, for the error when the start falls outside the supported range (a
+/// duration of centuries is accepted by the parser, and would otherwise wrap around).
+pub fn before(t: i64, d: Duration, what: &str) -> Result<i64, String> {
+    i64::try_from(d.as_nanos())
+        .ok()
+        .and_then(|d| t.checked_sub(d))
+        .ok_or_else(|| {
+            format!(
+                "{what} {} reaches outside the supported range of times, {SUPPORTED_RANGE}",
+                humantime::format_duration(d)
+            )
+        })
+}
+
+/// `t` plus `d`; see [`before`].
+pub fn after(t: i64, d: Duration, what: &str) -> Result<i64, String> {
+    i64::try_from(d.as_nanos())
+        .ok()
+        .and_then(|d| t.checked_add(d))
+        .ok_or_else(|| {
+            format!(
+                "{what} {} reaches outside the supported range of times, {SUPPORTED_RANGE}",
+                humantime::format_duration(d)
+            )
+        })
 }
 
 /// Parses a size such as `2GiB`, `500MB`, `1048576`.
@@ -138,6 +174,52 @@ mod tests {
             let e = parse_time(bad, now()).unwrap_err();
             assert!(!e.contains('\n'), "{e}");
         }
+    }
+
+    #[test]
+    fn valid_times_beyond_the_range_say_so() {
+        for t in [
+            "3000-01-01T00:00:00Z",
+            "1600-01-01T00:00:00Z",
+            "9999999999",
+            "400y ago",
+            "18446744733s ago",
+        ] {
+            let e = parse_time(t, now()).unwrap_err();
+            assert!(e.contains("outside the supported range"), "{t}: {e}");
+            assert!(e.contains("2262-04-11T23:47:16Z"), "{t}: {e}");
+            assert!(!e.contains("RFC 3339 ("), "{t}: {e}");
+        }
+        // The range's own ends are accepted.
+        for t in ["2262-04-11T23:47:16Z", "1677-09-21T00:12:44Z", "9223372036"] {
+            assert!(parse_time(t, now()).is_ok(), "{t}");
+        }
+    }
+
+    #[test]
+    fn windows_that_leave_the_range_are_errors() {
+        let n = to_ns(now()).unwrap();
+        let huge = Duration::from_secs(18_446_744_733);
+        let e = before(n, huge, "--since").unwrap_err();
+        assert!(
+            e.starts_with("--since ") && e.contains("supported range"),
+            "{e}"
+        );
+        assert!(after(i64::MAX - 10, Duration::from_secs(1), "--at").is_err());
+        assert_eq!(
+            before(n, Duration::from_secs(60), "--since"),
+            Ok(n - 60_000_000_000)
+        );
+        assert_eq!(
+            after(n, Duration::from_secs(1), "--at"),
+            Ok(n + 1_000_000_000)
+        );
+        // Centuries back still fit: refused only when nanoseconds cannot hold the duration
+        // (292 years) or the start.
+        assert!(before(n, Duration::from_secs(300 * 365 * 86400), "--since").is_err());
+        assert!(before(n, Duration::from_secs(280 * 365 * 86400), "--since").is_ok());
+        let early = parse_time("1700-01-01T00:00:00Z", now()).unwrap();
+        assert!(before(early, Duration::from_secs(30 * 365 * 86400), "--since").is_err());
     }
 
     #[test]

@@ -74,7 +74,41 @@ pub fn run(a: TracersArgs) -> Result<()> {
         );
     }
     if failed > 0 {
-        bail!("{failed} tracer(s) cannot run on this kernel (see above)");
+        bail!("{}", failure(failed, &started));
     }
     Ok(())
+}
+
+/// The closing error: a missing privilege is not the kernel's fault, and saying "this kernel"
+/// sends the operator looking for a newer one.
+fn failure(failed: usize, started: &[jitterscope_bpf::Started]) -> String {
+    // SAFETY: geteuid has no failure mode.
+    let uid = unsafe { libc::geteuid() };
+    let denied = started
+        .iter()
+        .filter_map(|s| s.outcome.as_ref().err())
+        .any(|why| {
+            [
+                "Operation not permitted",
+                "Permission denied",
+                "EPERM",
+                "EACCES",
+            ]
+            .iter()
+            .any(|e| why.contains(e))
+        });
+    if uid != 0 {
+        format!(
+            "{failed} tracer(s) cannot run: loading BPF needs root, or CAP_BPF and CAP_PERFMON \
+             (running as uid {uid})"
+        )
+    } else if denied {
+        format!(
+            "{failed} tracer(s) cannot run: permission denied even as root: loading BPF needs \
+             CAP_BPF and CAP_PERFMON (a container, lockdown or a security module may withhold them; \
+             see above)"
+        )
+    } else {
+        format!("{failed} tracer(s) cannot run on this kernel (see above)")
+    }
 }

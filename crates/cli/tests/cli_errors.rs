@@ -210,3 +210,205 @@ fn dump_list_json() {
     assert_eq!(t["unit"], "percent");
     assert_eq!(t["kind"], "rate");
 }
+
+/// [`assert_clean_failure`] for an error of ours, not clap's: stderr is that one line and
+/// nothing else.
+fn assert_one_line_failure(args: &[&str], needle: &str) -> String {
+    let err = assert_clean_failure(args, needle);
+    assert_eq!(err.lines().count(), 1, "{args:?}: want one line: {err}");
+    assert!(err.starts_with("jitterscope: error: "), "{args:?}: {err}");
+    err
+}
+
+// A duration of centuries parses; its window's start must not wrap around into the future.
+
+#[test]
+fn diagnose_since_beyond_the_supported_range() {
+    let d = fixture_store();
+    assert_one_line_failure(
+        &["diagnose", "--dir", s(&d), "--since", "18446744733s"],
+        "supported range",
+    );
+}
+
+#[test]
+fn diagnose_baseline_beyond_the_supported_range() {
+    let d = fixture_store();
+    let err = assert_one_line_failure(
+        &["diagnose", "--dir", s(&d), "--baseline", "18446744733s"],
+        "--baseline",
+    );
+    assert!(err.contains("supported range"), "{err}");
+}
+
+#[test]
+fn events_since_beyond_the_supported_range() {
+    let d = fixture_store();
+    assert_one_line_failure(
+        &["events", "--dir", s(&d), "--since", "18446744733s"],
+        "supported range",
+    );
+}
+
+#[test]
+fn a_valid_time_beyond_the_range_is_not_called_malformed() {
+    let d = fixture_store();
+    for cmd in ["dump", "flame", "diagnose"] {
+        let err = assert_one_line_failure(
+            &[
+                cmd,
+                "--dir",
+                s(&d),
+                "--from",
+                "3000-01-01T00:00:00Z",
+                "--to",
+                "now",
+            ],
+            "outside the supported range, 1677-09-21T00:12:44Z to 2262-04-11T23:47:16Z",
+        );
+        assert!(!err.contains("use RFC 3339"), "{cmd}: {err}");
+    }
+}
+
+#[test]
+fn serve_token_file_without_end_is_refused() {
+    // /dev/zero was read whole: gigabytes of memory and a server that never started.
+    let d = fixture_store();
+    assert_one_line_failure(
+        &["serve", "--dir", s(&d), "--auth-token-file", "/dev/zero"],
+        "longer than 4096 bytes",
+    );
+}
+
+#[test]
+fn record_nice_out_of_range() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("store");
+    for n in ["100", "-21", "20"] {
+        assert_clean_failure(
+            &["record", "--dir", s(&d), "--duration", "1s", "--nice", n],
+            "--nice",
+        );
+    }
+}
+
+/// A store with data recorded earlier: the fixture's segments, copied.
+fn store_with_data() -> (tempfile::TempDir, std::path::PathBuf, Vec<String>) {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("store");
+    std::fs::create_dir(&d).unwrap();
+    let mut names = Vec::new();
+    for e in std::fs::read_dir(fixture_store()).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), d.join(e.file_name())).unwrap();
+        names.push(e.file_name().to_string_lossy().into_owned());
+    }
+    names.sort();
+    assert!(!names.is_empty());
+    (t, d, names)
+}
+
+fn names_in(d: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn record_retain_zero_is_refused_and_keeps_the_previous_data() {
+    let (_t, d, before) = store_with_data();
+    for retain in ["0s", "30s"] {
+        let err = assert_one_line_failure(
+            &[
+                "record",
+                "--dir",
+                s(&d),
+                "--duration",
+                "1s",
+                "--retain",
+                retain,
+            ],
+            "--retain",
+        );
+        assert!(err.contains("at least 1m"), "{err}");
+        assert_eq!(names_in(&d), before, "--retain {retain} deleted data");
+    }
+}
+
+#[test]
+fn record_max_size_zero_is_refused_and_keeps_the_previous_data() {
+    let (_t, d, before) = store_with_data();
+    for size in ["0", "2"] {
+        let err = assert_one_line_failure(
+            &[
+                "record",
+                "--dir",
+                s(&d),
+                "--duration",
+                "1s",
+                "--max-size",
+                size,
+            ],
+            "--max-size",
+        );
+        assert!(err.contains("at least 1MiB"), "{err}");
+        assert_eq!(names_in(&d), before, "--max-size {size} deleted data");
+    }
+}
+
+#[test]
+fn record_duration_zero() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("store");
+    assert_one_line_failure(
+        &["record", "--dir", s(&d), "--duration", "0s"],
+        "--duration 0",
+    );
+}
+
+#[test]
+fn memleak_interval_zero() {
+    // Our own pid: the check must come first, whatever the process.
+    let pid = std::process::id().to_string();
+    for i in ["0s", "10ms"] {
+        assert_one_line_failure(
+            &["memleak", "--pid", &pid, "--interval", i, "--samples", "2"],
+            "--interval",
+        );
+    }
+}
+
+#[test]
+fn serve_refuses_a_store_it_cannot_list() {
+    const TEST: &str = "serve_refuses_a_store_it_cannot_list";
+    let t = tempfile::tempdir().unwrap();
+    let file = t.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    assert_one_line_failure(&["serve", "--dir", s(&file)], "not a directory");
+
+    // Root lists any directory: the unreadable store needs another user.
+    if !jitterscope_testkit::is_root() {
+        return jitterscope_testkit::skip(TEST, "needs root to run serve as nobody");
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let (holder, d, _) = store_with_data();
+    // Only the store itself is closed: its parent must not already stop `nobody`.
+    std::fs::set_permissions(holder.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let nobody = common::NobodyBin::new();
+    let o = nobody.run_for(
+        &["serve", "--dir", s(&d), "--listen", "127.0.0.1:0"],
+        TIMEOUT,
+    );
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("cannot read the store") && err.contains(s(&d)),
+        "{err}"
+    );
+    assert!(err.contains("ermission denied"), "{err}");
+}

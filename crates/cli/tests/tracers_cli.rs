@@ -88,6 +88,15 @@ fn check_lists_every_tracer_and_refuses_without_root() {
     let err = text(&o.stderr);
     assert_eq!(err.lines().count(), 1, "one-line error: {err}");
     assert!(!err.contains("panicked"), "{err}");
+    // The kernel is not to blame for a missing privilege.
+    assert!(
+        err.contains("needs root") && err.contains("CAP_BPF"),
+        "{err}"
+    );
+    assert!(!err.contains("this kernel"), "{err}");
+    if is_root() {
+        assert!(err.contains("uid 65534"), "{err}");
+    }
 
     const TEST: &str = "check_lists_every_tracer_and_refuses_without_root";
     if !is_root() {

@@ -129,6 +129,9 @@ pub struct Data {
     /// The OOM killer's victims in the window (from its reports in the kernel log), with the
     /// time of each kill (ns since the epoch).
     pub oom_kills: Vec<(i64, OomKill)>,
+    /// The window asked for, `(from, to]`, when the data was read from a store; the samples
+    /// may not reach its ends.
+    pub asked: Option<(i64, i64)>,
 }
 
 /// Summary statistics of a series over the window and over the baseline.
@@ -256,7 +259,10 @@ impl Data {
             .union(proc_sel.parts().without(Parts::PROCESSES));
         let lo = from.saturating_sub(lookback_ns);
         let stride = (to.saturating_sub(from) / PROCESS_POINTS).max(1_000_000_000);
-        let mut d = Data::default();
+        let mut d = Data {
+            asked: Some((from, to)),
+            ..Default::default()
+        };
         let mut win = Window::new();
         let mut prev: Option<Sample> = None;
         let mut prev_procs: Option<Sample> = None;

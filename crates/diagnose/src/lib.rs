@@ -10,6 +10,7 @@
 pub mod chain;
 pub mod data;
 pub mod events;
+pub mod holes;
 pub mod rules;
 pub mod text;
 
@@ -144,6 +145,10 @@ pub struct Report {
     pub findings: Vec<Finding>,
     /// Records the read skipped because they were damaged.
     pub damaged: jitterscope_model::stored::Damage,
+    /// Stretches of the window without samples, when they cover more than 5% of it (absent
+    /// otherwise); the confidences are then lowered in proportion.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holes: Option<holes::Holes>,
 }
 
 /// Options of [`diagnose`].
@@ -206,6 +211,20 @@ pub fn evaluate(d: &Data) -> Report {
     });
     // Then each root cause before what it set off.
     let mut findings = chain::link(d, findings);
+    // After the links, which judge the evidence itself; one factor for all keeps the order.
+    let holes = {
+        let (from, to) = d.asked.unwrap_or_else(|| {
+            let (first, last) = d.span();
+            let before = d.start.checked_sub(1).and_then(|i| d.ts.get(i));
+            (before.copied().unwrap_or(first), last)
+        });
+        holes::find(&d.ts, from, to)
+    };
+    if let Some(h) = &holes {
+        for f in &mut findings {
+            f.confidence = rules::round(f.confidence * (1.0 - h.fraction));
+        }
+    }
     let secs = d.window_seconds();
     for e in findings.iter_mut().flat_map(|f| f.evidence.iter_mut()) {
         if matches!(e.stat, "total" | "growth") {
@@ -222,6 +241,7 @@ pub fn evaluate(d: &Data) -> Report {
         baseline_samples: d.start,
         findings,
         damaged: d.damage.clone(),
+        holes,
     }
 }
 

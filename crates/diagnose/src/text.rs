@@ -23,6 +23,28 @@ pub fn render(r: &Report) -> String {
     if let Some(note) = r.damaged.note() {
         let _ = writeln!(o, "note: {note}");
     }
+    if let Some(h) = &r.holes {
+        let longest = h
+            .holes
+            .iter()
+            .max_by(|a, b| a.seconds.total_cmp(&b.seconds));
+        let stretches = match (h.holes.len(), longest) {
+            (1, Some(l)) => format!("from {} to {}", l.from, l.to),
+            (n, Some(l)) => format!(
+                "{n} stretches, the longest {} s from {}",
+                num(l.seconds),
+                l.from
+            ),
+            (_, None) => String::new(),
+        };
+        let _ = writeln!(
+            o,
+            "note: the window has holes: {} s of {} s without samples ({stretches}); confidences lowered by {:.0}%",
+            num(h.seconds),
+            num(h.of_seconds),
+            h.fraction * 100.0
+        );
+    }
     if r.samples == 0 {
         let _ = writeln!(o, "no samples in this window: nothing to diagnose");
         return o;

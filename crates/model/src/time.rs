@@ -11,8 +11,39 @@ pub fn rfc3339(ns: i64) -> String {
     }
 }
 
+/// The times a store can hold, in whole seconds: nanoseconds since the epoch in an `i64`.
+/// Every time argument outside it is refused with this range, never as a malformed time.
+pub const SUPPORTED_RANGE: &str = "1677-09-21T00:12:44Z to 2262-04-11T23:47:16Z";
+
+/// The end of [`SUPPORTED_RANGE`].
+pub const LATEST: &str = "2262-04-11T23:47:16Z";
+
+/// The largest epoch seconds inside [`SUPPORTED_RANGE`] (epoch seconds are never negative).
+pub const MAX_EPOCH_SECS: f64 = 9_223_372_036.0;
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_supported_range_is_what_nanoseconds_hold() {
+        let (lo, hi) = super::SUPPORTED_RANGE.split_once(" to ").unwrap();
+        assert_eq!(hi, super::LATEST);
+        let ns = |t: &str| {
+            chrono::DateTime::parse_from_rfc3339(t)
+                .unwrap()
+                .timestamp_nanos_opt()
+        };
+        let second = chrono::Duration::seconds(1);
+        let shift = |t: &str, d: chrono::Duration| {
+            (chrono::DateTime::parse_from_rfc3339(t).unwrap() + d).timestamp_nanos_opt()
+        };
+        assert!(ns(lo).is_some() && shift(lo, -second).is_none());
+        assert!(ns(hi).is_some() && shift(hi, second).is_none());
+        assert_eq!(
+            ns(hi).unwrap() / 1_000_000_000,
+            super::MAX_EPOCH_SECS as i64
+        );
+    }
+
     #[test]
     fn formats_and_falls_back() {
         assert_eq!(super::rfc3339(1_500_000_000), "1970-01-01T00:00:01.500Z");

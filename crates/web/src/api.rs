@@ -77,16 +77,27 @@ fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
 /// A time parameter: epoch seconds (fractions allowed) or RFC 3339.
 pub fn parse_time(s: &str) -> Result<i64, ApiError> {
     let t = s.trim();
+    use jitterscope_model::time::{LATEST, MAX_EPOCH_SECS, SUPPORTED_RANGE};
     if let Ok(secs) = t.parse::<f64>() {
-        if secs.is_finite() && (0.0..=4.0e9).contains(&secs) {
+        if secs.is_finite() && (0.0..=MAX_EPOCH_SECS).contains(&secs) {
             return Ok((secs * 1e9).round() as i64);
         }
-        return Err(bad(format!("time {s:?} is out of range")));
+        return Err(bad(format!(
+            "epoch seconds {s:?} are outside the supported range, 0 to {MAX_EPOCH_SECS} \
+             (1970-01-01T00:00:00Z to {LATEST})"
+        )));
     }
-    chrono::DateTime::parse_from_rfc3339(t)
-        .ok()
-        .and_then(|d| d.timestamp_nanos_opt())
-        .ok_or_else(|| bad(format!("time {s:?} is neither epoch seconds nor RFC 3339")))
+    match chrono::DateTime::parse_from_rfc3339(t) {
+        // Well-formed, but nanoseconds since the epoch cannot hold it.
+        Ok(d) => d.timestamp_nanos_opt().ok_or_else(|| {
+            bad(format!(
+                "time {s:?} is outside the supported range, {SUPPORTED_RANGE}"
+            ))
+        }),
+        Err(_) => Err(bad(format!(
+            "time {s:?} is neither epoch seconds nor RFC 3339"
+        ))),
+    }
 }
 
 /// `from` and `to` of a request.
@@ -654,5 +665,20 @@ mod tests {
         assert_eq!(parse_time("1970-01-01T00:00:02Z").unwrap(), 2_000_000_000);
         assert!(parse_time("soon").is_err());
         assert!(parse_time("-1").is_err());
+        // A valid RFC 3339 time beyond what the store can hold is refused for that reason.
+        let e = parse_time("3000-01-01T00:00:00Z").unwrap_err().1;
+        assert!(
+            e.contains("outside the supported range") && e.contains("2262"),
+            "{e}"
+        );
+        assert!(!e.contains("RFC 3339"), "{e}");
+        assert!(parse_time("2262-04-11T23:47:16Z").is_ok());
+        // The ends agree with the RFC 3339 ones: the whole range, nothing beyond it.
+        assert_eq!(
+            parse_time("9223372036").unwrap(),
+            parse_time("2262-04-11T23:47:16Z").unwrap()
+        );
+        let e = parse_time("9223372037").unwrap_err().1;
+        assert!(e.contains("2262-04-11T23:47:16Z"), "{e}");
     }
 }

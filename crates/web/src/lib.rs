@@ -89,9 +89,21 @@ pub fn check(cfg: &Config) -> Result<()> {
             );
         }
     }
-    if !cfg.dir.is_dir() {
-        bail!("no store at {}", cfg.dir.display());
+    match std::fs::metadata(&cfg.dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("no store at {}", cfg.dir.display())
+        }
+        Err(e) => {
+            return Err(e).with_context(|| format!("cannot read the store {}", cfg.dir.display()))
+        }
+        Ok(m) if !m.is_dir() => bail!("{} is not a store: not a directory", cfg.dir.display()),
+        Ok(_) => {}
     }
+    // Every request lists the store: one this user cannot list would start, then answer 500
+    // to everything.
+    jitterscope_store::Reader::open(&cfg.dir)
+        .and_then(|r| r.segments())
+        .with_context(|| format!("cannot read the store {}", cfg.dir.display()))?;
     Ok(())
 }
 
@@ -114,11 +126,14 @@ const COOKIE: &str = "jitterscope_token";
 
 fn token_of(req: &Request) -> Option<(&str, Carried)> {
     if let Some(h) = req.headers().get(header::AUTHORIZATION) {
+        // The scheme is case-insensitive and may be followed by several spaces (RFC 7235
+        // section 2.1); clients do send `bearer`.
         return h
             .to_str()
             .ok()
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(|t| (t, Carried::Header));
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, t)| (t.trim_start_matches(' '), Carried::Header));
     }
     if let Some(t) = req
         .uri()
@@ -324,5 +339,55 @@ mod tests {
         cfg.listen = "[::1]:0".parse().unwrap();
         cfg.token = None;
         check(&cfg).unwrap();
+    }
+
+    #[test]
+    fn a_store_that_is_a_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("store");
+        std::fs::write(&file, "not a store").unwrap();
+        let cfg = Config {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            dir: file.clone(),
+            token: None,
+            top_processes: 20,
+            metrics_max_age: Duration::from_secs(60),
+        };
+        let e = check(&cfg).unwrap_err().to_string();
+        assert!(
+            e.contains("not a directory") && e.contains(&*file.to_string_lossy()),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        let with = |auth: &str| {
+            axum::http::Request::builder()
+                .header(header::AUTHORIZATION, auth)
+                .body(axum::body::Body::empty())
+                .unwrap()
+        };
+        for auth in [
+            "Bearer 0123456789abcdef",
+            "bearer 0123456789abcdef",
+            "BEARER 0123456789abcdef",
+            "Bearer   0123456789abcdef",
+        ] {
+            let r = with(auth);
+            assert_eq!(
+                token_of(&r),
+                Some(("0123456789abcdef", Carried::Header)),
+                "{auth}"
+            );
+        }
+        for auth in [
+            "Basic 0123456789abcdef",
+            "Bearer0123456789abcdef",
+            "Bearerx y",
+        ] {
+            let r = with(auth);
+            assert_eq!(token_of(&r), None, "{auth}");
+        }
     }
 }

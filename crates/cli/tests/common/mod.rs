@@ -92,8 +92,18 @@ impl Drop for ChildGuard {
 /// Runs the binary with `args`, capturing stdout and stderr; panics (after killing it) if it
 /// has not finished within `timeout`, so a hung command fails the test instead of hanging CI.
 pub fn run(args: &[&str], timeout: Duration) -> Output {
-    let child = cmd()
-        .args(args)
+    let mut c = cmd();
+    c.args(args);
+    run_command(c, timeout)
+}
+
+/// [`run`] for a command built by the caller.
+pub fn run_command(mut c: Command, timeout: Duration) -> Output {
+    let args: Vec<String> = c
+        .get_args()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let child = c
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -309,14 +319,20 @@ impl NobodyBin {
 
     /// Runs it as uid and gid 65534 (`nobody`).
     pub fn run(&self, args: &[&str]) -> Output {
+        self.run_for(args, Duration::from_secs(600))
+    }
+
+    /// Runs it as `nobody`, failing the test if it has not finished within `timeout` (a
+    /// command that should refuse to start would otherwise hang the test when it starts).
+    pub fn run_for(&self, args: &[&str], timeout: Duration) -> Output {
         use std::os::unix::process::CommandExt;
-        Command::new(&self.exe)
-            .args(args)
+        let mut c = Command::new(&self.exe);
+        c.args(args)
+            .env_remove("JITTERSCOPE_DIR")
             .uid(65534)
             .gid(65534)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
+            .stdin(Stdio::null());
+        run_command(c, timeout)
     }
 }
 
