@@ -117,7 +117,10 @@ for t in threads:
 lat, peak_rss = [], 0
 while any(t.is_alive() for t in threads) or time.monotonic() - t_start < 10:
     t0 = time.monotonic()
-    st, _ = get("/api/v1/range", timeout=30)
+    try:
+        st, _ = get("/api/v1/range", timeout=30)
+    except OSError:
+        st = None  # no answer within 30 s: counted as unanswered
     lat.append((time.monotonic() - t0) * 1000 if st == 200 else float("inf"))
     peak_rss = max(peak_rss, rss()[0])
     time.sleep(0.05)
@@ -126,11 +129,13 @@ for t in threads:
 load_s = time.monotonic() - t_start
 hwm = rss()[1]
 # Idle sockets closed by the server (header timeout) by now?
+time.sleep(max(0.0, 12 - (time.monotonic() - t_start)))
 closed = 0
 for s in idle:
-    s.settimeout(15)
     try:
-        closed += s.recv(1) == b""
+        closed += s.recv(1, socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        pass  # still open
     except OSError:
         closed += 1
 by = {}
@@ -168,7 +173,8 @@ exit_s = time.monotonic() - t0
 lat.sort()
 p = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))]
 print(json.dumps({
-    "range_n": len(lat), "range_p50_ms": p(0.5), "range_p99_ms": p(0.99), "range_max_ms": lat[-1],
+    "range_n": len(lat), "range_unanswered": sum(1 for x in lat if x == float("inf")),
+    "range_p50_ms": p(0.5), "range_p99_ms": p(0.99), "range_max_ms": lat[-1],
     "rss_peak_mb": max(peak_rss, hwm) / 2**20, "load_s": load_s, "idle_closed": closed,
     "exit_s": exit_s, "cpu_after_hangup_s": after_hangup, "answers": {k: {"n": v[0], "max_s": v[1], "max_bytes": v[2]} for k, v in sorted(by.items())},
 }))
@@ -181,6 +187,7 @@ p50=$(j '"%.1f" % d["range_p50_ms"]')
 p99=$(j '"%.1f" % d["range_p99_ms"]')
 rmax=$(j '"%.1f" % d["range_max_ms"]')
 rn=$(j 'd["range_n"]')
+runans=$(j 'd["range_unanswered"]')
 rss=$(j '"%.0f" % d["rss_peak_mb"]')
 load_s=$(j '"%.1f" % d["load_s"]')
 closed=$(j 'd["idle_closed"]')
@@ -206,7 +213,7 @@ server gets SIGTERM 0.3 s later.
 
 | measure | value | target |
 |---|---|---|
-| \`/api/v1/range\` during the load, ${rn} requests: p50 / p99 / max | ${p50} / ${p99} / ${rmax} ms | p99 < 200 ms ($(verdict "$p99" 200)) |
+| \`/api/v1/range\` during the load, ${rn} requests (${runans} not answered within 30 s): p50 / p99 / max | ${p50} / ${p99} / ${rmax} ms | p99 < 200 ms ($(verdict "$p99" 200)) |
 | server's peak RSS (VmHWM and VmRSS polled) | ${rss} MiB | < 256 MiB ($(verdict "$rss" 256)) |
 | idle sockets closed by the server (header timeout 10 s) | ${closed} of 1000 | all |
 | server CPU in the 2 s from 0.5 s after a client hung up on a day's diagnosis (sent alone, after the load) | ${hangup} s | 0: the read is cancelled |
