@@ -169,18 +169,8 @@ fn repair(dir: &Path, f: &FileCheck) -> Result<String> {
             Ok("kept for its intact records (the lost ones cannot be recovered)".into())
         }
         Kind::Lane(Lane::Signals) => {
-            if f.unreadable {
-                let copy = |p: &Path| copy_aside(dir, p);
-                if let Some(n) = restore_header(&f.path, copy)? {
-                    return Ok(format!(
-                        "header restored, the rest checks out ({n} records)"
-                    ));
-                }
-            }
-            for p in [f.path.clone(), f.path.with_extension("idx")] {
-                if p.exists() {
-                    move_aside(dir, &p)?;
-                }
+            if let Some(done) = restore_or_move_aside(dir, f)? {
+                return Ok(done);
             }
             let n = rebuild_signals(dir, &f.segment)?;
             Ok(format!(
@@ -188,18 +178,8 @@ fn repair(dir: &Path, f: &FileCheck) -> Result<String> {
             ))
         }
         Kind::Lane(_) if f.unreadable || f.lost_records > 0 || f.what.contains("corrupt") => {
-            if f.unreadable {
-                let copy = |p: &Path| copy_aside(dir, p);
-                if let Some(n) = restore_header(&f.path, copy)? {
-                    return Ok(format!(
-                        "header restored, the rest checks out ({n} records)"
-                    ));
-                }
-            }
-            for p in [f.path.clone(), f.path.with_extension("idx")] {
-                if p.exists() {
-                    move_aside(dir, &p)?;
-                }
+            if let Some(done) = restore_or_move_aside(dir, f)? {
+                return Ok(done);
             }
             Ok("moved aside (its records are read without their detail)".into())
         }
@@ -209,6 +189,26 @@ fn repair(dir: &Path, f: &FileCheck) -> Result<String> {
             Ok("moved aside".into())
         }
     }
+}
+
+/// A lane with a damaged header whose records all check out gets its header back (`Some`, what
+/// was done); otherwise the lane and its index are moved aside (`None`: the caller says what
+/// replaces them).
+fn restore_or_move_aside(dir: &Path, f: &FileCheck) -> Result<Option<String>> {
+    if f.unreadable {
+        let copy = |p: &Path| copy_aside(dir, p);
+        if let Some(n) = restore_header(&f.path, copy)? {
+            return Ok(Some(format!(
+                "header restored, the rest checks out ({n} records)"
+            )));
+        }
+    }
+    for p in [f.path.clone(), f.path.with_extension("idx")] {
+        if p.exists() {
+            move_aside(dir, &p)?;
+        }
+    }
+    Ok(None)
 }
 
 /// Writes the signals lane of `seg` anew from its samples, as the recorder derives it

@@ -318,44 +318,20 @@ fn names_in(d: &std::path::Path) -> Vec<String> {
 }
 
 #[test]
-fn record_retain_zero_is_refused_and_keeps_the_previous_data() {
+fn record_retain_and_max_size_zero_are_refused_and_keep_the_previous_data() {
     let (_t, d, before) = store_with_data();
-    for retain in ["0s", "30s"] {
+    for (flag, value, floor) in [
+        ("--retain", "0s", "at least 1m"),
+        ("--retain", "30s", "at least 1m"),
+        ("--max-size", "0", "at least 1MiB"),
+        ("--max-size", "2", "at least 1MiB"),
+    ] {
         let err = assert_one_line_failure(
-            &[
-                "record",
-                "--dir",
-                s(&d),
-                "--duration",
-                "1s",
-                "--retain",
-                retain,
-            ],
-            "--retain",
+            &["record", "--dir", s(&d), "--duration", "1s", flag, value],
+            flag,
         );
-        assert!(err.contains("at least 1m"), "{err}");
-        assert_eq!(names_in(&d), before, "--retain {retain} deleted data");
-    }
-}
-
-#[test]
-fn record_max_size_zero_is_refused_and_keeps_the_previous_data() {
-    let (_t, d, before) = store_with_data();
-    for size in ["0", "2"] {
-        let err = assert_one_line_failure(
-            &[
-                "record",
-                "--dir",
-                s(&d),
-                "--duration",
-                "1s",
-                "--max-size",
-                size,
-            ],
-            "--max-size",
-        );
-        assert!(err.contains("at least 1MiB"), "{err}");
-        assert_eq!(names_in(&d), before, "--max-size {size} deleted data");
+        assert!(err.contains(floor), "{flag} {value}: {err}");
+        assert_eq!(names_in(&d), before, "{flag} {value} deleted data");
     }
 }
 
