@@ -410,18 +410,7 @@ fn record_names_the_damage_it_finds_and_writes_a_new_segment() {
     let seg_a = file(dir.path(), &format!("{A}.jss"));
     write_at(&seg_a, 0, b"XXXX");
     let before = std::fs::read(&seg_a).unwrap();
-    let mut child = common::cmd()
-        .args([
-            "record",
-            "--no-tracers",
-            "--profile-hz",
-            "0",
-            "--no-mlock",
-            "--nice",
-            "0",
-            "--dir",
-            s(dir.path()),
-        ])
+    let mut child = common::recorder_cmd(dir.path())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

@@ -17,6 +17,30 @@ const SEC: i64 = 1_000_000_000;
 
 struct Unmount(PathBuf);
 
+/// A tmpfs of `size` on a temporary directory, unmounted when the guard drops; `None` (the test
+/// said SKIPPED) where it cannot be mounted.
+fn tmpfs(test: &str, size: &str) -> Option<(tempfile::TempDir, Unmount)> {
+    if !testkit::is_root() {
+        testkit::skip(test, "needs root to mount a tmpfs");
+        return None;
+    }
+    let mnt = tempfile::tempdir().unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+        .arg(mnt.path())
+        .status()
+        .unwrap();
+    if !mounted.success() {
+        testkit::skip(
+            test,
+            &format!("could not mount a tmpfs even as root ({mounted})"),
+        );
+        return None;
+    }
+    let unmount = Unmount(mnt.path().to_path_buf());
+    Some((mnt, unmount))
+}
+
 impl Drop for Unmount {
     fn drop(&mut self) {
         let ok = Command::new("umount")
@@ -69,22 +93,9 @@ fn assert_suffix(got: &[Record], acked: &[Record]) {
 #[test]
 fn full_disk_gives_no_space_and_recovers() {
     const TEST: &str = "full_disk_gives_no_space_and_recovers";
-    if !testkit::is_root() {
-        return testkit::skip(TEST, "needs root to mount a tmpfs");
-    }
-    let mnt = tempfile::tempdir().unwrap();
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
-        .arg(mnt.path())
-        .status()
-        .unwrap();
-    if !mounted.success() {
-        return testkit::skip(
-            TEST,
-            &format!("could not mount a tmpfs even as root ({mounted})"),
-        );
-    }
-    let _unmount = Unmount(mnt.path().to_path_buf());
+    let Some((mnt, _unmount)) = tmpfs(TEST, "4m") else {
+        return;
+    };
     let dir = mnt.path().join("store");
     let ballast = mnt.path().join("ballast");
 
@@ -160,22 +171,9 @@ fn full_disk_gives_no_space_and_recovers() {
 #[test]
 fn full_disk_deletes_only_the_oldest_segments_it_needs() {
     const TEST: &str = "full_disk_deletes_only_the_oldest_segments_it_needs";
-    if !testkit::is_root() {
-        return testkit::skip(TEST, "needs root to mount a tmpfs");
-    }
-    let mnt = tempfile::tempdir().unwrap();
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
-        .arg(mnt.path())
-        .status()
-        .unwrap();
-    if !mounted.success() {
-        return testkit::skip(
-            TEST,
-            &format!("could not mount a tmpfs even as root ({mounted})"),
-        );
-    }
-    let _unmount = Unmount(mnt.path().to_path_buf());
+    let Some((mnt, _unmount)) = tmpfs(TEST, "8m") else {
+        return;
+    };
     let dir = mnt.path().join("store");
     let mut config = StoreConfig::new(&dir);
     config.max_bytes = 1 << 30;

@@ -336,21 +336,27 @@ impl NobodyBin {
     }
 }
 
-/// `record` into `dir` every second, without tracers, profiler or priority changes (cheap, any
-/// user), stopped when dropped.
+/// The command of a cheap `record` into `dir` every second: no tracers, profiler or priority
+/// changes, so any user can run it.
+pub fn recorder_cmd(dir: &Path) -> Command {
+    let mut c = cmd();
+    c.args([
+        "record",
+        "--no-tracers",
+        "--profile-hz",
+        "0",
+        "--no-mlock",
+        "--nice",
+        "0",
+    ])
+    .arg("--dir")
+    .arg(dir);
+    c
+}
+
+/// `record` into `dir` (see [`recorder_cmd`]), stopped when dropped.
 pub fn recorder(dir: &Path) -> ChildGuard {
-    let child = cmd()
-        .args([
-            "record",
-            "--no-tracers",
-            "--profile-hz",
-            "0",
-            "--no-mlock",
-            "--nice",
-            "0",
-        ])
-        .arg("--dir")
-        .arg(dir)
+    let child = recorder_cmd(dir)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
