@@ -95,8 +95,11 @@ impl<K: Hash + Eq + Clone> Deltas<K> {
 /// One value of a per-CPU map from its CPUs' copies: counters summed; the words that are not
 /// counters taken from the copy that was named (its first word, the start of the command name,
 /// is set on the CPU where the entry was created), or else the largest.
-pub fn sum_cpus(per_cpu: &[Vec<u8>], layout: Layout) -> Vec<u64> {
-    let copies: Vec<Vec<u64>> = per_cpu.iter().map(|b| words(b, layout.words)).collect();
+pub fn sum_cpus<'a>(per_cpu: impl IntoIterator<Item = &'a [u8]>, layout: Layout) -> Vec<u64> {
+    let copies: Vec<Vec<u64>> = per_cpu
+        .into_iter()
+        .map(|b| words(b, layout.words))
+        .collect();
     let named = copies
         .iter()
         .filter(|c| c.first().is_some_and(|&w| w != 0))
@@ -190,8 +193,11 @@ mod tests {
             copy([0x6176_616a, 9, 7, 2]),
             copy([0, 0, 1, 0]),
         ];
-        assert_eq!(sum_cpus(&cpus, l), vec![0x6176_616a, 9, 13, 3]);
-        assert_eq!(sum_cpus(&[], l), vec![0, 0, 0, 0]);
+        assert_eq!(
+            sum_cpus(cpus.iter().map(Vec::as_slice), l),
+            vec![0x6176_616a, 9, 13, 3]
+        );
+        assert_eq!(sum_cpus([], l), vec![0, 0, 0, 0]);
     }
 
     #[test]
@@ -209,10 +215,13 @@ mod tests {
             copy([0x6873_6162, 10, 4, 2]),
             copy([0x6576_6976, 20, 7, 3]),
         ];
-        assert_eq!(sum_cpus(&cpus, l), vec![0x6576_6976, 20, 7, 6]);
+        assert_eq!(
+            sum_cpus(cpus.iter().map(Vec::as_slice), l),
+            vec![0x6576_6976, 20, 7, 6]
+        );
         // Equal generations: the first named CPU's copy, as before.
         let tie = [copy([0x61, 1, 7, 1]), copy([0x62, 2, 7, 1])];
-        assert_eq!(sum_cpus(&tie, l)[0], 0x61);
+        assert_eq!(sum_cpus(tie.iter().map(Vec::as_slice), l)[0], 0x61);
     }
 
     #[test]

@@ -19,6 +19,7 @@ use jitterscope_model::tracers::Tracers;
 use jitterscope_sources::Root;
 use libbpf_rs::{MapCore, MapFlags, OpenObject};
 
+mod batch;
 pub mod delta;
 pub mod env;
 pub mod format;
@@ -119,6 +120,9 @@ pub struct Env {
     pub kallsyms: env::Kallsyms,
     /// Load tracers that have a [`Demand`] without attaching them.
     pub defer_on_demand: bool,
+    /// The pids of the sample's process table, sorted, when the sample has one: which
+    /// per-process map entries belong to processes that have exited, without a `kill()` each.
+    live_pids: Option<Vec<u32>>,
 }
 
 impl Env {
@@ -130,7 +134,13 @@ impl Env {
             mem_cgroups: env::CgroupIds::new(root, "memory"),
             kallsyms: env::Kallsyms::default(),
             defer_on_demand: false,
+            live_pids: None,
         }
+    }
+
+    /// The pids of the sample being collected, sorted (None: ask the kernel per pid).
+    fn live_pids(&self) -> Option<&[u32]> {
+        self.live_pids.as_deref()
     }
 
     /// Whether cgroup ids must be read from v1 controllers.
@@ -513,6 +523,12 @@ impl Collector for TracerCollector {
             return;
         }
         let first = self.last_mono.is_none();
+        // The process collector runs before the tracers: its table says who is alive.
+        self.env.live_pids = sample.processes.as_ref().map(|ps| {
+            let mut pids: Vec<u32> = ps.iter().map(|p| p.stat.pid).collect();
+            pids.sort_unstable();
+            pids
+        });
         let t = self.read(sample.mono_ns);
         // The first read only sets the baseline: its counts cover the time since load, not an
         // interval.
@@ -666,59 +682,55 @@ struct ProcEntry {
 
 /// Reads a map keyed by tgid: the change of each entry that moved, then removes the entries of
 /// processes that have exited (this was their last read; pid reuse restarts them at zero).
-fn drain_procs(map: &dyn MapCore, deltas: &mut delta::Deltas<u32>, words: usize) -> Vec<ProcEntry> {
+///
+/// The map is read in one batch call into `batch` (kept by the tracer between reads). An
+/// entry is dead when its pid is not in `live`, the sorted pids of the sample's process table
+/// (or, without one, when `kill(pid, 0)` says so), and it did not move in this interval: a
+/// process started after the table was read is still counting, so it is not taken for dead,
+/// and one that exited is deleted at the next read, once its last counts are out.
+fn drain_procs(
+    map: &dyn MapCore,
+    batch: &mut batch::Batch,
+    deltas: &mut delta::Deltas<u32>,
+    live: Option<&[u32]>,
+) -> Vec<ProcEntry> {
     use jitterscope_model::tracers::OTHER_PID;
     let mut out = Vec::new();
-    let percpu = map.map_type().is_percpu();
+    let layout = deltas.layout();
     let mut dead = Vec::new();
-    for k in keys_once(map) {
-        let Ok(k4) = <[u8; 4]>::try_from(k.as_slice()) else {
+    for i in 0..batch.read(map) {
+        let Ok(k4) = <[u8; 4]>::try_from(batch.key(i)) else {
             continue;
         };
-        let w = if percpu {
-            match map.lookup_percpu(&k, MapFlags::ANY) {
-                Ok(Some(per_cpu)) => delta::sum_cpus(&per_cpu, deltas.layout()),
-                _ => continue,
-            }
-        } else {
-            match map.lookup(&k, MapFlags::ANY) {
-                Ok(Some(v)) => delta::words(&v, words),
-                _ => continue,
-            }
-        };
         let pid = u32::from_ne_bytes(k4);
-        if let Some(d) = deltas.update(pid, w) {
-            out.push(ProcEntry {
-                pid,
-                comm: if pid == OTHER_PID {
-                    "(other)".into()
-                } else {
-                    delta::comm(&d)
-                },
-                cgroup_id: d.get(2).copied().unwrap_or(0),
-                d,
-            });
-        }
-        if pid != OTHER_PID && !delta::pid_alive(pid) {
-            dead.push((k, pid));
+        let w = delta::sum_cpus(batch.cpu_copies(i), layout);
+        let moved = match deltas.update(pid, w) {
+            Some(d) => {
+                out.push(ProcEntry {
+                    pid,
+                    comm: if pid == OTHER_PID {
+                        "(other)".into()
+                    } else {
+                        delta::comm(&d)
+                    },
+                    cgroup_id: d.get(2).copied().unwrap_or(0),
+                    d,
+                });
+                true
+            }
+            None => false,
+        };
+        let alive = |pid: u32| match live {
+            Some(l) => pid == 0 || l.binary_search(&pid).is_ok(),
+            None => delta::pid_alive(pid),
+        };
+        if pid != OTHER_PID && !moved && !alive(pid) {
+            dead.extend_from_slice(&k4);
+            deltas.forget(&pid);
         }
     }
-    // Deleted only once the walk is over: the kernel's next-key of a deleted key is the map's
-    // first key, so deleting while walking read every earlier entry again (a second, small
-    // delta per death: issue 18's eight TLB rows for one process in one sample).
-    for (k, pid) in dead {
-        let _ = map.delete(&k);
-        deltas.forget(&pid);
-    }
+    batch::delete(map, &dead);
     out
-}
-
-/// The keys of a map, each once. The kernel walks a hash map by next-key, which starts over
-/// from the first key when the one it was given is gone (an entry deleted meanwhile), so one
-/// walk can return a key twice.
-fn keys_once(map: &dyn MapCore) -> Vec<Vec<u8>> {
-    let mut seen = std::collections::HashSet::new();
-    map.keys().filter(|k| seen.insert(k.clone())).collect()
 }
 
 /// Reads a map keyed by (the low half of) a cgroup id whose full id is word `id_word` of the
@@ -726,19 +738,21 @@ fn keys_once(map: &dyn MapCore) -> Vec<Vec<u8>> {
 /// one last time, then deleted.
 fn drain_cgroups(
     map: &dyn MapCore,
+    batch: &mut batch::Batch,
     deltas: &mut delta::Deltas<u32>,
-    words: usize,
     id_word: usize,
     ids: &mut env::CgroupIds,
 ) -> Vec<(String, Vec<u64>)> {
     use jitterscope_model::tracers::OTHER_PID;
     let mut out = Vec::new();
-    for (k, v) in entries(map) {
-        let Ok(k4) = <[u8; 4]>::try_from(k.as_slice()) else {
+    let layout = deltas.layout();
+    let mut removed = Vec::new();
+    for i in 0..batch.read(map) {
+        let Ok(k4) = <[u8; 4]>::try_from(batch.key(i)) else {
             continue;
         };
         let key = u32::from_ne_bytes(k4);
-        let w = delta::words(&v, words);
+        let w = delta::sum_cpus(batch.cpu_copies(i), layout);
         let id = w.get(id_word).copied().unwrap_or(0);
         let path = if key == OTHER_PID {
             "(other)".to_string()
@@ -749,22 +763,12 @@ fn drain_cgroups(
             out.push((path, d));
         }
         if key != OTHER_PID && ids.take_removed(id) {
-            let _ = map.delete(&k);
+            removed.extend_from_slice(&k4);
             deltas.forget(&key);
         }
     }
+    batch::delete(map, &removed);
     out
-}
-
-/// Every entry of a map as (key, value) bytes.
-fn entries(map: &dyn MapCore) -> Vec<(Vec<u8>, Vec<u8>)> {
-    keys_once(map)
-        .into_iter()
-        .filter_map(|k| {
-            let v = map.lookup(&k, MapFlags::ANY).ok().flatten()?;
-            Some((k, v))
-        })
-        .collect()
 }
 
 /// Creates the overflow entry of a u32-keyed map so the kernel side always finds it.
@@ -878,32 +882,51 @@ mod tests {
         assert_eq!(format::check(&tracefs, &all_records()), Ok(()));
     }
 
-    /// A drain while processes die and others keep counting reads each process once. Before the
-    /// fix, every deleted (dead) entry sent the kernel's walk back to the first key, and the live
-    /// entries, read again after they had counted a little more, came out a second time.
-    #[test]
-    fn a_drain_reads_each_process_once_while_others_die() {
-        use libbpf_rs::{MapHandle, MapType};
-        const WORDS: usize = 6;
+    /// A BPF map made by the test (root or CAP_BPF), or `None` after saying SKIPPED.
+    fn test_map(
+        test: &str,
+        ty: libbpf_rs::MapType,
+        key: u32,
+        value: u32,
+    ) -> Option<libbpf_rs::MapHandle> {
         let opts = libbpf_rs::libbpf_sys::bpf_map_create_opts {
             sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
             ..Default::default()
         };
-        let map = match MapHandle::create(
-            MapType::Hash,
-            Some("js_test_procs"),
-            4,
-            (WORDS * 8) as u32,
-            1024,
-            &opts,
-        ) {
-            Ok(m) => m,
+        match libbpf_rs::MapHandle::create(ty, Some("js_test_map"), key, value, 1024, &opts) {
+            Ok(m) => Some(m),
             Err(e) => {
-                return jitterscope_testkit::skip(
-                    "a_drain_reads_each_process_once_while_others_die",
+                jitterscope_testkit::skip(
+                    test,
                     &format!("cannot create a BPF map (needs root or CAP_BPF): {e}"),
-                )
+                );
+                None
             }
+        }
+    }
+
+    /// The u32 keys left in a map.
+    fn pids_in(map: &dyn MapCore) -> Vec<u32> {
+        let mut v: Vec<u32> = map
+            .keys()
+            .map(|k| u32::from_ne_bytes(k[..4].try_into().unwrap()))
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// A drain while processes die and others keep counting reads each process once, by batch
+    /// and by the key-by-key walk of kernels without batch calls, with liveness from a process
+    /// table and from `kill()`. Before the walk deduplicated its keys, every deleted (dead)
+    /// entry sent the kernel's walk back to the first key, and the live entries, read again
+    /// after they had counted a little more, came out a second time.
+    #[test]
+    fn a_drain_reads_each_process_once_while_others_die() {
+        const WORDS: usize = 6;
+        const TEST: &str = "a_drain_reads_each_process_once_while_others_die";
+        let Some(map) = test_map(TEST, libbpf_rs::MapType::Hash, 4, (WORDS * 8) as u32) else {
+            return;
         };
         let value = |count: u64| {
             let mut w = [0u64; WORDS];
@@ -912,61 +935,161 @@ mod tests {
             w.iter().flat_map(|x| x.to_ne_bytes()).collect::<Vec<u8>>()
         };
         // Alive: this process and init. Dead: pids above any pid_max (2^22).
-        let live = [std::process::id(), 1];
+        let mut live = [std::process::id(), 1];
+        live.sort_unstable();
         let layout = delta::Layout {
             words: WORDS,
             keep: &[0, 1, 2, 3],
             named_gen: None,
         };
-        let mut deltas = delta::Deltas::new(layout);
-        let stop = std::sync::atomic::AtomicBool::new(false);
-        // The drains' pids per round, checked once the writer has stopped (a failed assert
-        // inside the scope would wait forever for it).
-        let rounds: Vec<Vec<u32>> = std::thread::scope(|t| {
-            // The kernel side: the live processes keep counting while the drain walks the map.
-            t.spawn(|| {
-                let mut n = 1u64;
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    for pid in live {
-                        let _ = map.update(&pid.to_ne_bytes(), &value(n), MapFlags::ANY);
+        for walked in [false, true] {
+            for table in [true, false] {
+                let mut deltas = delta::Deltas::new(layout);
+                let mut batch = batch::Batch::default();
+                if walked {
+                    batch.force_walk();
+                }
+                let live_list = table.then_some(&live[..]);
+                let stop = std::sync::atomic::AtomicBool::new(false);
+                // The drains' pids per round, checked once the writer has stopped (a failed
+                // assert inside the scope would wait forever for it).
+                let rounds: Vec<Vec<u32>> = std::thread::scope(|t| {
+                    // The kernel side: the live processes keep counting while the drain reads.
+                    t.spawn(|| {
+                        let mut n = 1u64;
+                        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                            for pid in live {
+                                let _ = map.update(&pid.to_ne_bytes(), &value(n), MapFlags::ANY);
+                            }
+                            n += 1;
+                        }
+                    });
+                    let mut rounds = Vec::new();
+                    for round in 0..20u32 {
+                        for i in 0..40u32 {
+                            let pid = 4_200_000 + round * 100 + i;
+                            let _ = map.update(&pid.to_ne_bytes(), &value(1), MapFlags::ANY);
+                        }
+                        let got = drain_procs(&map, &mut batch, &mut deltas, live_list);
+                        rounds.push(got.iter().map(|e| e.pid).collect());
+                        assert_eq!(batch.walked(), walked);
                     }
-                    n += 1;
+                    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                    rounds
+                });
+                let how = format!("walked {walked}, process table {table}");
+                for (round, got) in rounds.iter().enumerate() {
+                    let mut pids = got.clone();
+                    pids.sort_unstable();
+                    pids.dedup();
+                    assert_eq!(
+                        pids.len(),
+                        got.len(),
+                        "{how}: round {round}: a process read twice: {got:?}"
+                    );
+                    assert_eq!(
+                        got.iter().filter(|&&p| p >= 4_200_000).count(),
+                        40,
+                        "{how}: round {round}: every dead process's last counts are read"
+                    );
                 }
-            });
-            let mut rounds = Vec::new();
-            for round in 0..20u32 {
-                for i in 0..40u32 {
-                    let pid = 4_200_000 + round * 100 + i;
-                    let _ = map.update(&pid.to_ne_bytes(), &value(1), MapFlags::ANY);
+                // A dead entry goes at the read after its last counts: the last round's dead
+                // are still there, and one more read removes them; the living stay.
+                assert_eq!(pids_in(&map).len(), 42, "{how}");
+                drain_procs(&map, &mut batch, &mut deltas, live_list);
+                assert_eq!(pids_in(&map), live.to_vec(), "{how}");
+                for pid in live {
+                    let _ = map.delete(&pid.to_ne_bytes());
                 }
-                let got = drain_procs(&map, &mut deltas, WORDS);
-                rounds.push(got.iter().map(|e| e.pid).collect());
             }
-            stop.store(true, std::sync::atomic::Ordering::Relaxed);
-            rounds
-        });
-        for (round, got) in rounds.iter().enumerate() {
-            let mut pids = got.clone();
-            pids.sort_unstable();
-            pids.dedup();
-            assert_eq!(
-                pids.len(),
-                got.len(),
-                "round {round}: a process read twice: {got:?}"
-            );
-            assert_eq!(
-                got.iter().filter(|&&p| p >= 4_200_000).count(),
-                40,
-                "round {round}: every dead process's last counts are read"
-            );
         }
-        // The dead are deleted, the living kept.
-        let left: Vec<u32> = keys_once(&map)
-            .iter()
-            .map(|k| u32::from_ne_bytes(k[..4].try_into().unwrap()))
-            .collect();
-        assert!(left.iter().all(|p| live.contains(p)), "{left:?}");
-        assert_eq!(left.len(), 2, "{left:?}");
+    }
+
+    /// A process the table does not list yet (it started after the table was read) is not
+    /// taken for dead while it counts; once it stops counting and is still unlisted, it goes.
+    #[test]
+    fn an_unlisted_process_that_counts_is_kept() {
+        const TEST: &str = "an_unlisted_process_that_counts_is_kept";
+        let Some(map) = test_map(TEST, libbpf_rs::MapType::Hash, 4, 48) else {
+            return;
+        };
+        let layout = delta::Layout {
+            words: 6,
+            keep: &[0, 1, 2, 3],
+            named_gen: None,
+        };
+        let mut deltas = delta::Deltas::new(layout);
+        let mut batch = batch::Batch::default();
+        let put = |pid: u32, n: u64| {
+            let mut v = vec![0u8; 48];
+            v[32..40].copy_from_slice(&n.to_ne_bytes());
+            map.update(&pid.to_ne_bytes(), &v, MapFlags::ANY).unwrap();
+        };
+        let table: &[u32] = &[1];
+        put(4_300_000, 1);
+        assert_eq!(
+            drain_procs(&map, &mut batch, &mut deltas, Some(table)).len(),
+            1
+        );
+        put(4_300_000, 2);
+        let got = drain_procs(&map, &mut batch, &mut deltas, Some(table));
+        assert_eq!(got[0].d[4], 1, "the interval's count");
+        assert_eq!(pids_in(&map), vec![4_300_000], "kept while it counts");
+        assert!(drain_procs(&map, &mut batch, &mut deltas, Some(table)).is_empty());
+        assert!(pids_in(&map).is_empty(), "gone once it stops, unlisted");
+    }
+
+    /// A per-CPU map read in one batch gives the same sums as reading each key: the values come
+    /// back as one copy per possible CPU, each rounded up to 8 bytes.
+    #[test]
+    fn a_per_cpu_batch_sums_every_cpu_like_the_walk() {
+        const TEST: &str = "a_per_cpu_batch_sums_every_cpu_like_the_walk";
+        // 20 bytes: not a multiple of 8, so the kernel's per-CPU rounding is exercised.
+        let Some(map) = test_map(TEST, libbpf_rs::MapType::PercpuHash, 4, 20) else {
+            return;
+        };
+        let cpus = libbpf_rs::num_possible_cpus().unwrap();
+        for pid in 1..=50u32 {
+            let per_cpu: Vec<Vec<u8>> = (0..cpus)
+                .map(|c| {
+                    let mut v = vec![0u8; 20];
+                    v[..8].copy_from_slice(&(u64::from(pid) * 1000 + c as u64).to_ne_bytes());
+                    v[8..16].copy_from_slice(&(c as u64 + 1).to_ne_bytes());
+                    v
+                })
+                .collect();
+            map.update_percpu(&pid.to_ne_bytes(), &per_cpu, MapFlags::ANY)
+                .unwrap();
+        }
+        let layout = delta::Layout {
+            words: 3,
+            keep: &[],
+            named_gen: None,
+        };
+        let sums = |walk: bool| {
+            let mut b = batch::Batch::default();
+            if walk {
+                b.force_walk();
+            }
+            let n = b.read(&map);
+            assert_eq!(b.walked(), walk);
+            let mut v: Vec<(u32, Vec<u64>)> = (0..n)
+                .map(|i| {
+                    let pid = u32::from_ne_bytes(b.key(i).try_into().unwrap());
+                    (pid, delta::sum_cpus(b.cpu_copies(i), layout))
+                })
+                .collect();
+            v.sort();
+            v
+        };
+        let batched = sums(false);
+        assert_eq!(batched.len(), 50);
+        let c = cpus as u64;
+        assert_eq!(
+            batched[0],
+            (1, vec![1000 * c + c * (c - 1) / 2, c * (c + 1) / 2, 0])
+        );
+        assert_eq!(batched, sums(true));
     }
 
     #[test]

@@ -48,6 +48,7 @@ pub(crate) struct LookupsTracer {
     links: Vec<libbpf_rs::Link>,
     skel: LookupsSkel<'static>,
     procs: Deltas<u32>,
+    procs_batch: crate::batch::Batch,
     syscalls: Vec<&'static str>,
     dropped: u64,
 }
@@ -129,6 +130,7 @@ pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<LookupsTracer, Strin
         links,
         skel,
         procs: Deltas::new(LAYOUT),
+        procs_batch: Default::default(),
         syscalls,
         dropped: 0,
     })
@@ -225,7 +227,12 @@ impl Tracer for LookupsTracer {
         t.patterns = patterns(&names);
         names.truncate(MAX_NAMES);
         t.names = names;
-        for e in drain_procs(&self.skel.maps.lookup_procs, &mut self.procs, LAYOUT.words) {
+        for e in drain_procs(
+            &self.skel.maps.lookup_procs,
+            &mut self.procs_batch,
+            &mut self.procs,
+            env.live_pids(),
+        ) {
             let d = &e.d;
             t.procs.push(LookupProc {
                 pid: e.pid,

@@ -41,6 +41,7 @@ pub(crate) struct MadviseTracer {
     links: Vec<libbpf_rs::Link>,
     skel: MadviseSkel<'static>,
     procs: Deltas<u32>,
+    procs_batch: crate::batch::Batch,
     dropped: u64,
 }
 
@@ -77,6 +78,7 @@ pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<MadviseTracer, Strin
         links,
         skel,
         procs: Deltas::new(LAYOUT),
+        procs_batch: Default::default(),
         dropped: 0,
     })
 }
@@ -106,7 +108,12 @@ impl Tracer for MadviseTracer {
             bss.js_gen += 1;
             t.dropped = since(bss.dropped, &mut self.dropped);
         }
-        for e in drain_procs(&self.skel.maps.madvise_procs, &mut self.procs, LAYOUT.words) {
+        for e in drain_procs(
+            &self.skel.maps.madvise_procs,
+            &mut self.procs_batch,
+            &mut self.procs,
+            env.live_pids(),
+        ) {
             let d = &e.d;
             t.procs.push(MadviseProc {
                 pid: e.pid,

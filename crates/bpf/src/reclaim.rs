@@ -50,7 +50,9 @@ pub(crate) struct ReclaimTracer {
     links: Vec<libbpf_rs::Link>,
     skel: ReclaimSkel<'static>,
     procs: Deltas<u32>,
+    procs_batch: crate::batch::Batch,
     cgroups: Deltas<u32>,
+    cgroups_batch: crate::batch::Batch,
     /// kswapd wake-up requests, kswapd wakes, dropped: as last read.
     prev: [u64; 3],
 }
@@ -90,7 +92,9 @@ pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<ReclaimTracer, Strin
         links,
         skel,
         procs: Deltas::new(LAYOUT),
+        procs_batch: Default::default(),
         cgroups: Deltas::new(LAYOUT),
+        cgroups_batch: Default::default(),
         prev: [0; 3],
     })
 }
@@ -131,7 +135,12 @@ impl Tracer for ReclaimTracer {
             t.kswapd_wakeups = since(bss.kswapd[0], &mut self.prev[0]);
             t.kswapd_wakes = since(bss.kswapd[1], &mut self.prev[1]);
         }
-        for e in drain_procs(&self.skel.maps.reclaim_procs, &mut self.procs, LAYOUT.words) {
+        for e in drain_procs(
+            &self.skel.maps.reclaim_procs,
+            &mut self.procs_batch,
+            &mut self.procs,
+            env.live_pids(),
+        ) {
             t.procs.push(ReclaimStat {
                 pid: e.pid,
                 comm: e.comm,
@@ -142,8 +151,8 @@ impl Tracer for ReclaimTracer {
         let maps = &self.skel.maps;
         for (cgroup, d) in drain_cgroups(
             &maps.reclaim_cgroups,
+            &mut self.cgroups_batch,
             &mut self.cgroups,
-            LAYOUT.words,
             2,
             &mut env.mem_cgroups,
         ) {

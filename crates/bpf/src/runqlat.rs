@@ -46,6 +46,7 @@ pub(crate) struct RunqlatTracer {
     btf: bool,
     host: Deltas<u32>,
     cgroups: Deltas<u32>,
+    cgroups_batch: crate::batch::Batch,
     dropped: u64,
 }
 
@@ -120,6 +121,7 @@ pub(crate) fn load(env: &mut Env, tracefs: Option<&Path>) -> Result<RunqlatTrace
         btf,
         host: Deltas::new(HOST),
         cgroups: Deltas::new(LAYOUT),
+        cgroups_batch: Default::default(),
         dropped: 0,
     })
 }
@@ -163,8 +165,8 @@ impl Tracer for RunqlatTracer {
         let maps = &self.skel.maps;
         for (cgroup, d) in drain_cgroups(
             &maps.runq_cgroups,
+            &mut self.cgroups_batch,
             &mut self.cgroups,
-            LAYOUT.words,
             0,
             &mut env.cpu_cgroups,
         ) {

@@ -9,7 +9,7 @@ use libbpf_rs::{MapCore, MapFlags};
 use crate::delta::{words, Deltas, Layout};
 use crate::format::{check, field, Record};
 use crate::{
-    begin_read, entries, hist, need_tracepoints, object_storage, Env, Tracer, TracerDef, HIST_WORDS,
+    begin_read, hist, need_tracepoints, object_storage, Env, Tracer, TracerDef, HIST_WORDS,
 };
 
 use crate::load_and_attach;
@@ -43,6 +43,7 @@ pub(crate) struct ShrinkerTracer {
     links: Vec<libbpf_rs::Link>,
     skel: ShrinkerSkel<'static>,
     fns: Deltas<u64>,
+    batch: crate::batch::Batch,
     dropped: u64,
 }
 
@@ -95,6 +96,7 @@ pub(crate) fn load(_env: &mut Env, tracefs: &Path) -> Result<ShrinkerTracer, Str
         links,
         skel,
         fns: Deltas::new(LAYOUT),
+        batch: Default::default(),
         dropped: 0,
     })
 }
@@ -122,12 +124,15 @@ impl Tracer for ShrinkerTracer {
         let (gen, dropped) = begin_read!(self.skel, self.dropped);
         t.dropped = dropped;
         let mut moved = Vec::new();
-        for (k, v) in entries(&self.skel.maps.shrinkers) {
-            let Ok(k8) = <[u8; 8]>::try_from(k.as_slice()) else {
+        for i in 0..self.batch.read(&self.skel.maps.shrinkers) {
+            let Ok(k8) = <[u8; 8]>::try_from(self.batch.key(i)) else {
                 continue;
             };
             let addr = u64::from_ne_bytes(k8);
-            if let Some(d) = self.fns.update(addr, words(&v, LAYOUT.words)) {
+            if let Some(d) = self
+                .fns
+                .update(addr, words(self.batch.value(i), LAYOUT.words))
+            {
                 moved.push((addr, d));
             }
         }

@@ -38,6 +38,7 @@ pub(crate) struct TlbTracer {
     links: Vec<libbpf_rs::Link>,
     skel: TlbSkel<'static>,
     procs: Deltas<u32>,
+    procs_batch: crate::batch::Batch,
     ipis: Result<&'static str, &'static str>,
     dropped: u64,
 }
@@ -104,6 +105,7 @@ pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<TlbTracer, String> {
         links,
         skel,
         procs: Deltas::new(LAYOUT),
+        procs_batch: Default::default(),
         ipis,
         dropped: 0,
     })
@@ -142,7 +144,12 @@ impl Tracer for TlbTracer {
             bss.js_gen += 1;
             t.dropped = since(bss.dropped, &mut self.dropped);
         }
-        for e in drain_procs(&self.skel.maps.tlb_procs, &mut self.procs, LAYOUT.words) {
+        for e in drain_procs(
+            &self.skel.maps.tlb_procs,
+            &mut self.procs_batch,
+            &mut self.procs,
+            env.live_pids(),
+        ) {
             let d = &e.d;
             t.procs.push(TlbProc {
                 pid: e.pid,
