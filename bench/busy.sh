@@ -1,0 +1,232 @@
+#!/usr/bin/env bash
+# The recorders side by side on a busy host (issue 23): several hundred processes that each run a
+# little every second plus a fork/exec churn, so that nothing can be carried forward and /proc is
+# listed every second. jitterscope (as shipped, and two reduced recorders for the breakdown), atop,
+# sysstat's sadc and, when it is installed, below, all at a 1 s interval and at the same time.
+#
+#   sudo JITTERSCOPE=target/release/jitterscope bash bench/busy.sh          # section on stdout
+#   sudo bash bench/busy.sh load                                           # only the load, until Ctrl-C
+#
+# Environment (all optional):
+#   JITTERSCOPE     release binary (default target/release/jitterscope)
+#   BUSY_OUT        where the Markdown section goes (default stdout)
+#   BUSY_TARGETS    where rows for the report's "Targets" table go (default: nowhere)
+#   BUSY_SECONDS    measured window (default 60)
+#   BUSY_PROCS      shells that wake twice a second and run a little (default 250)
+#   BUSY_WORK       loop iterations each shell runs per wake-up (default 40)
+#   BUSY_CHURN      short processes started per second (default 50)
+#   BUSY_BREAKDOWN=0  do not run the two reduced jitterscope recorders
+#   BELOW           below's binary (default: `below` on PATH, else /opt/below/bin/below; the run
+#                   says when there is none: `cargo install --locked below --root /opt/below`)
+#   BENCH_KEEP=1    keep the temporary directory
+#
+# Without root it prints "SKIPPED: <reason>" and writes a section saying so. Everything it starts
+# (the load, the recorders, their files) is removed on exit, Ctrl-C included.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(dirname "$HERE")
+JITTERSCOPE=${JITTERSCOPE:-target/release/jitterscope}
+case $JITTERSCOPE in /*) ;; *) JITTERSCOPE=$REPO/$JITTERSCOPE ;; esac
+OUT=${BUSY_OUT:-/dev/stdout}
+TARGETS=${BUSY_TARGETS:-/dev/null}
+WINDOW=${BUSY_SECONDS:-60}
+NPROCS=${BUSY_PROCS:-250}
+WORK=${BUSY_WORK:-40}
+CHURN=${BUSY_CHURN:-50}
+BREAKDOWN=${BUSY_BREAKDOWN:-1}
+WARMUP=5
+
+say() { printf '[busy bench %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+die() { say "error: $*"; exit 1; }
+section() { cat >"$OUT"; }
+
+if [ "$(id -u)" != 0 ]; then
+    echo "SKIPPED: needs root (atop, sadc -S XALL, every process's /proc files, BPF)" >&2
+    printf '## Side by side on a busy host\n\nSKIPPED: not run as root.\n' | section
+    exit 0
+fi
+
+TMP=$(mktemp -d /var/tmp/jitterscope-busy-bench.XXXXXX)
+LOAD=()      # the load's shells
+RUNNING=()   # recorders
+cleanup() {
+    local p
+    trap - EXIT INT TERM
+    for p in "${RUNNING[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    # The churn's children are short-lived; the shells are killed by pid and reaped.
+    ((${#LOAD[@]})) && kill -TERM "${LOAD[@]}" 2>/dev/null || true
+    for p in "${RUNNING[@]}" "${LOAD[@]}"; do wait "$p" 2>/dev/null || true; done
+    if [ "${BENCH_KEEP:-0}" = 1 ]; then say "kept $TMP"; else rm -rf "$TMP"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# ---------------------------------------------------------------------------------------------
+# The load. A FIFO opened read-write never has data, so `read -t` on it is a timed sleep that
+# does not fork (a `sleep` per wake-up would itself be churn).
+mkfifo "$TMP/idle.fifo"
+start_load() {
+    local i
+    for i in $(seq "$NPROCS"); do
+        bash -c 'exec 3<>"$1"; n=$2
+            while :; do read -t 0.5 -u 3 || true; x=0; for ((j = 0; j < n; j++)); do x=$((x + j)); done; done' \
+            busy-shell "$TMP/idle.fifo" "$WORK" </dev/null >/dev/null 2>&1 &
+        LOAD+=($!)
+    done
+    # The churn: batches of 5 short processes, as many batches a second as make $CHURN. Each is a
+    # fork and an exec of Debian's /bin/true.
+    bash -c 'exec 3<>"$1"; per=$(awk -v c="$2" "BEGIN { printf \"%.3f\", 5 / c }")
+        while :; do for k in 1 2 3 4 5; do /bin/true & done; wait; read -t "$per" -u 3 || true; done' \
+        busy-churn "$TMP/idle.fifo" "$CHURN" </dev/null >/dev/null 2>&1 &
+    LOAD+=($!)
+}
+forks() { awk '/^processes / {print $2}' /proc/stat; }
+
+if [ "${1:-}" = load ]; then
+    start_load
+    say "load running: $NPROCS shells twice a second, ~$CHURN processes a second; Ctrl-C stops it"
+    wait
+    exit 0
+fi
+
+[ -x "$JITTERSCOPE" ] || die "no executable at $JITTERSCOPE (build with: cargo build --release -p jitterscope)"
+command -v atop >/dev/null || die "atop is not installed (bench/run.sh installs it)"
+SADC=""
+for p in /usr/lib/sysstat/sadc /usr/libexec/sysstat/sadc /usr/lib64/sa/sadc; do [ -x "$p" ] && SADC=$p && break; done
+[ -n "$SADC" ] || die "sadc is not installed (bench/run.sh installs sysstat)"
+BELOW=${BELOW:-$(command -v below || true)}
+[ -z "$BELOW" ] && [ -x /opt/below/bin/below ] && BELOW=/opt/below/bin/below
+for name in atop atopacctd sadc below; do
+    if pgrep -x "$name" >/dev/null; then die "a $name process is already running; stop it first"; fi
+done
+
+# CPU ticks of a process and its live descendants (reaped children are in cutime/cstime).
+tree_ticks() {
+    # Processes of the churn vanish between the glob and the read: cat's failure is expected.
+    { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v root="$1" '
+        { pid = $1; s = $0; sub(/^.*\) /, "", s); n = split(s, f, " ")
+          if (n < 15) next
+          ppid[pid] = f[2]; ticks[pid] = f[12] + f[13] + f[14] + f[15] }
+        END { total = 0
+              for (p in ticks) { q = p; hops = 0
+                  while (q != "" && q != 0 && q != root && hops < 64) { q = ppid[q]; hops++ }
+                  if (q == root) total += ticks[p] }
+              print total }'
+}
+bytes_of() { find "$1" -type f -printf '%s\n' 2>/dev/null | awk '{s += $1} END {print s + 0}'; }
+calc() { awk "BEGIN { printf \"%s\", $* }"; }
+HZ=$(getconf CLK_TCK)
+
+say "starting the load: $NPROCS shells waking twice a second ($WORK iterations each), ~$CHURN processes a second"
+start_load
+sleep 2
+
+declare -A PID OUTP START T0 T1 K0 K1 B1 STOPT LABEL
+TOOLS=(js)
+"$JITTERSCOPE" record --dir "$TMP/js" --interval 1s </dev/null >/dev/null 2>"$TMP/js.log" &
+PID[js]=$!; OUTP[js]=$TMP/js; LABEL[js]="jitterscope record (as shipped)"
+if [ "$BREAKDOWN" = 1 ]; then
+    "$JITTERSCOPE" record --dir "$TMP/js-noprof" --interval 1s --profile-hz 0 </dev/null >/dev/null 2>"$TMP/js-noprof.log" &
+    PID[js-noprof]=$!; OUTP[js-noprof]=$TMP/js-noprof; LABEL[js-noprof]="jitterscope record --profile-hz 0"
+    "$JITTERSCOPE" record --dir "$TMP/js-bare" --interval 1s --profile-hz 0 --no-tracers </dev/null >/dev/null 2>"$TMP/js-bare.log" &
+    PID[js-bare]=$!; OUTP[js-bare]=$TMP/js-bare; LABEL[js-bare]="jitterscope record --profile-hz 0 --no-tracers"
+    TOOLS+=(js-noprof js-bare)
+fi
+atop -w "$TMP/atop.raw" 1 </dev/null >/dev/null 2>"$TMP/atop.log" &
+PID[atop]=$!; OUTP[atop]=$TMP/atop.raw; LABEL[atop]="atop -w"
+"$SADC" -S XALL 1 "$TMP/sa.file" </dev/null >/dev/null 2>"$TMP/sadc.log" &
+PID[sadc]=$!; OUTP[sadc]=$TMP/sa.file; LABEL[sadc]="sadc -S XALL"
+TOOLS+=(atop sadc)
+BELOW_VERSION=""
+if [ -n "$BELOW" ]; then
+    mkdir -p "$TMP/below-store" "$TMP/below-log"
+    printf 'store_dir = "%s"\nlog_dir = "%s"\n' "$TMP/below-store" "$TMP/below-log" >"$TMP/below.conf"
+    "$BELOW" --config "$TMP/below.conf" record --interval-s 1 </dev/null >/dev/null 2>"$TMP/below.log" &
+    PID[below]=$!; OUTP[below]=$TMP/below-store; LABEL[below]="below record"
+    TOOLS+=(below)
+    BELOW_VERSION=$("$BELOW" --version 2>/dev/null | awk '{print $NF; exit}')
+fi
+for t in "${TOOLS[@]}"; do START[$t]=$EPOCHREALTIME; RUNNING+=("${PID[$t]}"); done
+
+sleep "$WARMUP"
+for t in "${TOOLS[@]}"; do
+    kill -0 "${PID[$t]}" 2>/dev/null || { tail -5 "$TMP/$t.log" >&2; die "$t exited early"; }
+done
+PROCS0=$(ls -d /proc/[0-9]* 2>/dev/null | wc -l); F0=$(forks); W0=$EPOCHREALTIME
+for t in "${TOOLS[@]}"; do T0[$t]=$EPOCHREALTIME; K0[$t]=$(tree_ticks "${PID[$t]}"); done
+say "measuring ${WINDOW}s: ${TOOLS[*]}"
+sleep "$WINDOW"
+for t in "${TOOLS[@]}"; do T1[$t]=$EPOCHREALTIME; K1[$t]=$(tree_ticks "${PID[$t]}"); done
+F1=$(forks); W1=$EPOCHREALTIME; PROCS1=$(ls -d /proc/[0-9]* 2>/dev/null | wc -l)
+for t in "${TOOLS[@]}"; do
+    if [[ $t == js* ]]; then kill -INT "${PID[$t]}" 2>/dev/null || true; else kill -TERM "${PID[$t]}" 2>/dev/null || true; fi
+done
+for t in "${TOOLS[@]}"; do wait "${PID[$t]}" 2>/dev/null || true; STOPT[$t]=$EPOCHREALTIME; done
+RUNNING=()
+FORKS_PER_S=$(calc "($F1 - $F0) / ($W1 - $W0)")
+
+declare -A CPU MBH
+for t in "${TOOLS[@]}"; do
+    CPU[$t]=$(calc "(${K1[$t]} - ${K0[$t]}) / $HZ / (${T1[$t]} - ${T0[$t]}) * 100")
+    B1[$t]=$(bytes_of "${OUTP[$t]}")
+    MBH[$t]=$(calc "${B1[$t]} / (${STOPT[$t]} - ${START[$t]}) * 3600 / 1e6")
+    say "$t: cpu $(printf %.3f "${CPU[$t]}")% of a core, $(printf %.2f "${MBH[$t]}") MB/hour"
+done
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+
+# What each jitterscope recorder says its collectors cost (mean ms per sample).
+collectors() {
+    "$JITTERSCOPE" dump --dir "${OUTP[$1]}" --from "${T0[$1]%.*}" --to "${T1[$1]%.*}" --format csv \
+        --select 'self.collector.*,self.cpu_pct,self.collect_ms' 2>/dev/null |
+        awk -F, '$3 != "" && NR > 1 {s[$2] += $3; n[$2]++}
+            END {for (k in s) printf "%-40s %8.3f\n", k, s[k] / n[k]}' | sort -k2 -rn
+}
+COLL_JS=$(collectors js)
+[ "$BREAKDOWN" = 1 ] && COLL_BARE=$(collectors js-bare) || COLL_BARE=""
+
+R_CPU=$(ratio "${CPU[js]}" "${CPU[atop]}")
+R_BYTES=$(ratio "${MBH[js]}" "${MBH[atop]}")
+met() { awk -v r="$1" 'BEGIN { print (r != "n/a" && r <= 0.1) ? "**met**" : "**missed**" }'; }
+{
+    echo "## Side by side on a busy host, 1 s interval, ${WINDOW} s window"
+    echo
+    echo "\`bench/busy.sh\`: $NPROCS shells that each wake twice a second and run a loop of $WORK"
+    echo "iterations (no fork), plus a churn of short processes (\`/bin/true\`, measured"
+    printf '%.0f forks a second during the window). %s to %s processes on the host. All recorders ran\n' "$FORKS_PER_S" "$PROCS0" "$PROCS1"
+    echo "at the same time with their default settings, after a ${WARMUP} s warm-up; CPU is the recorder's"
+    echo "and its live descendants' utime+stime+cutime+cstime over the window, MB/hour its output's size"
+    echo "over its run time."
+    echo
+    echo "| tool | CPU % of one core | MB/hour | CPU vs atop | bytes vs atop |"
+    echo "|---|---:|---:|---:|---:|"
+    for t in "${TOOLS[@]}"; do
+        printf '| %s | %.3f | %.2f | %s | %s |\n' "${LABEL[$t]}" "${CPU[$t]}" "${MBH[$t]}" \
+            "$(ratio "${CPU[$t]}" "${CPU[atop]}")" "$(ratio "${MBH[$t]}" "${MBH[atop]}")"
+    done
+    [ -z "$BELOW" ] && echo "| below | not installed (\`cargo install --locked below --root /opt/below\`) | | | |"
+    echo
+    echo "Peers: atop $(atop -V 2>&1 | awk '/Version/ {print $2; exit}'), sysstat $("$SADC" -V 2>&1 | awk '/version/ {print $3; exit}')${BELOW_VERSION:+, below $BELOW_VERSION}."
+    echo
+    echo "The recorder's own account of its collectors (mean ms per sample, \`self.collector.<name>_ms\`), as shipped:"
+    echo
+    echo '```'
+    echo "$COLL_JS"
+    echo '```'
+    if [ -n "$COLL_BARE" ]; then
+        echo
+        echo "and with \`--profile-hz 0 --no-tracers\`:"
+        echo
+        echo '```'
+        echo "$COLL_BARE"
+        echo '```'
+    fi
+} | section
+{
+    printf '| recorder CPU ≤ 0.1× atop'"'"'s on the busy host | %.3f %% vs atop %.3f %% = %s | %s |\n' \
+        "${CPU[js]}" "${CPU[atop]}" "$R_CPU" "$(met "$R_CPU")"
+    printf '| bytes/hour ≤ 0.1× atop'"'"'s on the busy host | %.2f vs %.2f MB/hour = %s | %s |\n' \
+        "${MBH[js]}" "${MBH[atop]}" "$R_BYTES" "$(met "$R_BYTES")"
+} >"$TARGETS"
+say "done"
