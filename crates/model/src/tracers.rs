@@ -16,6 +16,14 @@ pub const OTHER_PID: u32 = u32::MAX;
 /// holds everything under 1 µs).
 pub const HIST_SLOTS: usize = 32;
 
+/// Whether a counter is zero: per-process tracer entries leave their zero counters out of the
+/// store (they decode as 0 through `#[serde(default)]`). On a busy host the TLB tracer has an
+/// entry for every process that switched context, moving only its task-switch count, and its
+/// thirteen named fields made it 55 KB of every raw sample.
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
 /// A log2 latency histogram of one interval.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -78,10 +86,13 @@ pub struct ReclaimStat {
     /// Memory cgroup path (`/` root; empty when unknown).
     pub cgroup: String,
     /// Global direct-reclaim stalls (try_to_free_pages).
+    #[serde(skip_serializing_if = "is_zero")]
     pub direct_stalls: u64,
     /// Memory-cgroup reclaim stalls (try_to_free_mem_cgroup_pages: the cgroup hit its limit).
+    #[serde(skip_serializing_if = "is_zero")]
     pub memcg_stalls: u64,
     /// Pages the stalls reclaimed.
+    #[serde(skip_serializing_if = "is_zero")]
     pub reclaimed_pages: u64,
     /// Stall latency, both kinds.
     pub latency: Hist,
@@ -147,25 +158,35 @@ pub struct TlbProc {
     /// CPU cgroup path.
     pub cgroup: String,
     /// Reason 0: flush on task switch.
+    #[serde(skip_serializing_if = "is_zero")]
     pub task_switch: u64,
     /// Reason 1: remote shootdown (this CPU flushed because another asked).
+    #[serde(skip_serializing_if = "is_zero")]
     pub remote_shootdown: u64,
     /// Reason 2: local shootdown.
+    #[serde(skip_serializing_if = "is_zero")]
     pub local_shootdown: u64,
     /// Reason 3: local mm shootdown.
+    #[serde(skip_serializing_if = "is_zero")]
     pub local_mm_shootdown: u64,
     /// Reason 4: remote IPI send.
+    #[serde(skip_serializing_if = "is_zero")]
     pub remote_send_ipi: u64,
     /// Reason 5 (remote, wrong CPU) and any newer reason.
+    #[serde(skip_serializing_if = "is_zero")]
     pub other: u64,
     /// Pages of ranged flushes.
+    #[serde(skip_serializing_if = "is_zero")]
     pub pages: u64,
     /// Full flushes (pages = -1).
+    #[serde(skip_serializing_if = "is_zero")]
     pub full_flushes: u64,
     /// TLB-shootdown requests it sent to other CPUs: flush_tlb_func queued per target CPU
     /// (csd:csd_queue_cpu, 6.6+), or IPIs with that callback (ipi:ipi_send_cpumask, 6.3–6.5).
+    #[serde(skip_serializing_if = "is_zero")]
     pub ipis_sent: u64,
     /// CPUs those IPIs targeted.
+    #[serde(skip_serializing_if = "is_zero")]
     pub ipi_targets: u64,
 }
 
@@ -204,16 +225,22 @@ pub struct MadviseProc {
     /// CPU cgroup path.
     pub cgroup: String,
     /// MADV_DONTNEED (4) calls.
+    #[serde(skip_serializing_if = "is_zero")]
     pub dontneed_calls: u64,
     /// Bytes passed to MADV_DONTNEED.
+    #[serde(skip_serializing_if = "is_zero")]
     pub dontneed_bytes: u64,
     /// MADV_FREE (8) calls.
+    #[serde(skip_serializing_if = "is_zero")]
     pub free_calls: u64,
     /// Bytes passed to MADV_FREE.
+    #[serde(skip_serializing_if = "is_zero")]
     pub free_bytes: u64,
     /// Calls with any other advice.
+    #[serde(skip_serializing_if = "is_zero")]
     pub other_calls: u64,
     /// Bytes passed with any other advice.
+    #[serde(skip_serializing_if = "is_zero")]
     pub other_bytes: u64,
 }
 
@@ -261,16 +288,22 @@ pub struct LookupProc {
     /// CPU cgroup path.
     pub cgroup: String,
     /// stat, lstat, newfstatat, statx calls.
+    #[serde(skip_serializing_if = "is_zero")]
     pub stat_calls: u64,
     /// ... that failed with ENOENT.
+    #[serde(skip_serializing_if = "is_zero")]
     pub stat_enoent: u64,
     /// access, faccessat, faccessat2 calls.
+    #[serde(skip_serializing_if = "is_zero")]
     pub access_calls: u64,
     /// ... that failed with ENOENT.
+    #[serde(skip_serializing_if = "is_zero")]
     pub access_enoent: u64,
     /// open, openat, openat2 calls.
+    #[serde(skip_serializing_if = "is_zero")]
     pub open_calls: u64,
     /// ... that failed with ENOENT.
+    #[serde(skip_serializing_if = "is_zero")]
     pub open_enoent: u64,
 }
 
@@ -536,6 +569,94 @@ mod tests {
         );
         assert_eq!(path_pattern("/é1/ü"), "/é*/ü");
         assert_eq!(path_pattern(""), "");
+    }
+
+    #[test]
+    fn zero_counters_are_left_out_and_read_back_as_zero() {
+        let named = |v: &dyn erased_ser::Ser| v.named();
+        let p = TlbProc {
+            pid: 7,
+            comm: "bash".into(),
+            cgroup: "/user.slice".into(),
+            task_switch: 3,
+            ..Default::default()
+        };
+        let short = named(&p);
+        // What a build before this one wrote: every field, zeros too.
+        /// The fields of a TlbProc, all written.
+        #[derive(Serialize)]
+        struct Full<'a> {
+            pid: u32,
+            comm: &'a str,
+            cgroup: &'a str,
+            task_switch: u64,
+            remote_shootdown: u64,
+            local_shootdown: u64,
+            local_mm_shootdown: u64,
+            remote_send_ipi: u64,
+            other: u64,
+            pages: u64,
+            full_flushes: u64,
+            ipis_sent: u64,
+            ipi_targets: u64,
+        }
+        let full = named(&Full {
+            pid: 7,
+            comm: "bash",
+            cgroup: "/user.slice",
+            task_switch: 3,
+            remote_shootdown: 0,
+            local_shootdown: 0,
+            local_mm_shootdown: 0,
+            remote_send_ipi: 0,
+            other: 0,
+            pages: 0,
+            full_flushes: 0,
+            ipis_sent: 0,
+            ipi_targets: 0,
+        });
+        assert!(
+            short.len() * 3 < full.len(),
+            "{} vs {}",
+            short.len(),
+            full.len()
+        );
+        let a: TlbProc = rmp_serde::from_slice(&short).unwrap();
+        let b: TlbProc = rmp_serde::from_slice(&full).unwrap();
+        assert_eq!(a, p);
+        assert_eq!(b, p);
+        // Every counter survives when it is not zero.
+        let busy = LookupProc {
+            pid: 1,
+            stat_calls: 1,
+            stat_enoent: 2,
+            access_calls: 3,
+            access_enoent: 4,
+            open_calls: 5,
+            open_enoent: 6,
+            ..Default::default()
+        };
+        assert_eq!(
+            rmp_serde::from_slice::<LookupProc>(&named(&busy)).unwrap(),
+            busy
+        );
+    }
+
+    /// MessagePack with field names, as the store writes samples.
+    mod erased_ser {
+        /// Serializable as the store does it.
+        pub trait Ser {
+            /// The bytes.
+            fn named(&self) -> Vec<u8>;
+        }
+        impl<T: serde::Serialize> Ser for T {
+            fn named(&self) -> Vec<u8> {
+                let mut b = Vec::new();
+                self.serialize(&mut rmp_serde::Serializer::new(&mut b).with_struct_map())
+                    .unwrap();
+                b
+            }
+        }
     }
 
     #[test]
