@@ -167,9 +167,10 @@ where
     part(d, Parts::SLABINFO)
 }
 
-/// The stack slice is stored as one MessagePack blob (bytes) inside the sample rather than as a
-/// nested map: a reader that does not want it skips it by its length instead of walking its
-/// thousands of frames and stacks (that walk made reading a minute of metrics 5% slower).
+/// The stack slice is stored as one blob (bytes) inside the sample rather than as a nested map:
+/// a reader that does not want it skips it by its length instead of walking its thousands of
+/// frames and stacks (that walk made reading a minute of metrics 5% slower). Since codec 3 the
+/// blob is the slice's columnar layout ([`crate::profile::Profile::to_columns`]).
 pub(crate) fn ser_profile<S>(p: &Option<crate::profile::Profile>, s: S) -> Result<S::Ok, S::Error>
 where
     S: serde::Serializer,
@@ -185,8 +186,7 @@ where
         None => s.serialize_none(),
         Some(p) => {
             let mut buf = Vec::new();
-            let mut ser = rmp_serde::Serializer::new(&mut buf).with_struct_map();
-            serde::Serialize::serialize(p, &mut ser).map_err(S::Error::custom)?;
+            p.to_columns(&mut buf).map_err(S::Error::custom)?;
             s.serialize_some(&Blob(&buf))
         }
     }
@@ -236,9 +236,15 @@ where
     }
     match d.deserialize_option(Blob)? {
         None => Ok(None),
-        Some(b) => rmp_serde::from_slice(&b)
-            .map(Some)
-            .map_err(D::Error::custom),
+        // Codec 3: the columnar layout; codec 2: the slice as a map.
+        Some(b) => match b.split_first() {
+            Some((&crate::profile::COLUMNAR, rest)) => crate::profile::Profile::from_columns(rest)
+                .map(Some)
+                .map_err(D::Error::custom),
+            _ => rmp_serde::from_slice(&b)
+                .map(Some)
+                .map_err(D::Error::custom),
+        },
     }
 }
 
@@ -246,10 +252,15 @@ where
 /// lists (stores written before codec 2; still read).
 pub const CODEC_MSGPACK_NAMED_V1: u8 = 1;
 
-/// Codec byte of the payloads this build writes: as codec 1, but processes and cgroups are
-/// blobs a reader can skip by length. A build that reads only codec 1 stops with "unknown
-/// payload codec 2" instead of misreading them.
-pub const CODEC_MSGPACK_NAMED: u8 = 2;
+/// Codec byte of payloads whose processes and cgroups are blobs a reader can skip by length,
+/// as codec 1 otherwise (stores written before codec 3; still read). The detail lane's
+/// process table is still written with it.
+pub const CODEC_MSGPACK_NAMED_V2: u8 = 2;
+
+/// Codec byte of the main payloads this build writes: as codec 2, but the stack slice is in
+/// the columnar layout ([`crate::profile::COLUMNAR`]). A build that reads only codecs 1 and 2
+/// stops with "unknown payload codec 3" instead of misreading the slice.
+pub const CODEC_MSGPACK_NAMED: u8 = 3;
 
 /// Errors decoding a payload.
 #[derive(Debug, thiserror::Error)]
@@ -258,7 +269,7 @@ pub enum CodecError {
     #[error("empty payload")]
     Empty,
     /// A codec this build does not know (written by a much newer recorder).
-    #[error("unknown payload codec {0}; this build reads codecs {CODEC_MSGPACK_NAMED_V1} and {CODEC_MSGPACK_NAMED}")]
+    #[error("unknown payload codec {0}; this build reads codecs {CODEC_MSGPACK_NAMED_V1} to {CODEC_MSGPACK_NAMED}")]
     UnknownCodec(u8),
     /// The MessagePack did not decode into a sample.
     #[error("undecodable sample: {0}")]
@@ -310,7 +321,7 @@ pub fn encode_lanes(
     };
     let r = encode_into(sample, main);
     if r.is_ok() && d.processes.is_some() {
-        detail.push(CODEC_MSGPACK_NAMED);
+        detail.push(CODEC_MSGPACK_NAMED_V2);
         let mut ser = rmp_serde::Serializer::new(&mut *detail).with_struct_map();
         if let Err(e) = serde::Serialize::serialize(&d, &mut ser) {
             sample.processes = d.processes;
@@ -340,7 +351,7 @@ pub fn decode_lanes(
 fn decode_detail(payload: &[u8], wanted: Parts) -> Result<Detail, CodecError> {
     match payload.split_first() {
         None => Err(CodecError::Empty),
-        Some((&CODEC_MSGPACK_NAMED, rest)) => {
+        Some((&CODEC_MSGPACK_NAMED_V2, rest)) => {
             let before = WANTED.with(|w| w.replace(wanted));
             let r = rmp_serde::from_slice(rest);
             WANTED.with(|w| w.set(before));
@@ -359,7 +370,7 @@ pub fn decode(payload: &[u8]) -> Result<Sample, CodecError> {
 pub fn decode_parts(payload: &[u8], wanted: Parts) -> Result<Sample, CodecError> {
     match payload.split_first() {
         None => Err(CodecError::Empty),
-        Some((&(CODEC_MSGPACK_NAMED_V1 | CODEC_MSGPACK_NAMED), rest)) => {
+        Some((&(CODEC_MSGPACK_NAMED_V1 | CODEC_MSGPACK_NAMED_V2 | CODEC_MSGPACK_NAMED), rest)) => {
             let before = WANTED.with(|w| w.replace(wanted));
             let r = rmp_serde::from_slice(rest);
             WANTED.with(|w| w.set(before));
@@ -435,6 +446,69 @@ mod tests {
     }
 
     #[test]
+    fn codec_2_stack_slices_as_maps_still_decode() {
+        // A slice stored by a build before the columnar layout: a named map inside the blob,
+        // under codec byte 2.
+        #[derive(serde::Serialize)]
+        struct V2<'a> {
+            ts_ns: i64,
+            #[serde(serialize_with = "named_blob")]
+            profile: &'a crate::profile::Profile,
+        }
+        fn named_blob<S: serde::Serializer>(
+            p: &&crate::profile::Profile,
+            s: S,
+        ) -> Result<S::Ok, S::Error> {
+            let mut buf = Vec::new();
+            serde::Serialize::serialize(
+                *p,
+                &mut rmp_serde::Serializer::new(&mut buf).with_struct_map(),
+            )
+            .unwrap();
+            let blob = serde_bytes_like(&buf);
+            s.serialize_some(&blob)
+        }
+        fn serde_bytes_like(b: &[u8]) -> impl serde::Serialize + '_ {
+            struct B<'a>(&'a [u8]);
+            impl serde::Serialize for B<'_> {
+                fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                    s.serialize_bytes(self.0)
+                }
+            }
+            B(b)
+        }
+        let mut pb = crate::profile::Builder::new(99, 1, 2);
+        let name = pb.string("schedule");
+        let f = pb.frame(crate::profile::Frame {
+            kind: crate::profile::FrameKind::Kernel,
+            name,
+            ..Default::default()
+        });
+        pb.add_stack(5, 6, "a", "b", "/c", vec![f], 3);
+        let p = pb.finish();
+        let mut b = vec![CODEC_MSGPACK_NAMED_V2];
+        serde::Serialize::serialize(
+            &V2 {
+                ts_ns: 9,
+                profile: &p,
+            },
+            &mut rmp_serde::Serializer::new(&mut b).with_struct_map(),
+        )
+        .unwrap();
+        let d = decode(&b).unwrap();
+        assert_eq!(d.ts_ns, 9);
+        assert_eq!(d.profile.as_ref(), Some(&p));
+        // Written now, the same slice comes back the same through the columnar layout.
+        let s = Sample {
+            profile: Some(p.clone()),
+            ..Default::default()
+        };
+        let now = encode(&s).unwrap();
+        assert_eq!(now[0], CODEC_MSGPACK_NAMED);
+        assert_eq!(decode(&now).unwrap().profile, Some(p));
+    }
+
+    #[test]
     fn codec_1_nested_lists_still_decode() {
         // The layout before blobs: the same map, lists nested in place, codec byte 1.
         #[derive(serde::Serialize)]
@@ -459,6 +533,6 @@ mod tests {
         assert_eq!(d.processes, s.processes);
         assert_eq!(d.cgroups, s.cgroups);
         assert!(decode_parts(&b, Parts::NONE).unwrap().processes.is_none());
-        assert!(decode(&[3, 0x80]).is_err());
+        assert!(decode(&[CODEC_MSGPACK_NAMED + 1, 0x80]).is_err());
     }
 }
