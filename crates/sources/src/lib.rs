@@ -14,6 +14,7 @@ pub mod io;
 pub mod process;
 pub mod smaps;
 pub mod system;
+pub mod tasks;
 pub mod units;
 
 pub use io::{ParseError, ReadError, Root};

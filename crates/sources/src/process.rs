@@ -355,18 +355,21 @@ pub struct ProcessScanStats {
     pub stat_carried_forward: u64,
     /// /proc was not listed because no fork happened since the last listing.
     pub listing_skipped: bool,
+    /// The processes came from the BPF task iterator (`crate::tasks`), not from their /proc
+    /// files; the carry-forward counts above are then 0.
+    pub task_iter: bool,
 }
 
 /// A file of one process: kept open when the budget allows, else reopened for each read.
-struct PidFile {
-    path: PathBuf,
-    file: Option<File>,
+pub(crate) struct PidFile {
+    pub(crate) path: PathBuf,
+    pub(crate) file: Option<File>,
 }
 
 impl PidFile {
     /// Reads the file into `buf` and returns its length. `buf` only ever grows: re-zeroing a
     /// 4 KiB buffer five times per process per second showed up in profiles.
-    fn read(&mut self, buf: &mut Vec<u8>) -> Result<usize, ReadError> {
+    pub(crate) fn read(&mut self, buf: &mut Vec<u8>) -> Result<usize, ReadError> {
         let err = |path: &PathBuf, source| ReadError::Io {
             path: path.clone(),
             source,
@@ -396,7 +399,7 @@ impl PidFile {
 }
 
 /// Reads a command line, empty when unreadable (kernel threads have none).
-fn read_cmdline(path: &std::path::Path, buf: &mut Vec<u8>, max: usize) -> Arc<str> {
+pub(crate) fn read_cmdline(path: &std::path::Path, buf: &mut Vec<u8>, max: usize) -> Arc<str> {
     match crate::io::read_into(path, buf) {
         Ok(()) => format_cmdline(buf, max).into(),
         Err(_) => Arc::from(""),
@@ -410,7 +413,7 @@ pub fn parse_statm_resident(buf: &[u8]) -> Result<u64, ParseError> {
 
 /// Reads one optional file of a process; a vanished file is `None`, a malformed one is `None`
 /// and counted.
-fn read_part<T>(
+pub(crate) fn read_part<T>(
     f: &mut PidFile,
     buf: &mut Vec<u8>,
     parse: fn(&[u8]) -> Result<T, ParseError>,
@@ -587,6 +590,34 @@ impl ProcessReader {
         self.known = out.iter().map(|p| p.stat.pid).collect();
         stats.open_fds = self.fds_open;
         Ok(stats)
+    }
+
+    /// Reads the processes `pids` (no listing), appending them to `out`; those gone are skipped.
+    /// The task iterator's path reads through this the few processes it does not show.
+    pub fn read_pids(
+        &mut self,
+        pids: &[u32],
+        out: &mut Vec<Process>,
+        stats: &mut ProcessScanStats,
+    ) -> Result<(), ReadError> {
+        for &pid in pids {
+            if let Some(p) = self.read_one(pid, true, stats)? {
+                out.push(p);
+            }
+        }
+        let keep: std::collections::HashSet<u32> = pids.iter().copied().collect();
+        let gone: Vec<u32> = self
+            .handles
+            .keys()
+            .filter(|p| !keep.contains(p))
+            .copied()
+            .collect();
+        for pid in gone {
+            if let Some(h) = self.handles.remove(&pid) {
+                self.fds_open -= h.open_count();
+            }
+        }
+        Ok(())
     }
 
     /// Drops the handles of `pid` and, on the first attempt, reads it afresh.
