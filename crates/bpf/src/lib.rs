@@ -28,6 +28,7 @@ mod madvise;
 mod reclaim;
 mod runqlat;
 mod shrinker;
+pub mod tasks;
 mod tlb;
 
 /// A tracer's registration: everything the collector and the CLI know of it. Each tracer module
