@@ -85,6 +85,19 @@ pub struct RecordArgs {
     #[arg(long, default_value_t = jitterscope_profile::sampler::DEFAULT_HZ,
           value_parser = clap::value_parser!(u32).range(0..=10_000))]
     profile_hz: u32,
+    /// Where per-process data comes from: `bpf` one read of a BPF task iterator per sample
+    /// (root or CAP_BPF + CAP_PERFMON, BTF, kernel 5.8+), `procfs` the /proc/<pid> files,
+    /// `auto` the iterator when it loads, else /proc. The process table is the same either way.
+    #[arg(long, value_enum, default_value_t = ProcSource::Auto)]
+    proc_source: ProcSource,
+}
+
+/// See `RecordArgs::proc_source`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ProcSource {
+    Auto,
+    Bpf,
+    Procfs,
 }
 
 /// See `RecordArgs::syscall_tracers`.
@@ -248,6 +261,20 @@ pub fn run(a: RecordArgs) -> Result<()> {
             slabinfo_period: a.slabinfo_interval,
         },
     );
+    if a.proc_source != ProcSource::Procfs {
+        match jitterscope_bpf::tasks::TaskCollector::start(&root) {
+            Ok(c) => {
+                sources.replace(Box::new(c));
+                log("processes: read through the BPF task iterator");
+            }
+            Err(why) if a.proc_source == ProcSource::Bpf => {
+                anyhow::bail!("--proc-source bpf: the task iterator cannot be used: {why}")
+            }
+            Err(why) => log(&format!(
+                "processes: read from /proc (task iterator: {why})"
+            )),
+        }
+    }
     let tracers: Vec<jitterscope_bpf::Name> = if a.no_tracers {
         Vec::new()
     } else if a.root != std::path::Path::new("/") {

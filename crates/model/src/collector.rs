@@ -169,6 +169,23 @@ impl CollectorSet {
         self.items.push((c, None));
     }
 
+    /// Puts `c` in the place of the collector of the same name (an alternative reader of the
+    /// same source, such as the BPF task iterator for `processes`), keeping the collection
+    /// order; false, and `c` dropped, when there is none.
+    pub fn replace(&mut self, c: Box<dyn Collector>) -> bool {
+        match self
+            .items
+            .iter_mut()
+            .find(|(old, _)| old.name() == c.name())
+        {
+            Some(slot) => {
+                *slot = (c, None);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Number of collectors.
     pub fn len(&self) -> usize {
         self.items.len()
