@@ -264,36 +264,3 @@ fn the_whole_host_reads_the_same_both_ways() {
         "only {exact} processes stood still to be compared exactly"
     );
 }
-
-#[test]
-fn a_read_costs_less_than_the_proc_scan() {
-    let _g = serial();
-    let t = "a_read_costs_less_than_the_proc_scan";
-    let Some(mut it) = iterator(t) else {
-        return;
-    };
-    let mut proc_reader = ProcessReader::new(&Root::default(), default_fd_budget());
-    // Warm both (descriptors opened, cgroups and command lines read once).
-    proc_scan(&mut proc_reader);
-    it.scan().unwrap();
-    let time = |f: &mut dyn FnMut()| {
-        let t = Instant::now();
-        for _ in 0..20 {
-            f();
-        }
-        t.elapsed() / 20
-    };
-    let mut out = Vec::new();
-    let procfs = time(&mut || {
-        // With no fork counter, /proc is listed every time, as on a busy host.
-        proc_reader.scan(&mut out, None).unwrap();
-    });
-    let iter = time(&mut || {
-        it.scan().unwrap();
-    });
-    eprintln!(
-        "per scan: /proc {procfs:?}, task iterator {iter:?} ({} processes)",
-        out.len()
-    );
-    assert!(iter < procfs, "iterator {iter:?} vs /proc {procfs:?}");
-}
