@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The recorders side by side on a busy host (issue 23): several hundred processes that each run a
 # little every second plus a fork/exec churn, so that nothing can be carried forward and /proc is
-# listed every second. jitterscope (as shipped, and two reduced recorders for the breakdown), atop,
+# listed every second. jitterscope (as shipped, and three reduced recorders for the breakdown), atop,
 # sysstat's sadc and, when it is installed, below, all at a 1 s interval and at the same time.
 #
 #   sudo JITTERSCOPE=target/release/jitterscope bash bench/busy.sh          # section on stdout
@@ -15,7 +15,8 @@
 #   BUSY_PROCS      shells that wake twice a second and run a little (default 250)
 #   BUSY_WORK       loop iterations each shell runs per wake-up (default 40)
 #   BUSY_CHURN      short processes started per second (default 50)
-#   BUSY_BREAKDOWN=0  do not run the two reduced jitterscope recorders
+#   BUSY_BREAKDOWN=0  do not run the three reduced jitterscope recorders (no sampler; no sampler
+#                   and no tracers; the same reading /proc instead of the task iterator)
 #   BELOW           below's binary (default: `below` on PATH, else /opt/below/bin/below; the run
 #                   says when there is none: `cargo install --locked below --root /opt/below`)
 #   BENCH_KEEP=1    keep the temporary directory
@@ -132,7 +133,9 @@ if [ "$BREAKDOWN" = 1 ]; then
     PID[js-noprof]=$!; OUTP[js-noprof]=$TMP/js-noprof; LABEL[js-noprof]="jitterscope record --profile-hz 0"
     "$JITTERSCOPE" record --dir "$TMP/js-bare" --interval 1s --profile-hz 0 --no-tracers </dev/null >/dev/null 2>"$TMP/js-bare.log" &
     PID[js-bare]=$!; OUTP[js-bare]=$TMP/js-bare; LABEL[js-bare]="jitterscope record --profile-hz 0 --no-tracers"
-    TOOLS+=(js-noprof js-bare)
+    "$JITTERSCOPE" record --dir "$TMP/js-procfs" --interval 1s --profile-hz 0 --no-tracers --proc-source procfs </dev/null >/dev/null 2>"$TMP/js-procfs.log" &
+    PID[js-procfs]=$!; OUTP[js-procfs]=$TMP/js-procfs; LABEL[js-procfs]="jitterscope record --profile-hz 0 --no-tracers --proc-source procfs"
+    TOOLS+=(js-noprof js-bare js-procfs)
 fi
 atop -w "$TMP/atop.raw" 1 </dev/null >/dev/null 2>"$TMP/atop.log" &
 PID[atop]=$!; OUTP[atop]=$TMP/atop.raw; LABEL[atop]="atop -w"
