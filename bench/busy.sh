@@ -18,7 +18,9 @@
 #   BUSY_BREAKDOWN=0  do not run the three reduced jitterscope recorders (no sampler; no sampler
 #                   and no tracers; the same reading /proc instead of the task iterator)
 #   BELOW           below's binary (default: `below` on PATH, else /opt/below/bin/below; the run
-#                   says when there is none: `cargo install --locked below --root /opt/below`)
+#                   says when there is none). below 0.9's BPF code needs clang ≥ 15 (Debian 12's
+#                   clang 14 crashes on it): apt-get install clang-16, then
+#                   PATH=<dir with clang -> clang-16>:$PATH cargo install --locked below --root /opt/below
 #   BENCH_KEEP=1    keep the temporary directory
 #
 # Without root it prints "SKIPPED: <reason>" and writes a section saying so. Everything it starts
@@ -127,31 +129,36 @@ sleep 2
 declare -A PID OUTP START T0 T1 K0 K1 B1 STOPT LABEL
 TOOLS=(js)
 "$JITTERSCOPE" record --dir "$TMP/js" --interval 1s </dev/null >/dev/null 2>"$TMP/js.log" &
-PID[js]=$!; OUTP[js]=$TMP/js; LABEL[js]="jitterscope record (as shipped)"
+PID[js]=$!; RUNNING+=($!); OUTP[js]=$TMP/js; LABEL[js]="jitterscope record (as shipped)"
 if [ "$BREAKDOWN" = 1 ]; then
     "$JITTERSCOPE" record --dir "$TMP/js-noprof" --interval 1s --profile-hz 0 </dev/null >/dev/null 2>"$TMP/js-noprof.log" &
-    PID[js-noprof]=$!; OUTP[js-noprof]=$TMP/js-noprof; LABEL[js-noprof]="jitterscope record --profile-hz 0"
+    PID[js-noprof]=$!; RUNNING+=($!); OUTP[js-noprof]=$TMP/js-noprof; LABEL[js-noprof]="jitterscope record --profile-hz 0"
     "$JITTERSCOPE" record --dir "$TMP/js-bare" --interval 1s --profile-hz 0 --no-tracers </dev/null >/dev/null 2>"$TMP/js-bare.log" &
-    PID[js-bare]=$!; OUTP[js-bare]=$TMP/js-bare; LABEL[js-bare]="jitterscope record --profile-hz 0 --no-tracers"
+    PID[js-bare]=$!; RUNNING+=($!); OUTP[js-bare]=$TMP/js-bare; LABEL[js-bare]="jitterscope record --profile-hz 0 --no-tracers"
     "$JITTERSCOPE" record --dir "$TMP/js-procfs" --interval 1s --profile-hz 0 --no-tracers --proc-source procfs </dev/null >/dev/null 2>"$TMP/js-procfs.log" &
-    PID[js-procfs]=$!; OUTP[js-procfs]=$TMP/js-procfs; LABEL[js-procfs]="jitterscope record --profile-hz 0 --no-tracers --proc-source procfs"
+    PID[js-procfs]=$!; RUNNING+=($!); OUTP[js-procfs]=$TMP/js-procfs; LABEL[js-procfs]="jitterscope record --profile-hz 0 --no-tracers --proc-source procfs"
     TOOLS+=(js-noprof js-bare js-procfs)
 fi
 atop -w "$TMP/atop.raw" 1 </dev/null >/dev/null 2>"$TMP/atop.log" &
-PID[atop]=$!; OUTP[atop]=$TMP/atop.raw; LABEL[atop]="atop -w"
+PID[atop]=$!; RUNNING+=($!); OUTP[atop]=$TMP/atop.raw; LABEL[atop]="atop -w"
 "$SADC" -S XALL 1 "$TMP/sa.file" </dev/null >/dev/null 2>"$TMP/sadc.log" &
-PID[sadc]=$!; OUTP[sadc]=$TMP/sa.file; LABEL[sadc]="sadc -S XALL"
+PID[sadc]=$!; RUNNING+=($!); OUTP[sadc]=$TMP/sa.file; LABEL[sadc]="sadc -S XALL"
 TOOLS+=(atop sadc)
 BELOW_VERSION=""
 if [ -n "$BELOW" ]; then
     mkdir -p "$TMP/below-store" "$TMP/below-log"
-    printf 'store_dir = "%s"\nlog_dir = "%s"\n' "$TMP/below-store" "$TMP/below-log" >"$TMP/below.conf"
+    # below reads cgroups from a cgroup2 mount only (here beside the v1 controllers, if any).
+    CG2=$(awk '$3 == "cgroup2" {print $2; exit}' /proc/mounts)
+    printf 'store_dir = "%s"\nlog_dir = "%s"\ncgroup_root = "%s"\n' "$TMP/below-store" "$TMP/below-log" \
+        "${CG2:-/sys/fs/cgroup}" >"$TMP/below.conf"
     "$BELOW" --config "$TMP/below.conf" record --interval-s 1 </dev/null >/dev/null 2>"$TMP/below.log" &
-    PID[below]=$!; OUTP[below]=$TMP/below-store; LABEL[below]="below record"
+    PID[below]=$!; RUNNING+=($!); OUTP[below]=$TMP/below-store; LABEL[below]="below record"
     TOOLS+=(below)
-    BELOW_VERSION=$("$BELOW" --version 2>/dev/null | awk '{print $NF; exit}')
+    # below has no --version; cargo install records it beside the binary.
+    BELOW_VERSION=$(sed -n 's/^"below \([0-9.]*\) .*/\1/p' "$(dirname "$BELOW")/../.crates.toml" 2>/dev/null | head -1)
+    BELOW_VERSION=${BELOW_VERSION:-unknown version}
 fi
-for t in "${TOOLS[@]}"; do START[$t]=$EPOCHREALTIME; RUNNING+=("${PID[$t]}"); done
+for t in "${TOOLS[@]}"; do START[$t]=$EPOCHREALTIME; done
 
 sleep "$WARMUP"
 for t in "${TOOLS[@]}"; do
@@ -208,7 +215,7 @@ met() { awk -v r="$1" 'BEGIN { print (r != "n/a" && r <= 0.1) ? "**met**" : "**m
         printf '| %s | %.3f | %.2f | %s | %s |\n' "${LABEL[$t]}" "${CPU[$t]}" "${MBH[$t]}" \
             "$(ratio "${CPU[$t]}" "${CPU[atop]}")" "$(ratio "${MBH[$t]}" "${MBH[atop]}")"
     done
-    [ -z "$BELOW" ] && echo "| below | not installed (\`cargo install --locked below --root /opt/below\`) | | | |"
+    [ -z "$BELOW" ] && echo "| below | not installed (see bench/busy.sh's header) | | | |"
     echo
     echo "Peers: atop $(atop -V 2>&1 | awk '/Version/ {print $2; exit}'), sysstat $("$SADC" -V 2>&1 | awk '/version/ {print $3; exit}')${BELOW_VERSION:+, below $BELOW_VERSION}."
     echo
