@@ -4,14 +4,23 @@
 //! (rmp-serde "named" encoding). Names make the encoding evolvable in both directions: a reader
 //! ignores fields it does not know (written by a newer recorder) and defaults fields it does not
 //! find (files written before the field existed), which `tests/evolution.rs` checks against a
-//! store recorded by an earlier build. The repeated names cost nothing after zstd compresses a
+//! store recorded by an earlier build. The repeated names cost little after zstd compresses a
 //! run of samples together in the store.
+//!
+//! The process table goes to the record's detail lane ([`encode_lanes`]), as its own payload
+//! with its own codec byte: [`CODEC_COLUMNS`] (one array per field, see the `columns` module),
+//! or, in stores written before it, [`CODEC_MSGPACK_NAMED_V2`] (one map per process). There the
+//! names did cost: repeated for each of a busy host's 600 processes, they made a raw sample
+//! 430 KB that the writer had to serialize and compress and every reader to walk.
 
 use std::cell::Cell;
 
+use jitterscope_sources::process::Process;
 use serde::{Deserialize, Deserializer};
 
 use crate::sample::Sample;
+
+mod columns;
 
 /// The large parts of a sample a reader may leave undecoded (bit set).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -253,14 +262,20 @@ where
 pub const CODEC_MSGPACK_NAMED_V1: u8 = 1;
 
 /// Codec byte of payloads whose processes and cgroups are blobs a reader can skip by length,
-/// as codec 1 otherwise (stores written before codec 3; still read). The detail lane's
-/// process table is still written with it.
+/// as codec 1 otherwise (main payloads before codec 3, detail lanes before [`CODEC_COLUMNS`];
+/// still read).
 pub const CODEC_MSGPACK_NAMED_V2: u8 = 2;
 
 /// Codec byte of the main payloads this build writes: as codec 2, but the stack slice is in
 /// the columnar layout ([`crate::profile::COLUMNAR`]). A build that reads only codecs 1 and 2
-/// stops with "unknown payload codec 3" instead of misreading the slice.
+/// stops with "unknown payload codec 3" instead of misreading the slice. (Main payloads and
+/// detail lanes number their codecs apart: a detail lane's 3 is [`CODEC_COLUMNS`].)
 pub const CODEC_MSGPACK_NAMED: u8 = 3;
+
+/// Codec byte of the detail lanes this build writes: the process table by column (see the
+/// `columns` module). A build that reads only codecs 1 and 2 keeps the sample's host data and
+/// reads it without processes.
+pub const CODEC_COLUMNS: u8 = 3;
 
 /// Errors decoding a payload.
 #[derive(Debug, thiserror::Error)]
@@ -269,14 +284,23 @@ pub enum CodecError {
     #[error("empty payload")]
     Empty,
     /// A codec this build does not know (written by a much newer recorder).
-    #[error("unknown payload codec {0}; this build reads codecs {CODEC_MSGPACK_NAMED_V1} to {CODEC_MSGPACK_NAMED}")]
+    #[error("unknown payload codec {0}; this build reads codecs {CODEC_MSGPACK_NAMED_V1} to {CODEC_MSGPACK_NAMED} (main) and {CODEC_MSGPACK_NAMED_V2} to {CODEC_COLUMNS} (detail)")]
     UnknownCodec(u8),
     /// The MessagePack did not decode into a sample.
     #[error("undecodable sample: {0}")]
     Decode(#[from] rmp_serde::decode::Error),
+    /// A process table's columns did not decode.
+    #[error("undecodable process table: {0}")]
+    Columns(#[from] prost::DecodeError),
+    /// A process table's columns do not fit together.
+    #[error("undecodable sample: {0}")]
+    Table(#[from] columns::TableError),
     /// Encoding failed (cannot happen for well-formed samples; kept rather than panicking).
     #[error("unencodable sample: {0}")]
     Encode(#[from] rmp_serde::encode::Error),
+    /// Encoding the columns failed (cannot happen: a Vec has room for any message).
+    #[error("unencodable process table: {0}")]
+    EncodeColumns(#[from] prost::EncodeError),
 }
 
 /// Encodes a sample into `out` (cleared first), reusing its allocation.
@@ -295,16 +319,58 @@ pub fn encode(sample: &Sample) -> Result<Vec<u8>, CodecError> {
     Ok(v)
 }
 
-/// What the recorder puts in a record's detail lane (see the store's lanes): the process table,
-/// 90% of a busy host's bytes, which reading host metrics over a day then never decompresses.
-#[derive(serde::Serialize, serde::Deserialize, Default)]
-struct Detail {
+/// What the recorder put in a record's detail lane with codec 2: the process table as one
+/// blob of one map per process.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(bound(
+    serialize = "P: serde::Serialize",
+    deserialize = "P: serde::de::DeserializeOwned"
+))]
+struct Detail<P> {
     #[serde(
         default,
         serialize_with = "ser_blob",
         deserialize_with = "de_processes"
     )]
-    processes: Option<Vec<jitterscope_sources::process::Process>>,
+    processes: Option<P>,
+}
+
+/// What the recorder puts in a record's detail lane with codec 3: the process table by
+/// column. A message of its own, so that more tables can join it.
+#[derive(Clone, PartialEq, prost::Message)]
+struct DetailColumns {
+    #[prost(message, optional, tag = "1")]
+    processes: Option<columns::Table>,
+}
+
+/// Encodes a process table as a detail-lane payload of `codec` ([`CODEC_COLUMNS`], or
+/// [`CODEC_MSGPACK_NAMED_V2`] as builds before it wrote, for comparisons and tests) into `out`
+/// (cleared first).
+pub fn encode_detail(procs: &[Process], codec: u8, out: &mut Vec<u8>) -> Result<(), CodecError> {
+    out.clear();
+    out.push(codec);
+    match codec {
+        CODEC_COLUMNS => {
+            let d = DetailColumns {
+                processes: Some(columns::Table::of(procs)),
+            };
+            prost::Message::encode(&d, out)?;
+        }
+        CODEC_MSGPACK_NAMED_V2 => {
+            let mut ser = rmp_serde::Serializer::new(&mut *out).with_struct_map();
+            serde::Serialize::serialize(
+                &Detail {
+                    processes: Some(procs),
+                },
+                &mut ser,
+            )?;
+        }
+        c => {
+            out.clear();
+            return Err(CodecError::UnknownCodec(c));
+        }
+    }
+    Ok(())
 }
 
 /// Encodes a sample for the store's two lanes: `main` gets everything but the process table,
@@ -316,26 +382,20 @@ pub fn encode_lanes(
     detail: &mut Vec<u8>,
 ) -> Result<(), CodecError> {
     detail.clear();
-    let d = Detail {
-        processes: sample.processes.take(),
-    };
+    let processes = sample.processes.take();
     let r = encode_into(sample, main);
-    if r.is_ok() && d.processes.is_some() {
-        detail.push(CODEC_MSGPACK_NAMED_V2);
-        let mut ser = rmp_serde::Serializer::new(&mut *detail).with_struct_map();
-        if let Err(e) = serde::Serialize::serialize(&d, &mut ser) {
-            sample.processes = d.processes;
-            return Err(e.into());
-        }
+    sample.processes = processes;
+    r?;
+    if let Some(p) = &sample.processes {
+        encode_detail(p, CODEC_COLUMNS, detail)?;
     }
-    sample.processes = d.processes;
-    r
+    Ok(())
 }
 
 /// Decodes a record read from the store: its main payload and, when the read brought it, its
 /// detail (the process table of payloads written by [`encode_lanes`]). Older payloads hold their
-/// processes in `main` and have no detail. A detail this build cannot decode (a newer codec)
-/// leaves the sample without processes rather than losing its host data too.
+/// processes in `main` and have no detail. A detail this build cannot decode (a newer codec, or
+/// damage) leaves the sample without processes rather than losing its host data too.
 pub fn decode_lanes(
     main: &[u8],
     detail: Option<&[u8]>,
@@ -343,19 +403,24 @@ pub fn decode_lanes(
 ) -> Result<Sample, CodecError> {
     let mut s = decode_parts(main, wanted)?;
     if let (Some(d), true, None) = (detail, wanted.contains(Parts::PROCESSES), &s.processes) {
-        s.processes = decode_detail(d, wanted).ok().and_then(|d| d.processes);
+        s.processes = decode_detail(d).ok().flatten();
     }
     Ok(s)
 }
 
-fn decode_detail(payload: &[u8], wanted: Parts) -> Result<Detail, CodecError> {
+/// The process table of a detail-lane payload of any codec.
+pub fn decode_detail(payload: &[u8]) -> Result<Option<Vec<Process>>, CodecError> {
     match payload.split_first() {
         None => Err(CodecError::Empty),
+        Some((&CODEC_COLUMNS, rest)) => {
+            let d = <DetailColumns as prost::Message>::decode(rest)?;
+            Ok(d.processes.map(|t| t.processes()).transpose()?)
+        }
         Some((&CODEC_MSGPACK_NAMED_V2, rest)) => {
-            let before = WANTED.with(|w| w.replace(wanted));
-            let r = rmp_serde::from_slice(rest);
+            let before = WANTED.with(|w| w.replace(Parts::PROCESSES));
+            let r: Result<Detail<Vec<Process>>, _> = rmp_serde::from_slice(rest);
             WANTED.with(|w| w.set(before));
-            Ok(r?)
+            Ok(r?.processes)
         }
         Some((&c, _)) => Err(CodecError::UnknownCodec(c)),
     }
@@ -423,6 +488,16 @@ mod tests {
         let (mut main, mut detail) = (Vec::new(), Vec::new());
         encode_lanes(&mut s, &mut main, &mut detail).unwrap();
         assert_eq!(s, sample(), "the sample is left as it was");
+        assert_eq!(detail[0], CODEC_COLUMNS);
+        // A detail written by builds before codec 3 joins its record the same way.
+        let mut v2 = Vec::new();
+        encode_detail(
+            s.processes.as_deref().unwrap(),
+            CODEC_MSGPACK_NAMED_V2,
+            &mut v2,
+        )
+        .unwrap();
+        assert_eq!(decode_lanes(&main, Some(&v2), Parts::ALL).unwrap(), s);
         assert!(decode(&main).unwrap().processes.is_none());
         assert_eq!(decode_lanes(&main, Some(&detail), Parts::ALL).unwrap(), s);
         let host = decode_lanes(&main, Some(&detail), Parts::CGROUPS).unwrap();
@@ -534,5 +609,68 @@ mod tests {
         assert_eq!(d.cgroups, s.cgroups);
         assert!(decode_parts(&b, Parts::NONE).unwrap().processes.is_none());
         assert!(decode(&[CODEC_MSGPACK_NAMED + 1, 0x80]).is_err());
+    }
+
+    /// A real process table (this host's, read as the recorder reads it) encoded as the
+    /// recorder writes it.
+    fn real_detail() -> Vec<u8> {
+        let mut r = jitterscope_sources::process::ProcessReader::new(
+            &jitterscope_sources::Root::default(),
+            100_000,
+        );
+        let mut procs = Vec::new();
+        r.scan(&mut procs, None).unwrap();
+        procs.truncate(40);
+        let mut b = Vec::new();
+        encode_detail(&procs, CODEC_COLUMNS, &mut b).unwrap();
+        b
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+
+        /// Damaged details (bytes flipped, cut, or spliced in) decode or fail, never panic,
+        /// and never cost the record its host data.
+        #[test]
+        fn damaged_details_never_panic(
+            edits in proptest::collection::vec((0usize..1 << 16, proptest::num::u8::ANY), 1..8),
+            cut in proptest::option::of(0usize..1 << 16),
+            codec in proptest::sample::select(vec![CODEC_COLUMNS, CODEC_MSGPACK_NAMED_V2]),
+        ) {
+            thread_local!(static REAL: Vec<u8> = real_detail());
+            let mut d = REAL.with(|r| r.clone());
+            if codec == CODEC_MSGPACK_NAMED_V2 {
+                let procs = decode_detail(&d).unwrap().unwrap();
+                encode_detail(&procs, codec, &mut d).unwrap();
+            }
+            for (at, b) in edits {
+                let at = at % d.len();
+                // The codec byte is kept, so the bytes behind it are what is tested.
+                if at > 0 {
+                    d[at] = b;
+                }
+            }
+            if let Some(c) = cut {
+                d.truncate(1 + c % d.len());
+            }
+            let _ = decode_detail(&d);
+            let mut s = sample();
+            let (mut main, mut detail) = (Vec::new(), Vec::new());
+            encode_lanes(&mut s, &mut main, &mut detail).unwrap();
+            let back = decode_lanes(&main, Some(&d), Parts::ALL).unwrap();
+            proptest::prop_assert_eq!(back.ts_ns, s.ts_ns);
+            proptest::prop_assert_eq!(back.cgroups, s.cgroups);
+        }
+
+        /// Arbitrary bytes behind each codec byte decode or fail, never panic.
+        #[test]
+        fn arbitrary_details_never_panic(
+            codec in 0u8..5,
+            bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512),
+        ) {
+            let mut d = vec![codec];
+            d.extend(bytes);
+            let _ = decode_detail(&d);
+        }
     }
 }

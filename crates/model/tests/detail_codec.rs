@@ -1,0 +1,116 @@
+//! The detail lane's codecs on real process tables: what codec 3 (columns) writes decodes to
+//! exactly the processes recorded, and stores written with codec 2 still read.
+//!
+//! `tests/fixtures/store-lanes-v2/` was written by the last build before codec 3
+//! (`jitterscope record --dir tests/fixtures/store-lanes-v2 --root tests/fixtures/host
+//! --interval 1s --duration 4s --profile-hz 0 --no-tracers`, LOCK removed): main, detail
+//! (codec 2) and signals lanes. NEVER regenerate it: it stands for stores on real hosts. Its
+//! processes are the host fixture's few; the hundreds of a real host are this host's own,
+//! read in `this_hosts_table_round_trips_exactly`.
+
+use std::time::Duration;
+
+use jitterscope_model::codec::{self, Parts, CODEC_COLUMNS, CODEC_MSGPACK_NAMED_V2};
+use jitterscope_model::signals::SignalRecord;
+use jitterscope_model::stored::{Encoder, SampleReader};
+use jitterscope_model::Sample;
+use jitterscope_sources::process::{Process, ProcessReader};
+use jitterscope_sources::Root;
+use jitterscope_store::{StoreConfig, Writer};
+
+fn fixture() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/store-lanes-v2")
+}
+
+/// Every sample of the codec-2 fixture, with its processes.
+fn recorded() -> Vec<Sample> {
+    let r = SampleReader::open(fixture()).expect("fixture store");
+    let mut s = r.samples(i64::MIN, i64::MAX, Parts::ALL).unwrap();
+    let samples: Vec<Sample> = s.by_ref().collect();
+    assert!(s.damage().is_empty(), "{:?}", s.damage());
+    samples
+}
+
+fn round_trip(procs: &[Process]) -> Vec<Process> {
+    let mut b = Vec::new();
+    codec::encode_detail(procs, CODEC_COLUMNS, &mut b).unwrap();
+    assert_eq!(b[0], CODEC_COLUMNS);
+    codec::decode_detail(&b).unwrap().expect("a table")
+}
+
+#[test]
+fn codec_2_details_still_read() {
+    let samples = recorded();
+    assert!(samples.len() >= 3, "{} samples", samples.len());
+    for s in &samples {
+        let p = s
+            .processes
+            .as_deref()
+            .expect("processes from the detail lane");
+        assert!(p.len() >= 4, "{} processes", p.len());
+        assert!(p.iter().any(|p| p.stat.pid == 1));
+        assert!(p
+            .iter()
+            .any(|p| p.schedstat.is_some() && p.cgroups.is_some()));
+    }
+}
+
+#[test]
+fn recorded_tables_round_trip_exactly() {
+    for s in recorded() {
+        let p = s.processes.as_deref().unwrap();
+        assert!(round_trip(p) == p, "sample {} differs", s.ts_ns);
+        // And written back as codec 2 by this build, the bytes the old build wrote read the same.
+        let mut b = Vec::new();
+        codec::encode_detail(p, CODEC_MSGPACK_NAMED_V2, &mut b).unwrap();
+        assert!(codec::decode_detail(&b).unwrap().as_deref() == Some(p));
+    }
+}
+
+#[test]
+fn recorded_samples_come_back_whole_through_the_store() {
+    let samples = recorded();
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = StoreConfig::new(dir.path());
+    c.retain = Duration::from_secs(100 * 365 * 86400);
+    let mut w = Writer::open(c).unwrap();
+    let mut enc = Encoder::new();
+    for s in &samples {
+        let mut s = s.clone();
+        let e = enc.encode(&mut s, &SignalRecord::default()).unwrap();
+        assert!(e
+            .lanes
+            .iter()
+            .any(|(_, d)| d.first() == Some(&CODEC_COLUMNS)));
+        w.append_lanes(s.ts_ns, e.main, &e.lanes).unwrap();
+    }
+    w.close().unwrap();
+    let r = SampleReader::open(dir.path()).unwrap();
+    let mut read = r.samples(i64::MIN, i64::MAX, Parts::ALL).unwrap();
+    let back: Vec<Sample> = read.by_ref().collect();
+    assert!(read.damage().is_empty());
+    assert_eq!(back.len(), samples.len());
+    for (a, b) in back.iter().zip(&samples) {
+        assert!(a == b, "sample {} differs", b.ts_ns);
+    }
+    // A read that does not want processes does not get them.
+    let host: Vec<Sample> = r
+        .samples(i64::MIN, i64::MAX, Parts::NONE)
+        .unwrap()
+        .collect();
+    assert!(host.iter().all(|s| s.processes.is_none()));
+}
+
+#[test]
+fn this_hosts_table_round_trips_exactly() {
+    // The processes running now, read as the recorder reads them, twice (the second scan
+    // carries processes forward and shares their cgroups and command lines).
+    let mut r = ProcessReader::new(&Root::default(), 100_000);
+    let mut procs = Vec::new();
+    for _ in 0..2 {
+        procs.clear();
+        r.scan(&mut procs, None).unwrap();
+        assert!(procs.iter().any(|p| p.stat.pid == std::process::id()));
+        assert!(round_trip(&procs) == procs);
+    }
+}
