@@ -147,6 +147,17 @@ pub(crate) trait Tracer: Send {
     fn object(&self) -> &libbpf_rs::Object;
     /// Its attached programs: dropping them detaches the tracer, its maps stay.
     fn links(&mut self) -> &mut Vec<libbpf_rs::Link>;
+    /// Attaches it on demand: the links made and, if one failed, why. By default every loaded
+    /// program at its section's attach point; a tracer that attaches its programs only in
+    /// windows of its own time (`lookups`) starts those instead and keeps no links here.
+    fn attach(&mut self) -> (Vec<libbpf_rs::Link>, Option<String>) {
+        attach_each(self.object())
+    }
+    /// Detaches it on demand: the links to drop, which the caller drops off the sampling
+    /// thread.
+    fn detach(&mut self) -> Vec<libbpf_rs::Link> {
+        std::mem::take(self.links())
+    }
     /// How it attached (e.g. which tracepoint flavour), for `--check`.
     fn how(&self) -> String;
     /// Starts a read generation without reading, as it is attached again: every process entry
@@ -264,7 +275,7 @@ impl Slot {
     }
 
     fn detach(&mut self) {
-        self.detaching = detach(std::mem::take(self.tracer.links()));
+        self.detaching = detach(self.tracer.detach());
         self.attached = false;
         self.census = false;
     }
@@ -483,7 +494,7 @@ impl TracerCollector {
 /// Attaches a detached tracer's programs; an error is noted once and in the sample.
 fn attach_slot(s: &mut Slot, sample: &mut Sample, notes: &mut Notes) -> bool {
     s.tracer.new_generation();
-    match attach_each(s.tracer.object()) {
+    match s.tracer.attach() {
         (links, None) => {
             *s.tracer.links() = links;
             s.attached = true;
@@ -1130,13 +1141,20 @@ mod tests {
         let own = std::fs::read_to_string("/proc/self/comm").expect("own comm");
         let rename = |n: &str| std::fs::write("/proc/self/comm", n).expect("rename");
         let missing = std::ffi::CString::new("/nonexistent-jitterscope-test/x").unwrap();
-        // SAFETY: a NUL-terminated path; access only reads it.
-        let fail = || unsafe { libc::access(missing.as_ptr(), libc::F_OK) };
+        // Failing for 1.1 s: on the windowed path a regular window opens within every second
+        // of the tracer's attachment, and a single call would most likely fall outside it.
+        let fail = || {
+            let t0 = std::time::Instant::now();
+            while t0.elapsed() < Duration::from_millis(1100) {
+                // SAFETY: a NUL-terminated path; access only reads it.
+                unsafe { libc::access(missing.as_ptr(), libc::F_OK) };
+            }
+        };
         c.read(1);
         rename("js-gen-before");
         fail();
         let slot = &mut c.slots[0];
-        drop(std::mem::take(slot.tracer.links()));
+        drop(slot.tracer.detach());
         slot.attached = false;
         rename("js-gen-after");
         let attached = attach_slot(slot, &mut Sample::default(), &mut Notes::default());
