@@ -4,9 +4,9 @@
 //! Each tracer is one `src/bpf/<name>.bpf.c` (CO-RE, classic tracepoints, BTF-typed tracepoints
 //! where they add something) and one module here that loads it, reads its maps and turns the
 //! kernel's cumulative counters into the interval's counts ([`delta`]). A tracer that cannot load
-//! says why in one line and the others go on. Tracers with a [`Demand`] (the syscall tracers,
-//! whose tracepoints slow every system call while attached) can be kept detached until their
-//! symptom shows ([`TracerCollector::start_on_demand`]).
+//! says why in one line and the others go on. Tracers with a [`Demand`] (the evidence tracers,
+//! whose syscall-tracepoint fallbacks slow every system call while attached) can be kept
+//! detached until their symptom shows ([`TracerCollector::start_on_demand`]).
 
 use std::mem::MaybeUninit;
 use std::time::Duration;
@@ -169,12 +169,14 @@ pub(crate) trait Tracer: Send {
 }
 
 /// Why an on-demand tracer gets attached: the episode signal of the symptom it explains, at or
-/// above the signal's floor. The syscall tracers (`madvise`, `lookups`) cost every system call
-/// on the host a trip through the traced syscall path while attached (measured: +44% on a
-/// malloc/madvise-bound benchmark, +127% on a failing-stat loop, against ≤ 2% for the other
-/// four), so by default they stay loaded but detached until the symptom they explain is there,
-/// and detach again after [`QUIET_SECONDS`] without it. Sharing the signal keeps the attach
-/// threshold and the episode floor one number, computed as `dump` prints the series.
+/// above the signal's floor. The evidence tracers (`madvise`, `lookups`) on their syscall
+/// tracepoint fallbacks cost every system call on the host a trip through the traced syscall
+/// path while attached (measured: +36% of a malloc storm's CPU time, +85% of a failing-stat
+/// loop's), so by default they stay loaded but detached until the symptom they explain is
+/// there, and detach again after [`QUIET_SECONDS`] without it. Their cheaper hooks (flush-time
+/// madvise, windowed look-ups) keep the same demand: attached, they stay under 2%. Sharing the
+/// signal keeps the attach threshold and the episode floor one number, computed as `dump`
+/// prints the series.
 pub type Demand = &'static Signal;
 
 /// Seconds without the symptom before an on-demand tracer detaches again.
