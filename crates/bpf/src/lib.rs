@@ -4,9 +4,9 @@
 //! Each tracer is one `src/bpf/<name>.bpf.c` (CO-RE, classic tracepoints, BTF-typed tracepoints
 //! where they add something) and one module here that loads it, reads its maps and turns the
 //! kernel's cumulative counters into the interval's counts ([`delta`]). A tracer that cannot load
-//! says why in one line and the others go on. Tracers with a [`Demand`] (the syscall tracers,
-//! whose tracepoints slow every system call while attached) can be kept detached until their
-//! symptom shows ([`TracerCollector::start_on_demand`]).
+//! says why in one line and the others go on. Tracers with a [`Demand`] (the evidence tracers,
+//! whose syscall-tracepoint fallbacks slow every system call while attached) can be kept
+//! detached until their symptom shows ([`TracerCollector::start_on_demand`]).
 
 use std::mem::MaybeUninit;
 use std::time::Duration;
@@ -158,6 +158,17 @@ pub(crate) trait Tracer: Send {
     fn object(&self) -> &libbpf_rs::Object;
     /// Its attached programs: dropping them detaches the tracer, its maps stay.
     fn links(&mut self) -> &mut Vec<libbpf_rs::Link>;
+    /// Attaches it on demand: the links made and, if one failed, why. By default every loaded
+    /// program at its section's attach point; a tracer that attaches its programs only in
+    /// windows of its own time (`lookups`) starts those instead and keeps no links here.
+    fn attach(&mut self) -> (Vec<libbpf_rs::Link>, Option<String>) {
+        attach_each(self.object())
+    }
+    /// Detaches it on demand: the links to drop, which the caller drops off the sampling
+    /// thread.
+    fn detach(&mut self) -> Vec<libbpf_rs::Link> {
+        std::mem::take(self.links())
+    }
     /// How it attached (e.g. which tracepoint flavour), for `--check`.
     fn how(&self) -> String;
     /// Starts a read generation without reading, as it is attached again: every process entry
@@ -169,12 +180,14 @@ pub(crate) trait Tracer: Send {
 }
 
 /// Why an on-demand tracer gets attached: the episode signal of the symptom it explains, at or
-/// above the signal's floor. The syscall tracers (`madvise`, `lookups`) cost every system call
-/// on the host a trip through the traced syscall path while attached (measured: +44% on a
-/// malloc/madvise-bound benchmark, +127% on a failing-stat loop, against ≤ 2% for the other
-/// four), so by default they stay loaded but detached until the symptom they explain is there,
-/// and detach again after [`QUIET_SECONDS`] without it. Sharing the signal keeps the attach
-/// threshold and the episode floor one number, computed as `dump` prints the series.
+/// above the signal's floor. The evidence tracers (`madvise`, `lookups`) on their syscall
+/// tracepoint fallbacks cost every system call on the host a trip through the traced syscall
+/// path while attached (measured: +36% of a malloc storm's CPU time, +85% of a failing-stat
+/// loop's), so by default they stay loaded but detached until the symptom they explain is
+/// there, and detach again after [`QUIET_SECONDS`] without it. Their cheaper hooks (flush-time
+/// madvise, windowed look-ups) keep the same demand: attached, they stay under 2%. Sharing the
+/// signal keeps the attach threshold and the episode floor one number, computed as `dump`
+/// prints the series.
 pub type Demand = &'static Signal;
 
 /// Seconds without the symptom before an on-demand tracer detaches again.
@@ -275,7 +288,7 @@ impl Slot {
     }
 
     fn detach(&mut self) {
-        self.detaching = detach(std::mem::take(self.tracer.links()));
+        self.detaching = detach(self.tracer.detach());
         self.attached = false;
         self.census = false;
     }
@@ -494,7 +507,7 @@ impl TracerCollector {
 /// Attaches a detached tracer's programs; an error is noted once and in the sample.
 fn attach_slot(s: &mut Slot, sample: &mut Sample, notes: &mut Notes) -> bool {
     s.tracer.new_generation();
-    match attach_each(s.tracer.object()) {
+    match s.tracer.attach() {
         (links, None) => {
             *s.tracer.links() = links;
             s.attached = true;
@@ -1254,13 +1267,20 @@ mod tests {
         let own = std::fs::read_to_string("/proc/self/comm").expect("own comm");
         let rename = |n: &str| std::fs::write("/proc/self/comm", n).expect("rename");
         let missing = std::ffi::CString::new("/nonexistent-jitterscope-test/x").unwrap();
-        // SAFETY: a NUL-terminated path; access only reads it.
-        let fail = || unsafe { libc::access(missing.as_ptr(), libc::F_OK) };
+        // Failing for 1.1 s: on the windowed path a regular window opens within every second
+        // of the tracer's attachment, and a single call would most likely fall outside it.
+        let fail = || {
+            let t0 = std::time::Instant::now();
+            while t0.elapsed() < Duration::from_millis(1100) {
+                // SAFETY: a NUL-terminated path; access only reads it.
+                unsafe { libc::access(missing.as_ptr(), libc::F_OK) };
+            }
+        };
         c.read(1);
         rename("js-gen-before");
         fail();
         let slot = &mut c.slots[0];
-        drop(std::mem::take(slot.tracer.links()));
+        drop(slot.tracer.detach());
         slot.attached = false;
         rename("js-gen-after");
         let attached = attach_slot(slot, &mut Sample::default(), &mut Notes::default());

@@ -1,7 +1,21 @@
 //! Path look-ups failing with ENOENT per process, with sampled names (lookups.bpf.c).
+//!
+//! On x86-64 the one program (BTF-typed `raw_syscalls:sys_exit`) is attached in windows, not
+//! for as long as the tracer is: any system-call hook sends every system call of every task
+//! through the kernel's slow path, which alone cost a loop of failing `stat()` more than the 2%
+//! this tracer may take. A window opens for [`BASE_WINDOW`] at a random point of every
+//! [`BASE_EVERY`] (the regular sample, scaled up to the time outside the other windows), and
+//! whenever `/proc/sys/fs/dentry-state` shows negative dentries created at or above the
+//! `negative-dentries` signal's floor (then it stays open while they are, for at most
+//! [`TRIGGER_SHARE`] of the time; seen in full, not scaled). NSS's probe (tens of thousands of
+//! new names in a few tens of ms) opens a window within [`POLL`] and is seen nearly whole; a
+//! steady storm of failures on names already cached is estimated from the regular windows.
 
 use std::collections::HashMap;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use jitterscope_model::signals;
 use jitterscope_model::tracers::{
@@ -23,9 +37,10 @@ mod skel {
 }
 use skel::*;
 
-/// js_lookup_proc: comm (2 words), cgroup, calls[3], enoent[3] (stat, access, open).
+/// js_lookup_proc: comm (2 words), cgroup, named_gen, calls[2][3], enoent[2][3] (by window
+/// kind: regular, triggered; then stat, access, open).
 const LAYOUT: Layout = Layout {
-    words: 10,
+    words: 16,
     keep: &[0, 1, 2, 3],
     named_gen: Some(3),
 };
@@ -45,6 +60,8 @@ pub(crate) static DEF: TracerDef = TracerDef {
 };
 
 pub(crate) struct LookupsTracer {
+    /// Declared first, so dropped (its thread stopped, its window closed) before the skeleton.
+    windows: Option<Windows>,
     links: Vec<libbpf_rs::Link>,
     skel: LookupsSkel<'static>,
     procs: Deltas<u32>,
@@ -84,49 +101,109 @@ pub(crate) fn records() -> Vec<Record> {
     v
 }
 
-pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<LookupsTracer, String> {
-    check(tracefs, &records())?;
+type Loaded = (LookupsSkel<'static>, Vec<libbpf_rs::Link>);
+
+/// Opens and loads the object with the windowed program (`windowed`) or the syscall
+/// tracepoint pairs that exist in `tracefs`; attaches the latter now if `attach_now`.
+fn open_and_load(
+    env: &Env,
+    tracefs: &Path,
+    windowed: bool,
+    attach_now: bool,
+    syscalls: &mut Vec<&'static str>,
+) -> Result<Loaded, String> {
     let mut open = open_skel!(LookupsSkelBuilder, env);
-    // Which of these syscalls exist depends on the architecture (arm64 has no stat, access or
-    // open): load only the pairs whose tracepoints exist.
-    let mut syscalls = Vec::new();
+    // Per-CPU values: keep the map near 2 MiB whatever the number of CPUs.
+    let cpus = libbpf_rs::num_possible_cpus().unwrap_or(1).max(1);
+    let per_entry = std::mem::size_of::<types::js_lookup_proc>() * cpus;
+    let entries = ((2 << 20) / per_entry).clamp(256, 4096) as u32;
+    open.maps
+        .lookup_procs
+        .set_max_entries(entries)
+        .map_err(|e| format!("sizing lookup_procs: {e}"))?;
+    syscalls.clear();
     for mut prog in open.open_object_mut().progs_mut() {
         let sec = prog.section().to_string_lossy().into_owned();
+        if sec == "tp_btf/sys_exit" {
+            prog.set_autoload(windowed);
+            continue;
+        }
         let Some(tp) = sec.strip_prefix("tracepoint/syscalls/") else {
             continue;
         };
-        let present = has_tracepoint(tracefs, "syscalls", tp);
+        // Which of these syscalls exist depends on the architecture (arm64 has no stat, access
+        // or open): load only the pairs whose tracepoints exist.
+        let present = !windowed && has_tracepoint(tracefs, "syscalls", tp);
         prog.set_autoload(present);
         if present {
             if let Some(sc) = tp.strip_prefix("sys_enter_") {
-                syscalls.push(match sc {
-                    "newstat" => "stat",
-                    "newlstat" => "lstat",
-                    "newfstatat" => "newfstatat",
-                    "statx" => "statx",
-                    "access" => "access",
-                    "faccessat" => "faccessat",
-                    "faccessat2" => "faccessat2",
-                    "open" => "open",
-                    "openat" => "openat",
-                    "openat2" => "openat2",
-                    _ => "?",
-                });
+                syscalls.push(syscall_name(sc));
             }
         }
     }
-    if syscalls.is_empty() {
+    if windowed {
+        syscalls.extend(SYSCALLS.iter().map(|&(sc, _)| syscall_name(sc)));
+        // Only the enter/exit pairs keep calls in flight.
+        open.maps
+            .lookup_pending
+            .set_max_entries(1)
+            .map_err(|e| format!("sizing lookup_pending: {e}"))?;
+    } else if syscalls.is_empty() {
         return Err(
             "none of the stat/access/open syscall tracepoints exists on this kernel".into(),
         );
     }
-    let (skel, links) = load_and_attach(
+    load_and_attach(
         open,
         |s| create_other(&s.maps.lookup_procs),
         "syscall tracepoints",
-        !env.defer_on_demand,
-    )?;
+        attach_now && !windowed,
+    )
+}
+
+fn syscall_name(sc: &str) -> &'static str {
+    match sc {
+        "newstat" => "stat",
+        "newlstat" => "lstat",
+        "newfstatat" => "newfstatat",
+        "statx" => "statx",
+        "access" => "access",
+        "faccessat" => "faccessat",
+        "faccessat2" => "faccessat2",
+        "open" => "open",
+        "openat" => "openat",
+        "openat2" => "openat2",
+        _ => "?",
+    }
+}
+
+pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<LookupsTracer, String> {
+    let attach_now = !env.defer_on_demand;
+    let mut syscalls = Vec::new();
+    // The windowed program reads x86-64 registers; elsewhere (or if the kernel refuses it) the
+    // syscall tracepoints, attached for as long as the tracer is.
+    let windowed = if cfg!(target_arch = "x86_64") {
+        open_and_load(env, tracefs, true, attach_now, &mut syscalls)
+            .and_then(|s| Ok((Windows::start(&s.0)?, s)))
+    } else {
+        Err("the windowed program reads x86-64 registers".into())
+    };
+    let ((skel, links), windows) = match windowed {
+        Ok((w, s)) => {
+            if attach_now {
+                w.arm(true);
+            }
+            (s, Some(w))
+        }
+        Err(btf_err) => {
+            check(tracefs, &records()).map_err(|e| format!("tp_btf: {btf_err}; {e}"))?;
+            let s = open_and_load(env, tracefs, false, attach_now, &mut syscalls)
+                .map_err(|e| format!("tp_btf: {btf_err}; {e}"))?;
+            (s, None)
+        }
+    };
     Ok(LookupsTracer {
+        windows,
         links,
         skel,
         procs: Deltas::new(LAYOUT),
@@ -134,6 +211,320 @@ pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<LookupsTracer, Strin
         syscalls,
         dropped: 0,
     })
+}
+
+/// A regular window opens once in every `BASE_EVERY`, at a random point of it.
+const BASE_EVERY: Duration = Duration::from_secs(1);
+/// How long a regular window stays open.
+const BASE_WINDOW: Duration = Duration::from_millis(20);
+/// How often the windows' thread looks at the negative-dentry count.
+const POLL: Duration = Duration::from_millis(10);
+/// The most of the time triggered windows may take in the long run, and the longest one
+/// (its budget's capacity). On a busy host other programs create negative dentries too (a
+/// compiler probing include paths), so the budget is spent: with the regular windows the
+/// program is attached up to about 8% of the time, which on a storm of failing `stat()` (the
+/// costliest case: the slow path and the program on every call) stays under 2%.
+const TRIGGER_SHARE: f64 = 0.05;
+const TRIGGER_BURST: Duration = Duration::from_millis(300);
+
+/// What the windows' thread and the tracer share.
+#[derive(Default)]
+struct WindowState {
+    /// Attached (by the collector): windows open.
+    armed: bool,
+    /// The tracer is gone: close and end.
+    stop: bool,
+    /// Window time since the last read, ns, by kind (regular, triggered), closed windows.
+    done_ns: [u64; 2],
+    /// The open window: its kind and since when (its time so far is added at each read).
+    open: Option<(usize, Instant)>,
+}
+
+struct Shared {
+    state: Mutex<WindowState>,
+    wake: Condvar,
+}
+
+/// The thread that attaches the program in windows, and its state.
+struct Windows {
+    shared: Arc<Shared>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// The program's window kind: its `lookup_window` map, written by the windows' thread before
+/// it attaches the program and when a window changes kind.
+struct KindCell(OwnedFd);
+
+impl KindCell {
+    fn set(&self, kind: usize) {
+        let (key, value) = (0u32, kind as u32);
+        // SAFETY: a 4-byte key and value of the map's sizes, read by the call only. A failure
+        // leaves the previous kind, which only misfiles a window's counts between the kinds.
+        unsafe {
+            libbpf_rs::libbpf_sys::bpf_map_update_elem(
+                self.0.as_raw_fd(),
+                (&key as *const u32).cast(),
+                (&value as *const u32).cast(),
+                0,
+            )
+        };
+    }
+}
+
+impl Windows {
+    fn start(skel: &LookupsSkel<'static>) -> Result<Windows, String> {
+        let prog = skel
+            .progs
+            .lookups_exit
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| format!("duplicating the program's descriptor: {e}"))?;
+        let kind = KindCell(
+            skel.maps
+                .lookup_window
+                .as_fd()
+                .try_clone_to_owned()
+                .map_err(|e| format!("duplicating the window map's descriptor: {e}"))?,
+        );
+        // A kernel that loads the program but refuses to attach it falls back at load, not
+        // silently at each window.
+        drop(attach_raw(&prog)?);
+        let shared = Arc::new(Shared {
+            state: Mutex::new(WindowState::default()),
+            wake: Condvar::new(),
+        });
+        let theirs = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("lookups-windows".into())
+            .spawn(move || run_windows(&theirs, &prog, &kind))
+            .map_err(|e| format!("starting the windows' thread: {e}"))?;
+        Ok(Windows {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, WindowState> {
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn arm(&self, on: bool) {
+        self.lock().armed = on;
+        self.shared.wake.notify_all();
+    }
+
+    /// Window time since the last call, ns, by kind (an open window's so far included).
+    fn take_times(&self) -> [u64; 2] {
+        let mut st = self.lock();
+        let now = Instant::now();
+        if let Some((k, since)) = st.open {
+            st.done_ns[k] += now.duration_since(since).as_nanos() as u64;
+            st.open = Some((k, now));
+        }
+        std::mem::take(&mut st.done_ns)
+    }
+}
+
+impl Drop for Windows {
+    fn drop(&mut self) {
+        self.lock().stop = true;
+        self.shared.wake.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Attaches a BTF-typed program (`prog`) at its tracepoint; the link is closed with the fd.
+fn attach_raw(prog: &OwnedFd) -> Result<OwnedFd, String> {
+    // SAFETY: a NULL name makes the kernel take the program's own BTF target; the fd is ours.
+    let fd = unsafe {
+        libbpf_rs::libbpf_sys::bpf_raw_tracepoint_open(std::ptr::null(), prog.as_raw_fd())
+    };
+    if fd < 0 {
+        return Err(format!(
+            "attaching tp_btf/sys_exit: {}",
+            std::io::Error::from_raw_os_error(-fd)
+        ));
+    }
+    // SAFETY: a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The negative dentries now (None when the kernel does not count them).
+struct NegativeDentries(Option<std::fs::File>);
+
+impl NegativeDentries {
+    fn open() -> Self {
+        NegativeDentries(std::fs::File::open("/proc/sys/fs/dentry-state").ok())
+    }
+
+    fn read(&self) -> Option<u64> {
+        use std::os::unix::fs::FileExt;
+        let f = self.0.as_ref()?;
+        let mut buf = [0u8; 128];
+        let n = f.read_at(&mut buf, 0).ok()?;
+        // The count is the fifth field (since 5.0; before, that field is always 0 and nothing
+        // triggers).
+        let d = jitterscope_sources::system::dentry::parse_dentry_state(&buf[..n], true).ok()?;
+        d.nr_negative
+    }
+}
+
+/// The factor from the regular windows' counts to the interval's: the time outside the
+/// triggered windows over the regular windows' time (1 when there was none, e.g. an interval
+/// shorter than [`BASE_EVERY`], whose counts are then those seen).
+fn regular_scale(span_ns: u64, [regular, triggered]: [u64; 2]) -> f64 {
+    if regular == 0 || span_ns == 0 {
+        return 1.0;
+    }
+    (span_ns.saturating_sub(triggered).max(regular)) as f64 / regular as f64
+}
+
+/// A small PRNG for the regular windows' placement (xorshift64*).
+struct Rng(u64);
+
+impl Rng {
+    fn next_below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n.max(1)
+    }
+}
+
+/// The windows' loop: while armed, every [`POLL`] it decides whether a window should be open
+/// and of which kind, and opens, changes or closes it. Attaching and detaching happen outside
+/// the lock, so the sampling thread's read never waits for them.
+fn run_windows(shared: &Shared, prog: &OwnedFd, kind: &KindCell) {
+    let lock = || {
+        shared
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    };
+    let floor = jitterscope_model::signals::NEGATIVE_DENTRIES.floor;
+    let per_poll = (floor * POLL.as_secs_f64()).max(1.0) as u64;
+    let dentries = NegativeDentries::open();
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64)
+        | 1;
+    let mut rng = Rng(seed);
+    let mut base_offset =
+        || Duration::from_nanos(rng.next_below((BASE_EVERY - BASE_WINDOW).as_nanos() as u64));
+    let mut link: Option<OwnedFd> = None;
+    let mut open: Option<usize> = None;
+    let mut last_neg: Option<u64> = None;
+    // The regular window of the current period: [base_at, base_at + BASE_WINDOW).
+    let mut period = Instant::now();
+    let mut base_at = period + base_offset();
+    let mut budget = TRIGGER_BURST.as_secs_f64();
+    let mut hot_until: Option<Instant> = None;
+    let mut last_tick = Instant::now();
+    loop {
+        let (armed, stop) = {
+            let st = lock();
+            (st.armed, st.stop)
+        };
+        if stop || !armed {
+            // Close the window (its time counts) and wait to be armed again.
+            {
+                let mut st = lock();
+                if let Some((k, since)) = st.open.take() {
+                    st.done_ns[k] += since.elapsed().as_nanos() as u64;
+                }
+            }
+            link = None;
+            open = None;
+            if stop {
+                return;
+            }
+            drop(
+                shared
+                    .wake
+                    .wait_while(lock(), |s| !s.armed && !s.stop)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            );
+            last_neg = None;
+            hot_until = None;
+            period = Instant::now();
+            base_at = period + base_offset();
+            last_tick = period;
+            continue;
+        }
+        let now = Instant::now();
+        budget = (budget + now.duration_since(last_tick).as_secs_f64() * TRIGGER_SHARE)
+            .min(TRIGGER_BURST.as_secs_f64());
+        last_tick = now;
+        if now >= period + BASE_EVERY {
+            period = now;
+            base_at = now + base_offset();
+        }
+        // Negative dentries created since the last look at or above the floor's rate keep a
+        // triggered window open until one look after they stop.
+        let neg = dentries.read();
+        if let (Some(n), Some(l)) = (neg, last_neg) {
+            if n.saturating_sub(l) >= per_poll {
+                hot_until = Some(now + POLL);
+            }
+        }
+        last_neg = neg;
+        let triggered = hot_until.is_some_and(|h| now <= h) && budget > 0.0;
+        let want = if triggered {
+            Some(1)
+        } else if now >= base_at && now < base_at + BASE_WINDOW {
+            Some(0)
+        } else {
+            None
+        };
+        if want != open {
+            if let Some(k) = want {
+                // The kind first, so the window's first events carry it.
+                kind.set(k);
+                // A window that cannot be attached stays closed and its time uncounted, so
+                // the estimates hold for the time that was seen (load checked that the
+                // program attaches).
+                if link.is_none() {
+                    link = attach_raw(prog).ok();
+                }
+            }
+            let at = Instant::now();
+            let now_open = if link.is_some() { want } else { None };
+            {
+                let mut st = lock();
+                if let Some((k, since)) = st.open.take() {
+                    st.done_ns[k] += at.duration_since(since).as_nanos() as u64;
+                }
+                st.open = now_open.map(|k| (k, at));
+            }
+            if now_open.is_none() {
+                link = None;
+            }
+            open = now_open;
+        }
+        if open == Some(1) {
+            budget -= POLL.as_secs_f64();
+        }
+        // Sleep one poll (or less, to open the regular window on time), unless disarmed.
+        let mut next = now + POLL;
+        if open.is_none() && base_at > now && base_at < next {
+            next = base_at;
+        }
+        drop(
+            shared
+                .wake
+                .wait_timeout_while(
+                    lock(),
+                    next.saturating_duration_since(Instant::now()),
+                    |s| s.armed && !s.stop,
+                )
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+    }
 }
 
 fn family(f: u32) -> &'static str {
@@ -181,7 +572,38 @@ impl Tracer for LookupsTracer {
     }
 
     fn how(&self) -> String {
-        format!("syscall tracepoints ({})", self.syscalls.join(", "))
+        if self.windows.is_some() {
+            format!(
+                "BTF-typed raw_syscalls:sys_exit ({}) in windows: {} ms at a random point of every {} ms, and while negative dentries are created at >= {}/s (at most {:.0}% of the time)",
+                self.syscalls.join(", "),
+                BASE_WINDOW.as_millis(),
+                BASE_EVERY.as_millis(),
+                jitterscope_model::signals::NEGATIVE_DENTRIES.floor,
+                TRIGGER_SHARE * 100.0
+            )
+        } else {
+            format!(
+                "syscall tracepoints ({}) (fallback: every system call takes the slow path while attached)",
+                self.syscalls.join(", ")
+            )
+        }
+    }
+
+    fn attach(&mut self) -> (Vec<libbpf_rs::Link>, Option<String>) {
+        match &self.windows {
+            Some(w) => {
+                w.arm(true);
+                (Vec::new(), None)
+            }
+            None => crate::attach_each(self.object()),
+        }
+    }
+
+    fn detach(&mut self) -> Vec<libbpf_rs::Link> {
+        if let Some(w) = &self.windows {
+            w.arm(false);
+        }
+        std::mem::take(&mut self.links)
     }
 
     fn links(&mut self) -> &mut Vec<libbpf_rs::Link> {
@@ -227,6 +649,10 @@ impl Tracer for LookupsTracer {
         t.patterns = patterns(&names);
         names.truncate(MAX_NAMES);
         t.names = names;
+        let scale = self
+            .windows
+            .as_ref()
+            .map_or(1.0, |w| regular_scale(out.span_ns, w.take_times()));
         for e in drain_procs(
             &self.skel.maps.lookup_procs,
             &mut self.procs_batch,
@@ -234,16 +660,19 @@ impl Tracer for LookupsTracer {
             env.live_pids(),
         ) {
             let d = &e.d;
+            // Word `at` (regular windows) scaled, plus word `at + 3` (triggered) as seen.
+            let est = |at: usize| (d[at] as f64 * scale + d[at + 3] as f64).round() as u64;
+            let (calls, enoent) = (|f: usize| est(4 + f), |f: usize| est(10 + f));
             t.procs.push(LookupProc {
                 pid: e.pid,
                 comm: e.comm,
                 cgroup: env.cpu_cgroups.path(e.cgroup_id),
-                stat_calls: d[4],
-                access_calls: d[5],
-                open_calls: d[6],
-                stat_enoent: d[7],
-                access_enoent: d[8],
-                open_enoent: d[9],
+                stat_calls: calls(0),
+                access_calls: calls(1),
+                open_calls: calls(2),
+                stat_enoent: enoent(0),
+                access_enoent: enoent(1),
+                open_enoent: enoent(2),
             });
         }
         out.lookups = Some(t);
@@ -312,6 +741,20 @@ mod tests {
             "an empty slot is skipped"
         );
         assert!(parse_name(&[1, 2, 3]).is_none());
+    }
+
+    #[test]
+    fn regular_windows_scale_to_the_time_outside_the_triggered_ones() {
+        const MS: u64 = 1_000_000;
+        // 20 ms of regular window in a 1 s interval: its counts stand for the whole second.
+        assert_eq!(regular_scale(1000 * MS, [20 * MS, 0]), 50.0);
+        // 200 ms of it was triggered (seen whole): the regular sample stands for the other 800.
+        assert_eq!(regular_scale(1000 * MS, [20 * MS, 200 * MS]), 40.0);
+        // No regular window (an interval shorter than the period), or no span yet: as seen.
+        assert_eq!(regular_scale(100 * MS, [0, 0]), 1.0);
+        assert_eq!(regular_scale(0, [20 * MS, 0]), 1.0);
+        // Never below 1: the windows cannot have seen more than happened.
+        assert_eq!(regular_scale(30 * MS, [20 * MS, 25 * MS]), 1.0);
     }
 
     #[test]

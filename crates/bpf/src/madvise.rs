@@ -7,6 +7,7 @@ use jitterscope_model::tracers::{Madvise, MadviseProc, Tracers};
 use libbpf_rs::skel::SkelBuilder;
 
 use crate::delta::{Deltas, Layout};
+use crate::env::has_tracepoint;
 use crate::format::{check, field, Record};
 use crate::{create_other, need_tracepoints, Env, Tracer, TracerDef};
 
@@ -42,10 +43,13 @@ pub(crate) struct MadviseTracer {
     skel: MadviseSkel<'static>,
     procs: Deltas<u32>,
     procs_batch: crate::batch::Batch,
+    /// Seen at TLB flushes (the registers of the flushing task), not at the syscall tracepoint.
+    at_flush: bool,
     dropped: u64,
 }
 
-/// The record fields the program reads.
+/// The record fields the programs read (the syscall tracepoint fallback's; the flush program
+/// is BTF-typed and needs no record layout).
 pub(crate) fn records() -> Vec<Record> {
     vec![Record {
         event: "syscalls/sys_enter_madvise".into(),
@@ -56,10 +60,17 @@ pub(crate) fn records() -> Vec<Record> {
     }]
 }
 
-pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<MadviseTracer, String> {
-    need_tracepoints(tracefs, &[("syscalls", "sys_enter_madvise")])?;
-    check(tracefs, &records())?;
+type Loaded = (MadviseSkel<'static>, Vec<libbpf_rs::Link>);
+
+fn open_and_load(env: &Env, at_flush: bool, attach_now: bool) -> Result<Loaded, String> {
     let mut open = open_skel!(MadviseSkelBuilder, env);
+    #[cfg(target_arch = "x86_64")]
+    open.progs.madvise_flush.set_autoload(at_flush);
+    #[cfg(not(target_arch = "x86_64"))]
+    if at_flush {
+        return Err("the flush program reads x86-64 registers".into());
+    }
+    open.progs.sys_enter_madvise.set_autoload(!at_flush);
     // Per-CPU values: keep the map near 2 MiB whatever the number of CPUs.
     let cpus = libbpf_rs::num_possible_cpus().unwrap_or(1).max(1);
     let per_entry = std::mem::size_of::<types::js_madvise_proc>() * cpus;
@@ -68,17 +79,50 @@ pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<MadviseTracer, Strin
         .madvise_procs
         .set_max_entries(entries)
         .map_err(|e| format!("sizing madvise_procs: {e}"))?;
-    let (skel, links) = load_and_attach(
+    load_and_attach(
         open,
         |s| create_other(&s.maps.madvise_procs),
-        "syscalls:sys_enter_madvise",
-        !env.defer_on_demand,
-    )?;
+        if at_flush {
+            "tp_btf/tlb_flush"
+        } else {
+            "syscalls:sys_enter_madvise"
+        },
+        attach_now,
+    )
+}
+
+pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<MadviseTracer, String> {
+    let attach_now = !env.defer_on_demand;
+    // At the TLB flushes of the calling task when the kernel has them (tlb:tlb_flush, x86) and
+    // gives a program the task's entry registers (bpf_task_pt_regs, 5.15): nothing then runs
+    // on other system calls. Else the syscall tracepoint, whose cost is every system call's.
+    let flush = if has_tracepoint(tracefs, "tlb", "tlb_flush") {
+        open_and_load(env, true, attach_now)
+    } else {
+        Err("tracepoint tlb:tlb_flush does not exist on this kernel".into())
+    };
+    let ((skel, links), at_flush) = match flush {
+        Ok(s) => (s, true),
+        Err(flush_err) => {
+            let fallback = need_tracepoints(tracefs, &[("syscalls", "sys_enter_madvise")])
+                .and_then(|()| check(tracefs, &records()))
+                .and_then(|()| open_and_load(env, false, attach_now));
+            match fallback {
+                Ok(s) => (s, false),
+                Err(e) => {
+                    return Err(format!(
+                        "at TLB flushes: {flush_err}; syscall tracepoint: {e}"
+                    ))
+                }
+            }
+        }
+    };
     Ok(MadviseTracer {
         links,
         skel,
         procs: Deltas::new(LAYOUT),
         procs_batch: Default::default(),
+        at_flush,
         dropped: 0,
     })
 }
@@ -89,7 +133,11 @@ impl Tracer for MadviseTracer {
     }
 
     fn how(&self) -> String {
-        "tracepoint syscalls:sys_enter_madvise".into()
+        if self.at_flush {
+            "BTF-typed tracepoint tlb_flush: calls that flushed the TLB, from the flushing task's syscall registers".into()
+        } else {
+            "tracepoint syscalls:sys_enter_madvise (fallback: every system call takes the slow path while attached)".into()
+        }
     }
 
     fn links(&mut self) -> &mut Vec<libbpf_rs::Link> {

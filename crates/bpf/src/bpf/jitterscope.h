@@ -85,6 +85,20 @@ struct task_struct {
 	struct css_set *cgroups;
 } __attribute__((preserve_access_index));
 
+/* The registers a task entered the kernel with (x86-64 only: other architectures name them
+ * differently, and the programs that read them are built for x86 alone). During a system call
+ * orig_ax holds its number and ax holds -ENOSYS until it returns; di, si, dx are its first
+ * three arguments. */
+#if defined(__TARGET_ARCH_x86)
+struct pt_regs {
+	unsigned long dx;
+	unsigned long si;
+	unsigned long di;
+	unsigned long ax;
+	unsigned long orig_ax;
+} __attribute__((preserve_access_index));
+#endif
+
 struct trace_entry {
 	unsigned short type;
 	unsigned char flags;
