@@ -157,9 +157,12 @@ fn write_csv(
     let mut line = String::with_capacity(256);
     let mut err = Ok(());
     sel.for_each(sample, prev, |def, _, series, value| {
-        use std::fmt::Write as _;
+        // Pushed, not `write!`: this closure runs for every value of every sample.
         line.clear();
-        let _ = write!(line, "{t},{},", csv_field(series));
+        line.push_str(&t);
+        line.push(',');
+        line.push_str(&csv_field(series));
+        line.push(',');
         if let Some(v) = value {
             write_num(&mut line, v);
         }
