@@ -185,7 +185,8 @@ pub(crate) trait Tracer: Send {
 /// path while attached (measured: +36% of a malloc storm's CPU time, +85% of a failing-stat
 /// loop's), so by default they stay loaded but detached until the symptom they explain is
 /// there, and detach again after [`QUIET_SECONDS`] without it. Their cheaper hooks (flush-time
-/// madvise, windowed look-ups) keep the same demand: attached, they stay under 2%. Sharing the
+/// madvise, windowed look-ups) keep the same demand, although attached they cost those storms
+/// less than the bench's noise (median CPU time within ±3%). Sharing the
 /// signal keeps the attach threshold and the episode floor one number, computed as `dump`
 /// prints the series.
 pub type Demand = &'static Signal;
