@@ -762,29 +762,14 @@ impl ProcessReader {
         };
         h.last_run_ns = run_ns;
         h.last_rss_pages = stat.rss_pages;
-        // An exiting task's v1 paths read "/" (proc_cgroup_show prints the real path only for
-        // the unified hierarchy once PF_EXITING is set): the paths it had while it ran are kept,
-        // and one first seen exiting gets no v1 paths rather than the root's.
-        let exiting = stat.flags & PF_EXITING != 0;
-        let due = h.scans < 2 || h.scans.is_multiple_of(CGROUP_REFRESH_SCANS);
-        if due && !(exiting && h.cgroup_paths.is_some()) {
-            let paths = read_part(
-                &mut h.cgroup,
-                buf,
-                |b| parse_proc_pid_cgroup(b).map(|c| c.to_paths()),
-                &mut parse_errors,
-            )
-            .map(|mut p| {
-                if exiting {
-                    p.forget_v1();
-                }
-                Arc::new(p)
-            });
-            // Keep the shared copy when nothing changed, so consecutive samples share it.
-            if paths.is_some() && paths != h.cgroup_paths {
-                h.cgroup_paths = paths;
-            }
-        }
+        refresh_cgroups(
+            &mut h.cgroup,
+            buf,
+            &mut h.cgroup_paths,
+            h.scans,
+            stat.flags,
+            &mut parse_errors,
+        );
         h.scans = h.scans.wrapping_add(1);
         stats.parse_errors += parse_errors;
         let cgroup = h.cgroup_paths.clone();
@@ -796,6 +781,42 @@ impl ProcessReader {
             cgroups: cgroup,
             cmdline: h.cmdline.clone(),
         }))
+    }
+}
+
+/// Re-reads a process's cgroups when due: on its first two scans (launchers move a child right
+/// after fork) and every [`CGROUP_REFRESH_SCANS`]. An exiting task's v1 paths read "/"
+/// (proc_cgroup_show prints the real path only for the unified hierarchy once PF_EXITING is
+/// set): the paths it had while it ran are kept, and one first seen exiting gets no v1 paths
+/// rather than the root's. Shared by the /proc reader and the task iterator's assembler.
+pub(crate) fn refresh_cgroups(
+    file: &mut PidFile,
+    buf: &mut Vec<u8>,
+    paths: &mut Option<Arc<ProcCgroupPaths>>,
+    scans: u32,
+    flags: u32,
+    errors: &mut u64,
+) {
+    let exiting = flags & PF_EXITING != 0;
+    let due = scans < 2 || scans.is_multiple_of(CGROUP_REFRESH_SCANS);
+    if !due || (exiting && paths.is_some()) {
+        return;
+    }
+    let read = read_part(
+        file,
+        buf,
+        |b| parse_proc_pid_cgroup(b).map(|c| c.to_paths()),
+        errors,
+    )
+    .map(|mut p| {
+        if exiting {
+            p.forget_v1();
+        }
+        Arc::new(p)
+    });
+    // Keep the shared copy when nothing changed, so consecutive samples share it.
+    if read.is_some() && read != *paths {
+        *paths = read;
     }
 }
 

@@ -24,17 +24,17 @@
 //!
 //! The cgroup paths and the command line still come from /proc, read as rarely as the /proc
 //! reader reads them (a command line once and after an exec, the cgroups on the first two scans
-//! and every [`CGROUP_REFRESH_SCANS`]).
+//! and every [`crate::process::CGROUP_REFRESH_SCANS`]).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::cgroup::{parse_proc_pid_cgroup, ProcCgroupPaths};
+use crate::cgroup::ProcCgroupPaths;
 use crate::io::lossy;
 use crate::process::{
-    read_cmdline, read_part, PidFile, PidIo, PidSchedstat, PidStat, PidStatus, Process,
-    ProcessScanStats, CGROUP_REFRESH_SCANS, PF_EXITING,
+    read_cmdline, refresh_cgroups, PidFile, PidIo, PidSchedstat, PidStat, PidStatus, Process,
+    ProcessScanStats,
 };
 use crate::Root;
 
@@ -590,26 +590,15 @@ impl TaskAssembler {
             timeslices: l.pcount,
         });
 
-        // The cgroups as the /proc reader reads them (process.rs, read_one).
-        let exiting = stat.flags & PF_EXITING != 0;
-        let due = h.scans < 2 || h.scans.is_multiple_of(CGROUP_REFRESH_SCANS);
-        if due && !(exiting && h.cgroup_paths.is_some()) {
-            let paths = read_part(
-                &mut h.cgroup,
-                &mut self.buf,
-                |b| parse_proc_pid_cgroup(b).map(|c| c.to_paths()),
-                &mut stats.parse_errors,
-            )
-            .map(|mut p| {
-                if exiting {
-                    p.forget_v1();
-                }
-                Arc::new(p)
-            });
-            if paths.is_some() && paths != h.cgroup_paths {
-                h.cgroup_paths = paths;
-            }
-        }
+        // The cgroups as the /proc reader reads them.
+        refresh_cgroups(
+            &mut h.cgroup,
+            &mut self.buf,
+            &mut h.cgroup_paths,
+            h.scans,
+            stat.flags,
+            &mut stats.parse_errors,
+        );
         h.scans = h.scans.wrapping_add(1);
         Process {
             stat,
