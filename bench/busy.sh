@@ -219,7 +219,7 @@ met() { awk -v r="$1" 'BEGIN { print (r != "n/a" && r <= 0.1) ? "**met**" : "**m
     echo
     echo "Peers: atop $(atop -V 2>&1 | awk '/Version/ {print $2; exit}'), sysstat $("$SADC" -V 2>&1 | awk '/version/ {print $3; exit}')${BELOW_VERSION:+, below $BELOW_VERSION}."
     echo
-    echo "The recorder's own account of its collectors (mean ms per sample, \`self.collector.<name>_ms\`), as shipped:"
+    echo "The recorder's own account of its collectors (mean ms per sample, \`self.collector.<collector>_ms\`), as shipped:"
     echo
     echo '```'
     echo "$COLL_JS"
