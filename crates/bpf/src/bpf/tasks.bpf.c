@@ -59,9 +59,15 @@ struct mm_struct___js {
 	struct percpu_counter___js rss_stat[4];
 } __attribute__((preserve_access_index));
 
-/* Before 6.2: struct mm_rss_stat { atomic_long_t count[NR_MM_COUNTERS]; }. */
+/* Before 6.2: struct mm_rss_stat { atomic_long_t count[NR_MM_COUNTERS]; }. atomic_long_t is a
+ * struct wrapping the counter: declared as a plain long, the relocation of count[i] found the
+ * kernel's member incompatible and 6.1 refused the whole program (the kernel matrix found it). */
+struct atomic_long___js {
+	s64 counter;
+} __attribute__((preserve_access_index));
+
 struct mm_rss_stat___old {
-	long count[4];
+	struct atomic_long___js count[4];
 } __attribute__((preserve_access_index));
 
 struct mm_struct___old {
@@ -354,8 +360,11 @@ static __always_inline void read_mm(struct js_task_leader *l, struct task_struct
 	 * element size (percpu_counter is larger there than the two members declared here). */
 	if (bpf_core_type_exists(struct mm_rss_stat___old)) {
 		struct mm_struct___old *old = (void *)mm;
+	/* Read, not dereferenced: 5.10's verifier cannot walk into atomic_long_t (a typedef of a
+	 * typedef of a struct) through a BTF pointer ("Type 'atomic_long_t' is not a struct"). */
 #define JS_RSS_OLD(i)                                                    \
-	l->rss_count[i] = old->rss_stat.count[i];         \
+	bpf_core_read(&l->rss_count[i], sizeof(l->rss_count[i]),        \
+		      &old->rss_stat.count[i].counter);                  \
 	l->rss_sum[i] = l->rss_count[i];
 		JS_RSS_OLD(0) JS_RSS_OLD(1) JS_RSS_OLD(2) JS_RSS_OLD(3)
 		return;
