@@ -124,7 +124,11 @@ static __always_inline int count_exit(u64 name, u32 fam, long ret)
 	/* Reservoir sample: the k-th failure of the interval replaces a random slot with
 	 * probability NAME_SLOTS/k, so every failure is equally likely to be kept. */
 	u32 half = js_gen & 1;
-	u64 k = __sync_fetch_and_add(&names_seen[half], 1);
+	/* Read, then add without fetching: a fetching atomic (BPF_FETCH) needs 5.12, and 5.10
+	 * refuses the program ("BPF_STX uses reserved fields"). Two CPUs failing at once may read
+	 * the same k and share a slot: one name of the sample is lost, none is invented. */
+	u64 k = names_seen[half];
+	__sync_fetch_and_add(&names_seen[half], 1);
 	u32 slot;
 	if (k < NAME_SLOTS) {
 		slot = (u32)k;
