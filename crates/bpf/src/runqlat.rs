@@ -43,7 +43,7 @@ pub(crate) static DEF: TracerDef = TracerDef {
 pub(crate) struct RunqlatTracer {
     links: Vec<libbpf_rs::Link>,
     skel: RunqlatSkel<'static>,
-    btf: bool,
+    mode: Mode,
     host: Deltas<u32>,
     cgroups: Deltas<u32>,
     cgroups_batch: crate::batch::Batch,
@@ -52,12 +52,26 @@ pub(crate) struct RunqlatTracer {
 
 type Loaded = (RunqlatSkel<'static>, Vec<libbpf_rs::Link>);
 
-fn open_and_load(env: &Env, btf: bool) -> Result<Loaded, String> {
+/// Which programs run.
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    /// BTF-typed tracepoints, sched_switch with its prev_state argument (5.18+).
+    Btf,
+    /// BTF-typed tracepoints, the switched-out task's state read from the task (before 5.18).
+    BtfStateFromTask,
+    /// Classic tracepoints: pids only, no cgroups.
+    Classic,
+}
+
+fn open_and_load(env: &Env, mode: Mode) -> Result<Loaded, String> {
+    let btf = mode != Mode::Classic;
     let mut open = open_skel!(RunqlatSkelBuilder, env);
     let p = &mut open.progs;
-    for prog in [&mut p.btf_wakeup, &mut p.btf_wakeup_new, &mut p.btf_switch] {
+    for prog in [&mut p.btf_wakeup, &mut p.btf_wakeup_new] {
         prog.set_autoload(btf);
     }
+    p.btf_switch.set_autoload(mode == Mode::Btf);
+    p.btf_switch_v3.set_autoload(mode == Mode::BtfStateFromTask);
     for prog in [&mut p.tp_wakeup, &mut p.tp_wakeup_new, &mut p.tp_switch] {
         prog.set_autoload(!btf);
     }
@@ -92,8 +106,16 @@ pub(crate) fn records() -> Vec<Record> {
 pub(crate) fn load(env: &mut Env, tracefs: Option<&Path>) -> Result<RunqlatTracer, String> {
     // BTF-typed tracepoints see the woken task and so its cgroup; the classic ones see only
     // pids, so they are the fallback that keeps the host histogram.
-    let ((skel, links), btf) = match open_and_load(env, true) {
-        Ok(s) => (s, true),
+    // The first refusal is kept as the reason: the second is the same kernel saying no again.
+    let first = open_and_load(env, Mode::Btf);
+    let first = match first {
+        Err(e) => open_and_load(env, Mode::BtfStateFromTask)
+            .map(|s| (s, Mode::BtfStateFromTask))
+            .map_err(|_| e),
+        Ok(s) => Ok((s, Mode::Btf)),
+    };
+    let ((skel, links), mode) = match first {
+        Ok(s) => s,
         Err(btf_err) => {
             let Some(tracefs) = tracefs else {
                 return Err(format!(
@@ -110,15 +132,15 @@ pub(crate) fn load(env: &mut Env, tracefs: Option<&Path>) -> Result<RunqlatTrace
             )
             .map_err(|e| format!("tp_btf: {btf_err}; classic: {e}"))?;
             check(tracefs, &records()).map_err(|e| format!("tp_btf: {btf_err}; classic: {e}"))?;
-            let s = open_and_load(env, false)
+            let s = open_and_load(env, Mode::Classic)
                 .map_err(|e| format!("tp_btf: {btf_err}; classic: {e}"))?;
-            (s, false)
+            (s, Mode::Classic)
         }
     };
     Ok(RunqlatTracer {
         links,
         skel,
-        btf,
+        mode,
         host: Deltas::new(HOST),
         cgroups: Deltas::new(LAYOUT),
         cgroups_batch: Default::default(),
@@ -132,10 +154,10 @@ impl Tracer for RunqlatTracer {
     }
 
     fn how(&self) -> String {
-        if self.btf {
-            "BTF-typed tracepoints sched_wakeup, sched_wakeup_new, sched_switch (host and per cgroup)".into()
-        } else {
-            "classic tracepoints sched:sched_wakeup/_new/switch (fallback: host histogram only, no per-cgroup latency)".into()
+        match self.mode {
+            Mode::Btf => "BTF-typed tracepoints sched_wakeup, sched_wakeup_new, sched_switch (host and per cgroup)".into(),
+            Mode::BtfStateFromTask => "BTF-typed tracepoints sched_wakeup, sched_wakeup_new, sched_switch without prev_state (before 5.18: the state read from the task) (host and per cgroup)".into(),
+            Mode::Classic => "classic tracepoints sched:sched_wakeup/_new/switch (fallback: host histogram only, no per-cgroup latency)".into(),
         }
     }
 

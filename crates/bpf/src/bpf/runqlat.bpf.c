@@ -100,6 +100,32 @@ int BPF_PROG(btf_switch, bool preempt, struct task_struct *prev, struct task_str
 	return 0;
 }
 
+/* Before 5.18 the tracepoint had no prev_state argument (reading it is an invalid context
+ * access there): the state is read from the task, as tools did then. 5.14 renamed state to
+ * __state. */
+struct task_struct___pre514 {
+	long state;
+} __attribute__((preserve_access_index));
+
+struct task_struct___state {
+	unsigned int __state;
+} __attribute__((preserve_access_index));
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(btf_switch_v3, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	long state;
+	struct task_struct___state *now = (void *)prev;
+	if (bpf_core_field_exists(now->__state))
+		state = BPF_CORE_READ(now, __state);
+	else
+		state = BPF_CORE_READ((struct task_struct___pre514 *)prev, state);
+	if (preempt || state == TASK_RUNNING)
+		mark(BPF_CORE_READ(prev, pid));
+	on_switch(BPF_CORE_READ(next, pid), next);
+	return 0;
+}
+
 struct sched_wakeup_args {
 	struct trace_entry ent;
 	char comm[16];
