@@ -208,7 +208,8 @@ impl TlbProc {
 pub struct Tlb {
     /// Per process.
     pub procs: Vec<TlbProc>,
-    /// Whether shootdown IPIs are attributed (flush_tlb_func found in kallsyms).
+    /// Whether shootdown senders are known: from the IPI events (6.3+, flush_tlb_func found in
+    /// kallsyms), else from each sender's TLB_REMOTE_SEND_IPI flushes (one per flush).
     pub ipis_attributed: bool,
     /// Events not recorded.
     pub dropped: u64,
