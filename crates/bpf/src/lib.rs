@@ -30,6 +30,7 @@ mod runqlat;
 mod shrinker;
 pub mod tasks;
 mod tlb;
+mod verifier;
 
 /// A tracer's registration: everything the collector and the CLI know of it. Each tracer module
 /// defines one `DEF`, and [`TRACERS`] lists them.
@@ -252,6 +253,15 @@ fn load_one(name: Name, env: &mut Env) -> LoadResult {
 }
 
 /// Turns libbpf's errors into the remedy an operator needs.
+/// A refused load, with the verifier's reason when libbpf printed one.
+fn load_error(e: &libbpf_rs::Error) -> String {
+    let why = verifier::verdict(&verifier::take());
+    explain(&match why {
+        Some(why) => format!("loading into the kernel: {e}: {why}"),
+        None => format!("loading into the kernel: {e}"),
+    })
+}
+
 fn explain(e: &str) -> String {
     if e.contains("Operation not permitted") || e.contains("EPERM") {
         format!("{e} (loading BPF needs root or CAP_BPF + CAP_PERFMON)")
@@ -563,6 +573,8 @@ impl Collector for TracerCollector {
 /// Opens a tracer's skeleton and tells its programs which cgroup hierarchy the ids come from.
 macro_rules! open_skel {
     ($builder:ty, $env:expr) => {{
+        $crate::verifier::install();
+        let _ = $crate::verifier::take();
         let mut open = <$builder>::default()
             .open($crate::object_storage())
             .map_err(|e| format!("opening the BPF object: {e}"))?;
@@ -591,9 +603,7 @@ where
     O::Output: libbpf_rs::skel::Skel<'o>,
 {
     use libbpf_rs::skel::Skel;
-    let skel = open
-        .load()
-        .map_err(|e| format!("loading into the kernel: {e}"))?;
+    let skel = open.load().map_err(|e| load_error(&e))?;
     prepare(&skel)?;
     if !attach_now {
         return Ok((skel, Vec::new()));

@@ -45,6 +45,8 @@ pub(crate) struct MadviseTracer {
     procs_batch: crate::batch::Batch,
     /// Seen at TLB flushes (the registers of the flushing task), not at the syscall tracepoint.
     at_flush: bool,
+    /// Why the flush-time program could not run, for `how`.
+    refused: Option<String>,
     dropped: u64,
 }
 
@@ -101,12 +103,14 @@ pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<MadviseTracer, Strin
     } else {
         Err("tracepoint tlb:tlb_flush does not exist on this kernel".into())
     };
+    let mut refused = None;
     let ((skel, links), at_flush) = match flush {
         Ok(s) => (s, true),
         Err(flush_err) => {
             let fallback = need_tracepoints(tracefs, &[("syscalls", "sys_enter_madvise")])
                 .and_then(|()| check(tracefs, &records()))
                 .and_then(|()| open_and_load(env, false, attach_now));
+            refused = Some(flush_err.clone());
             match fallback {
                 Ok(s) => (s, false),
                 Err(e) => {
@@ -123,6 +127,7 @@ pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<MadviseTracer, Strin
         procs: Deltas::new(LAYOUT),
         procs_batch: Default::default(),
         at_flush,
+        refused,
         dropped: 0,
     })
 }
@@ -136,7 +141,10 @@ impl Tracer for MadviseTracer {
         if self.at_flush {
             "BTF-typed tracepoint tlb_flush: calls that flushed the TLB, from the flushing task's syscall registers".into()
         } else {
-            "tracepoint syscalls:sys_enter_madvise (fallback: every system call takes the slow path while attached)".into()
+            format!(
+                "tracepoint syscalls:sys_enter_madvise (fallback: every system call takes the slow path while attached; at TLB flushes: {})",
+                self.refused.as_deref().unwrap_or("refused")
+            )
         }
     }
 

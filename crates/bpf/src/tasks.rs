@@ -41,6 +41,8 @@ impl TaskIter {
         if !crate::env::has_btf() {
             return Err("the kernel exposes no BTF (/sys/kernel/btf/vmlinux)".into());
         }
+        crate::verifier::install();
+        let _ = crate::verifier::take();
         let mut open = TasksSkelBuilder::default()
             .open(crate::object_storage())
             .map_err(|e| format!("opening the BPF object: {e}"))?;
@@ -51,9 +53,7 @@ impl TaskIter {
             .as_deref_mut()
             .ok_or("the BPF object has no read-only data")?
             .js_nr_cpus = cpus as u32;
-        let skel = open
-            .load()
-            .map_err(|e| crate::explain(&format!("loading into the kernel: {e}")))?;
+        let skel = open.load().map_err(|e| crate::load_error(&e))?;
         let link = skel
             .progs
             .js_tasks
