@@ -123,6 +123,29 @@ fn shrinker_scale() {
     assert!(evidence(f, "super_cache_scan.calls_per_s").value >= 200.0);
 }
 
+/// The same scenario recorded in the kernel matrix's 6.1 guest with cgroup v2 only
+/// (tests/vm, kept by tests/vm/capture-fixtures.sh): there its rounds write memory.reclaim,
+/// which the reclaim tracer sees as memcg reclaim stalls of the writer. They must not outrank
+/// the shrinker cost they cause.
+#[test]
+fn shrinker_scale_memory_reclaim_on_6_1() {
+    let r = run("shrinker-scale-6.1-v2");
+    let f = first(&r, "memory.shrinker-cost");
+    assert!(f.title.contains("super_cache_scan"), "{}", f.title);
+    assert!(evidence(f, "memory cgroups").value >= 200.0);
+    let reclaim = r
+        .findings
+        .iter()
+        .find(|f| f.rule_id == "memory.direct-reclaim")
+        .expect("the writer's memcg reclaim is still reported");
+    assert!(
+        reclaim.title.contains("far from any limit"),
+        "{}",
+        reclaim.title
+    );
+    assert!(reclaim.confidence <= 0.5);
+}
+
 #[test]
 fn tlb_shootdown() {
     let r = run("tlb-shootdown");

@@ -44,7 +44,8 @@ rule! {
         tracer::RECLAIM_PROC_MEMCG_STALLS_PER_S, tracer::RECLAIM_PROC_STALL_PCT,
         tracer::RECLAIM_CGROUP_STALLS_PER_S, tracer::RECLAIM_CGROUP_STALL_PCT,
         tracer::RECLAIM_CGROUP_STALL_MAX_USEC, psi::SOME_PCT["memory"], mem::ZONE_FREE_OVER_MIN,
-        cgroup::MEMORY_USAGE_OF_LIMIT_PCT, process::PROC_RSS_BYTES, mem::FREE_BYTES,
+        cgroup::MEMORY_USAGE_OF_LIMIT_PCT, cgroup::MEMORY_HIGH_BYTES, cgroup::MEMORY_USAGE_BYTES,
+        process::PROC_RSS_BYTES, mem::FREE_BYTES,
 }
 
 fn run(d: &Data) -> Vec<Finding> {
@@ -92,7 +93,28 @@ fn run(d: &Data) -> Vec<Finding> {
         (None, Some(cg)) => cgroup_culprit(cg),
         _ => Default::default(),
     };
-    let kind = if is_memcg {
+    // Memcg reclaim by tasks of a cgroup that is nowhere near a limit is not an allocation
+    // stalled at its limit: a task reclaims on purpose (writing memory.reclaim, as proactive
+    // reclaimers do, and shrinker-scale on 5.19+) or for an ancestor. Its time is real, but it
+    // is the reclaimer's own work and it ranks below what it causes: the kernel matrix's 6.1
+    // guest put it over the shrinker cost of shrinker-scale's memory.reclaim rounds.
+    let near_limit = |cg: &str| {
+        let of_limit = d.stats(&cgroup::MEMORY_USAGE_OF_LIMIT_PCT, &[cg]);
+        let high = d.stats(&cgroup::MEMORY_HIGH_BYTES, &[cg]);
+        let usage = d.stats(&cgroup::MEMORY_USAGE_BYTES, &[cg]);
+        (of_limit.n > 0 && of_limit.max >= 80.0)
+            || (high.n > 0 && usage.n > 0 && usage.max >= 0.8 * high.mean)
+    };
+    let on_purpose = is_memcg && limit_cg.as_deref().is_some_and(|cg| !near_limit(cg));
+    if on_purpose {
+        conf = conf.min(0.5);
+    }
+    let kind = if on_purpose {
+        format!(
+            "memory-cgroup reclaim by tasks of {}, far from any limit of it: reclaim on purpose (memory.reclaim) or for an ancestor",
+            limit_cg.as_deref().unwrap_or("a cgroup")
+        )
+    } else if is_memcg {
         format!(
             "memory-cgroup reclaim at the limit of {}",
             limit_cg.as_deref().unwrap_or("a cgroup")
@@ -220,7 +242,9 @@ fn run(d: &Data) -> Vec<Finding> {
             (d.get(&psi::SOME_PCT, &["memory"]), 1.0),
         ],
     );
-    if is_memcg {
+    if on_purpose {
+        f.remediation.push("if the reclaim is on purpose (a memory.reclaim writer), pace it: each write stalls the writer and walks every memcg's shrinkers".into());
+    } else if is_memcg {
         let cg = limit_cg.clone().unwrap_or_else(|| "the cgroup".into());
         f.remediation.push(format!("raise the memory limit of {cg}, or shrink what it caches: it reclaims its own page cache on every burst"));
         f.remediation.push(format!("cgroup v2: set memory.high a little below memory.max on {cg} so the cgroup is throttled and reclaimed in the background before allocations stall"));
