@@ -5,7 +5,7 @@ BIN := target/release/jitterscope
 DIR ?= ./data
 ARGS ?=
 
-.PHONY: all setup build run test lint bench fixtures clean
+.PHONY: all setup build run test test-vm lint bench fixtures clean
 
 all: build
 
@@ -26,6 +26,13 @@ test: setup
 	@mkdir -p target
 	set -o pipefail; $(CARGO) test --workspace --locked 2>&1 | tee target/test.log
 	@bash scripts/test-summary.sh target/test.log
+
+# The kernel matrix: Debian's 5.10, 6.1 and 6.12 kernels under qemu, each with cgroup v2 only
+# and with cgroup v1, running tracers, record + dump and the lab scenarios inside the guest;
+# writes docs/KERNELS.md and fails on any cell that differs from tests/vm/expect.json. Root.
+# Fetches kernels and a debootstrap rootfs once into target/vm.
+test-vm: build
+	bash tests/vm/run.sh
 
 lint: setup
 	$(CARGO) fmt --all --check

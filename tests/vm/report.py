@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""The kernel matrix's verdict: compares each guest's result.json with tests/vm/expect.json and
+writes docs/KERNELS.md. Exits non-zero when a cell differs from what is expected (or a guest
+wrote no result), printing the guest's own lines for it.
+
+An expectation is a list of rules per capability, the first whose kernels and layouts match
+wins; a capability with no matching rule is expected to work. A rule names the status and a
+text the cell's detail must contain, so a degraded or absent cell asserts its precise reason.
+"""
+import argparse
+import datetime
+import json
+import os
+import re
+import subprocess
+import sys
+
+# Rows in reading order: (key, what the row means). Keys not listed are appended at the end.
+ROWS = [
+    ("tracer.reclaim", "tracer `reclaim`: direct/memcg reclaim stalls, kswapd"),
+    ("tracer.shrinker", "tracer `shrinker`: slab shrinker calls by function"),
+    ("tracer.tlb", "tracer `tlb`: TLB flushes by reason; shootdown senders"),
+    ("tracer.madvise", "tracer `madvise`: calls that flushed the TLB (evidence)"),
+    ("tracer.runqlat", "tracer `runqlat`: run-queue latency, host"),
+    ("tracer.runqlat.cgroup", "tracer `runqlat`: per cgroup (cgroup-id mapping)"),
+    ("tracer.lookups", "tracer `lookups`: failed path look-ups (evidence)"),
+    ("collector.record", "`record` + `dump` (the store round trip)"),
+    ("collector.system", "system counters (/proc/stat, meminfo, vmstat...)"),
+    ("collector.psi", "system PSI (/proc/pressure)"),
+    ("collector.slabinfo", "slab caches (/proc/slabinfo)"),
+    ("collector.dentry", "dentry cache, negative dentries"),
+    ("collector.processes", "processes (BPF task iterator, else /proc)"),
+    ("cgroup.cpu.max", "cgroup CPU quota (cpu.max / cfs_quota_us)"),
+    ("cgroup.cpu.burst", "cgroup CPU burst (cpu.max.burst / cfs_burst_us)"),
+    ("cgroup.cpu.stat.throttled", "cgroup throttled periods (cpu.stat nr_throttled)"),
+    ("cgroup.cpu.stat.throttled_time", "cgroup throttled time (cpu.stat throttled_usec / _time)"),
+    ("cgroup.memory.usage", "cgroup memory usage"),
+    ("cgroup.memory.high", "cgroup memory.high"),
+    ("cgroup.memory.events", "cgroup memory events (memory.events / failcnt)"),
+    ("cgroup.pressure", "cgroup PSI (cpu/memory/io.pressure)"),
+    ("cgroup.io.stat", "cgroup I/O (io.stat)"),
+    ("profiler", "stack profiler (perf cpu-clock) + `top-functions`"),
+    ("no-btf", "without kernel BTF: tracers say why, recording goes on"),
+    ("lab.cfs-throttle", "rule `cpu.cfs-throttling` on `lab check cfs-throttle`"),
+    ("lab.reclaim-storm", "rule on `lab check reclaim-storm`"),
+    ("lab.tlb-shootdown", "rule on `lab check tlb-shootdown` (sender named)"),
+    ("lab.negative-dentry", "rule on `lab check negative-dentry`"),
+    ("lab.shrinker-scale", "rule on `lab check shrinker-scale`"),
+    ("lab.pagecache-thrash", "rule on `lab check pagecache-thrash`"),
+    ("lab.native-leak", "`lab check native-leak` (+ memleak)"),
+    ("lab.python-leak", "`lab check python-leak` (+ memleak)"),
+    ("lab.oom-leak", "`lab check oom-leak`"),
+    ("lab.worker-leak", "`lab check worker-leak`"),
+    ("lab.nss-probe", "`lab check nss-probe` (real NSS certutil)"),
+]
+LAYOUT_TEXT = {
+    "v2": "cgroup2 only at /sys/fs/cgroup, cpuset cpu io memory pids enabled at the root (systemd's unified boot)",
+    "v1": "cgroup v1, one mount per controller with `cpu,cpuacct` and `net_cls,net_prio` co-mounted, "
+          "`name=systemd` and an empty cgroup2 at `unified` (systemd's hybrid boot, RHEL 8 / Ubuntu 20.04), "
+          "booted with `psi=0` as RHEL 8 is",
+}
+
+
+def matches(rule, kernel, layout):
+    ks = rule.get("kernels", "*")
+    ls = rule.get("layouts", "*")
+    return (ks == "*" or kernel in ks) and (ls == "*" or layout in ls)
+
+
+def expected(expect, key, kernel, layout):
+    for rule in expect.get(key, []):
+        if matches(rule, kernel, layout):
+            return rule
+    return {"status": "works"}
+
+
+def guest_lines(outdir):
+    """The guest's own complaints: fatal lines and error lines from its console."""
+    path = os.path.join(outdir, "console.log")
+    try:
+        text = open(path, errors="replace").read()
+    except OSError:
+        return ["(no console log)"]
+    lines = [l for l in text.splitlines() if re.search(r"JSVM-FATAL|error|panic|Traceback", l, re.I)]
+    return lines[-15:] or text.splitlines()[-15:]
+
+
+def short(status, detail):
+    return {"works": "works", "degraded": "degraded", "absent": "absent", "failed": "**FAILED**"}.get(status, status)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--expect", required=True)
+    ap.add_argument("--doc", required=True)
+    ap.add_argument("cells", nargs="+")
+    a = ap.parse_args()
+    expect = json.load(open(a.expect))
+    results = {}
+    problems = []
+    for c in a.cells:
+        d = os.path.join(a.out, c)
+        try:
+            results[c] = json.load(open(os.path.join(d, "result.json")))
+        except (OSError, ValueError) as e:
+            why = open(os.path.join(d, "timeout")).read().strip() if os.path.exists(os.path.join(d, "timeout")) else str(e)
+            problems.append((c, "(whole guest)", f"no result: {why}", guest_lines(d)))
+    # A "-ipi" cell is another boot of the same kernel and layout (multi-threaded TCG, for the
+    # shootdown storm): its cells join that column.
+    for c in [c for c in results if c.endswith("-ipi")]:
+        base = c[: -len("-ipi")]
+        extra = results.pop(c)
+        if base in results:
+            results[base]["cells"].update(extra["cells"])
+            results[base]["facts"].setdefault("scenarios", []).extend(extra["facts"].get("scenarios", []))
+            results[base].setdefault("extra_boots", []).append((c, extra))
+        else:
+            results[c] = extra
+    keys = [k for k, _ in ROWS]
+    for r in results.values():
+        for k in r["cells"]:
+            if k not in keys:
+                keys.append(k)
+    titles = dict(ROWS)
+
+    for c, r in results.items():
+        kernel, layout = r["config"]["kernel"], r["config"]["layout"]
+        chosen = r["facts"].get("scenarios", r["config"].get("scenarios"))
+        for k in keys:
+            got = r["cells"].get(k)
+            if got is None:
+                # A lab row the run did not ask for is not a failure; anything else missing is.
+                if k.startswith("lab.") and chosen is not None and k[4:] not in chosen:
+                    continue
+                if k.startswith("step.") or k == "tracer.check":
+                    continue
+                problems.append((c, k, "no result for this capability", guest_lines(os.path.join(a.out, c))))
+                continue
+            want = expected(expect, k, kernel, layout)
+            ok = got["status"] == want["status"] and want.get("detail", "") in got["detail"]
+            if not ok:
+                problems.append((c, k, f"expected {want['status']}"
+                                 + (f" with '{want['detail']}'" if want.get("detail") else "")
+                                 + f", got {got['status']}: {got['detail']}",
+                                 guest_lines(os.path.join(a.out, c))))
+
+    write_doc(a, results, keys, titles)
+    if problems:
+        print(f"vm: {len(problems)} cell(s) differ from tests/vm/expect.json:", file=sys.stderr)
+        for c, k, what, lines in problems:
+            print(f"vm: FAIL {c} {k}: {what}", file=sys.stderr)
+            for l in lines[-6:]:
+                print(f"vm:   guest| {l[:300]}", file=sys.stderr)
+        sys.exit(1)
+    print(f"vm: all {sum(len(r['cells']) for r in results.values())} cells of {len(results)} guests as expected; "
+          f"{os.path.relpath(a.doc)} written", file=sys.stderr)
+
+
+def write_doc(a, results, keys, titles):
+    cols = list(results)
+    if not cols:
+        return
+    rev = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip()
+    notes = []
+    note_of = {}
+
+    def cell_text(got):
+        if got is None:
+            return "–"
+        s = short(got["status"], got["detail"])
+        if got["status"] == "works":
+            return s
+        text = got["detail"]
+        if text not in note_of:
+            notes.append(text)
+            note_of[text] = len(notes)
+        return f"{s} [{note_of[text]}]"
+
+    out = []
+    out.append("# Kernels and cgroup layouts")
+    out.append("")
+    out.append("Generated by `make test-vm` (`tests/vm/run.sh`, `tests/vm/guest.py`, `tests/vm/report.py`); "
+               "do not edit by hand. Each column is one boot of Debian's kernel under qemu (TCG, 2 vCPUs, "
+               "2 GiB) with a Debian bookworm userspace, running jitterscope "
+               f"`{rev}` as root. The matrix fails when a cell differs from `tests/vm/expect.json`, "
+               "so every degraded or absent cell below is asserted with its reason.")
+    out.append("")
+    out.append(f"Last run: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}.")
+    out.append("")
+    out.append("- **works**: measured working in that guest.")
+    out.append("- **degraded**: works with less (the reason is jitterscope's own, as `tracers --check` or `record` says it).")
+    out.append("- **absent**: the kernel or layout lacks what it reads (the reason is what the guest found).")
+    out.append("- **FAILED**: a bug; the matrix is red.")
+    out.append("")
+    out.append("Layouts:")
+    for l, t in LAYOUT_TEXT.items():
+        out.append(f"- `{l}`: {t}.")
+    out.append("")
+    head = "| capability | " + " | ".join(
+        f"{results[c]['config']['kernel']} {results[c]['config']['layout']}" for c in cols) + " |"
+    out.append(head)
+    out.append("|---|" + "---|" * len(cols))
+    for k in keys:
+        if all(results[c]["cells"].get(k) is None for c in cols):
+            continue
+        out.append(f"| {titles.get(k, k)} | " + " | ".join(cell_text(results[c]["cells"].get(k)) for c in cols) + " |")
+    out.append("")
+    out.append("Kernels, as booted: " + "; ".join(
+        f"{results[c]['config']['kernel']} = `{results[c]['facts'].get('kernel', '?')}`"
+        for c in cols if results[c]["config"]["layout"] == "v2") + ".")
+    out.append("")
+    out.append("## Reasons")
+    out.append("")
+    for i, n in enumerate(notes, 1):
+        out.append(f"{i}. {n}")
+    out.append("")
+    out.append("## Lab scenarios: first rule and culprit")
+    out.append("")
+    out.append("| cell | scenario | first rule | culprit | seconds |")
+    out.append("|---|---|---|---|---:|")
+    for c in cols:
+        for k, v in results[c]["cells"].items():
+            if k.startswith("lab."):
+                cul = f"{v.get('culprit_comm') or ''} in `{v.get('culprit_cgroup')}`" if v.get("culprit_cgroup") else (v.get("culprit_comm") or "–")
+                out.append(f"| {c} | {k[4:]} | {v.get('first_rule') or '–'} | {cul} | {v.get('seconds', '')} |")
+    out.append("")
+    out.append("## Time per guest")
+    out.append("")
+    out.append("| cell | boot to power-off (s) | of which checks (s) |")
+    out.append("|---|---:|---:|")
+    def wall(c):
+        p = os.path.join(a.out, c, "wall_s")
+        return open(p).read().strip() if os.path.exists(p) else "?"
+
+    for c in cols:
+        out.append(f"| {c} | {wall(c)} | {results[c]['facts'].get('guest_seconds', '?')} |")
+        for extra, r in results[c].get("extra_boots", []):
+            out.append(f"| {extra} | {wall(extra)} | {r['facts'].get('guest_seconds', '?')} |")
+    out.append("")
+    tmp = a.doc + ".tmp"
+    with open(tmp, "w") as f:
+        f.write("\n".join(out))
+    os.replace(tmp, a.doc)
+
+
+if __name__ == "__main__":
+    main()
