@@ -305,6 +305,7 @@ fn parse_dev(f: &[u8]) -> Option<(u32, u32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cgroup::IoStats;
 
     const HOST: &str = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -523,10 +524,10 @@ mod tests {
 
     #[test]
     fn io_stat_sums_devices() {
-        let s = super::super::IoStats::sum(&parse_io_stat(IO_STAT_DOCUMENTED_SAMPLE).unwrap());
+        let s = IoStats::sum(&parse_io_stat(IO_STAT_DOCUMENTED_SAMPLE).unwrap());
         assert_eq!(
             s,
-            super::super::IoStats {
+            IoStats {
                 read_bytes: 1_549_312,
                 write_bytes: 314_773_504,
                 read_ios: 214,
@@ -536,17 +537,12 @@ mod tests {
                 devices: 2,
             }
         );
-        let old = super::super::IoStats::sum(
-            &parse_io_stat(b"8:0 rbytes=1 wbytes=2 rios=3 wios=4\n").unwrap(),
-        );
+        let old = IoStats::sum(&parse_io_stat(b"8:0 rbytes=1 wbytes=2 rios=3 wios=4\n").unwrap());
         assert_eq!(
             (old.discard_bytes, old.discard_ios, old.devices),
             (None, None, 1)
         );
-        assert_eq!(
-            super::super::IoStats::sum(&[]),
-            super::super::IoStats::default()
-        );
+        assert_eq!(IoStats::sum(&[]), IoStats::default());
     }
 
     proptest::proptest! {
@@ -579,7 +575,7 @@ mod tests {
             s in "([0-9]{0,11}:?[0-9]{0,11}( (rbytes|wbytes|rios|wios|dbytes|dios|[a-z.]{0,7})=?[0-9.-]{0,21}){0,8}\n?){0,5}"
         ) {
             if let Ok(d) = parse_io_stat(s.as_bytes()) {
-                let _ = super::super::IoStats::sum(&d);
+                let _ = IoStats::sum(&d);
             }
         }
     }
