@@ -471,6 +471,29 @@ mod tests {
         );
     }
 
+    const VM: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/vm");
+
+    /// io.stat of the VM harness's probe cgroup (tests/vm/guest.py writes 96 MiB through the
+    /// page cache with fsyncs) as a 5.10 guest's kernel wrote it, copied by
+    /// tests/vm/capture-fixtures.sh: the write-back is charged to the writer's cgroup.
+    #[test]
+    fn io_stat_captured_5_10_v2() {
+        let b = std::fs::read(format!("{VM}/5.10-v2/probe/io.stat")).unwrap();
+        assert_eq!(
+            parse_io_stat(&b).unwrap(),
+            [IoStatDevice {
+                major: 254,
+                minor: 0,
+                read_bytes: 0,
+                write_bytes: 96 << 20,
+                read_ios: 0,
+                write_ios: 95,
+                discard_bytes: Some(0),
+                discard_ios: Some(0),
+            }]
+        );
+    }
+
     #[test]
     fn io_stat_key_order_old_kernels_and_other_policies() {
         // Before 5.0: no discard keys. Keys in any order; io.latency's and io.cost's keys
