@@ -458,6 +458,13 @@ mod tests {
         p.cmdline = "worker --x".into();
         let c = Cgroup {
             path: "/a/b".into(),
+            io: Some(jitterscope_sources::cgroup::IoStats {
+                read_bytes: 4096,
+                write_ios: 3,
+                discard_bytes: Some(0),
+                devices: 2,
+                ..Default::default()
+            }),
             ..Default::default()
         };
         Sample {
@@ -609,6 +616,44 @@ mod tests {
         assert_eq!(d.cgroups, s.cgroups);
         assert!(decode_parts(&b, Parts::NONE).unwrap().processes.is_none());
         assert!(decode(&[CODEC_MSGPACK_NAMED + 1, 0x80]).is_err());
+    }
+
+    #[test]
+    fn cgroups_before_and_after_io_stat() {
+        // A cgroup record written before `io` existed decodes with `io: None`...
+        #[derive(serde::Serialize, serde::Deserialize, Default)]
+        #[serde(default)]
+        struct Before {
+            path: String,
+            v2: bool,
+            pids_current: Option<u64>,
+        }
+        let mut b = Vec::new();
+        let old = Before {
+            path: "/old".into(),
+            v2: true,
+            pids_current: Some(3),
+        };
+        serde::Serialize::serialize(
+            &old,
+            &mut rmp_serde::Serializer::new(&mut b).with_struct_map(),
+        )
+        .unwrap();
+        let c: Cgroup = rmp_serde::from_slice(&b).unwrap();
+        assert_eq!(
+            (c.path.as_str(), c.pids_current, c.io),
+            ("/old", Some(3), None)
+        );
+        // ...and a build that does not know `io` reads a record that has it.
+        let s = sample();
+        let mut b = Vec::new();
+        serde::Serialize::serialize(
+            &s.cgroups.as_ref().unwrap()[0],
+            &mut rmp_serde::Serializer::new(&mut b).with_struct_map(),
+        )
+        .unwrap();
+        let before: Before = rmp_serde::from_slice(&b).unwrap();
+        assert_eq!(before.path, "/a/b");
     }
 
     /// A real process table (this host's, read as the recorder reads it) encoded as the

@@ -192,6 +192,67 @@ fn counter_going_backwards_is_unknown_not_a_made_up_rate() {
     assert_eq!(value(&vals, "vmstat.pgfault_per_s"), Some(None));
 }
 
+/// io.stat rates per cgroup from the sums over devices, on the v2-only node (its files follow
+/// the documented format); half a second apart, so they are per second, not per interval.
+#[test]
+fn cgroup_io_rates_from_io_stat() {
+    let (prev, _) = collect("edge/cgroup-v2-only", 1_000_000_000);
+    let mut cur = prev.clone();
+    cur.mono_ns += 500_000_000;
+    let pod = "kubepods-burstable-pod3b1f6c2e_8a4d_4f0e_9c5b_7d2a1e6f4c38.slice";
+    let path = |c: &jitterscope_model::sample::Cgroup| c.path.ends_with(pod);
+    let io = cur
+        .cgroups
+        .as_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|c| path(c))
+        .and_then(|c| c.io.as_mut())
+        .expect("the pod's io.stat");
+    io.read_bytes += 4 << 20;
+    io.write_bytes += 1 << 20;
+    io.read_ios += 50;
+    io.write_ios += 8;
+    // (`*` spans dots: `cgroup.*.io.*` would take `pressure.io.some_pct` too.)
+    let vals = evaluate(
+        all(),
+        &cur,
+        Some(&prev),
+        &[Pattern::new("cgroup.*.io.*_per_s")],
+    );
+    let got = |m: &str| {
+        vals.iter()
+            .find(|v| v.series.contains(pod) && v.series.ends_with(m))
+            .and_then(|v| v.value)
+    };
+    assert_eq!(got(".io.read_bytes_per_s"), Some(8.0 * 1048576.0));
+    assert_eq!(got(".io.write_bytes_per_s"), Some(2.0 * 1048576.0));
+    assert_eq!(got(".io.reads_per_s"), Some(100.0));
+    assert_eq!(got(".io.writes_per_s"), Some(16.0));
+    // Unmoved cgroups with io.stat read 0; nginx.service (no io below system.slice) has none.
+    assert_eq!(
+        value(&vals, "cgroup./system.slice.io.read_bytes_per_s"),
+        Some(Some(0.0))
+    );
+    assert!(vals.iter().all(|v| !v.series.contains("nginx")));
+    // A device gone (sums going back) is an unknown interval, not a negative rate.
+    let mut gone = prev.clone();
+    gone.mono_ns += 1_000_000_000;
+    for c in gone.cgroups.as_mut().unwrap() {
+        if c.path == "/system.slice" {
+            c.io = Some(jitterscope_sources::cgroup::IoStats::default());
+        }
+    }
+    let vals = evaluate(
+        all(),
+        &gone,
+        Some(&prev),
+        &[Pattern::new("cgroup./system.slice.io.*")],
+    );
+    assert_eq!(vals.len(), 4);
+    assert!(vals.iter().all(|v| v.value.is_none()), "{vals:?}");
+}
+
 #[test]
 fn reused_pid_is_a_new_process_without_rates() {
     let (prev, mut cur) = pair(0, 0);

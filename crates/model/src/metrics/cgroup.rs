@@ -1,6 +1,7 @@
-//! Per-cgroup CPU (usage, quota, CFS throttling), memory and pressure, v1 and v2 alike.
+//! Per-cgroup CPU (usage, quota, CFS throttling), memory and pressure, v1 and v2 alike; block
+//! I/O from v2 `io.stat` only.
 
-use jitterscope_sources::cgroup::{Cgroup, CpuStats, MemoryStats};
+use jitterscope_sources::cgroup::{Cgroup, CpuStats, IoStats, MemoryStats};
 
 use super::{gauge, metrics, rate};
 use crate::derive::{emit_delta_pct, Ctx};
@@ -21,6 +22,15 @@ fn cpu_rate(cx: &Ctx, out: &mut Emit, f: fn(&CpuStats) -> Option<u64>, k: f64) {
         let cv = c.cpu.as_ref().and_then(f);
         let pv = p.and_then(|p| p.cpu.as_ref()).and_then(f);
         rate(cx, out, &[&c.path], cv, pv, k);
+    }
+}
+
+/// The rate of an `io.stat` counter summed over devices.
+fn io_rate(cx: &Ctx, out: &mut Emit, f: fn(&IoStats) -> u64) {
+    for (c, p) in each(cx) {
+        let cv = c.io.as_ref().map(f);
+        let pv = p.and_then(|p| p.io.as_ref()).map(f);
+        rate(cx, out, &[&c.path], cv, pv, 1.0);
     }
 }
 
@@ -173,6 +183,10 @@ metrics! {
                 rate(cx, out, &[&c.path], cv, pv, 1.0);
             }
         }),
+    IO_READ_BYTES_PER_S = ("cgroup.<cgroup>.io.read_bytes_per_s", BytesPerSecond, Rate, "Bytes the cgroup read per second, summed over devices (rbytes of v2 io.stat; absent on cgroup v1)", |cx, out| io_rate(cx, out, |i| i.read_bytes)),
+    IO_WRITE_BYTES_PER_S = ("cgroup.<cgroup>.io.write_bytes_per_s", BytesPerSecond, Rate, "Bytes the cgroup wrote per second, summed over devices; buffered writes count when written back (wbytes of v2 io.stat; absent on cgroup v1)", |cx, out| io_rate(cx, out, |i| i.write_bytes)),
+    IO_READS_PER_S = ("cgroup.<cgroup>.io.reads_per_s", PerSecond, Rate, "Read I/Os the cgroup issued per second, summed over devices (rios of v2 io.stat; absent on cgroup v1)", |cx, out| io_rate(cx, out, |i| i.read_ios)),
+    IO_WRITES_PER_S = ("cgroup.<cgroup>.io.writes_per_s", PerSecond, Rate, "Write I/Os the cgroup issued per second, summed over devices (wios of v2 io.stat; absent on cgroup v1)", |cx, out| io_rate(cx, out, |i| i.write_ios)),
     PRESSURE_SOME_PCT = ("cgroup.<cgroup>.pressure.<resource>.some_pct", Percent, Rate, "Share of the interval in which some task of the cgroup stalled (cgroup *.pressure total)", |cx, out| {
             for (c, p) in each(cx) {
                 super::psi::stall_pct(cx, out, &[&c.path], pressure(c), p.map(pressure), |x| x.some.as_ref());

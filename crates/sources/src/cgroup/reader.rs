@@ -6,7 +6,8 @@
 //!   files are read only where the parent's `cgroup.subtree_control` enables that controller
 //!   (read once per directory that has children); files the root never has are not tried there;
 //!   a v2 file that turns out absent next to a present sibling (`cpu.max.burst` before 5.14,
-//!   `memory.swap.current` without swap accounting) is not tried again;
+//!   `memory.swap.current` without swap accounting) is not tried again, nor is the root's
+//!   `io.stat` once found absent (kernels before 5.x have none there);
 //! - files that repeat what another file already says are not read (v1 `memory.memsw.*`:
 //!   swap is the `swap` key of `memory.stat` when swap accounting is on);
 //! - one file buffer and one path buffer are reused for the whole walk;
@@ -22,10 +23,10 @@ use std::path::PathBuf;
 
 use super::mount::{discover, CgroupVersion, Hierarchy};
 use super::parse::{
-    parse_cfs_quota, parse_cpu_max, parse_cpu_stat, parse_cpuacct_stat, parse_keyed,
+    parse_cfs_quota, parse_cpu_max, parse_cpu_stat, parse_cpuacct_stat, parse_io_stat, parse_keyed,
     parse_max_or_u64, parse_oom_control, parse_single, parse_v1_limit, CpuStatFile,
 };
-use super::{identify, Cgroup, CgroupPressure, CpuStats, MemoryStats};
+use super::{identify, Cgroup, CgroupPressure, CpuStats, IoStats, MemoryStats};
 use crate::io::{fields, read_parse, ParseError, ReadError, Root};
 use crate::system::pressure::parse_pressure;
 
@@ -75,6 +76,8 @@ impl Ctl {
     const CPUACCT: u8 = 2;
     const MEMORY: u8 = 4;
     const PIDS: u8 = 8;
+    /// v2 only: the v1 blkio hierarchy is not walked.
+    const IO: u8 = 16;
 
     fn from_names<'a>(names: impl Iterator<Item = &'a [u8]>) -> Ctl {
         let mut c = 0;
@@ -84,6 +87,7 @@ impl Ctl {
                 b"cpuacct" => Ctl::CPUACCT,
                 b"memory" => Ctl::MEMORY,
                 b"pids" => Ctl::PIDS,
+                b"io" => Ctl::IO,
                 _ => 0,
             };
         }
@@ -113,6 +117,8 @@ struct Plan {
     v2_burst: bool,
     /// v2 `memory.swap.current` not yet found absent.
     v2_swap: bool,
+    /// v2 `io.stat` of the root cgroup not yet found absent.
+    v2_io_root: bool,
 }
 
 impl Plan {
@@ -135,6 +141,7 @@ impl Plan {
             v2_pressure: hierarchy.version == CgroupVersion::V2 && exists("cpu.pressure"),
             v2_burst: true,
             v2_swap: true,
+            v2_io_root: true,
             ctl,
             dir,
             hierarchy,
@@ -204,6 +211,14 @@ impl CgroupReader {
         self.plans
             .iter()
             .any(|p| p.hierarchy.version == CgroupVersion::V2 && p.v2_swap)
+    }
+
+    /// Whether the root's `io.stat` is still tried in some v2 hierarchy.
+    #[cfg(test)]
+    pub(super) fn plans_v2_io_root(&self) -> bool {
+        self.plans
+            .iter()
+            .any(|p| p.hierarchy.version == CgroupVersion::V2 && p.v2_io_root)
     }
 
     /// Walks every hierarchy and returns one record per cgroup path, sorted by path.
@@ -481,6 +496,9 @@ impl Walk<'_> {
         if ctl.has(Ctl::PIDS) && !is_root {
             rec.pids_current = self.get("pids.current", parse_single);
         }
+        if ctl.has(Ctl::IO) {
+            rec.io = self.read_io_stat(is_root);
+        }
         if self.plan.v2_pressure {
             rec.pressure = CgroupPressure {
                 cpu: self.get("cpu.pressure", parse_pressure),
@@ -489,6 +507,22 @@ impl Walk<'_> {
             };
         }
         rec
+    }
+
+    /// v2 `io.stat`, summed over devices. Below the root the io controller's files exist
+    /// wherever the parent enables it, which `ctl` already says, so a missing file there is a
+    /// cgroup removed mid-walk (or the controller turned off since the parent's
+    /// `cgroup.subtree_control` was read), never a reason to stop trying. The root lacks it on
+    /// kernels before global root stats (5.x): found absent there once, it is not tried again.
+    fn read_io_stat(&mut self, is_root: bool) -> Option<IoStats> {
+        if is_root && !self.plan.v2_io_root {
+            return None;
+        }
+        let io = self.get("io.stat", |b| parse_io_stat(b).map(|d| IoStats::sum(&d)));
+        if is_root && self.last_missing {
+            self.plan.v2_io_root = false;
+        }
+        io
     }
 }
 
@@ -541,6 +575,7 @@ fn merge(into: &mut Cgroup, from: Cgroup) {
     fill(&mut into.pressure.memory, from.pressure.memory);
     fill(&mut into.pressure.io, from.pressure.io);
     fill(&mut into.pids_current, from.pids_current);
+    fill(&mut into.io, from.io);
 }
 
 fn merge_cpu(a: &mut CpuStats, b: CpuStats) {

@@ -69,6 +69,10 @@ fn host_hybrid() {
     let psi = fx.pressure.cpu.as_ref().unwrap();
     assert_eq!(psi.some.as_ref().unwrap().total_usec, 3_074_829);
     assert!(fx.pressure.memory.is_some() && fx.pressure.io.is_some());
+    assert_eq!(
+        fx.io, None,
+        "the unified hierarchy has no io controller, blkio is not walked"
+    );
     assert_eq!(fx.identity, Identity::default());
 
     let root = find(&cgs, "/");
@@ -147,6 +151,27 @@ fn v2_only_kubernetes_node() {
     assert_eq!(c.identity.container_id.as_deref(), Some(HEX));
     assert_eq!(c.identity.pod_uid.as_deref(), Some(POD_UID));
     assert_eq!(c.identity.qos, Some(QosClass::Burstable));
+    let io = c.io.as_ref().unwrap();
+    assert_eq!(
+        (io.read_bytes, io.write_bytes, io.read_ios, io.write_ios),
+        (1 << 20, 50 << 20, 64, 800)
+    );
+    assert_eq!(
+        (io.discard_bytes, io.discard_ios, io.devices),
+        (Some(0), Some(0), 1)
+    );
+    let pause = find(
+        &cgs,
+        &path.replace(
+            HEX,
+            "8e7d6c5b4a39281706f5e4d3c2b1a09f8e7d6c5b4a39281706f5d3a1e7b4c2f9",
+        ),
+    );
+    assert_eq!(
+        pause.io,
+        Some(IoStats::default()),
+        "an empty io.stat is no I/O yet, not unknown"
+    );
 
     let root = find(&cgs, "/");
     let rc = root.cpu.as_ref().unwrap();
@@ -160,6 +185,13 @@ fn v2_only_kubernetes_node() {
     );
     assert!(rm.stat("anon").is_some());
     assert_eq!(root.pids_current, None);
+    let rio = root.io.as_ref().unwrap();
+    assert_eq!(
+        (rio.devices, rio.discard_bytes, rio.discard_ios),
+        (2, Some(4096), Some(1))
+    );
+    assert_eq!(rio.read_ios, 15_192);
+    assert!(r.plans_v2_io_root());
 
     let unlimited = find(&cgs, "/kubepods.slice/kubepods-burstable.slice");
     assert_eq!(unlimited.cpu.as_ref().unwrap().quota_us, None);
@@ -174,6 +206,9 @@ fn v2_only_kubernetes_node() {
     assert_eq!(nc.usage_ns, Some(2_500_000_000));
     assert_eq!(nginx.memory.as_ref().unwrap().limit_bytes, Some(100 << 20));
     assert_eq!(nginx.memory.as_ref().unwrap().event("max"), Some(3));
+    assert_eq!(nginx.io, None, "system.slice does not enable io below it");
+    let sys = find(&cgs, "/system.slice").io.as_ref().unwrap();
+    assert_eq!((sys.devices, sys.read_bytes), (2, 734_003_200 + 1_459_200));
     assert_eq!(nginx.identity.runtime, Runtime::Systemd);
     assert_eq!(
         nginx.identity.systemd_unit.as_deref(),
@@ -221,6 +256,7 @@ fn v1_only_docker_host() {
     assert_eq!((mem.oom_kill, mem.under_oom), (None, Some(false)));
     assert_eq!(c.pressure, CgroupPressure::default());
     assert_eq!(c.pids_current, None);
+    assert_eq!(c.io, None, "v1 blkio is not walked");
     assert_eq!(c.identity.runtime, Runtime::Docker);
     assert_eq!(c.identity.short_id(), Some(&HEX[..12]));
 
@@ -301,6 +337,68 @@ fn vanished_and_partial_cgroups_are_skipped_not_fatal() {
         cgs.len(),
         "a second walk sees the same tree"
     );
+}
+
+/// io.stat is read where the parent enables `io`; the root's, absent on kernels before 5.x,
+/// is tried once; a garbled one is an error of that file only; one missing below the root
+/// (removed mid-walk) does not stop the others being read.
+#[test]
+fn io_stat_where_enabled_root_probed_once() {
+    let t = tempfile::tempdir().unwrap();
+    let r = t.path();
+    write(
+        r,
+        "proc/self/mountinfo",
+        "24 23 0:22 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate\n",
+    );
+    let cg = "sys/fs/cgroup";
+    write(r, &format!("{cg}/cgroup.controllers"), "cpu io memory\n");
+    write(r, &format!("{cg}/cgroup.subtree_control"), "io memory\n");
+    write(r, &format!("{cg}/cpu.stat"), "usage_usec 10\n");
+    write(r, &format!("{cg}/a/cpu.stat"), "usage_usec 7\n");
+    write(
+        r,
+        &format!("{cg}/a/io.stat"),
+        "8:16 rbytes=1459200 wbytes=314773504 rios=192 wios=353 dbytes=0 dios=0\n\
+         254:0 rbytes=90112 wbytes=0 rios=22 wios=0 dbytes=0 dios=0\n",
+    );
+    write(r, &format!("{cg}/a/cgroup.subtree_control"), "memory\n");
+    write(r, &format!("{cg}/a/noio/cpu.stat"), "usage_usec 1\n");
+    write(r, &format!("{cg}/a/noio/io.stat"), "8:0 rbytes=1\n");
+    write(r, &format!("{cg}/b/cpu.stat"), "usage_usec 1\n");
+    write(r, &format!("{cg}/garbled/cpu.stat"), "usage_usec 1\n");
+    write(r, &format!("{cg}/garbled/io.stat"), "sda rbytes=1\n");
+    let mut rd = CgroupReader::new(Root::new(r)).unwrap();
+    let cgs = rd.read();
+    assert_eq!(find(&cgs, "/").io, None);
+    assert!(!rd.plans_v2_io_root(), "the root's absence is remembered");
+    let a = find(&cgs, "/a").io.as_ref().unwrap();
+    assert_eq!(
+        (
+            a.read_bytes,
+            a.write_bytes,
+            a.read_ios,
+            a.write_ios,
+            a.devices
+        ),
+        (1_549_312, 314_773_504, 214, 353, 2)
+    );
+    assert_eq!(
+        find(&cgs, "/a/noio").io,
+        None,
+        "/a does not enable io: its file is not read"
+    );
+    assert_eq!(find(&cgs, "/b").io, None);
+    assert_eq!(find(&cgs, "/garbled").io, None);
+    assert_eq!(rd.last_walk().read_errors, 1);
+
+    // The root's file appearing later is not looked for; /b's is read as soon as it exists.
+    write(r, &format!("{cg}/io.stat"), "8:0 rbytes=5\n");
+    write(r, &format!("{cg}/b/io.stat"), "");
+    let cgs = rd.read();
+    assert_eq!(find(&cgs, "/").io, None);
+    assert_eq!(find(&cgs, "/b").io, Some(IoStats::default()));
+    assert!(find(&cgs, "/a").io.is_some());
 }
 
 #[test]
