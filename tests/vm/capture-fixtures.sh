@@ -2,7 +2,8 @@
 # Copies the cgroup files the kernel matrix's guests saved from their probe cgroup (a CPU quota,
 # a memory threshold, writes: see tests/vm/guest.py) into tests/fixtures/vm/<kernel>-<layout>/,
 # the real files of other kernels and layouts that the cgroup parsers are tested on.
-# Run `make test-vm` (or tests/vm/run.sh) first.
+# Run `make test-vm` (or tests/vm/run.sh) first. Tests assert on the captured values (the io.stat
+# parser, the 6.1 shrinker-scale golden report): after re-capturing, run them and read the failures.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 n=0

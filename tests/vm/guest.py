@@ -30,6 +30,8 @@ LAYOUT = CONFIG["layout"]
 # long enough for each signature, short enough for CI. The v1 layout runs the scenarios whose
 # mechanism goes through the cgroup layout (CPU quota, memory limit, OOM, page cache under a
 # limit) and the shootdown one; the rest are layout-blind and run once per kernel, on v2.
+# python-leak, oom-leak and nss-probe are not run (empty layouts): their signatures are rates
+# that the emulated CPUs do not reach (docs/KERNELS.md says what was measured).
 SCENARIOS = {
     # name: (duration, layouts)
     "cfs-throttle": ("15s", ("v2", "v1")),
@@ -42,10 +44,10 @@ SCENARIOS = {
     "shrinker-scale": ("30s", ("v2",)),
     "pagecache-thrash": ("20s", ("v2", "v1")),
     "native-leak": ("15s", ("v2",)),
-    "python-leak": ("30s", ("v2",)),
-    "oom-leak": ("30s", ("v2", "v1")),
+    "python-leak": ("30s", ()),
+    "oom-leak": ("30s", ()),
     "worker-leak": ("15s", ("v2",)),
-    "nss-probe": ("30s", ("v2",)),
+    "nss-probe": ("30s", ()),
 }
 
 cells = {}
@@ -137,13 +139,20 @@ V1_MOUNTS = ["cpu,cpuacct", "cpuset", "memory", "blkio", "pids", "freezer", "dev
 def setup_v1():
     mount("tmpfs", CG, "mode=755")
     have = v1_controllers()
-    mounted = []
+    mounted, refused = [], []
     for group in V1_MOUNTS:
         names = [n for n in group.split(",") if have.get(n)]
         if not names:
             continue
         opt = ",".join(names)
-        mount("cgroup", f"{CG}/{opt}", opt, source="cgroup")
+        os.makedirs(f"{CG}/{opt}", exist_ok=True)
+        # /proc/cgroups lists controllers the kernel has, not whether v1 may mount them: 6.12
+        # as Debian builds it has neither CONFIG_MEMCG_V1 nor CONFIG_CPUSETS_V1.
+        if subprocess.run(["mount", "-t", "cgroup", "-o", opt, "cgroup", f"{CG}/{opt}"],
+                          capture_output=True).returncode != 0:
+            os.rmdir(f"{CG}/{opt}")
+            refused.append(opt)
+            continue
         mounted.append(opt)
         if len(names) > 1:
             for n in names:
@@ -156,7 +165,8 @@ def setup_v1():
     for c in v2only:
         write(f"{CG}/unified/cgroup.subtree_control", f"+{c}")
     facts["cgroup"] = (f"v1: {' '.join(mounted)}; name=systemd; cgroup2 at {CG}/unified"
-                       + (f" with {' '.join(v2only)} (not available on v1)" if v2only else ""))
+                       + (f" with {' '.join(v2only)} enabled" if v2only else "")
+                       + (f"; v1 refused {' '.join(refused)}" if refused else ""))
 
 
 # --- the probe: a cgroup with a CPU quota and a memory threshold, throttled and writing ---

@@ -53,11 +53,19 @@ ROWS = [
     ("lab.worker-leak", "`lab check worker-leak`"),
     ("lab.nss-probe", "`lab check nss-probe` (real NSS certutil)"),
 ]
+# Scenarios guest.py does not run, and why (measured in 5.10 v2 guests, 30 s runs).
+NOT_RUN = [
+    ("python-leak", "the leak reaches its 96 MiB cap at 40% of the run under TCG and the leak rule found no steady growth in the window (the host's recording, tests/fixtures/diagnose/python-leak, passes)."),
+    ("oom-leak", "its memory limit is set from the leak rate the host reaches (12 MiB/s); under TCG the leak grew 7 MiB/s and met the OOM killer only after the run."),
+    ("nss-probe", "certutil under TCG made 465 failed look-ups a second, below the census's threshold."),
+]
 LAYOUT_TEXT = {
     "v2": "cgroup2 only at /sys/fs/cgroup, cpuset cpu io memory pids enabled at the root (systemd's unified boot)",
     "v1": "cgroup v1, one mount per controller with `cpu,cpuacct` and `net_cls,net_prio` co-mounted, "
           "`name=systemd` and an empty cgroup2 at `unified` (systemd's hybrid boot, RHEL 8 / Ubuntu 20.04), "
-          "booted with `psi=0` as RHEL 8 is",
+          "booted with `psi=0` as RHEL 8 is. Controllers the kernel will not mount on v1 are enabled on `unified`: "
+          "Debian 13's 6.12 is built without `CONFIG_MEMCG_V1` and `CONFIG_CPUSETS_V1`, so there memory and cpuset are on cgroup2 "
+          "next to the v1 cpu hierarchy",
 }
 
 
@@ -138,14 +146,16 @@ def main():
                 problems.append((c, k, "no result for this capability", guest_lines(os.path.join(a.out, c))))
                 continue
             want = expected(expect, k, kernel, layout)
-            ok = got["status"] == want["status"] and want.get("detail", "") in got["detail"]
+            # A list of statuses: a result the emulator's speed decides (said in the rule's note).
+            statuses = want["status"] if isinstance(want["status"], list) else [want["status"]]
+            ok = got["status"] in statuses and (got["status"] == "works" or want.get("detail", "") in got["detail"])
             if not ok:
                 problems.append((c, k, f"expected {want['status']}"
                                  + (f" with '{want['detail']}'" if want.get("detail") else "")
                                  + f", got {got['status']}: {got['detail']}",
                                  guest_lines(os.path.join(a.out, c))))
 
-    write_doc(a, results, keys, titles)
+    write_doc(a, results, keys, titles, expect)
     if problems:
         print(f"vm: {len(problems)} cell(s) differ from tests/vm/expect.json:", file=sys.stderr)
         for c, k, what, lines in problems:
@@ -157,7 +167,7 @@ def main():
           f"{os.path.relpath(a.doc)} written", file=sys.stderr)
 
 
-def write_doc(a, results, keys, titles):
+def write_doc(a, results, keys, titles, expect):
     cols = list(results)
     if not cols:
         return
@@ -165,13 +175,23 @@ def write_doc(a, results, keys, titles):
     notes = []
     note_of = {}
 
-    def cell_text(got):
+    def cell_text(got, key, cfg):
         if got is None:
             return "–"
         s = short(got["status"], got["detail"])
+        rule = expected(expect, key, cfg["kernel"], cfg["layout"])
+        known = got["status"] == "failed" and (rule["status"] == "failed" or "failed" in rule["status"])
+        if known:
+            s = "fails (known)"
         if got["status"] == "works":
             return s
         text = got["detail"]
+        # A failed lab check's detail ends with its stderr: its last error line says it.
+        if "jitterscope: error:" in text:
+            text = text[text.rindex("jitterscope: error:") + len("jitterscope: error:"):]
+        text = " ".join(text.split())
+        if known and rule.get("note"):
+            text += f". Why: {rule['note']}"
         if text not in note_of:
             notes.append(text)
             note_of[text] = len(notes)
@@ -191,6 +211,7 @@ def write_doc(a, results, keys, titles):
     out.append("- **works**: measured working in that guest.")
     out.append("- **degraded**: works with less (the reason is jitterscope's own, as `tracers --check` or `record` says it).")
     out.append("- **absent**: the kernel or layout lacks what it reads (the reason is what the guest found).")
+    out.append("- **fails (known)**: a gap found by the matrix and not fixed yet; asserted with its reason in `tests/vm/expect.json`.")
     out.append("- **FAILED**: a bug; the matrix is red.")
     out.append("")
     out.append("Layouts:")
@@ -204,7 +225,8 @@ def write_doc(a, results, keys, titles):
     for k in keys:
         if all(results[c]["cells"].get(k) is None for c in cols):
             continue
-        out.append(f"| {titles.get(k, k)} | " + " | ".join(cell_text(results[c]["cells"].get(k)) for c in cols) + " |")
+        out.append(f"| {titles.get(k, k)} | " + " | ".join(
+            cell_text(results[c]["cells"].get(k), k, results[c]["config"]) for c in cols) + " |")
     out.append("")
     out.append("Kernels, as booted: " + "; ".join(
         f"{results[c]['config']['kernel']} = `{results[c]['facts'].get('kernel', '?')}`"
@@ -214,6 +236,11 @@ def write_doc(a, results, keys, titles):
     out.append("")
     for i, n in enumerate(notes, 1):
         out.append(f"{i}. {n}")
+    out.append("")
+    out.append("## Not run in the matrix")
+    out.append("")
+    for n, why in NOT_RUN:
+        out.append(f"- `{n}`: {why}")
     out.append("")
     out.append("## Lab scenarios: first rule and culprit")
     out.append("")
