@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Captures the stack sampler's fixtures on this machine into OUT (tests/fixtures/profile):
 #   records.bin  - the raw perf ring records of 3 s of system-wide 99 Hz sampling
+#   records-stack.bin - 1 s of the same with 1 KiB user stack copies and user registers
 #   slices.json  - the per-second slices the real resolver made of them
 #   maps-*.txt   - /proc/<pid>/maps of this shell, of a plain process (cat) and of a JIT (node, when
 #                  installed), for the mapping-table parser
@@ -19,6 +20,11 @@ cargo build -q --release -p jitterscope-profile --example capture
 exe=${CARGO_TARGET_DIR:-$here/target}/release/examples/capture
 ("$tmp/busy" spin 1.5 >/dev/null; "$tmp/busy" stat 1.5 >/dev/null) &
 "$exe" 3 "$out/records.bin" "$out/slices.json"
+wait
+# The same with 1 KiB user stack copies (the default copies 8 KiB; 1 KiB keeps the file small
+# and parses the same way): records-stack.bin.
+"$tmp/busy" spin 1.5 >/dev/null &
+CAPTURE_STACK_BYTES=1024 "$exe" 1 "$out/records-stack.bin" "$tmp/slices-stack.json"
 wait
 cat /proc/$$/maps >"$out/maps-bash.txt"
 cat /proc/self/maps >"$out/maps-cat.txt"

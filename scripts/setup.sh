@@ -4,7 +4,8 @@
 #   (the BPF tracers are compiled by clang; libbpf-sys builds libbpf against libelf);
 # - npm and the web UI's libraries (web/package-lock.json, embedded by crates/web/build.rs);
 # - for the end-to-end tests: tmux (terminal views), chromium and prometheus (web UI, /metrics),
-#   python3 (memleak targets) and go (`go tool pprof` reads our profiles; a go already in
+#   python3 (memleak targets), certutil, xz, perf and libc6-dbg (the profiler's unwinding and
+#   naming against Debian's own binaries) and go (`go tool pprof` reads our profiles; a go already in
 #   /usr/local/go/bin counts);
 # - Rust stable via rustup if no cargo is on PATH.
 # Safe to run repeatedly.
@@ -30,6 +31,11 @@ want prometheus prometheus
 want python3 python3
 # The nss-probe lab scenario runs Debian's certutil (NSS softokn's access probe).
 want certutil libnss3-tools
+# The profiler's unwinding tests: Debian's xz against `perf record --call-graph dwarf`, and
+# glibc's detached debug info (its static functions named through the build id).
+want xz xz-utils
+want perf linux-perf
+want /usr/share/doc/libc6-dbg libc6-dbg
 command -v go >/dev/null 2>&1 || want /usr/local/go/bin/go golang-go
 if ((${#need[@]})); then
   if [ "$(id -u)" -ne 0 ]; then

@@ -85,6 +85,13 @@ pub struct RecordArgs {
     #[arg(long, default_value_t = jitterscope_profile::sampler::DEFAULT_HZ,
           value_parser = clap::value_parser!(u32).range(0..=10_000))]
     profile_hz: u32,
+    /// Bytes of each sampled thread's user stack the profiler copies, to unwind code built
+    /// without frame pointers (most distribution libraries, Rust release builds) with its
+    /// .eh_frame; 0 keeps the kernel's frame-pointer walk only (cheaper, but stacks of such
+    /// code end at the leaf). A multiple of 8, at most 65528.
+    #[arg(long, default_value_t = jitterscope_profile::unwind::DEFAULT_STACK_BYTES,
+          value_parser = clap::value_parser!(u32).range(0..=65_528))]
+    profile_stack: u32,
     /// Where per-process data comes from: `bpf` one read of a BPF task iterator per sample
     /// (root or CAP_BPF + CAP_PERFMON, BTF, kernel 5.8+), `procfs` the /proc/<pid> files,
     /// `auto` the iterator when it loads, else /proc. The process table is the same either way.
@@ -335,14 +342,27 @@ pub fn run(a: RecordArgs) -> Result<()> {
         if a.root != std::path::Path::new("/") {
             log("profile: not started: it samples the running kernel, not the tree under --root");
         } else {
-            let cfg = jitterscope_profile::sampler::Config {
-                hz: a.profile_hz,
-                ..Default::default()
+            let cfg = if a.profile_stack == 0 {
+                jitterscope_profile::sampler::Config::frame_pointers(a.profile_hz)
+            } else {
+                jitterscope_profile::sampler::Config {
+                    hz: a.profile_hz,
+                    stack_bytes: a.profile_stack,
+                    ..Default::default()
+                }
             };
             match jitterscope_profile::sampler::ProfileCollector::start(&cfg) {
                 Ok(c) => {
+                    let how = if a.profile_stack == 0 {
+                        "frame pointers".to_string()
+                    } else {
+                        format!(
+                            "{} bytes of user stack unwound with .eh_frame",
+                            a.profile_stack & !7
+                        )
+                    };
                     log(&format!(
-                        "profile: sampling stacks at {} Hz per CPU",
+                        "profile: sampling stacks at {} Hz per CPU ({how})",
                         a.profile_hz
                     ));
                     sources.push(Box::new(c));

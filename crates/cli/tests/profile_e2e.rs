@@ -188,9 +188,14 @@ fn profile_end_to_end() {
         0,
         "spinner outside its window:\n{f}"
     );
-    // (The storm's own frame is missing: glibc's syscall wrappers keep no frame pointer, so the
-    // chain skips their caller; the wrapper and the kernel side are there.)
+    // glibc's syscall wrapper keeps no frame pointer, so the kernel's chain skipped its caller;
+    // unwound from the stack copy, the storm's own function is above it.
     assert!(count(&f, "fstatat") > 0, "{f}");
+    assert!(
+        f.lines()
+            .any(|l| l.contains("jitterscope_stat_storm;") && l.contains("fstatat")),
+        "{f}"
+    );
 
     // The storm spends its time in the kernel's path walk.
     let pid = storm_pid.to_string();

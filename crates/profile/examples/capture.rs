@@ -3,6 +3,7 @@
 //! sampling, and the per-second slices the real resolver made of them.
 //!
 //! usage: capture <seconds> <records.bin> <slices.json>
+//! (CAPTURE_STACK_BYTES=N: samples also copy N bytes of user stack, as the default sampler does)
 //!
 //! records.bin is a sequence of `length u32 (little endian), record`, one per ring record, the
 //! record as the ring held it (8-byte perf_event_header included, native endian).
@@ -22,7 +23,20 @@ fn main() {
         std::process::exit(2);
     };
     let secs: u64 = secs.parse().expect("seconds");
-    let cfg = Config::default();
+    // Frame-pointer records by default: the fixture test parses them with `builder(0, 99, 0)`'s
+    // layout; CAPTURE_STACK_BYTES=N adds N bytes of user stack and the user registers.
+    let stack: u32 = std::env::var("CAPTURE_STACK_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let cfg = if stack == 0 {
+        Config::frame_pointers(sampler::DEFAULT_HZ)
+    } else {
+        Config {
+            stack_bytes: stack,
+            ..Config::default()
+        }
+    };
     let mut rings = sampler::open(&cfg).unwrap_or_else(|e| {
         eprintln!("capture: {e}");
         std::process::exit(1)

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use jitterscope_model::profile::{Builder, Frame, FrameKind, Profile};
 
 pub use crate::maps::Mapping;
+pub use crate::unwind::UserStack;
 
 /// Callchain entries at or above this are context markers, not addresses.
 pub const PERF_CONTEXT_MAX: u64 = (-4095i64) as u64;
@@ -127,6 +128,11 @@ pub trait Resolver {
             ..self.task(pid, tid)
         }
     }
+    /// The user stack of a sample of `pid` unwound from its copied stack (leaf first, return
+    /// addresses minus one), or `None` when this resolver cannot unwind.
+    fn unwind(&mut self, _pid: u32, _stack: &UserStack) -> Option<Vec<u64>> {
+        None
+    }
     /// A new executable mapping (MMAP2 record).
     fn mmap(&mut self, _pid: u32, _m: Mapping) {}
     /// A new process (not a thread): it starts with its parent's mappings.
@@ -158,6 +164,7 @@ pub struct Aggregator<R> {
     names: HashMap<u32, Arc<str>>,
     /// Ended generations (pid, generation, exited): dropped once no buffered sample needs them.
     stale: Vec<(u32, u32, bool)>,
+    unwound: u64,
 }
 
 impl<R: Resolver> Aggregator<R> {
@@ -175,12 +182,31 @@ impl<R: Resolver> Aggregator<R> {
             gens: HashMap::default(),
             names: HashMap::default(),
             stale: Vec::new(),
+            unwound: 0,
         }
     }
 
     /// The resolver.
     pub fn resolver(&mut self) -> &mut R {
         &mut self.resolver
+    }
+
+    /// Adds one sample taken at `time_ns` with the copy of its user stack, if it has one: the
+    /// user part becomes the unwound stack, completed by the frame-pointer chain (see
+    /// [`crate::unwind::merge`]).
+    pub fn add_with_stack(&mut self, time_ns: u64, mut s: RawStack, stack: Option<&UserStack>) {
+        if let Some(st) = stack.filter(|_| s.pid != 0) {
+            if let Some(dwarf) = self.resolver.unwind(s.pid, st) {
+                self.unwound += 1;
+                s.user = crate::unwind::merge(dwarf, std::mem::take(&mut s.user));
+            }
+        }
+        self.add(time_ns, s)
+    }
+
+    /// Samples whose user stacks were unwound from a copy so far.
+    pub fn unwound(&self) -> u64 {
+        self.unwound
     }
 
     /// Adds one sample taken at `time_ns`, naming what it needs now (see [`Resolver`]).

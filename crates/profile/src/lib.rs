@@ -14,4 +14,5 @@ pub mod maps;
 pub mod pprof;
 pub mod sampler;
 pub mod system;
+pub mod unwind;
 pub mod window;

@@ -68,6 +68,11 @@ impl Table {
         (addr < m.end).then_some(m)
     }
 
+    /// The mappings, by start.
+    pub fn iter(&self) -> impl Iterator<Item = &Mapping> {
+        self.0.iter()
+    }
+
     /// Number of mappings.
     pub fn len(&self) -> usize {
         self.0.len()

@@ -24,14 +24,21 @@ use perf_event::{Builder, Clock, SampleFlag, Sampler};
 use crate::capture::{Aggregator, Mapping, RawStack, Resolver};
 use crate::system::hex;
 use crate::system::SystemResolver;
+use crate::unwind::{UserStack, DEFAULT_STACK_BYTES, REGS_MASK};
 
 /// Default frequency: 99 Hz rather than 100 so sampling does not run in lockstep with timer
 /// ticks and other periodic work (which would over- or under-count it).
 pub const DEFAULT_HZ: u32 = 99;
 
-/// Ring buffer pages per CPU (128 KiB): a second of samples with deep stacks at 99 Hz is about
-/// 100 KB, and the rings are drained four times a second.
+/// Ring buffer pages per CPU with frame-pointer stacks only (128 KiB): a second of samples with
+/// deep stacks at 99 Hz is about 100 KB, and the rings are drained four times a second.
 pub const RING_PAGES: usize = 32;
+
+/// Ring buffer pages per CPU when samples carry stack copies (512 KiB): 99 samples of 8 KiB are
+/// about 0.8 MB a second on a busy CPU, so a ring holds over half a second between drains.
+/// With its header page that is perf_event_mlock_kb's default (516 KiB), the most a process
+/// without CAP_IPC_LOCK may map per CPU.
+pub const RING_PAGES_STACKS: usize = 128;
 
 /// How often the rings are drained between cuts. Naming no longer depends on catching a
 /// process alive (its mappings come from the records), so this only bounds the rings' fill;
@@ -48,30 +55,51 @@ pub struct Config {
     pub hz: u32,
     /// Ring buffer pages per CPU.
     pub ring_pages: usize,
+    /// Bytes of user stack copied per sample for DWARF unwinding (see [`crate::unwind`]); 0
+    /// keeps the kernel's frame-pointer walk only.
+    pub stack_bytes: u32,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
             hz: DEFAULT_HZ,
-            ring_pages: RING_PAGES,
+            ring_pages: RING_PAGES_STACKS,
+            stack_bytes: DEFAULT_STACK_BYTES,
         }
     }
 }
 
-/// The perf event attributes of the sampler on `cpu` (also what parses its records).
-pub fn builder(cpu: usize, hz: u32) -> Builder<'static> {
+impl Config {
+    /// Frame-pointer stacks only, as before DWARF unwinding.
+    pub fn frame_pointers(hz: u32) -> Self {
+        Config {
+            hz,
+            ring_pages: RING_PAGES,
+            stack_bytes: 0,
+        }
+    }
+}
+
+/// The perf event attributes of the sampler on `cpu` (also what parses its records), copying
+/// `stack_bytes` of user stack and the user registers with each sample (none when 0).
+pub fn builder(cpu: usize, hz: u32, stack_bytes: u32) -> Builder<'static> {
     let mut b = Builder::new(Software::CPU_CLOCK);
+    let mut flags = SampleFlag::IP
+        | SampleFlag::TID
+        | SampleFlag::TIME
+        | SampleFlag::CPU
+        | SampleFlag::CALLCHAIN;
+    if stack_bytes > 0 {
+        flags |= SampleFlag::REGS_USER | SampleFlag::STACK_USER;
+        // The kernel wants a multiple of 8.
+        b.sample_regs_user(REGS_MASK)
+            .sample_stack_user(stack_bytes & !7);
+    }
     b.one_cpu(cpu)
         .any_pid()
         .sample_frequency(hz as u64)
-        .sample(
-            SampleFlag::IP
-                | SampleFlag::TID
-                | SampleFlag::TIME
-                | SampleFlag::CPU
-                | SampleFlag::CALLCHAIN,
-        )
+        .sample(flags)
         .clockid(Clock::MONOTONIC)
         .include_kernel()
         .exclude_hv(true)
@@ -123,11 +151,13 @@ pub fn open(cfg: &Config) -> Result<Vec<Sampler>, String> {
     let cpus = online_cpus().map_err(|e| format!("cannot list online CPUs: {e}"))?;
     let mut rings = Vec::with_capacity(cpus.len());
     for cpu in cpus {
-        let c = match builder(cpu, cfg.hz).build() {
+        let c = match builder(cpu, cfg.hz, cfg.stack_bytes).build() {
             // Kernels before 5.12 have no build ids in MMAP2 records: they are read from the
             // files instead.
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                builder(cpu, cfg.hz).build_id(false).build()
+                builder(cpu, cfg.hz, cfg.stack_bytes)
+                    .build_id(false)
+                    .build()
             }
             r => r,
         }
@@ -165,8 +195,8 @@ fn open_error(cpu: usize, e: &io::Error) -> String {
 /// One ring record, owned, with the time it happened.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
-    /// A stack sample.
-    Sample(RawStack),
+    /// A stack sample, with the copy of its user stack when the sampler takes them.
+    Sample(RawStack, Option<Box<UserStack>>),
     /// A new executable mapping.
     Mmap(u32, Mapping),
     /// A new thread (`pid == ppid`) or process.
@@ -229,7 +259,16 @@ pub fn event(
     Some(match r {
         Rec::Sample(s) => match (s.pid(), s.tid(), s.time(), s.callchain()) {
             (Some(pid), Some(tid), Some(t), Some(chain)) => {
-                (t, Event::Sample(RawStack::from_callchain(pid, tid, chain)))
+                let stack = match (s.regs_user(), s.stack_user()) {
+                    (Some(r), Some(st)) => {
+                        UserStack::from_sample(u64::from(r.abi), r.mask, &r.regs, st).map(Box::new)
+                    }
+                    _ => None,
+                };
+                (
+                    t,
+                    Event::Sample(RawStack::from_callchain(pid, tid, chain), stack),
+                )
             }
             _ => (t, Event::Bad),
         },
@@ -287,7 +326,7 @@ pub fn apply<R: Resolver>(mut events: Vec<(u64, Event)>, agg: &mut Aggregator<R>
     events.sort_by_key(|(t, _)| *t);
     for (t, e) in events {
         match e {
-            Event::Sample(s) => agg.add(t, s),
+            Event::Sample(s, stack) => agg.add_with_stack(t, s, stack.as_deref()),
             Event::Mmap(pid, m) => agg.mmap(pid, m),
             Event::Fork {
                 pid,

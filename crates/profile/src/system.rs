@@ -16,6 +16,7 @@ use jitterscope_sources::cgroup::parse_proc_pid_cgroup;
 
 use crate::capture::{Resolver, Task, UserFrame};
 use crate::maps::{parse_maps, Mapping, Table};
+use crate::unwind::{StackUnwinder, UserStack};
 use crate::window::Symbolize;
 
 /// See the module documentation.
@@ -35,6 +36,7 @@ pub struct SystemResolver {
     /// CAP_SYSLOG); without them kernel frames stay addresses.
     pub kallsyms_readable: bool,
     mount_ns: Option<u64>,
+    unwinder: StackUnwinder,
 }
 
 impl Default for SystemResolver {
@@ -54,6 +56,7 @@ impl SystemResolver {
             build_ids: HashMap::new(),
             kallsyms_readable: kallsyms_readable(),
             mount_ns: mount_ns("self"),
+            unwinder: StackUnwinder::default(),
         }
     }
 }
@@ -262,6 +265,20 @@ impl Resolver for SystemResolver {
         out
     }
 
+    fn unwind(&mut self, pid: u32, stack: &UserStack) -> Option<Vec<u64>> {
+        if pid == 0 {
+            return None;
+        }
+        // A container's files are opened through its own root.
+        let root = if self.foreign_mounts(pid) {
+            format!("/proc/{pid}/root")
+        } else {
+            String::new()
+        };
+        let table = self.table(pid);
+        Some(self.unwinder.unwind(pid, &table, &root, stack))
+    }
+
     fn mmap(&mut self, pid: u32, m: Mapping) {
         // A child that maps code before it is sampled (a pre-forked worker loading a library)
         // takes its parent's table now, so that this mapping is not lost to it.
@@ -287,6 +304,7 @@ impl Resolver for SystemResolver {
     }
 
     fn gone(&mut self, pid: u32, exec: bool) {
+        self.unwinder.forget(pid);
         self.foreign.remove(&pid);
         self.parents.remove(&pid);
         if exec {
@@ -331,7 +349,13 @@ impl Resolver for SystemResolver {
 }
 
 /// Names user frames when a window is read: the recorded file, if it is still the same file
-/// (same build id), symbolized from its ELF symbols by blazesym, which caches each parsed file.
+/// (same build id), symbolized by blazesym (which caches each parsed file) from, in its order,
+/// DWARF in the file, separate debug info found by build id (`<dir>/.build-id/ab/cdef….debug`,
+/// what Debian's `-dbgsym` packages install) or `.gnu_debuglink` under the debug directories,
+/// then `.symtab` and `.dynsym` (a stripped library's exported functions).
+///
+/// The debug directories are `/usr/lib/debug` and `/lib/debug`, or the colon-separated list in
+/// `JITTERSCOPE_DEBUG_DIRS`.
 pub struct FileSymbolizer {
     symbolizer: Symbolizer,
     same_file: HashMap<(String, String), bool>,
@@ -346,8 +370,15 @@ impl Default for FileSymbolizer {
 impl FileSymbolizer {
     /// A symbolizer reading files of this host.
     pub fn new() -> Self {
+        let dirs: Option<Vec<std::path::PathBuf>> =
+            std::env::var_os("JITTERSCOPE_DEBUG_DIRS").map(|v| std::env::split_paths(&v).collect());
+        Self::with_debug_dirs(dirs)
+    }
+
+    /// A symbolizer looking for separate debug info in `dirs` (`None`: the default ones).
+    pub fn with_debug_dirs(dirs: Option<Vec<std::path::PathBuf>>) -> Self {
         FileSymbolizer {
-            symbolizer: Symbolizer::new(),
+            symbolizer: Symbolizer::builder().set_debug_dirs(dirs).build(),
             same_file: HashMap::new(),
         }
     }
@@ -376,8 +407,7 @@ impl Symbolize for FileSymbolizer {
         if !path.starts_with('/') || path.ends_with(" (deleted)") || !self.same(path, build_id) {
             return none;
         }
-        let mut elf = Elf::new(path);
-        elf.debug_syms = false;
+        let elf = Elf::new(path);
         match self
             .symbolizer
             .symbolize(&Source::Elf(elf), Input::FileOffset(offsets))
@@ -473,6 +503,157 @@ mod tests {
             r.user(CHILD + 4, &[own_code()]),
             vec![UserFrame::Unknown(own_code())]
         );
+    }
+
+    /// This thread's registers and the copy of its stack, as a perf sample would carry them.
+    #[inline(never)]
+    fn snapshot() -> UserStack {
+        let (ip, sp, bp): (u64, u64, u64);
+        // SAFETY: reads three registers.
+        unsafe {
+            std::arch::asm!("lea {}, [rip]", out(reg) ip);
+            std::arch::asm!("mov {}, rsp", out(reg) sp);
+            std::arch::asm!("mov {}, rbp", out(reg) bp);
+        }
+        // SAFETY: pthread_getattr_np fills the attributes of this thread; its stack is
+        // [addr, addr + size), and [sp, top) is inside it.
+        let top = unsafe {
+            let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+            assert_eq!(libc::pthread_getattr_np(libc::pthread_self(), &mut attr), 0);
+            let (mut addr, mut size) = (std::ptr::null_mut(), 0usize);
+            libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
+            libc::pthread_attr_destroy(&mut attr);
+            addr as u64 + size as u64
+        };
+        let n = (top - sp).min(crate::unwind::DEFAULT_STACK_BYTES as u64) as usize;
+        // SAFETY: see above.
+        let bytes = unsafe { std::slice::from_raw_parts(sp as *const u8, n) }.to_vec();
+        UserStack { ip, sp, bp, bytes }
+    }
+
+    #[inline(never)]
+    fn unwind_me_c() -> UserStack {
+        std::hint::black_box(snapshot())
+    }
+    #[inline(never)]
+    fn unwind_me_b() -> UserStack {
+        std::hint::black_box(unwind_me_c())
+    }
+    #[inline(never)]
+    fn unwind_me_a() -> UserStack {
+        std::hint::black_box(unwind_me_b())
+    }
+
+    #[test]
+    fn a_copied_stack_unwinds_through_its_callers() {
+        let me = std::process::id();
+        let stack = unwind_me_a();
+        let mut r = SystemResolver::new();
+        let addrs = r.unwind(me, &stack).expect("unwinds");
+        let src = Source::Process(Process::new(Pid::from(me)));
+        let names: Vec<String> = Symbolizer::new()
+            .symbolize(&src, Input::AbsAddr(&addrs))
+            .unwrap()
+            .iter()
+            .map(|s| match s {
+                Symbolized::Sym(s) => s.name.to_string(),
+                Symbolized::Unknown(_) => "?".into(),
+            })
+            .collect();
+        let pos = |f: &str| names.iter().position(|n| n.ends_with(f));
+        let (s, c, b, a, t) = (
+            pos("snapshot"),
+            pos("unwind_me_c"),
+            pos("unwind_me_b"),
+            pos("unwind_me_a"),
+            pos("a_copied_stack_unwinds_through_its_callers"),
+        );
+        assert!(
+            s < c && c < b && b < a && a < t && s.is_some(),
+            "callers out of order or missing: {names:?}"
+        );
+        // The same stack through frame pointers alone would be whatever rbp chain this build
+        // keeps; the unwind does not depend on it.
+        assert!(addrs.len() > 5, "{names:?}");
+    }
+
+    fn sh(cmd: &str, dir: &Path) -> bool {
+        std::process::Command::new("sh")
+            .args(["-c", cmd])
+            .current_dir(dir)
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// The file offset of symbol `name` in the ELF file at `path`.
+    fn symbol_offset(path: &Path, name: &str) -> u64 {
+        use object::{Object, ObjectSegment, ObjectSymbol};
+        let data = std::fs::read(path).unwrap();
+        let f = object::File::parse(&*data).unwrap();
+        let addr = f
+            .symbols()
+            .find(|s| s.name() == Ok(name))
+            .unwrap_or_else(|| panic!("{name} in {}", path.display()))
+            .address();
+        f.segments()
+            .find_map(|s| {
+                let (off, size) = s.file_range();
+                (addr >= s.address() && addr < s.address() + size).then(|| addr - s.address() + off)
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn stripped_code_is_named_from_debug_info_found_by_build_id() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        std::fs::write(
+            d.join("lib.c"),
+            "__attribute__((noinline)) static int hidden_worker(int x) { return x * 7 + 3; }\n\
+             int exported_api(int x) { return hidden_worker(x) + 1; }\n",
+        )
+        .unwrap();
+        if !sh("gcc -g -O1 -shared -fPIC -Wl,--build-id -o lib.so lib.c", d) {
+            eprintln!(
+                "SKIPPED: stripped_code_is_named_from_debug_info_found_by_build_id: gcc failed"
+            );
+            return;
+        }
+        let lib = d.join("lib.so");
+        let hidden = symbol_offset(&lib, "hidden_worker");
+        let api = symbol_offset(&lib, "exported_api");
+        let id = hex(&read_elf_build_id(&lib).unwrap().unwrap());
+        // What Debian's dh_strip does for a -dbgsym package: the (compressed) debug info under
+        // its build id, the library stripped of everything but its dynamic symbols and linked
+        // to that file by name (`<rest of the build id>.debug`, looked up under .build-id/).
+        let dbg = d.join("debug/.build-id").join(&id[..2]);
+        std::fs::create_dir_all(&dbg).unwrap();
+        let file = format!("debug/.build-id/{}/{}.debug", &id[..2], &id[2..]);
+        let split = format!(
+            "objcopy --only-keep-debug --compress-debug-sections lib.so {file} && \
+             strip --strip-unneeded lib.so && objcopy --add-gnu-debuglink={file} lib.so"
+        );
+        assert!(sh(&split, d), "{split}");
+        let path = s_(&lib);
+
+        let mut none = FileSymbolizer::with_debug_dirs(Some(vec![d.join("elsewhere")]));
+        assert_eq!(
+            none.names(path, &id, &[hidden, api]),
+            vec![None, Some("exported_api".to_string())],
+            "stripped: only the exported function (.dynsym) has a name"
+        );
+        let mut with = FileSymbolizer::with_debug_dirs(Some(vec![d.join("debug")]));
+        assert_eq!(
+            with.names(path, &id, &[hidden, api]),
+            vec![
+                Some("hidden_worker".to_string()),
+                Some("exported_api".to_string())
+            ]
+        );
+    }
+
+    fn s_(p: &Path) -> &str {
+        p.to_str().unwrap()
     }
 
     #[test]

@@ -56,11 +56,20 @@ impl Resolver for Offline {
 }
 
 fn config() -> ParseConfig<Native> {
-    ParseConfig::from(*builder(0, 99).attrs())
+    ParseConfig::from(*builder(0, 99, 0).attrs())
 }
 
 fn records() -> Vec<Vec<u8>> {
-    let b = std::fs::read(fixtures().join("records.bin")).unwrap();
+    records_of("records.bin")
+}
+
+/// The records of `records-stack.bin`, captured with 1 KiB user stack copies.
+fn stack_config() -> ParseConfig<Native> {
+    ParseConfig::from(*builder(0, 99, 1024).attrs())
+}
+
+fn records_of(name: &str) -> Vec<Vec<u8>> {
+    let b = std::fs::read(fixtures().join(name)).unwrap();
     let mut out = Vec::new();
     let mut i = 0;
     while i + 4 <= b.len() {
@@ -107,7 +116,7 @@ fn aggregates_recorded_perf_records() {
     // Every record has its time (side-band ones from their sample id), all within the capture.
     let samples: Vec<u64> = events
         .iter()
-        .filter(|(_, e)| matches!(e, jitterscope_profile::sampler::Event::Sample(_)))
+        .filter(|(_, e)| matches!(e, jitterscope_profile::sampler::Event::Sample(..)))
         .map(|(t, _)| *t)
         .collect();
     let (lo, hi) = (
@@ -267,6 +276,48 @@ fn parses_recorded_maps() {
     }
 }
 
+#[test]
+fn recorded_samples_carry_their_user_registers_and_stack() {
+    use jitterscope_profile::sampler::Event;
+    let cfg = stack_config();
+    let recs = records_of("records-stack.bin");
+    let (mut samples, mut with_stack, mut checked) = (0, 0, 0);
+    for r in &recs {
+        let Some((_, Event::Sample(raw, stack))) = event_of_bytes(r, &cfg) else {
+            continue;
+        };
+        samples += 1;
+        let Some(st) = stack else {
+            // Kernel threads and the idle task have no user state.
+            assert!(raw.user.is_empty() || raw.pid == 0, "{raw:?}");
+            continue;
+        };
+        with_stack += 1;
+        assert!(!st.bytes.is_empty() && st.bytes.len() <= 1024);
+        assert!(
+            st.sp < 0x8000_0000_0000 && st.ip < 0x8000_0000_0000,
+            "{st:?}"
+        );
+        // The user registers are those the user part of the call chain starts from.
+        if let Some(&first) = raw.user.first() {
+            assert_eq!(st.ip, first, "pid {}", raw.pid);
+            checked += 1;
+        }
+    }
+    assert!(samples >= 50, "{samples} samples");
+    assert!(with_stack >= 20 && checked >= 20, "{with_stack} {checked}");
+    // The aggregation takes them as it takes the frame-pointer ones.
+    let mut agg = Aggregator::new(99, 0, Offline::default());
+    apply(
+        recs.iter()
+            .filter_map(|r| event_of_bytes(r, &cfg))
+            .collect(),
+        &mut agg,
+    );
+    let p = agg.cut(u64::MAX);
+    assert_eq!(p.samples as usize, samples);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]
 
@@ -292,6 +343,17 @@ proptest! {
         }
         r.truncate(cut.max(1));
         events.extend(event_of_bytes(&r, &cfg));
+        // Records with stack copies, damaged the same way, parsed with their own layout.
+        let scfg = stack_config();
+        let srecs = records_of("records-stack.bin");
+        let mut r = srecs[pick % srecs.len()].clone();
+        if !r.is_empty() {
+            let n = r.len();
+            r[cut % n] ^= 0xff;
+        }
+        r.truncate(cut.max(1) * 4);
+        events.extend(event_of_bytes(&r, &scfg));
+        events.extend(event_of_bytes(&junk, &scfg));
         apply(events, &mut agg);
         let p = agg.cut(u64::MAX);
         let mut w = Window::new();

@@ -1,0 +1,435 @@
+//! Whole user stacks of Debian's binaries, which keep no frame pointers, on the live host:
+//!
+//! - `certutil` (libnss3-tools): NSS softokn's probe of its database directory
+//!   (`sdb_measureAccess`, a static function of libsoftokn3) calls NSPR's exported
+//!   `PR_Access`, which calls glibc's `access`. The folded stacks hold the libsoftokn3 frame
+//!   above `PR_Access;access`, down to `__libc_start_main`. With frame pointers alone the
+//!   chain stops in glibc.
+//! - `xz` compressing: the hottest user address and its top callers agree with
+//!   `perf record --call-graph dwarf` sampling the same process in the same seconds.
+//!
+//! Needs root (system-wide perf sampling); certutil, xz and perf are installed by
+//! `scripts/setup.sh`. Otherwise prints `SKIPPED:` (which fails under
+//! `JITTERSCOPE_REQUIRE_PRIVILEGED=1`, as in CI).
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{cmd, now_arg, run, s, text, ChildGuard};
+use jitterscope_testkit::{is_root, skip};
+
+const T: Duration = Duration::from_secs(60);
+
+fn have(prog: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {prog}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// `record` with the profiler (default settings plus `extra`) and no tracers for `secs`.
+fn record(store: &Path, secs: &str, extra: &[&str]) -> ChildGuard {
+    let mut args = vec![
+        "record",
+        "--dir",
+        s(store),
+        "--no-tracers",
+        "--duration",
+        secs,
+    ];
+    args.extend_from_slice(extra);
+    ChildGuard::new(
+        cmd()
+            .args(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn record"),
+    )
+}
+
+/// Waits for the recorder and returns its log; `None` when the profiler could not run.
+fn finish(rec: ChildGuard) -> Option<String> {
+    let mut c = rec.into_inner();
+    let st = c.wait().expect("record ends");
+    let mut err = String::new();
+    use std::io::Read;
+    c.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(st.success(), "record failed: {err}");
+    (!err.contains("profile: not running")).then_some(err)
+}
+
+fn folded(store: &Path, from: &str, to: &str, extra: &[&str]) -> String {
+    let mut args = vec![
+        "flame",
+        "--dir",
+        s(store),
+        "--from",
+        from,
+        "--to",
+        to,
+        "--folded",
+    ];
+    args.extend_from_slice(extra);
+    let o = run(&args, T);
+    assert!(o.status.success(), "flame: {}", text(&o.stderr));
+    text(&o.stdout)
+}
+
+/// Samples of the folded lines that contain `needle`.
+fn count(folded: &str, needle: &str) -> u64 {
+    folded
+        .lines()
+        .filter(|l| l.contains(needle))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Runs `certutil -L` on a fresh database in a loop for `secs`, with NSS measuring the
+/// directory's access time by probing (as case 1's hosts did).
+fn certutil_loop(dir: &Path, secs: f64) {
+    let db = dir.join("nssdb");
+    std::fs::create_dir_all(&db).unwrap();
+    let sql = format!("sql:{}", s(&db));
+    let made = Command::new("certutil")
+        .args(["-N", "--empty-password", "-d", &sql])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .expect("certutil -N");
+    assert!(made.success(), "certutil -N {sql}: {made}");
+    let end = Instant::now() + Duration::from_secs_f64(secs);
+    while Instant::now() < end {
+        let st = Command::new("certutil")
+            .args(["-L", "-d", &sql])
+            .env("NSS_SDB_USE_CACHE", "probe")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("certutil -L");
+        assert!(st.success(), "certutil -L: {st}");
+    }
+}
+
+#[test]
+fn certutil_stacks_reach_their_callers_through_glibc() {
+    const TEST: &str = "certutil_stacks_reach_their_callers_through_glibc";
+    if !is_root() {
+        return skip(TEST, "needs root for system-wide perf sampling");
+    }
+    if !have("certutil") {
+        return skip(TEST, "certutil is not installed (Debian: libnss3-tools)");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let rec = record(&store, "9s", &[]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let from = now_arg();
+    certutil_loop(tmp.path(), 5.0);
+    let to = now_arg();
+    let Some(log) = finish(rec) else {
+        return skip(TEST, "the profiler cannot run here");
+    };
+    assert!(log.contains("unwound with .eh_frame"), "{log}");
+    let f = folded(&store, &from, &to, &[]);
+    let mine: String = f
+        .lines()
+        .filter(|l| l.starts_with("certutil;"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let total = count(&mine, "");
+    assert!(total >= 20, "{total} certutil samples:\n{mine}");
+    // The probe: libsoftokn3's own (static, so unnamed) function above NSPR's exported
+    // PR_Access above glibc's access, and the whole stack down to the C runtime's entry.
+    let probe = mine
+        .lines()
+        .filter(|l| {
+            let fr: Vec<&str> = l.split(';').collect();
+            // glibc's `access` is `__GI___access` where its debug info names it.
+            fr.windows(3).any(|w| {
+                w[0].starts_with("libsoftokn3.so+0x")
+                    && w[1] == "PR_Access"
+                    && w[2].ends_with("access")
+            }) && l.contains("__libc_start")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum::<u64>();
+    assert!(
+        probe >= 3,
+        "{probe} samples of libsoftokn3 -> PR_Access -> access from __libc_start_main:\n{mine}"
+    );
+    // Most certutil samples in user code reach the root (NSS_Initialize is on the way of all
+    // the database work).
+    let rooted = count(&mine, "__libc_start");
+    assert!(
+        rooted * 2 >= total,
+        "{rooted} of {total} certutil samples reach __libc_start_main:\n{mine}"
+    );
+
+    // glibc's static __libc_start_call_main has no symbol in the shipped library: with
+    // libc6-dbg installed it is named from the debug info found by build id, without it the
+    // frame is an offset.
+    if !Path::new("/usr/share/doc/libc6-dbg").exists() {
+        return skip(
+            TEST,
+            "libc6-dbg is not installed: debug-info naming not checked",
+        );
+    }
+    assert!(count(&mine, ";__libc_start_call_main;") > 0, "{mine}");
+    let o = run_env(
+        &[
+            "flame",
+            "--dir",
+            s(&store),
+            "--from",
+            &from,
+            "--to",
+            &to,
+            "--folded",
+            "--comm",
+            "certutil",
+        ],
+        ("JITTERSCOPE_DEBUG_DIRS", s(&tmp.path().join("no-debug"))),
+    );
+    assert_eq!(count(&o, "__libc_start_call_main"), 0, "{o}");
+    assert!(count(&o, ";libc.so.6+0x") > 0, "{o}");
+}
+
+/// Runs jitterscope with one more environment variable; its stdout.
+fn run_env(args: &[&str], (k, v): (&str, &str)) -> String {
+    let mut c = cmd();
+    c.args(args).env(k, v);
+    let o = common::run_command(c, T);
+    assert!(o.status.success(), "{args:?}: {}", text(&o.stderr));
+    text(&o.stdout)
+}
+
+/// The leaf and its caller in `perf script` lines of `pid`, as `module+0xoffset` (file offset,
+/// callers' return addresses minus one, as jitterscope keeps them) or perf's symbol name.
+fn perf_pairs(
+    script: &str,
+    pid: u32,
+    maps: &[jitterscope_profile::maps::Mapping],
+) -> Vec<(String, String)> {
+    let table = jitterscope_profile::maps::Table::new(maps.to_vec());
+    let name = |ip: u64, sym: &str, dso: &str, caller: bool| -> Option<String> {
+        if sym != "[unknown]" {
+            return Some(sym.split("+0x").next().unwrap_or(sym).to_string());
+        }
+        let a = if caller { ip - 1 } else { ip };
+        // perf prints addresses it could not name relative to their file already.
+        let Some(m) = table.find(a) else {
+            let base = dso.rsplit('/').next().unwrap_or(dso);
+            return Some(format!("{base}+0x{ip:x}"));
+        };
+        let base = m.path.rsplit('/').next().unwrap_or(&m.path);
+        Some(format!("{base}+0x{:x}", m.file_offset(a)))
+    };
+    let mut out = Vec::new();
+    let mut cur: Option<u32> = None;
+    let mut frames: Vec<String> = Vec::new();
+    let flush = |cur: Option<u32>, frames: &mut Vec<String>, out: &mut Vec<(String, String)>| {
+        if cur == Some(pid) && frames.len() >= 2 {
+            out.push((frames[0].clone(), frames[1].clone()));
+        }
+        frames.clear();
+    };
+    for l in script.lines() {
+        if l.trim().is_empty() {
+            continue;
+        }
+        if !l.starts_with(char::is_whitespace) {
+            flush(cur, &mut frames, &mut out);
+            // "xz 1234 ..." : comm, pid
+            cur = l.split_whitespace().nth(1).and_then(|p| p.parse().ok());
+            continue;
+        }
+        // "\t    7f12345678 sym+0x12 (/usr/lib/...)"
+        let mut it = l.split_whitespace();
+        let (Some(ip), Some(sym)) = (it.next(), it.next()) else {
+            continue;
+        };
+        let Ok(ip) = u64::from_str_radix(ip, 16) else {
+            continue;
+        };
+        if ip >= 0xffff_8000_0000_0000 {
+            continue; // kernel frames
+        }
+        let dso = l
+            .rsplit_once('(')
+            .map(|(_, d)| d.trim_end().trim_end_matches(')'))
+            .unwrap_or("");
+        let caller = !frames.is_empty();
+        frames.push(name(ip, sym, dso, caller).unwrap_or_else(|| format!("0x{ip:x}")));
+    }
+    flush(cur, &mut frames, &mut out);
+    out
+}
+
+/// Leaves by samples, most first, each with its callers by samples, most first.
+type Leaves = Vec<(String, u64, Vec<(String, u64)>)>;
+
+fn by_leaf(pairs: &[(String, String)]) -> Leaves {
+    let mut m: HashMap<&str, HashMap<&str, u64>> = HashMap::new();
+    for (l, c) in pairs {
+        *m.entry(l).or_default().entry(c).or_default() += 1;
+    }
+    let mut v: Leaves = m
+        .into_iter()
+        .map(|(l, cs)| {
+            let mut cs: Vec<(String, u64)> =
+                cs.into_iter().map(|(c, n)| (c.to_string(), n)).collect();
+            cs.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            (l.to_string(), cs.iter().map(|c| c.1).sum(), cs)
+        })
+        .collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    v
+}
+
+#[test]
+fn xz_stacks_agree_with_perf_dwarf() {
+    const TEST: &str = "xz_stacks_agree_with_perf_dwarf";
+    if !is_root() {
+        return skip(TEST, "needs root for system-wide perf sampling");
+    }
+    for p in ["xz", "perf"] {
+        if !have(p) {
+            return skip(TEST, &format!("{p} is not installed"));
+        }
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    // Input: this binary, compressible but not trivially.
+    let input = common::bin();
+    let store = tmp.path().join("store");
+    let rec = record(&store, "14s", &[]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let data = tmp.path().join("perf.data");
+    let mut perf = ChildGuard::new(
+        Command::new("perf")
+            .args([
+                "record",
+                "-q",
+                "-F",
+                "99",
+                "--call-graph",
+                "dwarf",
+                "-o",
+                s(&data),
+                "-a",
+                "--",
+                "sleep",
+                "9",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("perf record"),
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let from = now_arg();
+    let mut xz = ChildGuard::new(
+        Command::new("sh")
+            .args(["-c", "exec xz -T1 -6 -c \"$1\" >/dev/null", "sh", input])
+            .spawn()
+            .expect("xz"),
+    );
+    let pid = xz.pid();
+    std::thread::sleep(Duration::from_millis(500));
+    let maps = jitterscope_profile::maps::parse_maps(
+        &std::fs::read(format!("/proc/{pid}/maps")).expect("xz maps"),
+    );
+    std::thread::sleep(Duration::from_millis(4500));
+    xz.signal(libc::SIGKILL);
+    let _ = xz.wait_timeout(Duration::from_secs(5));
+    let to = now_arg();
+    let st = perf
+        .wait_timeout(Duration::from_secs(30))
+        .expect("perf ends");
+    assert!(st.success(), "perf record: {st:?}");
+    let Some(_) = finish(rec) else {
+        return skip(TEST, "the profiler cannot run here");
+    };
+
+    let o = Command::new("perf")
+        .args([
+            "script",
+            "-i",
+            s(&data),
+            "-F",
+            "comm,pid,ip,sym,dso",
+            "--pid",
+            &pid.to_string(),
+        ])
+        .output()
+        .expect("perf script");
+    assert!(o.status.success(), "perf script: {}", text(&o.stderr));
+    let theirs = perf_pairs(&text(&o.stdout), pid, &maps);
+
+    let f = folded(&store, &from, &to, &["--pid", &pid.to_string()]);
+    let mut ours: Vec<(String, String)> = Vec::new();
+    for l in f.lines() {
+        let Some((stack, n)) = l.rsplit_once(' ') else {
+            continue;
+        };
+        // comm first, then root .. leaf; the user part only, as on perf's side.
+        let fr: Vec<&str> = stack.split(';').filter(|f| !f.ends_with("_[k]")).collect();
+        let n: usize = n.parse().unwrap_or(0);
+        if fr.len() >= 3 {
+            let (leaf, caller) = (fr[fr.len() - 1], fr[fr.len() - 2]);
+            for _ in 0..n {
+                ours.push((leaf.to_string(), caller.to_string()));
+            }
+        }
+    }
+    assert!(ours.len() >= 200, "{} xz samples of ours:\n{f}", ours.len());
+    assert!(theirs.len() >= 200, "{} xz samples of perf's", theirs.len());
+    let (mine, perfs) = (by_leaf(&ours), by_leaf(&theirs));
+    let show = |v: &Leaves| -> String {
+        v.iter()
+            .take(8)
+            .map(|(l, n, cs)| format!("  {n:4} {l} <- {:?}\n", &cs[..cs.len().min(3)]))
+            .collect()
+    };
+    let report = format!(
+        "ours ({} samples):\n{}perf's ({} samples):\n{}",
+        ours.len(),
+        show(&mine),
+        theirs.len(),
+        show(&perfs)
+    );
+    eprintln!("{report}");
+    // The hot addresses are the same: most of our five hottest are among perf's ten.
+    let perf_top: Vec<&str> = perfs.iter().take(10).map(|(l, _, _)| l.as_str()).collect();
+    let shared = mine
+        .iter()
+        .take(5)
+        .filter(|(l, _, _)| perf_top.contains(&l.as_str()))
+        .count();
+    assert!(
+        shared >= 4,
+        "{shared} of our 5 hottest in perf's 10\n{report}"
+    );
+    // And so are their callers: for each hot address both sampled well, the same top caller
+    // (the unwinding's own result: these are internal functions of stripped liblzma).
+    let mut compared = 0;
+    for (l, n, cs) in mine.iter().take(5) {
+        let Some((_, pn, pcs)) = perfs.iter().find(|(pl, _, _)| pl == l) else {
+            continue;
+        };
+        if *n < 15 || *pn < 15 {
+            continue;
+        }
+        compared += 1;
+        assert_eq!(cs[0].0, pcs[0].0, "top caller of {l} differs\n{report}");
+    }
+    assert!(
+        compared >= 1,
+        "no hot address sampled enough by both\n{report}"
+    );
+}
