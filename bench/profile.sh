@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Cost of jitterscope's always-on stack sampler against `perf record`, side by side in one run:
-# the CPU time and the bytes written of `jitterscope record --profile-hz 99` against the same
-# recorder with `--profile-hz 0` (the difference is the sampler alone) and against
-# `perf record -F 99 -g -a` (the same sampling: cpu-clock at 99 Hz per CPU with kernel and user
-# call chains, all processes), under a mixed load on every CPU; the sampler's health as its own
+# the CPU time and the bytes written of `jitterscope record --profile-hz 99` (user stacks copied
+# and unwound with .eh_frame, the default) and of the same with `--profile-stack 0` (frame
+# pointers only) against the same recorder with `--profile-hz 0` (the differences are the
+# sampler alone), against `perf record -F 99 -g -a` (the same sampling: cpu-clock at 99 Hz per
+# CPU with kernel and user call chains, all processes) and against
+# `perf record -F 99 --call-graph dwarf -a` (the peer that gives the same whole user stacks),
+# under a mixed load on every CPU; the sampler's health as its own
 # store reports it; and how fast `jitterscope flame` reads the window back. Writes a Markdown
 # section for docs/BENCHMARKS.md (bench/run.sh calls this and embeds it). Alone:
 #
@@ -44,6 +47,8 @@ CPU_LOAD=${PROFILE_CPU_LOAD:-40}
 STATS=${PROFILE_STATS:-1000}      # stat() of missing names per 10 ms tick (~100k/s)
 EXECS=${PROFILE_EXECS:-20}        # fork+exec of /bin/true per second
 BYTES_RATIO_TARGET=10             # sampler bytes/hour <= 1/10 of perf.data's
+DWARF_CPU_TARGET=0.3              # sampler with stack copies: % of one core at most
+DWARF_BYTES_TARGET=2              # ... and at most this many times the frame-pointer sampler's bytes
 POLL=0.25                         # seconds between reads of perf.data's size in the window
 
 say() { printf '[bench %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
@@ -170,7 +175,7 @@ for p in "${LOAD_PIDS[@]}"; do kill -0 "$p" 2>/dev/null || { cat "$TMP/stress.lo
 
 # ---------------------------------------------------------------------------------------------
 # The recorders, started together
-SIDES=(a b c)
+SIDES=(a b f c e)
 ((HAVE_Z)) && SIDES+=(d)
 declare -A START STOP_T T0 T1 K0 K1 B0 B1 OUTP
 say "starting A (--profile-hz 0), B (--profile-hz $PHZ), C (perf record)$( ((HAVE_Z)) && echo ", D (perf record -z)"); ${WARMUP} s warm-up, ${WINDOW} s window"
@@ -178,13 +183,17 @@ say "starting A (--profile-hz 0), B (--profile-hz $PHZ), C (perf record)$( ((HAV
 PID[a]=$!; START[a]=$EPOCHREALTIME; OUTP[a]=$TMP/a
 "$JITTERSCOPE" record --interval 1s --no-tracers --profile-hz "$PHZ" --dir "$TMP/b" </dev/null >/dev/null 2>"$TMP/b.log" &
 PID[b]=$!; START[b]=$EPOCHREALTIME; OUTP[b]=$TMP/b
+"$JITTERSCOPE" record --interval 1s --no-tracers --profile-hz "$PHZ" --profile-stack 0 --dir "$TMP/f" </dev/null >/dev/null 2>"$TMP/f.log" &
+PID[f]=$!; START[f]=$EPOCHREALTIME; OUTP[f]=$TMP/f
 perf record -F "$PHZ" -g -a -o "$TMP/perf.data" </dev/null >/dev/null 2>"$TMP/c.log" &
 PID[c]=$!; START[c]=$EPOCHREALTIME; OUTP[c]=$TMP/perf.data
+perf record -F "$PHZ" --call-graph dwarf -a -o "$TMP/perf-dwarf.data" </dev/null >/dev/null 2>"$TMP/e.log" &
+PID[e]=$!; START[e]=$EPOCHREALTIME; OUTP[e]=$TMP/perf-dwarf.data
 if ((HAVE_Z)); then
     perf record -z -F "$PHZ" -g -a -o "$TMP/perf-z.data" </dev/null >/dev/null 2>"$TMP/d.log" &
     PID[d]=$!; START[d]=$EPOCHREALTIME; OUTP[d]=$TMP/perf-z.data
 fi
-for s in a b; do
+for s in a b f; do
     for _ in $(seq 300); do
         grep -q 'recording every' "$TMP/$s.log" 2>/dev/null && break
         kill -0 "${PID[$s]}" 2>/dev/null || { cat "$TMP/$s.log" >&2; die "recorder $s exited at start"; }
@@ -212,33 +221,34 @@ HOST0=$(host_cpu)
 for s in "${SIDES[@]}"; do thread_ns "${PID[$s]}" >"$TMP/$s-threads0"; done
 for s in "${SIDES[@]}"; do
     T0[$s]=$EPOCHREALTIME; K0[$s]=$(ticks "${PID[$s]}")
-    case $s in a|b) B0[$s]=$(dir_bytes "${OUTP[$s]}") ;; *) B0[$s]=$(size_of "${OUTP[$s]}") ;; esac
+    case $s in a|b|f) B0[$s]=$(dir_bytes "${OUTP[$s]}") ;; *) B0[$s]=$(size_of "${OUTP[$s]}") ;; esac
 done
 WS=${T0[a]}
 # perf.data's size through the window: perf writes a CPU's ring out when it is half full (all
 # rings at each wake-up), so the file grows in steps; "time size" lines.
-: >"$TMP/c.sizes"; : >"$TMP/d.sizes"
+: >"$TMP/c.sizes"; : >"$TMP/d.sizes"; : >"$TMP/e.sizes"
 end_us=$(( ${WS/./} + WINDOW * 1000000 ))
 while (( ${EPOCHREALTIME/./} < end_us )); do
     echo "$EPOCHREALTIME $(size_of "${OUTP[c]}")" >>"$TMP/c.sizes"
+    echo "$EPOCHREALTIME $(size_of "${OUTP[e]}")" >>"$TMP/e.sizes"
     if ((HAVE_Z)); then echo "$EPOCHREALTIME $(size_of "${OUTP[d]}")" >>"$TMP/d.sizes"; fi
     sleep "$POLL"
 done
 for s in "${SIDES[@]}"; do
     T1[$s]=$EPOCHREALTIME; K1[$s]=$(ticks "${PID[$s]}")
-    case $s in a|b) B1[$s]=$(dir_bytes "${OUTP[$s]}") ;; *) B1[$s]=$(size_of "${OUTP[$s]}") ;; esac
+    case $s in a|b|f) B1[$s]=$(dir_bytes "${OUTP[$s]}") ;; *) B1[$s]=$(size_of "${OUTP[$s]}") ;; esac
 done
 for s in "${SIDES[@]}"; do thread_ns "${PID[$s]}" >"$TMP/$s-threads1"; done
 HOST1=$(host_cpu)
 LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
 WE=${T1[a]}
-OTHER_JS=$(pgrep -x jitterscope 2>/dev/null | grep -cvxE "${PID[a]}|${PID[b]}" || true)
-OTHER_PERF=$(pgrep -x perf 2>/dev/null | grep -cvxE "${PID[c]}${PID[d]:+|${PID[d]}}" || true)
+OTHER_JS=$(pgrep -x jitterscope 2>/dev/null | grep -cvxE "${PID[a]}|${PID[b]}|${PID[f]}" || true)
+OTHER_PERF=$(pgrep -x perf 2>/dev/null | grep -cvxE "${PID[c]}|${PID[e]}${PID[d]:+|${PID[d]}}" || true)
 
 # Stop: perf first (SIGINT: it writes what its rings still hold, then the header's feature
 # sections and build-ids), then the recorders; the load last.
 declare -A LIFE_CPU EXIT_CPU
-for s in c d a b; do
+for s in c e d a b f; do
     [ -n "${PID[$s]:-}" ] || continue
     child_cpu; c0=$CHILD_CPU
     STOP_T[$s]=$EPOCHREALTIME
@@ -255,13 +265,16 @@ LOAD_PIDS=()
 declare -A CPU MBH_WIN MBH_LIFE FINAL
 for s in "${SIDES[@]}"; do
     CPU[$s]=$(calc "(${K1[$s]} - ${K0[$s]}) / $HZ / (${T1[$s]} - ${T0[$s]}) * 100")
-    case $s in a|b) FINAL[$s]=$(dir_bytes "${OUTP[$s]}") ;; *) FINAL[$s]=$(size_of "${OUTP[$s]}") ;; esac
+    case $s in a|b|f) FINAL[$s]=$(dir_bytes "${OUTP[$s]}") ;; *) FINAL[$s]=$(size_of "${OUTP[$s]}") ;; esac
     MBH_WIN[$s]=$(calc "(${B1[$s]} - ${B0[$s]}) / (${T1[$s]} - ${T0[$s]}) * 3600 / 1e6")
     MBH_LIFE[$s]=$(calc "${FINAL[$s]} / (${STOP_T[$s]} - ${START[$s]}) * 3600 / 1e6")
 done
 SAMPLER_CPU=$(calc "${CPU[b]} - ${CPU[a]}")
 SAMPLER_MBH=$(calc "${MBH_WIN[b]} - ${MBH_WIN[a]}")
 SAMPLER_MBH_LIFE=$(calc "${MBH_LIFE[b]} - ${MBH_LIFE[a]}")
+FP_CPU=$(calc "${CPU[f]} - ${CPU[a]}")
+FP_MBH=$(calc "${MBH_WIN[f]} - ${MBH_WIN[a]}")
+FP_MBH_LIFE=$(calc "${MBH_LIFE[f]} - ${MBH_LIFE[a]}")
 
 # perf.data's steady rate. Bytes of sample data written by the stop = the header's feature
 # offset (data offset + data size; the feature sections and build-ids follow, written at exit).
@@ -280,7 +293,7 @@ perf_steady() { # side
     else t0=${T0[$s]}; s0=${B0[$s]}; STEADY_FROM[$s]=start; fi
     STEADY[$s]=$(calc "(${FEAT[$s]} - $s0) / (${STOP_T[$s]} - $t0) * 3600 / 1e6")
 }
-for s in c d; do [ -n "${K0[$s]:-}" ] && perf_steady "$s"; done
+for s in c d e; do [ -n "${K0[$s]:-}" ] && perf_steady "$s"; done
 PERF_STEPS=$(awk 'NR > 1 && $2 > ps {n++} {ps = $2} END {print n + 0}' "$TMP/c.sizes")
 PERF_SAMPLES=$(sed -n 's/.*(\([0-9]*\) samples).*/\1/p' "$TMP/c.log" | tail -1)
 PERF_SAMPLES_PER_S=$([ -n "$PERF_SAMPLES" ] && calc "$PERF_SAMPLES / (${STOP_T[c]} - ${START[c]})" || echo "")
@@ -300,6 +313,12 @@ for s in "${SIDES[@]}"; do
     SCPU[$s]=$(awk -F'\t' '{s += $2} END {printf "%.3f", s}' "$TMP/$s-threads")
 done
 SAMPLER_SCPU=$(f3 "$(calc "${SCPU[b]} - ${SCPU[a]}")")
+FP_SCPU=$(f3 "$(calc "${SCPU[f]} - ${SCPU[a]}")")
+OK_DWARF_CPU=$(awk -v a="$SAMPLER_SCPU" -v t="$DWARF_CPU_TARGET" 'BEGIN { print (a <= t) ? "**met**" : "**missed**" }')
+R_DWARF_BYTES=$(awk -v a="$SAMPLER_MBH" -v b="$FP_MBH" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }')
+OK_DWARF_BYTES=$(awk -v a="$SAMPLER_MBH" -v b="$FP_MBH" -v t="$DWARF_BYTES_TARGET" 'BEGIN { print (b > 0 && a <= t * b) ? "**met**" : "**missed**" }')
+R_DWARF_PERF_CPU=$(awk -v a="$SAMPLER_SCPU" -v b="${SCPU[e]}" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }')
+R_DWARF_PERF_BYTES=$(awk -v a="$SAMPLER_MBH" -v b="${STEADY[e]}" 'BEGIN { if (b > 0) printf "%.4f", a / b; else print "n/a" }')
 # perf record's CPU is often below one clock tick over the window: the ratio and the verdict use
 # the on-CPU nanoseconds (schedstat) of both, which /proc/<pid>/stat's ticks agree with above that.
 R_CPU=$(awk -v a="$SAMPLER_SCPU" -v b="${SCPU[c]}" 'BEGIN { if (b > 0) printf "%.1f", a / b; else print "n/a" }')
@@ -372,11 +391,15 @@ Measured $(date -u '+%Y-%m-%d %H:%M UTC') on $(uname -r), $NCPU CPUs; jitterscop
 warm-up a window of ${WIN_S} s is measured:
 
 - A: \`jitterscope record --interval 1s --no-tracers --profile-hz 0\` (the recorder without its sampler),
-- B: \`jitterscope record --interval 1s --no-tracers --profile-hz $PHZ\` (the same with it): **the
-  sampler's cost is B − A**,
+- B: \`jitterscope record --interval 1s --no-tracers --profile-hz $PHZ\` (the same with it, at its
+  default: 8 KiB of user stack copied per sample and unwound with .eh_frame): **the sampler's cost is
+  B − A**,
+- F: the same with \`--profile-stack 0\` (frame pointers only, as before DWARF unwinding): F − A,
 - C: \`perf record -F $PHZ -g -a -o perf.data\`, the reference: the same cpu-clock sampling at $PHZ Hz per
   CPU with kernel and user call chains of every process, written raw to a file.
-$( ((HAVE_Z)) && echo "- D: \`perf record -z\` with the same options (zstd-compressed perf.data), for information.")
+- E: \`perf record -F $PHZ --call-graph dwarf -a\`, the peer that gives the same whole user stacks (8 KiB
+  stack copies, unwound by \`perf report\` later).
+$( ((HAVE_Z)) && echo "- D: \`perf record -z\` with the same options as C (zstd-compressed perf.data), for information.")
 
 Load through the window: \`stress-ng --cpu 2 --cpu-load $CPU_LOAD\` (user time on both CPUs) and a perl
 loop doing $STATS \`stat()\` of missing names every 10 ms and $EXECS fork+exec of \`/bin/true\` per second
@@ -401,14 +424,25 @@ MB = 10⁶ bytes.
 | A | \`record --profile-hz 0\` | $(f3 "${CPU[a]}") | ${SCPU[a]} | $(f3 "${MBH_WIN[a]}") | | $(f3 "${MBH_LIFE[a]}") |
 | B | \`record --profile-hz $PHZ\` | $(f3 "${CPU[b]}") | ${SCPU[b]} | $(f3 "${MBH_WIN[b]}") | | $(f3 "${MBH_LIFE[b]}") |
 | **B − A** | **the stack sampler** | **$(f3 "$SAMPLER_CPU")** | **$SAMPLER_SCPU** | **$(f3 "$SAMPLER_MBH")** | | $(f3 "$SAMPLER_MBH_LIFE") |
+| F | \`record --profile-hz $PHZ --profile-stack 0\` | $(f3 "${CPU[f]}") | ${SCPU[f]} | $(f3 "${MBH_WIN[f]}") | | $(f3 "${MBH_LIFE[f]}") |
+| F − A | the sampler with frame pointers only | $(f3 "$FP_CPU") | $FP_SCPU | $(f3 "$FP_MBH") | | $(f3 "$FP_MBH_LIFE") |
 | C | \`perf record -F $PHZ -g -a\` | $(f3 "${CPU[c]}") | **${SCPU[c]}** | $(f3 "${MBH_WIN[c]}") | **$(f3 "${STEADY[c]}")** | $(f3 "${MBH_LIFE[c]}") |
+| E | \`perf record -F $PHZ --call-graph dwarf -a\` | $(f3 "${CPU[e]}") | ${SCPU[e]} | $(f3 "${MBH_WIN[e]}") | $(f3 "${STEADY[e]}") | $(f3 "${MBH_LIFE[e]}") |
 $ROW_D
 
 Sampler against perf: CPU $(f3 "$SAMPLER_CPU") % vs $(f3 "${CPU[c]}") % of a core (schedstat: $SAMPLER_SCPU % vs ${SCPU[c]} %, ratio $R_CPU; the target is judged on these, as perf's
 CPU time over the window is often below one tick); bytes
 $(f3 "$SAMPLER_MBH") vs $(f2 "${STEADY[c]}") MB/hour (ratio $R_BYTES, target ≤ 1/$BYTES_RATIO_TARGET). perf also spent
 $(f2 "${EXIT_CPU[c]}") s of CPU after the window, at its exit (writing out the rings, build-ids; not in the
-window's figure)$( ((HAVE_Z)) && echo ", perf -z $(f2 "${EXIT_CPU[d]}") s").
+window's figure)$( ((HAVE_Z)) && echo ", perf -z $(f2 "${EXIT_CPU[d]}") s"), perf --call-graph dwarf $(f2 "${EXIT_CPU[e]}") s.
+
+With whole user stacks (B) against frame pointers only (F): the sampler's CPU $SAMPLER_SCPU % vs $FP_SCPU % of
+a core (target ≤ $DWARF_CPU_TARGET %: $OK_DWARF_CPU), its bytes $(f3 "$SAMPLER_MBH") vs $(f3 "$FP_MBH") MB/hour
+(ratio $R_DWARF_BYTES, target ≤ $DWARF_BYTES_TARGET: $OK_DWARF_BYTES). Against the peer that gives the same stacks,
+\`perf record --call-graph dwarf\`: CPU ratio $R_DWARF_PERF_CPU (on-CPU, window), bytes ratio $R_DWARF_PERF_BYTES
+($(f2 "${STEADY[e]}") MB/hour of raw stack copies, before \`perf report\` unwinds them). The stack copy
+is the kernel's (a bounded memcpy at each sample, charged to the sampled task like the
+frame-pointer walk); the sampled process is never stopped or read from afterwards.
 
 \`perf record\` only copies the raw samples (addresses) to its file; naming the frames is left to
 \`perf script\`/\`perf report\` later, while the sampler names them as it goes and keeps only
@@ -459,4 +493,8 @@ printf '| stack sampler CPU ≤ perf record -F %s -g -a | %s %% of one core (rec
     "$PHZ" "$(f3 "$SAMPLER_CPU")" "$(f3 "${CPU[c]}")" "$SAMPLER_SCPU" "${SCPU[c]}" "$R_CPU" "$OK_CPU" >"$TARGETS_OUT"
 printf '| stack sampler bytes/hour ≤ 1/%s of perf.data | %s vs %s MB/hour = %s | %s |\n' \
     "$BYTES_RATIO_TARGET" "$(f3 "$SAMPLER_MBH")" "$(f2 "${STEADY[c]}")" "$R_BYTES" "$OK_BYTES" >>"$TARGETS_OUT"
+printf '| stack sampler with DWARF unwinding ≤ %s %% of one core | %s %% (on-CPU, record with − without sampler) | %s |\n' \
+    "$DWARF_CPU_TARGET" "$SAMPLER_SCPU" "$OK_DWARF_CPU" >>"$TARGETS_OUT"
+printf '| stack sampler bytes with DWARF unwinding ≤ %s× frame pointers only | %s vs %s MB/hour = %s× | %s |\n' \
+    "$DWARF_BYTES_TARGET" "$(f3 "$SAMPLER_MBH")" "$(f3 "$FP_MBH")" "$R_DWARF_BYTES" "$OK_DWARF_BYTES" >>"$TARGETS_OUT"
 say "profile section written"

@@ -59,7 +59,12 @@ fn main() {
                 out.write_all(&size.to_ne_bytes()).unwrap();
                 out.write_all(&body).unwrap();
                 let misc = rec.misc();
-                if let Some(e) = sampler::event(rec.parse_record(), misc, &body) {
+                let layout = sampler::Layout::of(&perf_event::data::parse::ParseConfig::from(
+                    *sampler::builder(0, cfg.hz, cfg.stack_bytes).attrs(),
+                ));
+                if let Some(e) =
+                    sampler::event_of_record(rec.ty(), misc, &body, layout, || rec.parse_record())
+                {
                     events.push(e);
                 }
             }

@@ -257,21 +257,8 @@ pub fn event(
         Err(_) => return Some((t, Event::Bad)),
     };
     Some(match r {
-        Rec::Sample(s) => match (s.pid(), s.tid(), s.time(), s.callchain()) {
-            (Some(pid), Some(tid), Some(t), Some(chain)) => {
-                let stack = match (s.regs_user(), s.stack_user()) {
-                    (Some(r), Some(st)) => {
-                        UserStack::from_sample(u64::from(r.abi), r.mask, &r.regs, st).map(Box::new)
-                    }
-                    _ => None,
-                };
-                (
-                    t,
-                    Event::Sample(RawStack::from_callchain(pid, tid, chain), stack),
-                )
-            }
-            _ => (t, Event::Bad),
-        },
+        // Samples are parsed by `parse_sample`; one reaching here came without a layout.
+        Rec::Sample(_) => (t, Event::Bad),
         Rec::Lost(l) => (t, Event::Lost(l.lost)),
         Rec::Mmap2(m) => (
             t,
@@ -352,14 +339,117 @@ pub fn apply<R: Resolver>(mut events: Vec<(u64, Event)>, agg: &mut Aggregator<R>
     }
 }
 
+/// What a sample record of an event holds beyond the fixed part: the user registers and stack
+/// copy, when the event takes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// PERF_SAMPLE_REGS_USER and STACK_USER are set.
+    pub stacks: bool,
+    /// The user registers' mask.
+    pub regs_mask: u64,
+}
+
+impl Layout {
+    /// The layout of an event's samples, from its parse configuration.
+    pub fn of(c: &ParseConfig<Native>) -> Self {
+        let ty = c.sample_type();
+        Layout {
+            stacks: ty.contains(perf_event::data::SampleFlags::REGS_USER)
+                && ty.contains(perf_event::data::SampleFlags::STACK_USER),
+            regs_mask: c.regs_user(),
+        }
+    }
+}
+
+/// PERF_RECORD_SAMPLE.
+const RECORD_SAMPLE: u32 = 9;
+
+/// A sample record's body (after its header) in the layout [`builder`] asks for: IP, TID, TIME,
+/// CPU, CALLCHAIN, then REGS_USER and STACK_USER when copying stacks.
+///
+/// Parsed here rather than by perf-event-data: its 0.1.8 reads the registers even when the
+/// sample says it has none (abi NONE: kernel threads, the idle task), so every such sample of
+/// an event that copies user stacks failed to parse (a third of all samples on a busy host).
+pub fn parse_sample(b: &[u8], layout: Layout) -> Option<(u64, Event)> {
+    let mut at = 0usize;
+    let mut u64_ = || -> Option<u64> {
+        let v = u64::from_ne_bytes(b.get(at..at.checked_add(8)?)?.try_into().ok()?);
+        at += 8;
+        Some(v)
+    };
+    let _ip = u64_()?;
+    let pid_tid = u64_()?;
+    let time = u64_()?;
+    let _cpu = u64_()?;
+    let nr = usize::try_from(u64_()?).ok()?;
+    let (pid, tid) = if cfg!(target_endian = "little") {
+        (pid_tid as u32, (pid_tid >> 32) as u32)
+    } else {
+        ((pid_tid >> 32) as u32, pid_tid as u32)
+    };
+    let chain_bytes = nr.checked_mul(8)?;
+    let chain: Vec<u64> = b
+        .get(at..at.checked_add(chain_bytes)?)?
+        .chunks_exact(8)
+        .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default()))
+        .collect();
+    at += chain_bytes;
+    let mut stack = None;
+    if layout.stacks {
+        let mut u64_ = || -> Option<u64> {
+            let v = u64::from_ne_bytes(b.get(at..at.checked_add(8)?)?.try_into().ok()?);
+            at += 8;
+            Some(v)
+        };
+        let abi = u64_()?;
+        let mut regs = Vec::new();
+        if abi != 0 {
+            for _ in 0..layout.regs_mask.count_ones() {
+                regs.push(u64_()?);
+            }
+        }
+        let size = usize::try_from(u64_()?).ok()?;
+        if size > 0 {
+            let data = b.get(at..at.checked_add(size)?)?;
+            at += size;
+            let dyn_size = usize::try_from(u64::from_ne_bytes(
+                b.get(at..at.checked_add(8)?)?.try_into().ok()?,
+            ))
+            .ok()?;
+            let data = data.get(..dyn_size)?;
+            stack = UserStack::from_sample(abi, layout.regs_mask, &regs, data).map(Box::new);
+        }
+    }
+    Some((
+        time,
+        Event::Sample(RawStack::from_callchain(pid, tid, &chain), stack),
+    ))
+}
+
+/// The event of one ring record: its type, header misc bits, body (after the header), the
+/// event's sample layout, and the crate's parse of it (used for records other than samples).
+pub fn event_of_record<'a>(
+    ty: u32,
+    misc: u16,
+    body: &[u8],
+    layout: Layout,
+    parse: impl FnOnce() -> Result<Rec<'a>, perf_event::data::parse::ParseError>,
+) -> Option<(u64, Event)> {
+    if ty == RECORD_SAMPLE {
+        return Some(parse_sample(body, layout).unwrap_or((0, Event::Bad)));
+    }
+    event(parse(), misc, body)
+}
+
 /// Reads every record waiting in `ring` as events. Returns the records read.
 pub fn drain(ring: &mut Sampler, out: &mut Vec<(u64, Event)>) -> usize {
+    let layout = Layout::of(ring.config());
     let mut n = 0;
     while let Some(rec) = ring.next_record() {
         n += 1;
         let misc = rec.misc();
         let body = rec.to_contiguous();
-        if let Some(e) = event(rec.parse_record(), misc, &body) {
+        if let Some(e) = event_of_record(rec.ty(), misc, &body, layout, || rec.parse_record()) {
             out.push(e);
         }
     }
@@ -373,11 +463,17 @@ pub fn event_of_bytes(bytes: &[u8], config: &ParseConfig<Native>) -> Option<(u64
         Some(m) => u16::from_ne_bytes([m[0], m[1]]),
         None => return Some((0, Event::Bad)),
     };
+    let ty = match bytes.get(0..4) {
+        Some(t) => u32::from_ne_bytes([t[0], t[1], t[2], t[3]]),
+        None => return Some((0, Event::Bad)),
+    };
     let mut p = Parser::new(bytes, config.clone());
-    event(
-        p.parse::<Rec<'_>>(),
+    event_of_record(
+        ty,
         misc,
         bytes.get(8..).unwrap_or_default(),
+        Layout::of(config),
+        || p.parse::<Rec<'_>>(),
     )
 }
 
