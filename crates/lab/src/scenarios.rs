@@ -95,7 +95,7 @@ pub static SCENARIOS: &[Scenario] = &[
             how late its 1 ms sleeps wake up.",
         signals: "irq.tlb_per_s >= 10x the baseline, tlb.proc.<pid>.lab-madvise shootdown IPIs, \
             madvise.proc.<pid>.lab-madvise.dontneed_per_s, the victim's wake-up lateness",
-        bounds: "memory: 64 KiB (low) / 1 MiB (high) per thread; CPU: all CPUs (low: a 100 µs \
+        bounds: "memory: 32 KiB (low) / 1 MiB (high) per thread; CPU: all CPUs (low: a 100 µs \
             pause per call)",
         control: false,
         expected_rule: Some("cpu.tlb-shootdown"),
@@ -603,12 +603,13 @@ fn shrinker_scale(e: &mut Env) -> Result<Started> {
 
 fn tlb_shootdown(e: &mut Env) -> Result<Started> {
     let ncpu = cpus().len();
-    // Low touches 16 pages per call, a compromise between two kinds of CPU. On a real host,
+    // Low touches 8 pages per call, a compromise between two kinds of CPU. On a real host,
     // fewer pages leave the threads asleep through most of each other's flushes, so few IPIs
-    // are needed: 4 pages gave 7x the floor, under the signature's 10x; 16 give ~17x. In the
-    // kernel matrix's emulated guests (TCG, where a page fault costs many times more), 64 pages
-    // per call made ~3 shootdowns a second; 8 and 16 pages both give 11-27x.
-    let (threads, region, pause) = e.intensity.pick((ncpu, 64, 100), (2 * ncpu, 1024, 0));
+    // are needed: 4 pages gave 7x the floor, under the signature's 10x; 8 give 13-15x, 16
+    // give 16-18x. In the kernel matrix's emulated guests (TCG, where a page fault costs many
+    // times more), 64 pages made ~3 shootdowns a second; on 6.1 and 6.12, 8 pages give 12-13x
+    // and 16 pages 11-12x.
+    let (threads, region, pause) = e.intensity.pick((ncpu, 32, 100), (2 * ncpu, 1024, 0));
     let cg = e.sb.cgroup("storm", Limits::default())?;
     let victim_cg = e.sb.cgroup("victim", Limits::default())?;
     let pid = e.sb.spawn(
