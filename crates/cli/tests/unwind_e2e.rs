@@ -25,11 +25,7 @@ use jitterscope_testkit::{is_root, skip};
 const T: Duration = Duration::from_secs(60);
 
 fn have(prog: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {prog}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+    jitterscope_testkit::which(prog, &[]).is_some()
 }
 
 /// `record` with the profiler (default settings plus `extra`) and no tracers for `secs`.

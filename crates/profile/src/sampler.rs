@@ -371,59 +371,56 @@ const RECORD_SAMPLE: u32 = 9;
 /// sample says it has none (abi NONE: kernel threads, the idle task), so every such sample of
 /// an event that copies user stacks failed to parse (a third of all samples on a busy host).
 pub fn parse_sample(b: &[u8], layout: Layout) -> Option<(u64, Event)> {
-    let mut at = 0usize;
-    let mut u64_ = || -> Option<u64> {
-        let v = u64::from_ne_bytes(b.get(at..at.checked_add(8)?)?.try_into().ok()?);
-        at += 8;
-        Some(v)
-    };
-    let _ip = u64_()?;
-    let pid_tid = u64_()?;
-    let time = u64_()?;
-    let _cpu = u64_()?;
-    let nr = usize::try_from(u64_()?).ok()?;
-    let (pid, tid) = if cfg!(target_endian = "little") {
-        (pid_tid as u32, (pid_tid >> 32) as u32)
-    } else {
-        ((pid_tid >> 32) as u32, pid_tid as u32)
-    };
-    let chain_bytes = nr.checked_mul(8)?;
-    let chain: Vec<u64> = b
-        .get(at..at.checked_add(chain_bytes)?)?
-        .chunks_exact(8)
-        .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default()))
-        .collect();
-    at += chain_bytes;
+    let mut c = Cursor { b, at: 0 };
+    let _ip = c.u64()?;
+    let (pid, tid) = (c.u32()?, c.u32()?);
+    let time = c.u64()?;
+    let _cpu = c.u64()?;
+    let nr = usize::try_from(c.u64()?).ok()?;
+    let chain: Vec<u64> = (0..nr).map(|_| c.u64()).collect::<Option<_>>()?;
     let mut stack = None;
     if layout.stacks {
-        let mut u64_ = || -> Option<u64> {
-            let v = u64::from_ne_bytes(b.get(at..at.checked_add(8)?)?.try_into().ok()?);
-            at += 8;
-            Some(v)
+        let abi = c.u64()?;
+        // No registers follow when the sample has no user state (abi NONE).
+        let n = if abi == 0 {
+            0
+        } else {
+            layout.regs_mask.count_ones()
         };
-        let abi = u64_()?;
-        let mut regs = Vec::new();
-        if abi != 0 {
-            for _ in 0..layout.regs_mask.count_ones() {
-                regs.push(u64_()?);
-            }
-        }
-        let size = usize::try_from(u64_()?).ok()?;
+        let regs: Vec<u64> = (0..n).map(|_| c.u64()).collect::<Option<_>>()?;
+        // Likewise, dyn_size follows the copy only when there is one.
+        let size = usize::try_from(c.u64()?).ok()?;
         if size > 0 {
-            let data = b.get(at..at.checked_add(size)?)?;
-            at += size;
-            let dyn_size = usize::try_from(u64::from_ne_bytes(
-                b.get(at..at.checked_add(8)?)?.try_into().ok()?,
-            ))
-            .ok()?;
-            let data = data.get(..dyn_size)?;
-            stack = UserStack::from_sample(abi, layout.regs_mask, &regs, data).map(Box::new);
+            let data = c.bytes(size)?;
+            let used = usize::try_from(c.u64()?).ok()?;
+            stack = UserStack::from_sample(abi, layout.regs_mask, &regs, data.get(..used)?)
+                .map(Box::new);
         }
     }
     Some((
         time,
         Event::Sample(RawStack::from_callchain(pid, tid, &chain), stack),
     ))
+}
+
+/// Reads a record's fields in order; every read is bounds-checked.
+struct Cursor<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
+        let v = self.b.get(self.at..self.at.checked_add(n)?)?;
+        self.at += n;
+        Some(v)
+    }
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_ne_bytes(self.bytes(8)?.try_into().ok()?))
+    }
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_ne_bytes(self.bytes(4)?.try_into().ok()?))
+    }
 }
 
 /// The event of one ring record: its type, header misc bits, body (after the header), the
