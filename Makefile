@@ -5,13 +5,17 @@ BIN := target/release/jitterscope
 DIR ?= ./data
 ARGS ?=
 
-.PHONY: all setup build run test test-vm lint bench fixtures clean
+.PHONY: all setup setup-test build run test test-vm lint bench fixtures web-assets clean
 
 all: build
 
 # Build prerequisites: a C toolchain (zstd is compiled from source by zstd-sys) and Rust stable.
 setup:
 	@bash scripts/setup.sh
+
+# What only the tests need (chromium, prometheus, tmux, npm, perf, ...): `make run` never installs it.
+setup-test:
+	@bash scripts/setup.sh --test
 
 build: setup
 	$(CARGO) build --release --locked -p jitterscope
@@ -22,7 +26,7 @@ run: build
 	$(BIN) record --dir $(DIR) --status $(ARGS)
 
 # The whole test suite: unit, fixture, property, store crash/full-disk, and root end-to-end tests.
-test: setup
+test: setup-test
 	@mkdir -p target
 	set -o pipefail; $(CARGO) test --workspace --locked 2>&1 | tee target/test.log
 	@bash scripts/test-summary.sh target/test.log
@@ -46,6 +50,11 @@ bench: build
 # tests assert on the captured values).
 fixtures:
 	bash scripts/capture-fixtures.sh tests/fixtures/host --with-test-cgroups
+
+# Refresh the web UI's vendored browser libraries (web/vendor) from web/package-lock.json with
+# npm, after editing web/package.json. Only this needs npm; building does not.
+web-assets:
+	bash scripts/web-assets.sh
 
 clean:
 	$(CARGO) clean

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Installs what building and testing jitterscope needs, only what is missing:
+# Installs what building jitterscope needs, only what is missing:
 # - a C toolchain and pkg-config (zstd-sys compiles libzstd), clang and libelf/zlib headers
 #   (the BPF tracers are compiled by clang; libbpf-sys builds libbpf against libelf);
-# - npm and the web UI's libraries (web/package-lock.json, embedded by crates/web/build.rs);
-# - for the end-to-end tests: tmux (terminal views), chromium and prometheus (web UI, /metrics),
-#   python3 (memleak targets), certutil, xz, perf and libc6-dbg (the profiler's unwinding and
-#   naming against Debian's own binaries) and go (`go tool pprof` reads our profiles; a go already in
-#   /usr/local/go/bin counts);
 # - Rust stable via rustup if no cargo is on PATH.
+# The web UI's libraries are vendored in web/vendor: building needs no node or npm.
+#
+# With --test, also what the test suite needs (`make test` passes it; `make run` does not):
+# tmux (terminal views), chromium and prometheus (web UI, /metrics), npm (the check that
+# web/vendor matches web/package-lock.json; node runs a profiled JIT), python3 (memleak
+# targets), certutil, xz, perf and libc6-dbg (the profiler's unwinding and naming against
+# Debian's own binaries) and go (`go tool pprof` reads our profiles; a go already in
+# /usr/local/go/bin counts).
 # Safe to run repeatedly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,19 +27,24 @@ want pkg-config pkg-config
 want clang clang
 want /usr/include/libelf.h libelf-dev
 want /usr/include/zlib.h zlib1g-dev
-want npm npm
-want tmux tmux
-want chromium chromium
-want prometheus prometheus
-want python3 python3
-# The nss-probe lab scenario runs Debian's certutil (NSS softokn's access probe).
-want certutil libnss3-tools
-# The profiler's unwinding tests: Debian's xz against `perf record --call-graph dwarf`, and
-# glibc's detached debug info (its static functions named through the build id).
-want xz xz-utils
-want perf linux-perf
-want /usr/share/doc/libc6-dbg libc6-dbg
-command -v go >/dev/null 2>&1 || want /usr/local/go/bin/go golang-go
+if [ "${1:-}" = --test ]; then
+  want npm npm
+  want tmux tmux
+  want chromium chromium
+  want prometheus prometheus
+  want python3 python3
+  # The nss-probe lab scenario runs Debian's certutil (NSS softokn's access probe).
+  want certutil libnss3-tools
+  # The profiler's unwinding tests: Debian's xz against `perf record --call-graph dwarf`, and
+  # glibc's detached debug info (its static functions named through the build id).
+  want xz xz-utils
+  want perf linux-perf
+  want /usr/share/doc/libc6-dbg libc6-dbg
+  command -v go >/dev/null 2>&1 || want /usr/local/go/bin/go golang-go
+elif [ -n "${1:-}" ]; then
+  echo "setup: unknown argument $1 (only --test)" >&2
+  exit 2
+fi
 if ((${#need[@]})); then
   if [ "$(id -u)" -ne 0 ]; then
     echo "setup: missing ${need[*]}; install ${pkgs[*]} (needs root)" >&2
@@ -53,9 +61,6 @@ if ((${#need[@]})); then
   fi
   apt-get install -y -q --no-install-recommends $(printf '%s\n' "${pkgs[@]}" | sort -u)
   if [ -n "$made_policy" ]; then rm -f /usr/sbin/policy-rc.d; fi
-fi
-if [ ! -e web/node_modules/.package-lock.json ] || [ web/package-lock.json -nt web/node_modules/.package-lock.json ]; then
-  npm ci --prefix web --ignore-scripts --no-audit --no-fund
 fi
 if ! command -v cargo >/dev/null 2>&1; then
   # shellcheck disable=SC1091

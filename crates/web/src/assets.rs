@@ -1,5 +1,6 @@
-//! The UI's files, embedded: our own from `assets/`, the libraries copied by `build.rs` from
-//! npm's install.
+//! The UI's files, embedded: our own from `assets/`, and the browser libraries vendored in
+//! `web/vendor` (by `scripts/web-assets.sh`, from `web/package-lock.json`), so that neither
+//! building nor running needs node.
 
 use axum::extract::Path;
 use axum::http::{header, StatusCode};
@@ -20,27 +21,27 @@ const FILES: &[(&str, &str, &[u8])] = &[
     (
         "uPlot.iife.min.js",
         "text/javascript; charset=utf-8",
-        include_bytes!(concat!(env!("OUT_DIR"), "/uPlot.iife.min.js")),
+        include_bytes!("../../../web/vendor/uPlot.iife.min.js"),
     ),
     (
         "uPlot.min.css",
         "text/css; charset=utf-8",
-        include_bytes!(concat!(env!("OUT_DIR"), "/uPlot.min.css")),
+        include_bytes!("../../../web/vendor/uPlot.min.css"),
     ),
     (
         "d3-flamegraph.min.js",
         "text/javascript; charset=utf-8",
-        include_bytes!(concat!(env!("OUT_DIR"), "/d3-flamegraph.min.js")),
+        include_bytes!("../../../web/vendor/d3-flamegraph.min.js"),
     ),
     (
         "d3-selection.min.js",
         "text/javascript; charset=utf-8",
-        include_bytes!(concat!(env!("OUT_DIR"), "/d3-selection.min.js")),
+        include_bytes!("../../../web/vendor/d3-selection.min.js"),
     ),
     (
         "d3-flamegraph.css",
         "text/css; charset=utf-8",
-        include_bytes!(concat!(env!("OUT_DIR"), "/d3-flamegraph.css")),
+        include_bytes!("../../../web/vendor/d3-flamegraph.css"),
     ),
 ];
 
