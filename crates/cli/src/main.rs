@@ -21,13 +21,21 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// `jitterscope --version`: the crate's version and the source revision it was built from.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("JITTERSCOPE_REVISION"),
+    ")"
+);
+
 /// Where the store lives unless `--dir` or `JITTERSCOPE_DIR` says otherwise.
 pub const DEFAULT_DIR: &str = "/var/lib/jitterscope";
 
 #[derive(Parser)]
 #[command(
     name = "jitterscope",
-    version,
+    version = VERSION,
     about = "Flight recorder and root-cause engine for latency jitter on Linux hosts and containers"
 )]
 struct Cli {

@@ -388,3 +388,28 @@ fn serve_refuses_a_store_it_cannot_list() {
     );
     assert!(err.contains("ermission denied"), "{err}");
 }
+
+#[test]
+fn version_names_the_source_revision() {
+    let o = run(&["--version"], TIMEOUT);
+    assert!(o.status.success());
+    let v = text(&o.stdout);
+    let want = std::process::Command::new("git")
+        .args(["describe", "--always", "--dirty", "--abbrev=12"])
+        .current_dir(common::workspace_root())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| text(&o.stdout).trim().to_string());
+    match want {
+        // The binary may predate the latest edit of the tree, so compare the commit only.
+        Some(w) => {
+            let commit = w.trim_end_matches("-dirty");
+            assert!(
+                v.starts_with(&format!("jitterscope {} ({commit}", env!("CARGO_PKG_VERSION"))),
+                "{v:?} does not name {commit}"
+            );
+        }
+        None => assert!(v.contains(" (") && v.trim_end().ends_with(')'), "{v:?}"),
+    }
+}
