@@ -5,7 +5,7 @@ BIN := target/release/jitterscope
 DIR ?= ./data
 ARGS ?=
 
-.PHONY: all setup setup-test build run test test-vm lint bench fixtures web-assets clean
+.PHONY: all setup setup-test build run test test-vm lint bench fixtures web-assets man clean
 
 all: build
 
@@ -55,6 +55,14 @@ fixtures:
 # npm, after editing web/package.json. Only this needs npm; building does not.
 web-assets:
 	bash scripts/web-assets.sh
+
+# Man pages (one per command) and bash/zsh/fish completions, generated from the CLI definition.
+man: build
+	$(BIN) manpages target/man
+	@mkdir -p target/completions
+	$(BIN) completions bash > target/completions/jitterscope.bash
+	$(BIN) completions zsh > target/completions/_jitterscope
+	$(BIN) completions fish > target/completions/jitterscope.fish
 
 clean:
 	$(CARGO) clean

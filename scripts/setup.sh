@@ -33,6 +33,8 @@ if [ "${1:-}" = --test ]; then
   want chromium chromium
   want prometheus prometheus
   want python3 python3
+  # Rendering the generated man pages (groff -man) in their test.
+  want groff groff-base
   # The nss-probe lab scenario runs Debian's certutil (NSS softokn's access probe).
   want certutil libnss3-tools
   # The profiler's unwinding tests: Debian's xz against `perf record --call-graph dwarf`, and

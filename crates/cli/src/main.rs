@@ -5,6 +5,7 @@ mod dump;
 mod events;
 mod flame;
 mod lab;
+mod manual;
 mod memleak;
 mod prio;
 mod record;
@@ -73,6 +74,11 @@ enum Cmd {
     Serve(serve::ServeArgs),
     /// Check the store for damage (every CRC of every segment and lane) and repair it.
     Store(store::StoreArgs),
+    /// Print a shell completion script: `jitterscope completions bash > /etc/bash_completion.d/jitterscope`.
+    Completions(manual::CompletionsArgs),
+    /// Write the man pages (one per command) into a directory.
+    #[command(hide = true)]
+    Manpages(manual::ManpagesArgs),
 }
 
 /// The store directory: `--dir`, else `$JITTERSCOPE_DIR`, else [`DEFAULT_DIR`].
@@ -122,6 +128,8 @@ fn main() -> ExitCode {
         Cmd::Top(a) => view::run_top(a),
         Cmd::Replay(a) => view::run_replay(a),
         Cmd::Serve(a) => serve::run(a),
+        Cmd::Completions(a) => manual::completions(a),
+        Cmd::Manpages(a) => manual::manpages(a),
         // Its exit status is its answer (clean, damaged, could not check).
         Cmd::Store(a) => return store::run(a),
     };

@@ -406,7 +406,10 @@ fn version_names_the_source_revision() {
         Some(w) => {
             let commit = w.trim_end_matches("-dirty");
             assert!(
-                v.starts_with(&format!("jitterscope {} ({commit}", env!("CARGO_PKG_VERSION"))),
+                v.starts_with(&format!(
+                    "jitterscope {} ({commit}",
+                    env!("CARGO_PKG_VERSION")
+                )),
                 "{v:?} does not name {commit}"
             );
         }
