@@ -151,9 +151,9 @@ fn replay_steps_jumps_and_quits_in_a_terminal() {
         l.starts_with("0.60 MECH TLB-shootdown storm")
     });
 
-    t.keys("t");
+    t.keys("T");
     t.wait("one sample back", |l| l.contains("07:12:48.399Z vm PAUSED"));
-    t.keys("TT");
+    t.keys("tt");
     t.wait("two samples forward", |l| {
         l.contains("07:12:50.399Z vm PAUSED")
     });
@@ -219,7 +219,7 @@ fn top_follows_a_running_recorder() {
     t.wait("the next sample", |l| {
         l.starts_with("jitterscope top ") && l.contains(" LIVE ") && *l != first
     });
-    t.keys("t");
+    t.keys("T");
     t.wait("paused one sample back", |l| {
         l.starts_with("jitterscope top ") && l.contains(" PAUSED ")
     });
@@ -261,7 +261,7 @@ fn top_collects_directly_without_a_recorder() {
     t.wait("the next sample", |l| {
         l.starts_with("jitterscope top ") && *l != first
     });
-    t.keys("t");
+    t.keys("T");
     t.wait("one sample back, from memory", |l| {
         l.starts_with("jitterscope top ") && l.contains(" PAUSED ")
     });

@@ -308,8 +308,9 @@ impl App {
                 self.scroll = 0;
             }
             KeyCode::Char('?') | KeyCode::Char('h') => self.help = true,
-            KeyCode::Char('t') => self.step(Dir::Back)?,
-            KeyCode::Char('T') => self.step(Dir::Forward)?,
+            // atop's keys, since atop users are the audience: t the next sample, T the previous.
+            KeyCode::Char('t') => self.step(Dir::Forward)?,
+            KeyCode::Char('T') => self.step(Dir::Back)?,
             KeyCode::Char('[') => self.jump_event(Dir::Back)?,
             KeyCode::Char(']') => self.jump_event(Dir::Forward)?,
             KeyCode::Char('g') => self.input = Some(Input::Goto(String::new())),

@@ -447,7 +447,7 @@ fn finding_lines(app: &App) -> usize {
 
 /// The key help.
 pub const HELP: &[&str] = &[
-    "t / T      one sample back / forward",
+    "t / T      one sample forward / back (as in atop)",
     "[ / ]      previous / next episode",
     "g          go to a time (RFC 3339, HH:MM:SS, '10m ago', epoch s)",
     "f / End    newest sample (top: follow it again)",
@@ -455,9 +455,9 @@ pub const HELP: &[&str] = &[
     "F A L      sort by major faults, madvise/s, failed look-ups/s",
     "/          filter by name, command, cgroup or pid (Esc clears)",
     "c          per-CPU lines",
-    "Tab        next panel; Up/Down PgUp/PgDn scroll it",
+    "Tab        next panel; Up/Down j/k PgUp/PgDn Home scroll it",
     "? / h      this help (any key closes)",
-    "q          quit",
+    "q / Ctrl-C quit",
 ];
 
 /// Draws the whole screen. `now_ns` is the wall clock (for the stale marker).

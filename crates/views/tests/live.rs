@@ -54,10 +54,10 @@ fn direct_collection_keeps_history_and_detects_online() {
         "this test process is listed"
     );
     app.key(ratatui::crossterm::event::KeyEvent::from(
-        ratatui::crossterm::event::KeyCode::Char('t'),
+        ratatui::crossterm::event::KeyCode::Char('T'),
     ))
     .unwrap();
-    assert!(app.shown().unwrap() < s.ts_ns, "t steps back into memory");
+    assert!(app.shown().unwrap() < s.ts_ns, "T steps back into memory");
     assert!(!app.follow);
 }
 

@@ -234,24 +234,24 @@ fn no_previous_sample_and_missing_samples_are_marked() {
     app.start(Some(ts[5])).unwrap();
     let l = screen(&app, 200, 24);
     assert!(l[0].contains("GAP 1s missing before"), "{}", l[0]);
-    key(&mut app, 't');
-    assert_eq!(app.shown(), Some(ts[3]), "t steps over the hole");
+    key(&mut app, 'T');
+    assert_eq!(app.shown(), Some(ts[3]), "T steps back over the hole");
     assert!(!screen(&app, 200, 24)[0].contains("GAP"));
 }
 
 #[test]
-fn t_and_shift_t_step_one_sample() {
+fn t_and_shift_t_step_one_sample_as_atop_does() {
     let (ts, i) = tlb_at();
     let mut app = replay("tlb-shootdown", Some(ts[i]));
+    key(&mut app, 'T');
+    assert_eq!(app.shown(), Some(ts[i - 1]), "T: the previous sample");
     key(&mut app, 't');
-    assert_eq!(app.shown(), Some(ts[i - 1]));
-    key(&mut app, 'T');
-    key(&mut app, 'T');
-    assert_eq!(app.shown(), Some(ts[i + 1]));
+    key(&mut app, 't');
+    assert_eq!(app.shown(), Some(ts[i + 1]), "t: the next sample");
     assert!(!app.follow);
     // Off either end: a message, and the shown sample stays.
     let mut app = replay("tlb-shootdown", Some(ts[0]));
-    key(&mut app, 't');
+    key(&mut app, 'T');
     assert_eq!(app.shown(), Some(ts[0]));
     assert_eq!(app.message.as_deref(), Some("no earlier sample"));
     assert_eq!(screen(&app, 80, 24)[23], "no earlier sample");
@@ -262,7 +262,7 @@ fn t_and_shift_t_step_one_sample() {
         Some(last),
         "replay starts at the newest sample"
     );
-    key(&mut app, 'T');
+    key(&mut app, 't');
     assert_eq!(app.message.as_deref(), Some("no later sample"));
 }
 
