@@ -5,6 +5,7 @@ mod dump;
 mod events;
 mod flame;
 mod lab;
+mod logline;
 mod manual;
 mod memleak;
 mod prio;
@@ -146,7 +147,7 @@ fn main() -> ExitCode {
                     msg.push_str(&c);
                 }
             }
-            eprintln!("jitterscope: error: {}", msg.replace('\n', " "));
+            logline::emit(logline::Level::Error, &msg);
             ExitCode::from(1)
         }
     }

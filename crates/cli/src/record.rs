@@ -30,6 +30,9 @@ use crate::timearg::{parse_duration, parse_size};
 /// Arguments of `record`.
 #[derive(Args, Debug)]
 pub struct RecordArgs {
+    /// Log lines as text (`jitterscope: ...`) or as one JSON object per line (ts, level, msg).
+    #[arg(long, value_enum, default_value_t = crate::logline::Format::Text)]
+    log_format: crate::logline::Format,
     /// Sampling interval (100ms to 1h).
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     interval: Duration,
@@ -190,7 +193,17 @@ struct Shared {
 }
 
 fn log(msg: &str) {
-    eprintln!("jitterscope: {msg}");
+    crate::logline::emit(crate::logline::Level::Info, msg);
+}
+
+/// Something the recorder cannot do or collect: it goes on without it.
+fn warn(msg: &str) {
+    crate::logline::emit(crate::logline::Level::Warn, msg);
+}
+
+/// A sample lost (not encoded or not written).
+fn error(msg: &str) {
+    crate::logline::emit(crate::logline::Level::Error, msg);
 }
 
 /// Shortest `--retain`: anything shorter empties the store it opens.
@@ -202,6 +215,7 @@ const MIN_MAX_SIZE: u64 = 1 << 20;
 
 /// Runs `record`.
 pub fn run(a: RecordArgs) -> Result<()> {
+    crate::logline::set_format(a.log_format);
     if a.interval < Duration::from_millis(100) || a.interval > Duration::from_secs(3600) {
         bail!("--interval must be between 100ms and 1h");
     }
@@ -243,7 +257,7 @@ pub fn run(a: RecordArgs) -> Result<()> {
     // writer never appends to an existing segment, so damage found here costs only itself.
     if let Ok(found) = jitterscope_store::check_store(&dir, false) {
         if let Some(first) = found.first() {
-            log(&format!(
+            warn(&format!(
                 "the store has {} damaged files (readers skip them; `jitterscope store check` lists them, `--repair` fixes what it can); first: {}: {}",
                 found.len(),
                 first.path.display(),
@@ -254,11 +268,11 @@ pub fn run(a: RecordArgs) -> Result<()> {
 
     crate::signals::install();
     for n in crate::prio::harden(a.nice, !a.no_mlock).notes {
-        log(&n);
+        warn(&n);
     }
     // SAFETY: geteuid has no failure mode.
     if unsafe { libc::geteuid() } != 0 {
-        log("not running as root: other users' /proc/<pid>/io, slabinfo and some cgroup files will be missing");
+        warn("not running as root: other users' /proc/<pid>/io, slabinfo and some cgroup files will be missing");
     }
 
     let host = HostInfo::read(&root);
@@ -277,7 +291,7 @@ pub fn run(a: RecordArgs) -> Result<()> {
             Err(why) if a.proc_source == ProcSource::Bpf => {
                 anyhow::bail!("--proc-source bpf: the task iterator cannot be used: {why}")
             }
-            Err(why) => log(&format!(
+            Err(why) => warn(&format!(
                 "processes: read from /proc (task iterator: {why})"
             )),
         }
@@ -287,7 +301,7 @@ pub fn run(a: RecordArgs) -> Result<()> {
     } else if a.root != std::path::Path::new("/") {
         // The tracers watch the running kernel, which a recorded tree under --root is not.
         if a.tracers.is_some() {
-            log("tracers: not started: they trace the running kernel, not the tree under --root");
+            warn("tracers: not started: they trace the running kernel, not the tree under --root");
         }
         Vec::new()
     } else {
@@ -307,7 +321,7 @@ pub fn run(a: RecordArgs) -> Result<()> {
         for s in &started {
             match &s.outcome {
                 Ok(_) => {}
-                Err(why) => log(&format!("tracer {}: not running: {why}", s.name.as_str())),
+                Err(why) => warn(&format!("tracer {}: not running: {why}", s.name.as_str())),
             }
         }
         let up = jitterscope_bpf::running(&started);
@@ -340,7 +354,7 @@ pub fn run(a: RecordArgs) -> Result<()> {
     }
     if a.profile_hz > 0 {
         if a.root != std::path::Path::new("/") {
-            log("profile: not started: it samples the running kernel, not the tree under --root");
+            warn("profile: not started: it samples the running kernel, not the tree under --root");
         } else {
             let cfg = if a.profile_stack == 0 {
                 jitterscope_profile::sampler::Config::frame_pointers(a.profile_hz)
@@ -367,7 +381,7 @@ pub fn run(a: RecordArgs) -> Result<()> {
                     ));
                     sources.push(Box::new(c));
                 }
-                Err(why) => log(&format!("profile: not running: {why}")),
+                Err(why) => warn(&format!("profile: not running: {why}")),
             }
         }
     }
@@ -429,7 +443,7 @@ pub fn run(a: RecordArgs) -> Result<()> {
             ticks_missed,
         });
         for n in notes.drain() {
-            log(&n);
+            warn(&n);
         }
         shared.queued.fetch_add(1, Ordering::Relaxed);
         match tx.try_send(sample) {
@@ -495,7 +509,7 @@ fn write_loop(
         let encoded = match enc.encode(&mut sample, &signals) {
             Ok(e) => e,
             Err(e) => {
-                log(&format!("cannot encode a sample: {e}"));
+                error(&format!("cannot encode a sample: {e}"));
                 shared.dropped.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
@@ -515,7 +529,7 @@ fn write_loop(
                 Err(e) if e.is_no_space() => {
                     if paused_since.is_none() {
                         paused_since = Some(Instant::now());
-                        log(&format!(
+                        warn(&format!(
                             "{e}; pausing writes until space returns (new samples queue, then are dropped and counted)"
                         ));
                     }
@@ -527,7 +541,7 @@ fn write_loop(
                 }
                 Err(e) => {
                     if last_error_log.is_none_or(|t| t.elapsed() > Duration::from_secs(60)) {
-                        log(&format!("cannot write a sample: {e}"));
+                        error(&format!("cannot write a sample: {e}"));
                         last_error_log = Some(Instant::now());
                     }
                     shared.dropped.fetch_add(1, Ordering::Relaxed);

@@ -416,3 +416,60 @@ fn version_names_the_source_revision() {
         None => assert!(v.contains(" (") && v.trim_end().ends_with(')'), "{v:?}"),
     }
 }
+
+#[test]
+fn record_logs_one_json_object_per_line_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let o = run(
+        &[
+            "record",
+            "--dir",
+            d,
+            "--duration",
+            "2s",
+            "--no-tracers",
+            "--profile-hz",
+            "0",
+            "--log-format",
+            "json",
+        ],
+        TIMEOUT,
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    let lines: Vec<serde_json::Value> = err
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect();
+    for v in &lines {
+        assert!(
+            ["info", "warn", "error"].contains(&v["level"].as_str().unwrap()),
+            "{v}"
+        );
+        assert!(v["ts"].as_str().unwrap().ends_with('Z'), "{v}");
+    }
+    assert!(
+        lines
+            .iter()
+            .any(|v| v["msg"].as_str().unwrap().starts_with("recording every")),
+        "{err}"
+    );
+    // The fatal error that ends a run is a JSON line too.
+    let o = run(
+        &[
+            "record",
+            "--dir",
+            d,
+            "--interval",
+            "5ms",
+            "--log-format",
+            "json",
+        ],
+        TIMEOUT,
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_str(text(&o.stderr).trim()).unwrap();
+    assert_eq!(v["level"], "error");
+    assert!(v["msg"].as_str().unwrap().contains("--interval"), "{v}");
+}
