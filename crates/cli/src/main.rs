@@ -1,5 +1,6 @@
 //! `jitterscope`: the command-line front end. A thin layer over the model and the store.
 
+mod config;
 mod diagnose;
 mod dump;
 mod events;
@@ -21,7 +22,7 @@ mod view;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// `jitterscope --version`: the crate's version and the source revision it was built from.
 pub const VERSION: &str = concat!(
@@ -41,6 +42,10 @@ pub const DEFAULT_DIR: &str = "/var/lib/jitterscope";
     about = "Flight recorder and root-cause engine for latency jitter on Linux hosts and containers"
 )]
 struct Cli {
+    /// Configuration file for record and serve [default: $JITTERSCOPE_CONFIG or
+    /// /etc/jitterscope/jitterscope.toml, if it exists].
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -75,6 +80,8 @@ enum Cmd {
     Serve(serve::ServeArgs),
     /// Check the store for damage (every CRC of every segment and lane) and repair it.
     Store(store::StoreArgs),
+    /// Check the configuration file and print the effective configuration, or an example file.
+    Config(config::ConfigArgs),
     /// Print a shell completion script: `jitterscope completions bash > /etc/bash_completion.d/jitterscope`.
     Completions(manual::CompletionsArgs),
     /// Write the man pages (one per command) into a directory.
@@ -109,14 +116,48 @@ pub fn existing_store(arg: Option<PathBuf>, from: i64, to: i64) -> anyhow::Resul
     Ok(dir)
 }
 
+/// Whether the command line runs a command the configuration file configures (or checks).
+fn config_matters(argv: &[std::ffi::OsString]) -> bool {
+    let mut it = argv.iter().skip(1);
+    while let Some(a) = it.next() {
+        if a == "--config" {
+            it.next();
+            continue;
+        }
+        if a.to_str().is_some_and(|s| s.starts_with('-')) {
+            continue;
+        }
+        return a
+            .to_str()
+            .is_some_and(|w| config::SECTIONS.contains(&w) || w == "config");
+    }
+    false
+}
+
 fn main() -> ExitCode {
     // The lab's workers are this binary too, started outside clap (see jitterscope_lab::worker).
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some(jitterscope_lab::worker::ARG) {
         return ExitCode::from(jitterscope_lab::worker::main(&args[1..]) as u8);
     }
-    let cli = Cli::parse();
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let file = config::locate(&argv).map(|(p, _)| p);
+    let (cmd, values) = match config::apply(Cli::command(), file.as_deref()) {
+        Ok(x) => x,
+        // Only the commands the file configures refuse to start on a bad file: a reader such as
+        // `dump` still works on a host whose configuration is being fixed.
+        Err(e) if config_matters(&argv) => {
+            logline::emit(logline::Level::Error, &format!("{e:#}"));
+            return ExitCode::from(1);
+        }
+        Err(_) => config::apply(Cli::command(), None).expect("no file, nothing to reject"),
+    };
+    let cli = match Cli::from_arg_matches(&cmd.clone().get_matches_from(&argv)) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
     let r = match cli.cmd {
+        Cmd::Config(a) => config::run(a, cmd, file.as_deref(), &values),
         Cmd::Record(a) => record::run(a),
         Cmd::Dump(a) => dump::run(a),
         Cmd::Tracers(a) => tracers::run(a),

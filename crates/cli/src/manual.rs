@@ -17,22 +17,27 @@ pub struct CompletionsArgs {
 
 #[derive(Args, Debug)]
 pub struct ManpagesArgs {
-    /// Directory to write the pages into (created if missing): jitterscope.1 and
-    /// jitterscope-<command>[-<subcommand>].1 for every command.
+    /// Directory to write the pages into (created if missing): jitterscope.1,
+    /// jitterscope-<command>[-<subcommand>].1 for every command, and jitterscope.toml.5.
     dir: PathBuf,
 }
 
 pub fn completions(a: CompletionsArgs) -> Result<()> {
-    let mut cmd = crate::Cli::command();
+    let (mut cmd, _) = crate::config::apply(crate::Cli::command(), None)?;
     clap_complete::generate(a.shell, &mut cmd, "jitterscope", &mut std::io::stdout());
     Ok(())
 }
 
 pub fn manpages(a: ManpagesArgs) -> Result<()> {
     std::fs::create_dir_all(&a.dir).with_context(|| format!("creating {}", a.dir.display()))?;
-    let mut cmd = crate::Cli::command();
+    // With the environment variables installed, each option's page names its JITTERSCOPE_*.
+    let (mut cmd, _) = crate::config::apply(crate::Cli::command(), None)?;
     cmd.build();
-    let n = write_pages(&cmd, "jitterscope", &a.dir)?;
+    let mut n = write_pages(&cmd, "jitterscope", &a.dir)?;
+    let path = a.dir.join("jitterscope.toml.5");
+    std::fs::write(&path, crate::config::man_page(&cmd))
+        .with_context(|| format!("writing {}", path.display()))?;
+    n += 1;
     eprintln!("wrote {n} man pages to {}", a.dir.display());
     Ok(())
 }

@@ -214,8 +214,9 @@ const MIN_RETAIN: Duration = Duration::from_secs(60);
 const MIN_MAX_SIZE: u64 = 1 << 20;
 
 /// Runs `record`.
-pub fn run(a: RecordArgs) -> Result<()> {
-    crate::logline::set_format(a.log_format);
+/// The checks on values that clap's parsers cannot make alone; the configuration file's
+/// values go through them too (`config check`), so a bad one names its line.
+pub fn validate(a: &RecordArgs) -> Result<()> {
     if a.interval < Duration::from_millis(100) || a.interval > Duration::from_secs(3600) {
         bail!("--interval must be between 100ms and 1h");
     }
@@ -239,6 +240,12 @@ pub fn run(a: RecordArgs) -> Result<()> {
             "--duration 0 would stop before the first sample: leave it out to record until stopped"
         );
     }
+    Ok(())
+}
+
+pub fn run(a: RecordArgs) -> Result<()> {
+    crate::logline::set_format(a.log_format);
+    validate(&a)?;
     let dir = crate::store_dir(a.dir);
     let mut cfg = StoreConfig::new(&dir);
     cfg.retain = a.retain;

@@ -49,6 +49,15 @@ fn a_man_page_for_every_command_that_groff_renders_cleanly() {
     for opt in ["\\-\\-profile\\-stack", "\\-\\-interval", "\\-\\-retain"] {
         assert!(record.contains(opt), "record's page lacks {opt}");
     }
+    // The configuration file's page, with every option of the file.
+    let toml = std::fs::read_to_string(dir.path().join("jitterscope.toml.5")).unwrap();
+    for opt in [
+        "profile\\-hz",
+        "JITTERSCOPE_PROFILE_HZ",
+        "metrics\\-max\\-age",
+    ] {
+        assert!(toml.contains(opt), "jitterscope.toml(5) lacks {opt}");
+    }
     if jitterscope_testkit::which("groff", &[]).is_none() {
         jitterscope_testkit::skip(
             "a_man_page_for_every_command_that_groff_renders_cleanly (rendering)",

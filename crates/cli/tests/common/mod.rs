@@ -17,10 +17,13 @@ pub fn bin() -> &'static str {
 }
 
 /// A command for the binary with an environment that cannot leak into the test: no inherited
-/// store directory, and backtraces on so a panic would be unmistakable in stderr.
+/// store directory or configuration file, and backtraces on so a panic would be unmistakable in stderr.
 pub fn cmd() -> Command {
     let mut c = Command::new(bin());
+    // An empty configuration file: a host's /etc/jitterscope/jitterscope.toml must not change
+    // what the tests run.
     c.env_remove("JITTERSCOPE_DIR")
+        .env("JITTERSCOPE_CONFIG", "/dev/null")
         .env("RUST_BACKTRACE", "1")
         .stdin(Stdio::null());
     c
