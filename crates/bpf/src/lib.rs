@@ -233,10 +233,12 @@ fn load_one(name: Name, env: &mut Env) -> LoadResult {
     if !env::has_btf() {
         return Err("the kernel exposes no BTF (/sys/kernel/btf/vmlinux); CO-RE programs cannot be relocated".into());
     }
-    // SAFETY: geteuid has no failure mode.
-    if unsafe { libc::geteuid() } != 0 {
+    // Gated on capabilities, not on the user id: the recorder runs as its own user with
+    // CAP_BPF and CAP_PERFMON (and CAP_DAC_READ_SEARCH for tracefs).
+    if !jitterscope_model::caps::can_trace() {
         return Err(
-            "not root: loading BPF tracers needs root (CAP_BPF, CAP_PERFMON and tracefs access)"
+            "loading BPF tracers needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN), which this \
+             process does not have (run as root or grant them)"
                 .into(),
         );
     }

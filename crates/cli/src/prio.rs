@@ -17,15 +17,24 @@ pub fn harden(nice: i32, lock_memory: bool) -> Hardening {
     unsafe {
         if libc::setpriority(libc::PRIO_PROCESS, 0, nice) != 0 {
             notes.push(format!(
-                "cannot raise priority to nice {nice}: {} (run as root or grant CAP_SYS_NICE)",
+                "cannot raise priority to nice {nice}: {} (needs CAP_SYS_NICE)",
                 std::io::Error::last_os_error()
             ));
         }
         if lock_memory && libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) != 0 {
-            notes.push(format!(
-                "cannot lock memory: {} (run as root or raise RLIMIT_MEMLOCK); the recorder may be paged out under memory pressure",
-                std::io::Error::last_os_error()
-            ));
+            // Over RLIMIT_MEMLOCK without CAP_IPC_LOCK: CAP_SYS_RESOURCE may raise the limit.
+            let unlimited = libc::rlimit {
+                rlim_cur: libc::RLIM_INFINITY,
+                rlim_max: libc::RLIM_INFINITY,
+            };
+            if libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) != 0
+                || libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) != 0
+            {
+                notes.push(format!(
+                    "cannot lock memory: {} (needs CAP_IPC_LOCK, CAP_SYS_RESOURCE or a higher RLIMIT_MEMLOCK, e.g. systemd's LimitMEMLOCK=infinity); the recorder may be paged out under memory pressure",
+                    std::io::Error::last_os_error()
+                ));
+            }
         }
         let mut rl = libc::rlimit {
             rlim_cur: 0,

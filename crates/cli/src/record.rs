@@ -277,9 +277,9 @@ pub fn run(a: RecordArgs) -> Result<()> {
     for n in crate::prio::harden(a.nice, !a.no_mlock).notes {
         warn(&n);
     }
-    // SAFETY: geteuid has no failure mode.
-    if unsafe { libc::geteuid() } != 0 {
-        warn("not running as root: other users' /proc/<pid>/io, slabinfo and some cgroup files will be missing");
+    // What each missing capability costs, by name, so a service's unit can be fixed.
+    for m in jitterscope_model::caps::missing_in(jitterscope_model::caps::effective()) {
+        warn(&m);
     }
 
     let host = HostInfo::read(&root);

@@ -84,6 +84,7 @@ pub fn run(a: TracersArgs) -> Result<()> {
 fn failure(failed: usize, started: &[jitterscope_bpf::Started]) -> String {
     // SAFETY: geteuid has no failure mode.
     let uid = unsafe { libc::geteuid() };
+    let can = jitterscope_model::caps::can_trace();
     let denied = started
         .iter()
         .filter_map(|s| s.outcome.as_ref().err())
@@ -97,16 +98,16 @@ fn failure(failed: usize, started: &[jitterscope_bpf::Started]) -> String {
             .iter()
             .any(|e| why.contains(e))
         });
-    if uid != 0 {
+    if !can {
         format!(
             "{failed} tracer(s) cannot run: loading BPF needs root, or CAP_BPF and CAP_PERFMON \
-             (running as uid {uid})"
+             (running as uid {uid} without them)"
         )
     } else if denied {
         format!(
-            "{failed} tracer(s) cannot run: permission denied even as root: loading BPF needs \
-             CAP_BPF and CAP_PERFMON (a container, lockdown or a security module may withhold them; \
-             see above)"
+            "{failed} tracer(s) cannot run: permission denied although this process has CAP_BPF \
+             and CAP_PERFMON (uid {uid}; tracefs also needs CAP_DAC_READ_SEARCH when not root, \
+             and a container, lockdown or a security module may withhold them; see above)"
         )
     } else {
         format!("{failed} tracer(s) cannot run on this kernel (see above)")

@@ -145,8 +145,7 @@ fn live_source(interval: Duration, no_tracers: bool) -> LiveSource {
         },
     );
     let mut what = "no BPF".to_string();
-    // SAFETY: geteuid has no failure mode.
-    if !no_tracers && unsafe { libc::geteuid() } == 0 {
+    if !no_tracers && jitterscope_model::caps::can_trace() {
         let all: Vec<_> = jitterscope_bpf::Name::all().collect();
         let (c, started) = jitterscope_bpf::TracerCollector::start_on_demand(&root, &all);
         let up = jitterscope_bpf::running(&started);

@@ -84,7 +84,7 @@ fn check_lists_every_tracer_and_refuses_without_root() {
     let out = text(&o.stdout);
     assert!(!o.status.success(), "must fail unprivileged:\n{out}");
     assert_eq!(out.matches("FAILED").count(), 6, "{out}");
-    assert!(out.contains("not root"), "{out}");
+    assert!(out.contains("needs CAP_BPF and CAP_PERFMON"), "{out}");
     let err = text(&o.stderr);
     assert_eq!(err.lines().count(), 1, "one-line error: {err}");
     assert!(!err.contains("panicked"), "{err}");

@@ -11,6 +11,7 @@
 #![deny(missing_docs)]
 
 pub mod cancel;
+pub mod caps;
 pub mod codec;
 pub mod collector;
 pub mod derive;
