@@ -86,11 +86,12 @@ impl PidStat {
             || (self.flags & PF_EXITING != 0 && self.flags & PF_KTHREAD == 0 && self.rss_pages == 0)
     }
 
-    /// The signal that ended a zombie (SIGKILL is 9), None while it runs or when it exited
-    /// by itself.
+    /// The signal that ended an exited process (SIGKILL is 9), None while it runs or when it
+    /// exited by itself. do_exit() sets exit_code before it releases the memory, so a process
+    /// seen exiting without memory (not yet a zombie) already says how it ended.
     pub fn exit_signal(&self) -> Option<i32> {
         let c = self.exit_code?;
-        (matches!(self.state, 'Z' | 'X') && c & 0x7f != 0).then_some(c & 0x7f)
+        (self.exited() && c & 0x7f != 0).then_some(c & 0x7f)
     }
 }
 
@@ -897,6 +898,16 @@ mod tests {
         // A kernel thread has no mm either, and has not exited.
         let kt = parse_pid_stat(&std::fs::read(format!("{FX}/proc/2/stat")).unwrap()).unwrap();
         assert!(!kt.exited());
+        // Still exiting (PF_EXITING, memory gone), not yet a zombie: the signal is known.
+        let mut exiting = z.clone();
+        exiting.state = 'R';
+        exiting.flags |= PF_EXITING;
+        assert!(exiting.exited());
+        assert_eq!(exiting.exit_signal(), Some(9));
+        // A live process with a stale code says nothing.
+        let mut live = exiting.clone();
+        live.flags &= !PF_EXITING;
+        assert_eq!(live.exit_signal(), None);
     }
 
     #[test]

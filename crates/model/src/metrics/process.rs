@@ -74,10 +74,12 @@ fn ended(cx: &Ctx, out: &mut Emit, f: fn(&Process) -> Option<f64>) {
         let pid = p.stat.pid.to_string();
         gauge(out, &[&pid, &p.stat.comm], f(p));
     };
+    // Once per exit: at the first sample that sees it, or later when the value only became
+    // known then (seen exiting, then as a zombie).
     for c in cur.iter().filter(|c| c.stat.exited()) {
         if cx
             .prev_process(c.stat.pid, c.stat.starttime_ticks)
-            .is_none_or(|p| !p.stat.exited())
+            .is_none_or(|p| !p.stat.exited() || (f(p).is_none() && f(c).is_some()))
         {
             emit(c);
         }
@@ -188,6 +190,26 @@ mod tests {
         let first = it.next().and_then(|v| v.value);
         assert!(it.next().is_none(), "{series} twice");
         first
+    }
+
+    #[test]
+    fn the_kill_signal_is_kept_when_the_exit_is_first_seen_before_the_zombie() {
+        // Seen exiting (PF_EXITING, no memory) with its code not yet readable, then as a zombie.
+        let mut exiting = proc(10, "worker", 'R', 0, 0, 0);
+        exiting.stat.flags = jitterscope_sources::process::PF_EXITING;
+        exiting.stat.exit_code = Some(0);
+        let prev = sample(1, vec![exiting]);
+        let cur = sample(2, vec![proc(10, "worker", 'Z', 0, 0, 0)]);
+        assert_eq!(
+            value(&prev, &sample(0, vec![]), "proc.10.worker.exited"),
+            Some(1.0)
+        );
+        assert_eq!(value(&cur, &prev, "proc.10.worker.exit_signal"), Some(9.0));
+        // The exit itself is counted once.
+        assert_eq!(value(&cur, &prev, "proc.10.worker.exited"), None);
+        // And once known, the signal is not repeated.
+        let later = sample(3, vec![proc(10, "worker", 'Z', 0, 0, 0)]);
+        assert_eq!(value(&later, &cur, "proc.10.worker.exit_signal"), None);
     }
 
     #[test]
