@@ -278,7 +278,12 @@ pub fn run(a: RecordArgs) -> Result<()> {
         warn(&n);
     }
     // What each missing capability costs, by name, so a service's unit can be fixed.
-    for m in jitterscope_model::caps::missing_in(jitterscope_model::caps::effective()) {
+    let caps = jitterscope_model::caps::effective();
+    for m in jitterscope_model::caps::missing_in(caps) {
+        warn(&m);
+    }
+    let paranoid = jitterscope_model::caps::perf_paranoid();
+    if let Some(m) = jitterscope_model::caps::perf_restricted_in(caps, paranoid) {
         warn(&m);
     }
 

@@ -105,6 +105,33 @@ pub fn missing_in(set: u64) -> Vec<String> {
         .collect()
 }
 
+/// `kernel.perf_event_paranoid`, if readable.
+pub fn perf_paranoid() -> Option<i32> {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Debian's and Ubuntu's kernels add levels of `kernel.perf_event_paranoid` above 2 (Debian's
+/// default is 3, Ubuntu's 4) at which perf_event_open refuses every caller without
+/// CAP_SYS_ADMIN, CAP_PERFMON included: measured on Debian's 6.1 in the package test's guest
+/// (tests/vm/deb.sh), where the recorder's seven capabilities sampled nothing and attached no
+/// tracepoint until the level was 2. The line that says so and what to do, if it applies to
+/// `set`.
+pub fn perf_restricted_in(set: u64, paranoid: Option<i32>) -> Option<String> {
+    let level = paranoid?;
+    (level > 2 && !has_in(set, SYS_ADMIN)).then(|| {
+        format!(
+            "kernel.perf_event_paranoid is {level}: above 2 (Debian's and Ubuntu's kernels) perf \
+             events need CAP_SYS_ADMIN, so the stack sampler and the tracers that attach to \
+             tracepoints are off; set it to 2, the kernel's own default (the Debian package's \
+             /usr/lib/sysctl.d/60-jitterscope.conf does), or grant CAP_SYS_ADMIN"
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,5 +159,20 @@ mod tests {
         assert_eq!(missing_in(1 << 21).len(), RECORDER.len() - 2);
         assert_eq!(parse_eff("CapEff:\tzz\n"), None);
         assert_eq!(parse_eff(""), None);
+    }
+
+    #[test]
+    fn paranoid_levels_above_two_need_sys_admin() {
+        let recorder = RECORDER.iter().fold(0u64, |m, (c, _)| m | 1 << c.0);
+        let line = perf_restricted_in(recorder, Some(3)).unwrap();
+        assert!(
+            line.starts_with("kernel.perf_event_paranoid is 3:"),
+            "{line}"
+        );
+        assert!(perf_restricted_in(recorder, Some(4)).is_some());
+        assert_eq!(perf_restricted_in(recorder, Some(2)), None);
+        assert_eq!(perf_restricted_in(recorder, Some(-1)), None);
+        assert_eq!(perf_restricted_in(recorder, None), None);
+        assert_eq!(perf_restricted_in(recorder | 1 << 21, Some(3)), None);
     }
 }

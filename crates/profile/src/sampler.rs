@@ -181,9 +181,15 @@ fn open_error(cpu: usize, e: &io::Error) -> String {
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "?".into());
     match e.raw_os_error() {
+        Some(libc::EACCES) | Some(libc::EPERM) if paranoid.parse().is_ok_and(|p: i32| p > 2) => {
+            format!(
+                "perf_event_open on CPU {cpu}: {e} (kernel.perf_event_paranoid is {paranoid}: \
+                 above 2, Debian's and Ubuntu's kernels allow it only with CAP_SYS_ADMIN; set 2)"
+            )
+        }
         Some(libc::EACCES) | Some(libc::EPERM) => format!(
             "perf_event_open on CPU {cpu}: {e} (kernel.perf_event_paranoid is {paranoid}; \
-             system-wide sampling needs root, CAP_PERFMON, or paranoid <= 0)"
+             system-wide sampling needs CAP_PERFMON (or CAP_SYS_ADMIN), or paranoid <= 0)"
         ),
         Some(libc::ENOENT) | Some(libc::ENODEV) | Some(libc::EOPNOTSUPP) => {
             format!("perf_event_open on CPU {cpu}: {e} (this kernel has no cpu-clock sampling)")
