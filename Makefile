@@ -5,7 +5,7 @@ BIN := target/release/jitterscope
 DIR ?= ./data
 ARGS ?=
 
-.PHONY: all setup setup-test build run test test-vm lint bench fixtures web-assets man clean
+.PHONY: all setup setup-test build run test test-vm test-deb lint bench fixtures web-assets man deb clean
 
 all: build
 
@@ -38,6 +38,11 @@ test: setup-test
 test-vm: build
 	bash tests/vm/run.sh
 
+# The .deb installed with dpkg in a Debian guest booted with systemd (tests/vm/deb.sh): the
+# services, their user and capabilities, group read access, remove and purge. Root.
+test-deb: deb
+	bash tests/vm/deb.sh
+
 lint: setup
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
@@ -57,12 +62,18 @@ web-assets:
 	bash scripts/web-assets.sh
 
 # Man pages (one per command) and bash/zsh/fish completions, generated from the CLI definition.
+# The build machine's own /etc/jitterscope must not leak into the pages' defaults.
 man: build
-	$(BIN) manpages target/man
+	JITTERSCOPE_CONFIG=/dev/null $(BIN) manpages target/man
 	@mkdir -p target/completions
 	$(BIN) completions bash > target/completions/jitterscope.bash
 	$(BIN) completions zsh > target/completions/_jitterscope
 	$(BIN) completions fish > target/completions/jitterscope.fish
+
+# The Debian package (cargo-deb): binary, man pages, completions, example config, hardened
+# systemd units (deploy/systemd) and maintainer scripts (deploy/debian). Into target/debian.
+deb: man
+	bash scripts/deb.sh
 
 clean:
 	$(CARGO) clean

@@ -1,0 +1,168 @@
+#!/bin/bash
+# Inside the systemd guest of tests/vm/deb.sh: installs the .deb from the share with dpkg and
+# checks what an administrator relies on: the recorder runs as its own user with exactly its
+# capabilities and records; a member of the jitterscope group reads the store and another user
+# cannot; jitterscope-serve serves it without privileges; kill -9 loses nothing; remove stops
+# and keeps the configuration; purge removes it and keeps the recordings unless
+# JITTERSCOPE_PURGE_DATA=yes. One line per check in /mnt/out/checks ("PASS name" or
+# "FAIL name: why"), then "DONE", and the guest powers off.
+set -u
+OUT=/mnt/out
+DEB=$(ls /mnt/in/jitterscope_*.deb)
+exec >>"$OUT/guest.log" 2>&1
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+
+pass() { echo "PASS $1" >>"$OUT/checks"; echo "== PASS $1"; }
+fail() { echo "FAIL $1: $2" >>"$OUT/checks"; echo "== FAIL $1: $2"; }
+# check NAME WHY-IF-FALSE COMMAND...
+check() {
+  local name=$1 why=$2
+  shift 2
+  if "$@"; then pass "$name"; else fail "$name" "$why"; fi
+}
+field() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"; }
+main_pid() { systemctl show -p MainPID --value "$1"; }
+# The minimal rootfs has no procps (pgrep).
+jitterscope_pids() {
+  local p
+  for p in /proc/[0-9]*; do
+    [ "$(stat -c %U "$p" 2>/dev/null)" = jitterscope ] && echo "${p#/proc/}"
+  done
+}
+# Waits up to $2 seconds for "$1" (a shell condition) to hold.
+wait_for() {
+  local i
+  for ((i = 0; i < $2; i++)); do
+    eval "$1" && return 0
+    sleep 1
+  done
+  return 1
+}
+samples_as() {
+  runuser -u "$1" -- jitterscope dump --from '1h ago' --select cpu.usr_pct --format json 2>/dev/null | wc -l
+}
+finish() {
+  journalctl -b --no-pager >"$OUT/journal.txt" 2>&1
+  echo DONE >>"$OUT/checks"
+  sync
+  systemctl poweroff --no-block
+  exit 0
+}
+trap finish EXIT
+
+uname -r
+paranoid_before=$(cat /proc/sys/kernel/perf_event_paranoid)
+echo "kernel.perf_event_paranoid: $paranoid_before"
+echo "installing $DEB"
+check dpkg-install "dpkg -i failed" dpkg -i "$DEB"
+
+# --- what the postinst made ---
+uid=$(id -u jitterscope 2>/dev/null || echo none)
+check system-user "jitterscope is not a system user (uid $uid)" test "$uid" != none -a "$uid" -lt 1000 2>/dev/null
+check no-login "jitterscope has a login shell" test "$(getent passwd jitterscope | cut -d: -f7)" = /usr/sbin/nologin
+st=$(stat -c '%U:%G %a' /var/lib/jitterscope 2>&1)
+check store-dir "/var/lib/jitterscope is $st, not jitterscope:jitterscope 750" test "$st" = "jitterscope:jitterscope 750"
+paranoid=$(cat /proc/sys/kernel/perf_event_paranoid)
+check paranoid "kernel.perf_event_paranoid went from $paranoid_before to $paranoid, not 2" test "$paranoid" = 2
+check conffile "/etc/jitterscope/jitterscope.toml missing" test -f /etc/jitterscope/jitterscope.toml
+check config-valid "jitterscope config check fails on the installed file" jitterscope config check
+check man-page "man page jitterscope-record(1) not installed" test -f /usr/share/man/man1/jitterscope-record.1.gz
+check completion "bash completion not installed" test -f /usr/share/bash-completion/completions/jitterscope
+check record-enabled "jitterscope.service is $(systemctl is-enabled jitterscope 2>&1), not enabled" \
+  test "$(systemctl is-enabled jitterscope 2>&1)" = enabled
+check serve-disabled "jitterscope-serve.service is $(systemctl is-enabled jitterscope-serve 2>&1), not disabled" \
+  test "$(systemctl is-enabled jitterscope-serve 2>&1)" = disabled
+
+# --- the recorder, started as an administrator would ---
+systemctl stop jitterscope
+systemctl start jitterscope
+check record-active "jitterscope.service is $(systemctl is-active jitterscope)" \
+  wait_for '[ "$(systemctl is-active jitterscope)" = active ]' 20
+pid=$(main_pid jitterscope)
+echo "record: pid $pid"
+grep -E '^(Uid|Gid|Groups|Cap|NoNewPrivs)' "/proc/$pid/status"
+check record-uid "record runs as uid $(field "$pid" Uid), not jitterscope's $uid" test "$(field "$pid" Uid)" = "$uid"
+# CAP_DAC_READ_SEARCH 2, CAP_SYS_PTRACE 19, CAP_SYS_NICE 23, CAP_SYS_RESOURCE 24,
+# CAP_SYSLOG 34, CAP_PERFMON 38, CAP_BPF 39
+want=$(printf '%016x' $(( (1 << 2) | (1 << 19) | (1 << 23) | (1 << 24) | (1 << 34) | (1 << 38) | (1 << 39) )))
+check record-caps "CapEff $(field "$pid" CapEff), want $want" test "$(field "$pid" CapEff)" = "$want"
+check record-bounding "CapBnd $(field "$pid" CapBnd), want $want" test "$(field "$pid" CapBnd)" = "$want"
+check record-nnp "NoNewPrivs is $(field "$pid" NoNewPrivs)" test "$(field "$pid" NoNewPrivs)" = 1
+
+useradd --create-home alice
+usermod -a -G jitterscope alice
+useradd --create-home bob
+check records "no 5 samples readable by alice (jitterscope group) within 120 s: $(samples_as alice)" \
+  wait_for '[ "$(samples_as alice)" -ge 5 ]' 120
+echo "alice reads $(samples_as alice) samples"
+out=$(runuser -u bob -- jitterscope dump --from '1h ago' --select cpu.usr_pct 2>&1); rc=$?
+echo "bob: rc $rc: $out"
+check others-denied "bob (not in the group) read the store: rc $rc" test $rc != 0
+journal=$(journalctl -b -u jitterscope --no-pager -o cat)
+echo "$journal"
+check tracers-loaded "not all tracers run: $(grep -m1 'tracers running:' <<<"$journal")" \
+  grep -q 'tracers running: reclaim, shrinker, tlb, madvise, runqlat, lookups' <<<"$journal"
+check profiler-on "the journal has no 'sampling stacks' line" grep -q 'sampling stacks' <<<"$journal"
+check no-missing-caps "the recorder says it lacks a capability: $(grep -m1 'without CAP_' <<<"$journal")" \
+  bash -c "! grep -q 'without CAP_' <<<\"\$1\"" _ "$journal"
+
+# --- kill -9: systemd restarts it and what was recorded stays readable ---
+before=$(samples_as alice)
+kill -9 "$pid"
+check restarted "no new recorder 30 s after kill -9 of $pid" \
+  wait_for '[ "$(systemctl is-active jitterscope)" = active ] && [ "$(main_pid jitterscope)" != "$pid" ] && [ "$(main_pid jitterscope)" != 0 ]' 30
+check nothing-lost "samples went from $before to $(samples_as alice) after kill -9" \
+  wait_for '[ "$(samples_as alice)" -gt "$before" ]' 60
+check store-check "jitterscope store check fails after kill -9" runuser -u alice -- jitterscope store check
+
+# --- the web UI and /metrics, unprivileged ---
+systemctl start jitterscope-serve
+check serve-active "jitterscope-serve.service is $(systemctl is-active jitterscope-serve)" \
+  wait_for '[ "$(systemctl is-active jitterscope-serve)" = active ]' 20
+metrics() {
+  python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen("http://127.0.0.1:9630/metrics", timeout=10).read().decode())' 2>/dev/null
+}
+check serve-metrics "/metrics on 127.0.0.1:9630 has no jitterscope_ series" \
+  wait_for 'metrics | grep -q "^jitterscope_"' 60
+spid=$(main_pid jitterscope-serve)
+grep -E '^(Uid|Cap)' "/proc/$spid/status"
+suid=$(field "$spid" Uid)
+check serve-user "serve runs as uid $suid (root or the recorder's user)" test "$suid" != 0 -a "$suid" != "$uid"
+check serve-nocaps "serve has CapEff $(field "$spid" CapEff)" test "$(field "$spid" CapEff)" = 0000000000000000
+journalctl -b -u jitterscope-serve --no-pager -o cat
+
+# --- Debian's own kernel.perf_event_paranoid: the recorder says what it loses and how to fix it
+echo 3 >/proc/sys/kernel/perf_event_paranoid
+since=$(date '+%Y-%m-%d %H:%M:%S')
+systemctl restart jitterscope
+check paranoid-warning "no warning about kernel.perf_event_paranoid 3 in the journal" \
+  wait_for 'journalctl -u jitterscope --since "$since" -o cat | grep -q "kernel.perf_event_paranoid is 3: above 2"' 60
+journalctl -u jitterscope --since "$since" -o cat | grep paranoid
+/lib/systemd/systemd-sysctl
+check sysctl-file "systemd-sysctl left kernel.perf_event_paranoid at $(cat /proc/sys/kernel/perf_event_paranoid)" \
+  test "$(cat /proc/sys/kernel/perf_event_paranoid)" = 2
+systemctl restart jitterscope
+
+# --- remove: stopped, binary gone, configuration kept ---
+check dpkg-remove "dpkg -r failed" dpkg -r jitterscope
+check removed-stopped "a process still runs as jitterscope: $(jitterscope_pids)" test -z "$(jitterscope_pids)"
+check removed-binary "/usr/bin/jitterscope is still there" test ! -e /usr/bin/jitterscope
+check removed-keeps-config "remove deleted the conffile" test -f /etc/jitterscope/jitterscope.toml
+
+# --- purge: configuration and units gone, recordings and their owner kept ---
+check dpkg-purge "dpkg -P failed" dpkg -P jitterscope
+check purged-config "/etc/jitterscope is still there" test ! -e /etc/jitterscope
+check purged-units "jitterscope units are still known: $(systemctl list-unit-files 'jitterscope*' --no-legend)" \
+  test -z "$(systemctl list-unit-files 'jitterscope*' --no-legend)"
+check purge-keeps-data "the recordings are gone after a plain purge" \
+  test -n "$(ls /var/lib/jitterscope 2>/dev/null | grep -v LOCK)"
+check purge-keeps-user "the jitterscope user is gone after a plain purge" getent passwd jitterscope
+
+# --- reinstall over the kept store, then purge it all ---
+check reinstall "dpkg -i over the kept store failed" dpkg -i "$DEB"
+check reinstall-records "the reinstalled recorder is $(systemctl is-active jitterscope)" \
+  wait_for '[ "$(systemctl is-active jitterscope)" = active ]' 20
+check purge-data "JITTERSCOPE_PURGE_DATA=yes dpkg -P failed" env JITTERSCOPE_PURGE_DATA=yes dpkg -P jitterscope
+check purged-data "/var/lib/jitterscope is still there" test ! -e /var/lib/jitterscope
+check purged-user "the jitterscope user is still there" bash -c '! getent passwd jitterscope'
+check purged-group "the jitterscope group is still there" bash -c '! getent group jitterscope'

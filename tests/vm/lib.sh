@@ -1,0 +1,159 @@
+# Sourced by tests/vm/run.sh (the kernel matrix) and tests/vm/deb.sh (the package in a
+# systemd guest): installs the host tools, fetches Debian's kernels through a private apt
+# configuration, builds the debootstrap rootfs image and one initramfs per kernel, all cached
+# under target/vm. Defines kernel_dir and initramfs; sets ROOT, VM, BIN, IMAGE.
+# shellcheck shell=bash
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+ROOT=$PWD
+VM=$ROOT/target/vm
+BIN=${JITTERSCOPE:-$ROOT/target/release/jitterscope}
+# Wall-clock bound of one guest; a guest that hangs fails its cell, not the whole run.
+GUEST_TIMEOUT=${JSVM_TIMEOUT:-900}
+MIRROR=http://deb.debian.org/debian
+KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
+
+log() { printf 'vm: %s\n' "$*" >&2; }
+die() { printf 'vm: error: %s\n' "$*" >&2; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "needs root (debootstrap, the rootfs image's ownership)"
+[ -x "$BIN" ] || die "no jitterscope binary at $BIN (make build)"
+
+need=()
+command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
+# The initramfs needs the static build (the dynamic one has no libraries there).
+{ [ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1; } || need+=(busybox-static)
+command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v depmod >/dev/null || need+=(kmod)
+command -v mke2fs >/dev/null || need+=(e2fsprogs)
+command -v cpio >/dev/null || need+=(cpio)
+command -v xz >/dev/null || need+=(xz-utils)
+command -v zstd >/dev/null || need+=(zstd)
+[ -f "$KEYRING" ] || need+=(debian-archive-keyring)
+if [ ${#need[@]} -gt 0 ]; then
+  log "installing ${need[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" >/dev/null \
+    || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" >/dev/null; }
+fi
+
+mkdir -p "$VM"/apt/lists/partial "$VM"/apt/cache/archives/partial "$VM"/debs "$VM"/kernels "$VM"/out
+
+# --- kernels: Debian's linux-image for each release, through a private apt configuration ---
+suite_of() {
+  case $1 in
+    5.10) echo bullseye ;;
+    6.1) echo bookworm ;;
+    6.12) echo trixie ;;
+    *) die "unknown kernel $1 (5.10, 6.1 or 6.12)" ;;
+  esac
+}
+cat >"$VM/apt/sources.list" <<EOF
+deb [signed-by=$KEYRING] $MIRROR bullseye main
+deb [signed-by=$KEYRING] $MIRROR bookworm main
+deb [signed-by=$KEYRING] $MIRROR trixie main
+EOF
+APT=(-o "Dir::Etc::sourcelist=$VM/apt/sources.list" -o Dir::Etc::sourceparts=- \
+     -o "Dir::State::Lists=$VM/apt/lists" -o "Dir::Cache=$VM/apt/cache" \
+     -o APT::Sandbox::User=root)
+apt_updated=0
+apt_update() {
+  [ $apt_updated = 1 ] && return
+  log "apt-get update (private lists under target/vm/apt)"
+  apt-get "${APT[@]}" update -q >/dev/null
+  apt_updated=1
+}
+
+# Prints the kernel's directory (target/vm/kernels/<release>) once it is unpacked, with
+# modules.dep built by depmod (Debian's packages leave that to their postinst).
+kernel_dir() {
+  local want=$1 suite dep pkg deb rel
+  suite=$(suite_of "$want")
+  if [ -f "$VM/kernels/$want.release" ]; then
+    rel=$(cat "$VM/kernels/$want.release")
+    [ -f "$VM/kernels/$rel/boot/vmlinuz-$rel" ] && { echo "$VM/kernels/$rel"; return; }
+  fi
+  apt_update
+  dep=$(apt-cache "${APT[@]}" show "linux-image-amd64/$suite" | sed -n 's/^Depends: \(linux-image-[^ ,]*\).*/\1/p' | head -1)
+  [ -n "$dep" ] || die "cannot resolve linux-image-amd64 in $suite"
+  pkg=$dep
+  log "fetching $pkg ($suite)"
+  (cd "$VM/debs" && apt-get "${APT[@]}" download -q "$pkg/$suite" >/dev/null)
+  deb=$(ls -t "$VM/debs/${pkg}"_*.deb | head -1)
+  [ -f "$deb" ] || die "apt-get download $pkg/$suite left no package in $VM/debs"
+  rel=${pkg#linux-image-}
+  rm -rf "$VM/kernels/$rel"
+  mkdir -p "$VM/kernels/$rel"
+  dpkg-deb -x "$deb" "$VM/kernels/$rel"
+  # trixie's package is merged-/usr (usr/lib/modules); depmod and modprobe -d look in lib/.
+  if [ ! -d "$VM/kernels/$rel/lib/modules" ] && [ -d "$VM/kernels/$rel/usr/lib/modules" ]; then
+    ln -s usr/lib "$VM/kernels/$rel/lib"
+  fi
+  depmod -b "$VM/kernels/$rel" "$rel"
+  echo "$rel" >"$VM/kernels/$want.release"
+  echo "$VM/kernels/$rel"
+}
+
+# --- the guest's userspace: a debootstrap rootfs from the same archive, as an ext4 image ---
+# python3 runs the guest's checks and the lab's Python leaks; tini is PID 1 and reaps what the
+# lab orphans; libnss3-tools is the nss-probe scenario's certutil; systemd is PID 1 of the
+# package test's guest (tests/vm/deb.sh) instead of tini.
+PACKAGES=python3,tini,libnss3-tools,systemd
+# Plus the packages of the binary's shared libraries (libelf1 for libbpf; libc is in minbase).
+for lib in $(ldd "$BIN" | awk '/=>/ { print $3 }'); do
+  pkg=$(dpkg -S "$lib" 2>/dev/null || dpkg -S "$(readlink -f "$lib")" 2>/dev/null || true)
+  pkg=${pkg%%:*}
+  [ -n "$pkg" ] && PACKAGES+=",$pkg"
+done
+PACKAGES=$(tr ',' '\n' <<<"$PACKAGES" | sort -u | paste -sd, -)
+ROOTFS=$VM/rootfs
+IMAGE=$VM/rootfs.img
+if [ "$(cat "$ROOTFS.packages" 2>/dev/null)" != "$PACKAGES" ]; then
+  log "debootstrap bookworm ($PACKAGES)"
+  rm -rf "$ROOTFS.tmp" "$IMAGE"
+  debootstrap --variant=minbase --include="$PACKAGES" bookworm "$ROOTFS.tmp" "$MIRROR" \
+    >"$VM/debootstrap.log" 2>&1 || { tail -20 "$VM/debootstrap.log" >&2; die "debootstrap failed"; }
+  rm -rf "$ROOTFS.tmp"/var/cache/apt/archives/*.deb "$ROOTFS.tmp"/var/lib/apt/lists/*
+  rm -rf "$ROOTFS"
+  mv "$ROOTFS.tmp" "$ROOTFS"
+  echo "$PACKAGES" >"$ROOTFS.packages"
+fi
+if [ ! -f "$IMAGE" ]; then
+  log "building the root image"
+  # 4 GiB, sparse: the lab's files (a 512 MiB stream, a 160 MiB file) and the stores. Guests
+  # run it with snapshot=on, so every boot starts from this same image.
+  mke2fs -q -t ext4 -d "$ROOTFS" -L jsvm-root "$IMAGE.tmp" 4G
+  mv "$IMAGE.tmp" "$IMAGE"
+fi
+
+# --- one initramfs per kernel: busybox, the modules for virtio disk and 9p, tests/vm/init ---
+initramfs() {
+  local kdir=$1 rel out m dir
+  rel=$(basename "$kdir")
+  out=$VM/initramfs-$rel.cpio.gz
+  if [ -f "$out" ] && [ "$out" -nt "$ROOT/tests/vm/init" ] && [ "$out" -nt "$ROOT/tests/vm/lib.sh" ]; then
+    echo "$out"; return
+  fi
+  dir=$(mktemp -d "$VM/initramfs.XXXXXX")
+  mkdir -p "$dir/bin" "$dir/modules"
+  cp /bin/busybox "$dir/bin/busybox"
+  ln -s busybox "$dir/bin/sh"
+  cp "$ROOT/tests/vm/init" "$dir/init"
+  : >"$dir/modules/order"
+  # modprobe's own resolution, in load order; built-in ones print as "builtin".
+  for m in virtio_pci virtio_blk ext4 9p 9pnet_virtio; do
+    modprobe -d "$kdir" -S "$rel" --show-depends "$m"
+  done | awk '$1 == "insmod" { print $2 }' | awk '!seen[$0]++' | while read -r path; do
+    local name
+    name=$(basename "$path")
+    case $name in
+      *.ko.xz) xz -dc "$path" >"$dir/modules/${name%.xz}"; name=${name%.xz} ;;
+      *.ko.zst) zstd -qdc "$path" >"$dir/modules/${name%.zst}"; name=${name%.zst} ;;
+      *) cp "$path" "$dir/modules/$name" ;;
+    esac
+    echo "$name" >>"$dir/modules/order"
+  done
+  (cd "$dir" && find . | cpio -o -H newc --quiet | gzip -1 >"$out.tmp")
+  rm -rf "$dir"
+  mv "$out.tmp" "$out"
+  echo "$out"
+}
+
