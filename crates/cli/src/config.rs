@@ -26,24 +26,24 @@ pub const SECTIONS: &[&str] = &["record", "serve"];
 /// The file to read: `--config P` / `--config=P` on the command line (found before clap runs,
 /// because the file changes what clap accepts), else `$JITTERSCOPE_CONFIG`, else
 /// [`DEFAULT_PATH`] if it exists. The flag and the variable name a file that must exist.
-pub fn locate(args: &[OsString]) -> Option<(PathBuf, bool)> {
+pub fn locate(args: &[OsString]) -> Option<PathBuf> {
     let mut it = args.iter().skip(1);
     while let Some(a) = it.next() {
         if a == "--" {
             break;
         }
         if a == "--config" {
-            return it.next().map(|p| (PathBuf::from(p), true));
+            return it.next().map(PathBuf::from);
         }
         if let Some(p) = a.to_str().and_then(|s| s.strip_prefix("--config=")) {
-            return Some((PathBuf::from(p), true));
+            return Some(PathBuf::from(p));
         }
     }
     if let Some(p) = std::env::var_os("JITTERSCOPE_CONFIG").filter(|p| !p.is_empty()) {
-        return Some((PathBuf::from(p), true));
+        return Some(PathBuf::from(p));
     }
     let p = PathBuf::from(DEFAULT_PATH);
-    p.exists().then_some((p, false))
+    p.exists().then_some(p)
 }
 
 /// `JITTERSCOPE_<OPTION>` for an option id (`profile_hz` → `JITTERSCOPE_PROFILE_HZ`).
@@ -337,30 +337,20 @@ pub fn example(cmd: &Command) -> String {
         for arg in options(sub) {
             let long = arg.get_long().unwrap_or_default();
             out.push('\n');
-            let help = arg
-                .get_long_help()
-                .or(arg.get_help())
-                .map(|h| h.to_string());
-            for l in help.unwrap_or_default().lines() {
+            let (help, default) = described(arg);
+            for l in help.lines() {
                 for w in wrap(l, 92) {
                     let _ = writeln!(out, "# {w}");
                 }
             }
-            let defaults: Vec<String> = arg
-                .get_default_values()
-                .iter()
-                .map(|v| v.to_string_lossy().into_owned())
-                .collect();
-            if is_flag(arg) {
-                let _ = writeln!(out, "#{long} = false");
-            } else if defaults.is_empty() {
+            if let Some(d) = default {
+                let _ = writeln!(out, "#{long} = {d}");
+            } else {
                 let placeholder = arg
                     .get_value_names()
                     .and_then(|n| n.first())
                     .map_or_else(|| long.to_uppercase(), |n| n.to_string());
                 let _ = writeln!(out, "#{long} = \"<{placeholder}>\"");
-            } else {
-                let _ = writeln!(out, "#{long} = {}", toml_value(arg, &defaults));
             }
         }
     }
@@ -369,6 +359,29 @@ pub fn example(cmd: &Command) -> String {
         .collect::<Vec<_>>()
         .join("\n")
         + "\n"
+}
+
+/// What the example file and the man page say of an option: its help, and its default as a
+/// TOML value (`false` for a switch; `None` when it has none).
+fn described(arg: &Arg) -> (String, Option<String>) {
+    let help = arg
+        .get_long_help()
+        .or(arg.get_help())
+        .map(|h| h.to_string())
+        .unwrap_or_default();
+    let defaults: Vec<String> = arg
+        .get_default_values()
+        .iter()
+        .map(|v| v.to_string_lossy().into_owned())
+        .collect();
+    let default = if is_flag(arg) {
+        Some("false".to_string())
+    } else if defaults.is_empty() {
+        None
+    } else {
+        Some(toml_value(arg, &defaults))
+    };
+    (help, default)
 }
 
 /// `jitterscope.toml(5)`: the file's format, precedence and every option, in roff.
@@ -407,23 +420,8 @@ pub fn man_page(cmd: &Command) -> String {
         let _ = writeln!(out, ".SH [{}]", sec.to_uppercase());
         for arg in options(sub) {
             let long = arg.get_long().unwrap_or_default();
-            let help = arg
-                .get_long_help()
-                .or(arg.get_help())
-                .map(|h| h.to_string())
-                .unwrap_or_default();
-            let defaults: Vec<String> = arg
-                .get_default_values()
-                .iter()
-                .map(|v| v.to_string_lossy().into_owned())
-                .collect();
-            let default = if is_flag(arg) {
-                " (default: false)".to_string()
-            } else if defaults.is_empty() {
-                String::new()
-            } else {
-                format!(" (default: {})", toml_value(arg, &defaults))
-            };
+            let (help, default) = described(arg);
+            let default = default.map_or_else(String::new, |d| format!(" (default: {d})"));
             let _ = writeln!(
                 out,
                 ".TP\n\\fB{}\\fR{}\n{}\n.br\nEnvironment: {}",
@@ -490,11 +488,11 @@ mod tests {
         let a = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
         assert_eq!(
             locate(&a(&["js", "record", "--config", "/x.toml"])),
-            Some((PathBuf::from("/x.toml"), true))
+            Some(PathBuf::from("/x.toml"))
         );
         assert_eq!(
             locate(&a(&["js", "--config=/y.toml", "serve"])),
-            Some((PathBuf::from("/y.toml"), true))
+            Some(PathBuf::from("/y.toml"))
         );
     }
 }

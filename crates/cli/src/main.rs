@@ -141,7 +141,7 @@ fn main() -> ExitCode {
         return ExitCode::from(jitterscope_lab::worker::main(&args[1..]) as u8);
     }
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let file = config::locate(&argv).map(|(p, _)| p);
+    let file = config::locate(&argv);
     let (cmd, values) = match config::apply(Cli::command(), file.as_deref()) {
         Ok(x) => x,
         // Only the commands the file configures refuse to start on a bad file: a reader such as

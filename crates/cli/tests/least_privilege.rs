@@ -49,10 +49,7 @@ fn record_as_nobody(dir: &Path, grant: &[caps::Cap]) -> Output {
 /// The capabilities in this process's bounding set: only those can be granted.
 fn bounding() -> u64 {
     let st = std::fs::read_to_string("/proc/self/status").unwrap();
-    st.lines()
-        .find_map(|l| l.strip_prefix("CapBnd:"))
-        .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
-        .unwrap()
+    jitterscope_model::caps::parse_set(&st, "CapBnd").unwrap()
 }
 
 fn store_for_nobody(t: &Path) -> std::path::PathBuf {

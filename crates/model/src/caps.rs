@@ -52,9 +52,14 @@ pub const RECORDER: &[(Cap, &str)] = &[
 
 /// The effective set, parsed from `CapEff:` of `/proc/self/status` (a hex bit mask).
 pub fn parse_eff(status: &str) -> Option<u64> {
+    parse_set(status, "CapEff")
+}
+
+/// One capability set of a `/proc/<pid>/status` by its field name (`CapEff`, `CapBnd`, `CapAmb`).
+pub fn parse_set(status: &str, field: &str) -> Option<u64> {
     status
         .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
 }
 
@@ -158,6 +163,11 @@ mod tests {
         assert!(can_trace_in(1 << 21));
         assert_eq!(missing_in(1 << 21).len(), RECORDER.len() - 2);
         assert_eq!(parse_eff("CapEff:\tzz\n"), None);
+        assert_eq!(
+            parse_set("CapBnd:\t000001ffffffffff\n", "CapBnd"),
+            Some(0x1ff_ffff_ffff)
+        );
+        assert_eq!(parse_set("CapBndX:\t1\n", "CapBnd"), None);
         assert_eq!(parse_eff(""), None);
     }
 
