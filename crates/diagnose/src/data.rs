@@ -132,6 +132,9 @@ pub struct Data {
     /// The window asked for, `(from, to]`, when the data was read from a store; the samples
     /// may not reach its ends.
     pub asked: Option<(i64, i64)>,
+    /// The identity of each container cgroup the window's records named (by path), so a
+    /// culprit is named as its runtime names it, not only by id.
+    pub containers: HashMap<String, jitterscope_sources::cgroup::Identity>,
 }
 
 /// Summary statistics of a series over the window and over the baseline.
@@ -254,9 +257,13 @@ impl Data {
         // processes per sample was nearly all the time of diagnosing an hour. Rates then span
         // the subsample's interval (derive uses the two samples' monotonic times), and
         // `Stats::sum` integrates over each point's interval, so totals stay totals.
-        let host_parts = host_sel
+        let mut host_parts = host_sel
             .parts()
             .union(proc_sel.parts().without(Parts::PROCESSES));
+        if detail {
+            // The cgroup records carry the containers' names.
+            host_parts = host_parts.union(Parts::CGROUPS);
+        }
         let lo = from.saturating_sub(lookback_ns);
         let stride = (to.saturating_sub(from) / PROCESS_POINTS).max(1_000_000_000);
         let mut d = Data {
@@ -294,6 +301,11 @@ impl Data {
             };
             let in_window = sample.ts_ns > from;
             if in_window && sample.ts_ns <= to {
+                for c in sample.cgroups.iter().flatten() {
+                    if c.identity.name.is_some() && !d.containers.contains_key(&c.path) {
+                        d.containers.insert(c.path.clone(), c.identity.clone());
+                    }
+                }
                 for k in sample.oom_kills.iter().flatten() {
                     // The log's clock counts from boot like the sample's monotonic one; a
                     // report is read in the interval after it, so anything further off means

@@ -114,7 +114,7 @@ fn run(d: &Data) -> Vec<Finding> {
         let busiest = top_procs(d, &process::PROC_CPU_PCT)
             .into_iter()
             .find(|p| members.iter().any(|(m, _)| *m == p.pid));
-        let mut culprit = cgroup_culprit(cg);
+        let mut culprit = cgroup_culprit(d, cg);
         if let Some(p) = &busiest {
             culprit.pid = Some(p.pid);
             culprit.comm = Some(p.comm.clone());

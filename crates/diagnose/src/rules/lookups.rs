@@ -203,7 +203,7 @@ fn one(d: &Data, p: &Producer, cx: &Coverage, patterns: &[(&Series, f64)]) -> Fi
             .into_iter()
             .find(|(s, v)| s.label(0) != "(other)" && *v >= 0.5 * total)
         {
-            culprit = super::cgroup_culprit(s.label(0));
+            culprit = super::cgroup_culprit(d, s.label(0));
             culprit.pid = Some(pid);
             culprit.comm = Some(p.comm.clone());
         }

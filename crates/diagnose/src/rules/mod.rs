@@ -248,13 +248,29 @@ pub(crate) fn round(v: f64) -> f64 {
     }
 }
 
-/// The container (runtime and short id) or systemd unit a cgroup path belongs to.
-pub(crate) fn container_of(path: &str) -> Option<String> {
-    let id = identify(path);
-    match (&id.runtime, id.short_id()) {
-        (Runtime::None, _) => None,
-        (r, Some(short)) => Some(format!("{r:?} {short}").to_lowercase()),
-        (_, None) => id.systemd_unit.clone(),
+/// The container or systemd unit a cgroup path belongs to: the runtime, and the names the
+/// recorder read from the runtime's files where it could (`podman checkout-api
+/// (0123456789ab)`, `containerd shop/cart-7d9f/checkout-api (0123456789ab)`), else the short
+/// id that `docker ps` shows.
+pub(crate) fn container_of(d: &Data, path: &str) -> Option<String> {
+    let id = d
+        .containers
+        .get(path)
+        .cloned()
+        .unwrap_or_else(|| identify(path));
+    let rt = format!("{:?}", id.runtime).to_lowercase();
+    match (&id.runtime, id.short_id(), &id.name) {
+        (Runtime::None, _, _) => None,
+        (_, Some(short), Some(name)) => {
+            let pod = match (&id.namespace, &id.pod) {
+                (Some(ns), Some(pod)) => format!("{ns}/{pod}/"),
+                (None, Some(pod)) => format!("{pod}/"),
+                _ => String::new(),
+            };
+            Some(format!("{rt} {pod}{name} ({short})"))
+        }
+        (_, Some(short), None) => Some(format!("{rt} {short}")),
+        (_, None, _) => id.systemd_unit.clone(),
     }
 }
 
@@ -281,17 +297,17 @@ pub(crate) fn proc_culprit(d: &Data, pid: u32, comm: &str, res: Res) -> Culprit 
     Culprit {
         pid: Some(pid),
         comm: Some(comm.to_string()),
-        container: cgroup.as_deref().and_then(container_of),
+        container: cgroup.as_deref().and_then(|cg| container_of(d, cg)),
         cgroup,
         ..Default::default()
     }
 }
 
 /// A cgroup culprit.
-pub(crate) fn cgroup_culprit(path: &str) -> Culprit {
+pub(crate) fn cgroup_culprit(d: &Data, path: &str) -> Culprit {
     Culprit {
         cgroup: Some(path.to_string()),
-        container: container_of(path),
+        container: container_of(d, path),
         ..Default::default()
     }
 }
@@ -450,6 +466,45 @@ pub(crate) use jitterscope_sources::units::mib;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn containers_are_named_as_their_runtime_names_them() {
+        const HEX: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        let podman = format!("/machine.slice/libpod-{HEX}.scope");
+        let pod = format!(
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1f2e3d4c_0000_1111_2222_333344445555.slice/cri-containerd-{HEX}.scope"
+        );
+        let mut d = Data::default();
+        // Recorded without names (or before they were read): the short id, as before.
+        assert_eq!(
+            container_of(&d, &podman).as_deref(),
+            Some("podman 0123456789ab")
+        );
+        assert_eq!(
+            container_of(&d, "/system.slice/nginx.service").as_deref(),
+            Some("nginx.service")
+        );
+        assert_eq!(container_of(&d, "/"), None);
+        let named = |path: &str, name: &str, pod: Option<&str>, ns: Option<&str>| {
+            let mut id = identify(path);
+            id.name = Some(name.into());
+            id.pod = pod.map(Into::into);
+            id.namespace = ns.map(Into::into);
+            (path.to_string(), id)
+        };
+        d.containers.extend([
+            named(&podman, "checkout-api", None, None),
+            named(&pod, "checkout-api", Some("cart-7d9f"), Some("shop")),
+        ]);
+        assert_eq!(
+            container_of(&d, &podman).as_deref(),
+            Some("podman checkout-api (0123456789ab)")
+        );
+        assert_eq!(
+            cgroup_culprit(&d, &pod).container.as_deref(),
+            Some("containerd shop/cart-7d9f/checkout-api (0123456789ab)")
+        );
+    }
 
     #[test]
     fn confidence_scale() {

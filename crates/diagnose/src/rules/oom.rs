@@ -156,7 +156,7 @@ fn run(d: &Data) -> Vec<Finding> {
                     .task_memcg
                     .as_deref()
                     .or(limit_cg)
-                    .and_then(super::container_of),
+                    .and_then(|cg| super::container_of(d, cg)),
                 cgroup: k
                     .task_memcg
                     .clone()
@@ -211,7 +211,7 @@ fn run(d: &Data) -> Vec<Finding> {
     let victims = sigkilled(d, scope);
     let culprit = match (victims.as_slice(), scope) {
         ([(pid, comm)], _) => super::proc_culprit(d, *pid, comm, super::Res::Memory),
-        (_, Some(cg)) => super::cgroup_culprit(cg),
+        (_, Some(cg)) => super::cgroup_culprit(d, cg),
         _ => Culprit::default(),
     };
     let mut f = finding(

@@ -90,7 +90,7 @@ fn run(d: &Data) -> Vec<Finding> {
     let limit_cg = cgroups.first().map(|c| c.0.label(0).to_string());
     let culprit = match (&who.first(), &limit_cg) {
         (Some(p), _) => proc_culprit(d, p.pid, &p.comm, super::Res::Memory),
-        (None, Some(cg)) => cgroup_culprit(cg),
+        (None, Some(cg)) => cgroup_culprit(d, cg),
         _ => Default::default(),
     };
     // Memcg reclaim by tasks of a cgroup that is nowhere near a limit is not an allocation

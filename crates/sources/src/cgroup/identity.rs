@@ -67,6 +67,13 @@ pub struct Identity {
     pub qos: Option<QosClass>,
     /// The deepest systemd unit in the path (`nginx.service`, `session-3.scope`, `docker-<id>.scope`).
     pub systemd_unit: Option<String>,
+    /// The container's name, from its runtime's files on the host (not the path; see
+    /// `names.rs`). Absent in stores recorded before it was read.
+    pub name: Option<String>,
+    /// The Kubernetes pod's name, likewise.
+    pub pod: Option<String>,
+    /// The Kubernetes namespace, likewise.
+    pub namespace: Option<String>,
 }
 
 impl Identity {

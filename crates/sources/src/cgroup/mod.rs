@@ -13,6 +13,7 @@
 
 mod identity;
 mod mount;
+mod names;
 mod parse;
 mod proc_cgroup;
 mod reader;
@@ -23,6 +24,10 @@ use serde::{Deserialize, Serialize};
 
 pub use identity::{identify, Identity, QosClass, Runtime};
 pub use mount::{discover, mount_points, parse_mountinfo, CgroupVersion, Hierarchy};
+pub use names::{
+    from_runtime_name, parse_docker_config, parse_kubelet_log_name, parse_storage_containers,
+    ContainerNames, NameCache,
+};
 pub use parse::{
     parse_cfs_quota, parse_cpu_max, parse_cpu_stat, parse_cpuacct_stat, parse_io_stat, parse_keyed,
     parse_max_or_u64, parse_oom_control, parse_single, parse_v1_limit, CpuMax, CpuStatFile,

@@ -159,6 +159,7 @@ pub struct CgroupReader {
     dir: PathBuf,
     rel: String,
     stats: WalkStats,
+    names: super::names::NameCache,
 }
 
 impl CgroupReader {
@@ -170,6 +171,7 @@ impl CgroupReader {
     /// A reader with explicit bounds.
     pub fn with_config(root: Root, config: CgroupReaderConfig) -> Result<Self, ReadError> {
         let mut r = CgroupReader {
+            names: super::names::NameCache::new(root.clone()),
             root,
             config,
             plans: Vec::new(),
@@ -262,6 +264,7 @@ impl CgroupReader {
         for c in &mut out {
             c.identity = identify(&c.path);
         }
+        self.names.fill(out.iter_mut().map(|c| &mut c.identity));
         self.stats.cgroups = out.len();
         out
     }
