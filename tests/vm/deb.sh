@@ -6,6 +6,7 @@
 #
 #   make deb && bash tests/vm/deb.sh        (make test-deb)
 #   JSVM_DEB_KERNEL=6.12 bash tests/vm/deb.sh
+#   JSVM_CAPTURE_FIXTURES=1 bash tests/vm/deb.sh   # also refresh tests/fixtures/containers
 #
 # The guest's log, journal and checks are in target/vm/out/deb/.
 set -euo pipefail
@@ -51,3 +52,10 @@ want=$(grep -c '^check ' "${JSVM_DEB_GUEST:-$ROOT/tests/vm/deb_guest.sh}")
 passed=$(grep -c '^PASS' "$out/checks" || true)
 [ "$passed" = "$want" ] || die "$passed checks passed of the $want the script has"
 log "deb: all $passed package checks passed"
+# The files the guest read container names from, as fixtures of the name parsers' tests.
+if [ "${JSVM_CAPTURE_FIXTURES:-0}" = 1 ]; then
+  rm -rf "$ROOT/tests/fixtures/containers/podman"
+  mkdir -p "$ROOT/tests/fixtures/containers"
+  cp -r "$out/fixtures/podman" "$ROOT/tests/fixtures/containers/podman"
+  log "deb: fixtures copied to tests/fixtures/containers/podman"
+fi

@@ -113,6 +113,33 @@ check profiler-on "the journal has no 'sampling stacks' line" grep -q 'sampling 
 check no-missing-caps "the recorder says it lacks a capability: $(grep -m1 'without CAP_' <<<"$journal")" \
   bash -c "! grep -q 'without CAP_' <<<\"\$1\"" _ "$journal"
 
+# --- a container named as podman names it: a throttled one, diagnosed by its name ---
+# The guest has no overlay module (its modules are not in the image): podman's vfs driver.
+mkdir -p /etc/containers
+printf '[storage]\ndriver = "vfs"\nrunroot = "/run/containers/storage"\ngraphroot = "/var/lib/containers/storage"\n' \
+  >/etc/containers/storage.conf
+# No D-Bus in the guest, which podman's systemd cgroup manager talks through: cgroupfs
+# (/libpod_parent/libpod-<id>, another of the layouts the recorder identifies).
+printf '[engine]\ncgroup_manager = "cgroupfs"\nevents_logger = "file"\n' >/etc/containers/containers.conf
+mkdir -p /tmp/bb/bin && cp /bin/busybox /tmp/bb/bin/busybox
+tar -C /tmp/bb -c . | podman import -q - localhost/busybox:jsvm >/dev/null
+check podman-run "podman run failed" \
+  podman run -d -q --name checkout-api --network none --cpus 0.2 localhost/busybox:jsvm \
+  /bin/busybox sh -c 'while :; do :; done'
+cpid=$(podman inspect -f '{{.State.Pid}}' checkout-api)
+cat "/proc/$cpid/cgroup"
+# The files the name comes from, kept as fixtures (JSVM_CAPTURE_FIXTURES=1 in deb.sh copies them).
+fx=$OUT/fixtures/podman
+mkdir -p "$fx/var/lib/containers/storage/vfs-containers"
+cp /var/lib/containers/storage/vfs-containers/containers.json "$fx/var/lib/containers/storage/vfs-containers/"
+cp "/proc/$cpid/cgroup" "$fx/proc_pid_cgroup"
+podman inspect -f '{{.Id}} {{.Name}}' checkout-api >"$fx/podman_inspect"
+diagnosis() { runuser -u alice -- jitterscope diagnose --since 30s 2>&1; }
+check container-named "diagnose does not name the throttled container checkout-api (its report is in guest.log)" \
+  wait_for 'diagnosis | grep -q "podman checkout-api ("' 60
+diagnosis
+podman rm -f -t 0 checkout-api >/dev/null
+
 # --- kill -9: systemd restarts it, and every sample recorded before the kill stays readable ---
 until_kill() {
   runuser -u alice -- jitterscope dump --from '1h ago' --to "$1" --select cpu.usr_pct --format json 2>/dev/null | wc -l

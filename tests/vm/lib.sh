@@ -95,8 +95,10 @@ kernel_dir() {
 # --- the guest's userspace: a debootstrap rootfs from the same archive, as an ext4 image ---
 # python3 runs the guest's checks and the lab's Python leaks; tini is PID 1 and reaps what the
 # lab orphans; libnss3-tools is the nss-probe scenario's certutil; systemd is PID 1 of the
-# package test's guest (tests/vm/deb.sh) instead of tini.
-PACKAGES=python3,tini,libnss3-tools,systemd
+# package test's guest (tests/vm/deb.sh) instead of tini, where podman runs containers from a
+# busybox-static image (containernetworking-plugins: debootstrap does not pick a provider of
+# podman's virtual dependency container-network-stack).
+PACKAGES=python3,tini,libnss3-tools,systemd,podman,containernetworking-plugins,busybox-static
 # Plus the packages of the binary's shared libraries (libelf1 for libbpf; libc is in minbase).
 for lib in $(ldd "$BIN" | awk '/=>/ { print $3 }'); do
   pkg=$(dpkg -S "$lib" 2>/dev/null || dpkg -S "$(readlink -f "$lib")" 2>/dev/null || true)
