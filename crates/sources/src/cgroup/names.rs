@@ -187,7 +187,7 @@ impl NameCache {
             });
         }
         let docker_dir: PathBuf = self.root.path(DOCKER);
-        let mut seen_docker = Vec::new();
+        let mut seen_docker = std::collections::HashSet::new();
         for id in ids {
             let cid = id.container_id.clone().unwrap_or_default();
             let names = match id.runtime {
@@ -195,7 +195,7 @@ impl NameCache {
                     self.storage.iter().find_map(|w| w.by_id.get(&cid).cloned())
                 }
                 Runtime::Docker => {
-                    seen_docker.push(cid.clone());
+                    seen_docker.insert(cid.clone());
                     self.docker
                         .entry(cid.clone())
                         .or_insert_with(|| {
