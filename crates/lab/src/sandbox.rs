@@ -779,6 +779,7 @@ mod tests {
             controllers: cs.iter().map(|s| s.to_string()).collect(),
             name: None,
             device: mp.into(),
+            ns_root: None,
         }
     }
 

@@ -12,7 +12,7 @@ use blazesym::helper::read_elf_build_id;
 use blazesym::symbolize::source::{Elf, Kernel, Process, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use blazesym::{MaybeDefault, Pid};
-use jitterscope_sources::cgroup::parse_proc_pid_cgroup;
+use jitterscope_sources::cgroup::{parse_proc_pid_cgroup, CgroupNs};
 
 use crate::capture::{Resolver, Task, UserFrame};
 use crate::maps::{parse_maps, Mapping, Table};
@@ -152,7 +152,8 @@ impl SystemResolver {
         std::fs::read(format!("/proc/{pid}/cgroup"))
             .ok()
             .and_then(|b| {
-                let p = parse_proc_pid_cgroup(&b).ok()?.to_paths();
+                let p = CgroupNs::for_root(&jitterscope_sources::io::Root::new("/"))
+                    .resolve(&parse_proc_pid_cgroup(&b).ok()?);
                 p.cpu.or(p.v2)
             })
             .unwrap_or_default()

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::cgroup::{parse_proc_pid_cgroup, ProcCgroupPaths};
+use crate::cgroup::{parse_proc_pid_cgroup, CgroupNs, ProcCgroupPaths};
 use crate::io::{fields, lines, lossy, parse_i64, parse_u64, trim_ascii, ParseError, ReadError};
 use crate::Root;
 
@@ -465,6 +465,8 @@ pub struct ProcessReader {
     /// The fork counter when /proc was last listed.
     listed_at_forks: Option<u64>,
     scans_since_listing: u32,
+    /// Resolves /proc/<pid>/cgroup paths when the recorder runs in a cgroup namespace.
+    ns: CgroupNs,
 }
 
 const FILES_PER_PID: u64 = 6;
@@ -486,6 +488,7 @@ impl ProcessReader {
             known: Vec::new(),
             listed_at_forks: None,
             scans_since_listing: 0,
+            ns: CgroupNs::for_root(root),
         }
     }
 
@@ -662,6 +665,7 @@ impl ProcessReader {
             stats.unkept += 1;
         }
         let buf = &mut self.buf;
+        let ns = &self.ns;
         let mut parse_errors = 0;
         let refresh = h.scans.is_multiple_of(FULL_REFRESH_SCANS);
         let schedstat = match h.schedstat.read(buf) {
@@ -764,6 +768,7 @@ impl ProcessReader {
         h.last_run_ns = run_ns;
         h.last_rss_pages = stat.rss_pages;
         refresh_cgroups(
+            ns,
             &mut h.cgroup,
             buf,
             &mut h.cgroup_paths,
@@ -791,6 +796,7 @@ impl ProcessReader {
 /// set): the paths it had while it ran are kept, and one first seen exiting gets no v1 paths
 /// rather than the root's. Shared by the /proc reader and the task iterator's assembler.
 pub(crate) fn refresh_cgroups(
+    ns: &CgroupNs,
     file: &mut PidFile,
     buf: &mut Vec<u8>,
     paths: &mut Option<Arc<ProcCgroupPaths>>,
@@ -809,6 +815,7 @@ pub(crate) fn refresh_cgroups(
         |b| parse_proc_pid_cgroup(b).map(|c| c.to_paths()),
         errors,
     )
+    .map(|p| ns.apply(p))
     .map(|mut p| {
         if exiting {
             p.forget_v1();

@@ -30,6 +30,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::cgroup::CgroupNs;
 use crate::cgroup::ProcCgroupPaths;
 use crate::io::lossy;
 use crate::process::{
@@ -393,6 +394,8 @@ pub struct TaskAssembler {
     max_cmdline: usize,
     /// Whether status's Rss*/VmSwap are the per-CPU sums on this kernel.
     pub status_sums: bool,
+    /// Resolves /proc/<pid>/cgroup paths when the recorder runs in a cgroup namespace.
+    ns: CgroupNs,
 }
 
 impl TaskAssembler {
@@ -412,6 +415,7 @@ impl TaskAssembler {
             fds_open: 0,
             max_cmdline: 4096,
             status_sums,
+            ns: CgroupNs::for_root(root),
         }
     }
 
@@ -592,6 +596,7 @@ impl TaskAssembler {
 
         // The cgroups as the /proc reader reads them.
         refresh_cgroups(
+            &self.ns,
             &mut h.cgroup,
             &mut self.buf,
             &mut h.cgroup_paths,

@@ -23,7 +23,7 @@ mod tests;
 use serde::{Deserialize, Serialize};
 
 pub use identity::{identify, Identity, QosClass, Runtime};
-pub use mount::{discover, mount_points, parse_mountinfo, CgroupVersion, Hierarchy};
+pub use mount::{discover, mount_points, parse_mountinfo, place_ns_root, CgroupVersion, Hierarchy};
 pub use names::{
     from_runtime_name, parse_docker_config, parse_kubelet_log_name, parse_storage_containers,
     ContainerNames, NameCache,
@@ -33,7 +33,9 @@ pub use parse::{
     parse_max_or_u64, parse_oom_control, parse_single, parse_v1_limit, CpuMax, CpuStatFile,
     CpuacctStat, IoStatDevice, OomControl, V1_UNLIMITED_BYTES,
 };
-pub use proc_cgroup::{cgroup_of_pid, parse_proc_pid_cgroup, ProcCgroup, ProcCgroupPaths};
+pub use proc_cgroup::{
+    cgroup_of_pid, parse_proc_pid_cgroup, CgroupNs, ProcCgroup, ProcCgroupPaths,
+};
 pub use reader::{CgroupReader, CgroupReaderConfig, WalkStats};
 
 use crate::system::pressure::Pressure;

@@ -38,6 +38,14 @@ pub struct Hierarchy {
     pub name: Option<String>,
     /// The superblock's `major:minor`, which identifies the hierarchy across bind mounts.
     pub device: String,
+    /// Set when the mount shows the tree above this process's own cgroup namespace root, as
+    /// the host's /sys/fs/cgroup bind-mounted into a Kubernetes pod does: where that root lies
+    /// below the mount point (`/kubepods.slice/.../cri-containerd-<id>.scope`). [`discover`]
+    /// then makes `mount_root` "/", so cgroup paths are the mount's (the host's), and
+    /// [`super::CgroupNs`] turns `/proc/<pid>/cgroup`'s namespace-relative paths
+    /// (`/../../system.slice/x.service`) into the same form.
+    #[serde(default)]
+    pub ns_root: Option<String>,
 }
 
 impl Hierarchy {
@@ -45,6 +53,42 @@ impl Hierarchy {
     pub fn has(&self, controller: &str) -> bool {
         self.controllers.iter().any(|c| c == controller)
     }
+}
+
+/// `path` (which may climb out of the namespace with `..`) below `ns_root`, normalised. Climbing
+/// above the mount's top stops there: the mount shows nothing higher.
+pub(crate) fn join_ns(ns_root: &str, path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    let all = ns_root.split('/').chain(path.split('/'));
+    for c in all.filter(|c| !c.is_empty() && *c != ".") {
+        if c == ".." {
+            parts.pop();
+        } else {
+            parts.push(c);
+        }
+    }
+    let mut out = String::with_capacity(path.len() + ns_root.len());
+    for c in &parts {
+        out.push('/');
+        out.push_str(c);
+    }
+    if out.is_empty() {
+        out.push('/');
+    }
+    out
+}
+
+/// How many levels above the namespace root a mount root of only `..` components shows
+/// (`/../..` is 2); `None` for any other root.
+fn levels_above(mount_root: &str) -> Option<usize> {
+    let mut n = 0;
+    for c in mount_root.split('/').filter(|c| !c.is_empty()) {
+        if c != ".." {
+            return None;
+        }
+        n += 1;
+    }
+    (n > 0).then_some(n)
 }
 
 /// The v1 controller names (`cgroup_subsys` entries with a v1 interface). Super options also
@@ -117,7 +161,12 @@ pub fn parse_mountinfo(buf: &[u8]) -> Result<Vec<Hierarchy>, ParseError> {
         let version = match *fstype {
             b"cgroup" => CgroupVersion::V1,
             b"cgroup2" => CgroupVersion::V2,
-            _ => continue,
+            _ => {
+                // Whatever is mounted over a hierarchy hides it.
+                let mp = PathBuf::from(unescape(f[4]));
+                out.retain(|o| o.mount_point != mp);
+                continue;
+            }
         };
         let mut h = Hierarchy {
             version,
@@ -126,6 +175,7 @@ pub fn parse_mountinfo(buf: &[u8]) -> Result<Vec<Hierarchy>, ParseError> {
             controllers: Vec::new(),
             name: None,
             device: lossy(f[2]),
+            ns_root: None,
         };
         if version == CgroupVersion::V1 {
             for opt in super_opts.split(|&c| c == b',').filter(|o| !o.is_empty()) {
@@ -136,6 +186,9 @@ pub fn parse_mountinfo(buf: &[u8]) -> Result<Vec<Hierarchy>, ParseError> {
                 }
             }
         }
+        // A later mount on the same mount point hides the earlier one: in a pod, the host's
+        // tree mounted over the container's own /sys/fs/cgroup is what reads reach.
+        out.retain(|o| o.mount_point != h.mount_point);
         match out.iter_mut().find(|o| o.device == h.device) {
             Some(o) if o.mount_root != "/" && h.mount_root == "/" => *o = h,
             Some(_) => {}
@@ -146,7 +199,8 @@ pub fn parse_mountinfo(buf: &[u8]) -> Result<Vec<Hierarchy>, ParseError> {
 }
 
 /// Reads `<root>/proc/self/mountinfo` and, for each v2 hierarchy, its root `cgroup.controllers`
-/// (a missing file leaves the list empty).
+/// (a missing file leaves the list empty). A mount that shows the tree above this process's
+/// cgroup namespace gets its [`Hierarchy::ns_root`] (see [`place_ns_root`]).
 pub fn discover(root: &Root) -> Result<Vec<Hierarchy>, ReadError> {
     let mut buf = Vec::new();
     let mut hs = read_parse(
@@ -163,7 +217,105 @@ pub fn discover(root: &Root) -> Result<Vec<Hierarchy>, ReadError> {
             h.controllers = c;
         }
     }
+    // Only this process's own view can be placed: its pid and /proc/self are the real root's.
+    if root.dir() == std::path::Path::new("/") {
+        let own = std::fs::read("/proc/self/cgroup").unwrap_or_default();
+        for h in &mut hs {
+            place_ns_root(root, h, &own, std::process::id());
+        }
+    }
     Ok(hs)
+}
+
+/// In a cgroup namespace (every container on cgroup v2: Kubernetes pods, podman, Docker 20.10+)
+/// the kernel shows cgroup paths relative to the namespace's root, the container's own cgroup:
+/// `/proc/<pid>/cgroup` says "/" for the container's processes and `/../../system.slice/x` for
+/// the host's, and a bind mount of the host's tree says its root is `/../..`. Neither says
+/// where the namespace root is, which joining the two needs. It is found as the cgroup, at the
+/// depth the mount root's `..` count and this process's own path give, whose `cgroup.procs`
+/// lists `pid` (`own` is this process's `/proc/self/cgroup`). Then `ns_root` is set and
+/// `mount_root` becomes "/": paths are the mount's, as a recorder on the host names them.
+/// Nothing changes when the mount is not above the namespace root or the search finds nothing.
+pub fn place_ns_root(root: &Root, h: &mut Hierarchy, own: &[u8], pid: u32) {
+    let Some(above) = levels_above(&h.mount_root) else {
+        return;
+    };
+    let Some(own_path) = own_path(h, own) else {
+        return;
+    };
+    let own_parts: Vec<&str> = own_path.split('/').filter(|c| !c.is_empty()).collect();
+    if own_parts.contains(&"..") {
+        return;
+    }
+    let depth = above + own_parts.len();
+    let mut level = vec![String::new()];
+    for _ in 0..depth {
+        let mut next = Vec::new();
+        for rel in &level {
+            let Ok(rd) =
+                std::fs::read_dir(root.path(&h.mount_point).join(rel.trim_start_matches('/')))
+            else {
+                continue;
+            };
+            for e in rd.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    next.push(format!("{rel}/{}", e.file_name().to_string_lossy()));
+                }
+            }
+        }
+        level = next;
+    }
+    let suffix: String = own_parts.iter().map(|c| format!("/{c}")).collect();
+    let pid = pid.to_string();
+    for rel in level.iter().filter(|r| r.ends_with(&suffix)) {
+        let procs = root
+            .path(&h.mount_point)
+            .join(rel.trim_start_matches('/'))
+            .join("cgroup.procs");
+        let Ok(text) = std::fs::read_to_string(procs) else {
+            continue;
+        };
+        if text.lines().any(|l| l.trim() == pid) {
+            let ns = &rel[..rel.len() - suffix.len()];
+            h.ns_root = Some(if ns.is_empty() {
+                "/".into()
+            } else {
+                ns.to_string()
+            });
+            h.mount_root = "/".into();
+            return;
+        }
+    }
+}
+
+/// This process's path in `h` from its `/proc/self/cgroup` (`own`).
+fn own_path<'a>(h: &Hierarchy, own: &'a [u8]) -> Option<&'a str> {
+    for (_, l) in lines(own) {
+        let mut parts = l.splitn(3, |&c| c == b':');
+        let (Some(id), Some(ctl), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        let path = std::str::from_utf8(path).ok()?;
+        let matches = match h.version {
+            CgroupVersion::V2 => id == b"0" && ctl.is_empty(),
+            CgroupVersion::V1 => {
+                let names: Vec<&[u8]> = ctl.split(|&c| c == b',').collect();
+                match &h.name {
+                    Some(n) => names
+                        .iter()
+                        .any(|c| c.strip_prefix(b"name=") == Some(n.as_bytes())),
+                    None => {
+                        !h.controllers.is_empty()
+                            && h.controllers.iter().all(|c| names.contains(&c.as_bytes()))
+                    }
+                }
+            }
+        };
+        if matches {
+            return Some(path);
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -248,11 +400,112 @@ mod tests {
         assert_eq!(unescape(b"\\134x"), "\\x");
     }
 
+    #[test]
+    fn namespace_relative_paths_join_below_the_namespace_root() {
+        let ns = "/machine.slice/libpod-ab.scope";
+        assert_eq!(join_ns(ns, "/"), ns);
+        assert_eq!(join_ns(ns, "/sub"), "/machine.slice/libpod-ab.scope/sub");
+        assert_eq!(
+            join_ns(ns, "/../../system.slice/x.service"),
+            "/system.slice/x.service"
+        );
+        assert_eq!(
+            join_ns(ns, "/../libpod-cd.scope"),
+            "/machine.slice/libpod-cd.scope"
+        );
+        assert_eq!(join_ns(ns, "/../.."), "/");
+        // Above the mount's top there is nothing to name.
+        assert_eq!(join_ns(ns, "/../../../../x"), "/x");
+        assert_eq!(join_ns("/", "/a/./b"), "/a/b");
+        assert_eq!(levels_above("/../.."), Some(2));
+        assert_eq!(levels_above("/.."), Some(1));
+        assert_eq!(levels_above("/"), None);
+        assert_eq!(levels_above("/docker/ab"), None);
+        assert_eq!(levels_above("/../x"), None);
+    }
+
+    #[test]
+    fn a_mount_over_another_hides_it() {
+        // A pod's own cgroup2 mount, then the host's tree mounted over it (same superblock).
+        let hs = parse_mountinfo(
+            b"30 25 0:26 / /sys/fs/cgroup ro,nosuid - cgroup2 cgroup2 rw\n\
+              40 30 0:26 /../.. /sys/fs/cgroup ro,nosuid - cgroup2 cgroup2 rw\n",
+        )
+        .unwrap();
+        assert_eq!(hs.len(), 1);
+        assert_eq!(hs[0].mount_root, "/../..");
+        // Anything mounted over a hierarchy hides it.
+        let hs = parse_mountinfo(
+            b"30 25 0:26 / /sys/fs/cgroup ro - cgroup2 cgroup2 rw\n\
+              41 30 0:40 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n",
+        )
+        .unwrap();
+        assert!(hs.is_empty());
+    }
+
+    /// The namespace root is found by this process's pid in `cgroup.procs`, at the depth the
+    /// mount root's `..` count and its own path give.
+    #[test]
+    fn namespace_root_is_placed_by_its_cgroup_procs() {
+        let t = tempfile::tempdir().unwrap();
+        let mnt = t.path().join("sys/fs/cgroup");
+        for (dir, procs) in [
+            ("machine.slice/libpod-aa.scope", "7\n"),
+            ("machine.slice/libpod-bb.scope", "42\n43\n"),
+            ("machine.slice/libpod-bb.scope/inner", "44\n"),
+            ("system.slice/x.service", "8\n"),
+        ] {
+            std::fs::create_dir_all(mnt.join(dir)).unwrap();
+            std::fs::write(mnt.join(dir).join("cgroup.procs"), procs).unwrap();
+        }
+        let root = Root::new(t.path());
+        let mut h = parse_mountinfo(b"40 30 0:26 /../.. /sys/fs/cgroup ro - cgroup2 cgroup2 rw\n")
+            .unwrap()
+            .remove(0);
+        // At the namespace root.
+        let mut at_root = h.clone();
+        place_ns_root(&root, &mut at_root, b"0::/\n", 42);
+        assert_eq!(
+            at_root.ns_root.as_deref(),
+            Some("/machine.slice/libpod-bb.scope")
+        );
+        assert_eq!(at_root.mount_root, "/");
+        // Below it: the root is what is left once its own path is taken off.
+        let mut below = h.clone();
+        place_ns_root(&root, &mut below, b"0::/inner\n", 44);
+        assert_eq!(
+            below.ns_root.as_deref(),
+            Some("/machine.slice/libpod-bb.scope")
+        );
+        // Not found: nothing changes, rather than a wrong guess.
+        place_ns_root(&root, &mut h, b"0::/\n", 99);
+        assert_eq!((h.ns_root, h.mount_root.as_str()), (None, "/../.."));
+        // A v1 hierarchy matches its own line of /proc/self/cgroup.
+        let mut v1 = parse_mountinfo(
+            b"40 30 0:27 /../.. /sys/fs/cgroup ro - cgroup cgroup rw,cpu,cpuacct\n",
+        )
+        .unwrap()
+        .remove(0);
+        place_ns_root(&root, &mut v1, b"5:memory:/\n4:cpu,cpuacct:/\n0::/x\n", 42);
+        assert_eq!(
+            v1.ns_root.as_deref(),
+            Some("/machine.slice/libpod-bb.scope")
+        );
+    }
+
     proptest::proptest! {
         #[test]
         fn never_panics(b in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
             let _ = parse_mountinfo(&b);
             let _ = unescape(&b);
+        }
+
+        #[test]
+        fn joins_never_panic(ns in "(/[a-z.]{0,4}){0,4}", p in "(/[a-z.]{0,4}){0,6}") {
+            let j = join_ns(&ns, &p);
+            proptest::prop_assert!(j.starts_with('/'));
+            proptest::prop_assert!(!j.split('/').any(|c| c == ".."));
+            let _ = levels_above(&p);
         }
 
         #[test]

@@ -90,6 +90,89 @@ impl ProcCgroupPaths {
     }
 }
 
+/// Where this process's cgroup namespace root lies in each hierarchy it reads (see
+/// [`super::Hierarchy::ns_root`]), to turn `/proc/<pid>/cgroup` paths, which the kernel writes
+/// relative to that root, into the paths of the cgroup records. Empty, and free, outside a
+/// cgroup namespace.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CgroupNs {
+    cpu: Option<String>,
+    cpuacct: Option<String>,
+    memory: Option<String>,
+    blkio: Option<String>,
+    v2: Option<String>,
+}
+
+impl CgroupNs {
+    /// From the hierarchies [`super::discover`] placed.
+    pub fn of(hierarchies: &[super::Hierarchy]) -> Self {
+        let mut ns = CgroupNs::default();
+        for h in hierarchies {
+            let Some(r) = &h.ns_root else { continue };
+            match h.version {
+                super::CgroupVersion::V2 => ns.v2 = Some(r.clone()),
+                super::CgroupVersion::V1 => {
+                    for (c, slot) in [
+                        ("cpu", &mut ns.cpu),
+                        ("cpuacct", &mut ns.cpuacct),
+                        ("memory", &mut ns.memory),
+                        ("blkio", &mut ns.blkio),
+                    ] {
+                        if h.has(c) {
+                            *slot = Some(r.clone());
+                        }
+                    }
+                }
+            }
+        }
+        ns
+    }
+
+    /// This process's, for readers of the real root (`Root::new("/")`); found once, as the
+    /// namespace of a running process does not change. Empty for any other root.
+    pub fn for_root(root: &Root) -> Self {
+        static OWN: std::sync::OnceLock<CgroupNs> = std::sync::OnceLock::new();
+        if root.dir() != std::path::Path::new("/") {
+            return CgroupNs::default();
+        }
+        OWN.get_or_init(|| {
+            super::discover(root)
+                .map(|hs| CgroupNs::of(&hs))
+                .unwrap_or_default()
+        })
+        .clone()
+    }
+
+    /// True outside a cgroup namespace: paths are used as read.
+    pub fn is_empty(&self) -> bool {
+        *self == CgroupNs::default()
+    }
+
+    /// The owned paths of `p`, each joined below its hierarchy's namespace root.
+    pub fn resolve(&self, p: &ProcCgroup<'_>) -> ProcCgroupPaths {
+        self.apply(p.to_paths())
+    }
+
+    /// `p` with each path joined below its hierarchy's namespace root.
+    pub fn apply(&self, mut p: ProcCgroupPaths) -> ProcCgroupPaths {
+        if self.is_empty() {
+            return p;
+        }
+        for (ns, path) in [
+            (&self.cpu, &mut p.cpu),
+            (&self.cpuacct, &mut p.cpuacct),
+            (&self.memory, &mut p.memory),
+            (&self.blkio, &mut p.blkio),
+            (&self.v2, &mut p.v2),
+        ] {
+            if let (Some(r), Some(x)) = (ns, path.as_mut()) {
+                *x = super::mount::join_ns(r, x);
+            }
+        }
+        p
+    }
+}
+
 /// Parses `/proc/<pid>/cgroup`. Lines of other v1 hierarchies (`name=systemd`, `pids`...) are
 /// accepted and ignored.
 pub fn parse_proc_pid_cgroup(buf: &[u8]) -> Result<ProcCgroup<'_>, ParseError> {
@@ -129,8 +212,9 @@ pub fn cgroup_of_pid(
     buf: &mut Vec<u8>,
 ) -> Result<ProcCgroupPaths, ReadError> {
     let path = root.path(format!("/proc/{pid}/cgroup"));
+    let ns = CgroupNs::for_root(root);
     read_parse(&path, buf, |b| {
-        parse_proc_pid_cgroup(b).map(|p| p.to_paths())
+        parse_proc_pid_cgroup(b).map(|p| ns.resolve(&p))
     })
 }
 
