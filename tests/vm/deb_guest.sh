@@ -6,22 +6,8 @@
 # and keeps the configuration; purge removes it and keeps the recordings unless
 # JITTERSCOPE_PURGE_DATA=yes. One line per check in /mnt/out/checks ("PASS name" or
 # "FAIL name: why"), then "DONE" if the script reached its end, and the guest powers off.
-# tests/vm/deb.sh counts the PASS lines against the `check` lines here.
-set -u
-OUT=/mnt/out
+. /mnt/in/checks.sh
 DEB=$(ls /mnt/in/jitterscope_*.deb)
-exec >>"$OUT/guest.log" 2>&1
-export PATH=/usr/sbin:/usr/bin:/sbin:/bin
-
-pass() { echo "PASS $1" >>"$OUT/checks"; echo "== PASS $1"; }
-fail() { echo "FAIL $1: $2" >>"$OUT/checks"; echo "== FAIL $1: $2"; }
-# check NAME WHY-IF-FALSE COMMAND...
-check() {
-  local name=$1 why=$2
-  shift 2
-  if "$@"; then pass "$name"; else fail "$name" "$why"; fi
-}
-field() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"; }
 main_pid() { systemctl show -p MainPID --value "$1"; }
 # The minimal rootfs has no procps (pgrep).
 jitterscope_pids() {
@@ -30,25 +16,9 @@ jitterscope_pids() {
     [ "$(stat -c %U "$p" 2>/dev/null)" = jitterscope ] && echo "${p#/proc/}"
   done
 }
-# Waits up to $2 seconds for "$1" (a shell condition) to hold.
-wait_for() {
-  local i
-  for ((i = 0; i < $2; i++)); do
-    eval "$1" && return 0
-    sleep 1
-  done
-  return 1
-}
 samples_as() {
   runuser -u "$1" -- jitterscope dump --from '1h ago' --select cpu.usr_pct --format json 2>/dev/null | wc -l
 }
-finish() {
-  journalctl -b --no-pager >"$OUT/journal.txt" 2>&1
-  sync
-  systemctl poweroff --no-block
-  exit 0
-}
-trap finish EXIT
 
 uname -r
 paranoid_before=$(cat /proc/sys/kernel/perf_event_paranoid)
@@ -114,15 +84,10 @@ check no-missing-caps "the recorder says it lacks a capability: $(grep -m1 'with
   bash -c "! grep -q 'without CAP_' <<<\"\$1\"" _ "$journal"
 
 # --- a container named as podman names it: a throttled one, diagnosed by its name ---
-# The guest has no overlay module (its modules are not in the image): podman's vfs driver.
-mkdir -p /etc/containers
-printf '[storage]\ndriver = "vfs"\nrunroot = "/run/containers/storage"\ngraphroot = "/var/lib/containers/storage"\n' \
-  >/etc/containers/storage.conf
-# No D-Bus in the guest, which podman's systemd cgroup manager talks through: cgroupfs
-# (/libpod_parent/libpod-<id>, another of the layouts the recorder identifies).
-printf '[engine]\ncgroup_manager = "cgroupfs"\nevents_logger = "file"\n' >/etc/containers/containers.conf
-mkdir -p /tmp/bb/bin && cp /bin/busybox /tmp/bb/bin/busybox
-tar -C /tmp/bb -c . | podman import -q - localhost/busybox:jsvm >/dev/null
+# cgroupfs gives /libpod_parent/libpod-<id>, another of the layouts the recorder identifies
+# (tests/vm/image.sh runs podman's default, systemd: machine.slice/libpod-<id>.scope).
+podman_setup cgroupfs
+busybox_image
 check podman-run "podman run failed" \
   podman run -d -q --name checkout-api --network none --cpus 0.2 localhost/busybox:jsvm \
   /bin/busybox sh -c 'while :; do :; done'

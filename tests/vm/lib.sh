@@ -93,11 +93,36 @@ kernel_dir() {
 }
 
 # --- the guest's userspace: a debootstrap rootfs from the same archive, as an ext4 image ---
-# python3 runs the guest's checks and the lab's Python leaks; tini is PID 1 and reaps what the
-# lab orphans; libnss3-tools is the nss-probe scenario's certutil; systemd is PID 1 of the
-# package test's guest (tests/vm/deb.sh) instead of tini, where podman runs containers from a
-# busybox-static image (containernetworking-plugins: debootstrap does not pick a provider of
-# podman's virtual dependency container-network-stack).
+# rootfs_image SUITE NAME PACKAGES: builds $VM/NAME (the tree) and $VM/NAME.img once per
+# package list and sets ROOTFS_IMAGE to the image. 4 GiB, sparse: the lab's files (a 512 MiB
+# stream, a 160 MiB file) and the stores. Guests run it with snapshot=on, so every boot starts
+# from this same image.
+rootfs_image() {
+  local suite=$1 rootfs=$VM/$2 packages=$3
+  ROOTFS_IMAGE=$VM/$2.img
+  if [ "$(cat "$rootfs.packages" 2>/dev/null)" != "$packages" ]; then
+    log "debootstrap $suite ($packages)"
+    rm -rf "$rootfs.tmp" "$ROOTFS_IMAGE"
+    debootstrap --variant=minbase --include="$packages" "$suite" "$rootfs.tmp" "$MIRROR" \
+      >"$VM/debootstrap-$suite.log" 2>&1 || { tail -20 "$VM/debootstrap-$suite.log" >&2; die "debootstrap $suite failed"; }
+    rm -rf "$rootfs.tmp"/var/cache/apt/archives/*.deb "$rootfs.tmp"/var/lib/apt/lists/*
+    rm -rf "$rootfs"
+    mv "$rootfs.tmp" "$rootfs"
+    echo "$packages" >"$rootfs.packages"
+  fi
+  if [ ! -f "$ROOTFS_IMAGE" ]; then
+    log "building the root image $(basename "$ROOTFS_IMAGE")"
+    mke2fs -q -t ext4 -d "$rootfs" -L jsvm-root "$ROOTFS_IMAGE.tmp" 4G
+    mv "$ROOTFS_IMAGE.tmp" "$ROOTFS_IMAGE"
+  fi
+}
+
+# The matrix's and the package test's: bookworm. python3 runs the guest's checks and the lab's
+# Python leaks; tini is PID 1 and reaps what the lab orphans; libnss3-tools is the nss-probe
+# scenario's certutil; systemd is PID 1 of the package test's guest (tests/vm/deb.sh) instead
+# of tini, where podman runs containers from a busybox-static image
+# (containernetworking-plugins: debootstrap does not pick a provider of podman's virtual
+# dependency container-network-stack).
 PACKAGES=python3,tini,libnss3-tools,systemd,podman,containernetworking-plugins,busybox-static
 # Plus the packages of the binary's shared libraries (libelf1 for libbpf; libc is in minbase).
 for lib in $(ldd "$BIN" | awk '/=>/ { print $3 }'); do
@@ -106,25 +131,8 @@ for lib in $(ldd "$BIN" | awk '/=>/ { print $3 }'); do
   [ -n "$pkg" ] && PACKAGES+=",$pkg"
 done
 PACKAGES=$(tr ',' '\n' <<<"$PACKAGES" | sort -u | paste -sd, -)
-ROOTFS=$VM/rootfs
-IMAGE=$VM/rootfs.img
-if [ "$(cat "$ROOTFS.packages" 2>/dev/null)" != "$PACKAGES" ]; then
-  log "debootstrap bookworm ($PACKAGES)"
-  rm -rf "$ROOTFS.tmp" "$IMAGE"
-  debootstrap --variant=minbase --include="$PACKAGES" bookworm "$ROOTFS.tmp" "$MIRROR" \
-    >"$VM/debootstrap.log" 2>&1 || { tail -20 "$VM/debootstrap.log" >&2; die "debootstrap failed"; }
-  rm -rf "$ROOTFS.tmp"/var/cache/apt/archives/*.deb "$ROOTFS.tmp"/var/lib/apt/lists/*
-  rm -rf "$ROOTFS"
-  mv "$ROOTFS.tmp" "$ROOTFS"
-  echo "$PACKAGES" >"$ROOTFS.packages"
-fi
-if [ ! -f "$IMAGE" ]; then
-  log "building the root image"
-  # 4 GiB, sparse: the lab's files (a 512 MiB stream, a 160 MiB file) and the stores. Guests
-  # run it with snapshot=on, so every boot starts from this same image.
-  mke2fs -q -t ext4 -d "$ROOTFS" -L jsvm-root "$IMAGE.tmp" 4G
-  mv "$IMAGE.tmp" "$IMAGE"
-fi
+rootfs_image bookworm rootfs "$PACKAGES"
+IMAGE=$ROOTFS_IMAGE
 
 # --- one initramfs per kernel: busybox, the modules for virtio disk and 9p, tests/vm/init ---
 initramfs() {
@@ -159,3 +167,51 @@ initramfs() {
   echo "$out"
 }
 
+
+# --- booting a guest ---
+# boot_guest KDIR IRD TCG APPEND IN OUT [IMAGE]: one guest on a rootfs image (bookworm's by
+# default; snapshot=on: every boot starts from the same image), with the shares `in`
+# (read-only) and `out` and its serial console in OUT/console.log, bounded by GUEST_TIMEOUT.
+# Returns qemu's status (124: timed out).
+boot_guest() {
+  local kdir=$1 ird=$2 tcg=$3 append=$4 in=$5 out=$6 image=${7:-$IMAGE} rel
+  rel=$(basename "$kdir")
+  timeout --foreground -k 10 "$GUEST_TIMEOUT" qemu-system-x86_64 \
+    -accel "tcg,thread=$tcg" -cpu max -smp 2 -m 2048 \
+    -kernel "$kdir/boot/vmlinuz-$rel" -initrd "$ird" -append "$append" \
+    -drive "file=$image,format=raw,if=virtio,snapshot=on" \
+    -virtfs "local,path=$in,mount_tag=in,security_model=none,readonly=on" \
+    -virtfs "local,path=$out,mount_tag=out,security_model=none" \
+    -nic none -nographic -no-reboot -serial "file:$out/console.log" -monitor none \
+    </dev/null >"$out/qemu.log" 2>&1
+}
+
+# systemd_checks NAME SCRIPT IN OUT [KERNEL [IMAGE]]: boots Debian's kernel KERNEL (6.1 by
+# default, or JSVM_SYSTEMD_KERNEL) on IMAGE (bookworm's rootfs by default) with systemd as PID 1, where tests/vm/checks.service runs SCRIPT once
+# multi-user.target is reached, with tests/vm/checks.sh (the check helpers) beside it; IN holds
+# whatever else SCRIPT needs. Prints each check and fails if any failed, if the script stopped
+# before its end, or if fewer passed than SCRIPT has `check` and `require` lines (a skipped check would
+# otherwise pass). The guest's log and journal are left in OUT.
+systemd_checks() {
+  local name=$1 script=$2 in=$3 out=$4 image=${6:-$IMAGE} kdir ird start rc=0 failed want passed
+  kdir=$(kernel_dir "${JSVM_SYSTEMD_KERNEL:-${5:-6.1}}")
+  ird=$(initramfs "$kdir")
+  cp "$script" "$in/main.sh"
+  cp "$ROOT/tests/vm/checks.sh" "$in/checks.sh"
+  cp "$ROOT/tests/vm/checks.service" "$in/jsvm.service"
+  log "$name: booting $(basename "$kdir") with systemd"
+  start=$(date +%s)
+  # Single-threaded TCG, as the matrix's cells (see run.sh).
+  boot_guest "$kdir" "$ird" single \
+    "console=ttyS0 panic=-1 quiet loglevel=3 mitigations=off jsvm.init=systemd" "$in" "$out" "$image" || rc=$?
+  log "$name: guest ended after $(( $(date +%s) - start )) s (qemu exit $rc)"
+  [ -f "$out/checks" ] || { tail -30 "$out/console.log" >&2; die "$name: the guest wrote no checks (console above, $out)"; }
+  sed "s/^/$name: /" "$out/checks" >&2
+  failed=$(grep -c '^FAIL' "$out/checks" || true)
+  [ "$failed" = 0 ] || die "$name: $failed checks failed (guest.log, journal.txt in $out)"
+  grep -qx DONE "$out/checks" || die "$name: the guest script stopped before its end (guest.log in $out)"
+  want=$(grep -cE '^(check|require) ' "$script")
+  passed=$(grep -c '^PASS' "$out/checks" || true)
+  [ "$passed" = "$want" ] || die "$name: $passed checks passed of the $want the script has"
+  log "$name: all $passed checks passed"
+}

@@ -61,14 +61,7 @@ EOF
     log "$cell: booting $rel ($layout)$([ "$attempt" -gt 1 ] && echo ", attempt $attempt")"
     start=$(date +%s)
     rc=0
-    timeout --foreground -k 10 "$GUEST_TIMEOUT" qemu-system-x86_64 \
-      -accel "tcg,thread=$tcg" -cpu max -smp 2 -m 2048 \
-      -kernel "$kdir/boot/vmlinuz-$rel" -initrd "$ird" -append "$append" \
-      -drive "file=$IMAGE,format=raw,if=virtio,snapshot=on" \
-      -virtfs "local,path=$in,mount_tag=in,security_model=none,readonly=on" \
-      -virtfs "local,path=$out,mount_tag=out,security_model=none" \
-      -nic none -nographic -no-reboot -serial "file:$out/console.log" -monitor none \
-      </dev/null >"$out/qemu.log" 2>&1 || rc=$?
+    boot_guest "$kdir" "$ird" "$tcg" "$append" "$in" "$out" || rc=$?
     echo $(( $(date +%s) - start )) >"$out/wall_s"
     echo "$attempt" >"$out/attempts"
     log "$cell: guest ended after $(cat "$out/wall_s") s (qemu exit $rc)"
