@@ -5,7 +5,7 @@ BIN := target/release/jitterscope
 DIR ?= ./data
 ARGS ?=
 
-.PHONY: all setup setup-test build run test test-vm test-deb lint bench fixtures web-assets man deb clean
+.PHONY: all setup setup-test build run test test-vm test-deb test-image image lint bench fixtures web-assets man deb clean
 
 all: build
 
@@ -74,6 +74,16 @@ man: build
 # systemd units (deploy/systemd) and maintainer scripts (deploy/debian). Into target/debian.
 deb: man
 	bash scripts/deb.sh
+
+# The OCI image (scripts/image.sh): built from scratch with buildah, the binary and the
+# libraries it links and nothing else; reproducible (same commit, same digest). Root.
+image: build
+	bash scripts/image.sh
+
+# The image and deploy/kubernetes's pod template under podman in a Debian guest booted with
+# systemd (tests/vm/image.sh): the recorder in a pod sees and names the host's containers. Root.
+test-image: image
+	bash tests/vm/image.sh
 
 clean:
 	$(CARGO) clean

@@ -452,3 +452,65 @@ fn live_host_walk_reads_without_errors() {
     assert_eq!(w.read_errors, 0, "{:?}", w.first_error);
     assert!(!again.is_empty());
 }
+
+/// The recorder in a Kubernetes-style pod, captured in tests/vm/image.sh's guest
+/// (`JSVM_CAPTURE_FIXTURES=1`): its mountinfo and the `/proc/<pid>/cgroup` of itself and of
+/// a container on the host, as read from inside its cgroup namespace and from the host's. The
+/// host's tree is rebuilt as far as the search needs it: the recorder's cgroup listing its pid.
+/// The paths read inside must come out as the host's.
+#[test]
+fn pod_cgroup_namespace_paths_come_out_as_the_hosts() {
+    let fx = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/fixtures/containers/pod"
+    ));
+    let read = |f: &str| std::fs::read(fx.join(f)).unwrap();
+    let v2 = |f: &str| {
+        parse_proc_pid_cgroup(&read(f))
+            .unwrap()
+            .v2
+            .unwrap()
+            .to_string()
+    };
+    let mut h = parse_mountinfo(&read("mountinfo"))
+        .unwrap()
+        .into_iter()
+        .find(|h| h.version == CgroupVersion::V2)
+        .unwrap();
+    assert_eq!(h.mount_point, Path::new("/sys/fs/cgroup"));
+    assert!(h.mount_root.starts_with("/.."), "{}", h.mount_root);
+    let pid: u32 = String::from_utf8(read("pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let own_host = v2("self_cgroup_host");
+    let t = tempfile::tempdir().unwrap();
+    let dir = t
+        .path()
+        .join("sys/fs/cgroup")
+        .join(own_host.trim_start_matches('/'));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("cgroup.procs"), format!("{pid}\n")).unwrap();
+    let workload = t
+        .path()
+        .join("sys/fs/cgroup")
+        .join(v2("workload_cgroup_host").trim_start_matches('/'));
+    std::fs::create_dir_all(&workload).unwrap();
+    std::fs::write(workload.join("cgroup.procs"), "1\n").unwrap();
+
+    place_ns_root(&Root::new(t.path()), &mut h, &read("self_cgroup"), pid);
+    let ns_root = own_host
+        .strip_suffix(&v2("self_cgroup"))
+        .unwrap_or(&own_host);
+    assert_eq!(h.ns_root.as_deref(), Some(ns_root));
+    assert_eq!(h.mount_root, "/");
+    let ns = CgroupNs::of(std::slice::from_ref(&h));
+    let workload_inside = read("workload_cgroup");
+    let inside = parse_proc_pid_cgroup(&workload_inside).unwrap();
+    assert!(inside.v2.unwrap().starts_with("/.."), "{:?}", inside.v2);
+    assert_eq!(ns.resolve(&inside).v2.unwrap(), v2("workload_cgroup_host"));
+    let self_inside = read("self_cgroup");
+    let own = parse_proc_pid_cgroup(&self_inside).unwrap();
+    assert_eq!(ns.resolve(&own).v2.unwrap(), own_host);
+}

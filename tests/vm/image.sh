@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The container image and the DaemonSet, run for real (make test-image): boots Debian 13's
+# 6.12 kernel with systemd as PID 1 on a trixie rootfs, where tests/vm/image_guest.sh loads
+# target/image/jitterscope-*.oci.tar into podman and plays deploy/kubernetes's DaemonSet with
+# `podman kube play`, next to a CPU-limited container it must find and name.
+#
+#   make image && bash tests/vm/image.sh        (make test-image)
+#   JSVM_CAPTURE_FIXTURES=1 bash tests/vm/image.sh   # also refresh tests/fixtures/containers/pod
+#
+# Trixie, not the matrix's bookworm: bookworm's podman 4.3 plays neither DaemonSets (4.7+) nor
+# hostPID (it gave the pod a PID namespace of its own), and with its cgroupfs manager its pods'
+# infra containers failed (mknod /dev/null: EPERM). trixie's podman 5 plays the DaemonSet as
+# written; only the Namespace is dropped (podman has none) and the seccomp field is translated. The guest's log and journal are in
+# target/vm/out/image/.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+image=$(ls -t "$ROOT"/target/image/jitterscope-*.oci.tar 2>/dev/null | head -1 || true)
+[ -n "$image" ] || die "no image in target/image (make image)"
+in=$VM/in/image
+out=$VM/out/image
+rm -rf "$in" "$out"
+mkdir -p "$in" "$out"
+cp "$image" "$in/"
+python3 - "$ROOT/deploy/kubernetes/jitterscope.yaml" "$in/pod.yaml" <<'PY'
+import re, sys
+docs = re.split(r"^---\s*$", open(sys.argv[1]).read(), flags=re.M)
+ds = [d for d in docs if re.search(r"^kind: DaemonSet$", d, flags=re.M)]
+if len(ds) != 1:
+    sys.exit("image: error: the manifest must hold exactly one DaemonSet")
+# podman takes a container's seccomp choice from the annotation Kubernetes used before the
+# seccompProfile field; the manifest's field is translated to it.
+if "seccompProfile:\n              type: Unconfined" not in ds[0]:
+    sys.exit("image: error: the manifest's container no longer asks for an unconfined seccomp profile")
+pod = ds[0].replace("  template:\n    metadata:\n",
+                    "  template:\n    metadata:\n      annotations:\n"
+                    "        container.seccomp.security.alpha.kubernetes.io/record: unconfined\n", 1)
+open(sys.argv[2], "w").write(pod)
+PY
+# systemd and podman; catatonit is the pause process of podman's pods, dbus how podman reaches
+# systemd (its cgroup manager); busybox-static the workload container's image.
+rootfs_image trixie rootfs-trixie systemd,dbus,podman,catatonit,busybox-static
+log "image: running $(basename "$image") under podman"
+systemd_checks image "${JSVM_IMAGE_GUEST:-$ROOT/tests/vm/image_guest.sh}" "$in" "$out" 6.12 "$ROOTFS_IMAGE"
+# What the recorder saw of cgroups from inside its namespace, as the namespace tests' fixture.
+if [ "${JSVM_CAPTURE_FIXTURES:-0}" = 1 ]; then
+  rm -rf "$ROOT/tests/fixtures/containers/pod"
+  mkdir -p "$ROOT/tests/fixtures/containers"
+  cp -r "$out/fixtures/pod" "$ROOT/tests/fixtures/containers/pod"
+  log "image: fixtures copied to tests/fixtures/containers/pod"
+fi
