@@ -36,8 +36,19 @@ paranoid=$(cat /proc/sys/kernel/perf_event_paranoid)
 check paranoid "kernel.perf_event_paranoid went from $paranoid_before to $paranoid, not 2" test "$paranoid" = 2
 check conffile "/etc/jitterscope/jitterscope.toml missing" test -f /etc/jitterscope/jitterscope.toml
 check config-valid "jitterscope config check fails on the installed file" jitterscope config check
-check man-page "man page jitterscope-record(1) not installed" test -f /usr/share/man/man1/jitterscope-record.1.gz
-check completion "bash completion not installed" test -f /usr/share/bash-completion/completions/jitterscope
+check man-page "man jitterscope-record does not show the page: $(MANPAGER=cat man jitterscope-record 2>&1 | head -3)" \
+  bash -c 'MANPAGER=cat man jitterscope-record 2>/dev/null | grep -q "jitterscope-record"'
+check man-page-config "man 5 jitterscope.toml does not show the page" \
+  bash -c 'MANPAGER=cat man 5 jitterscope.toml 2>/dev/null | grep -q "profile_hz"'
+# What bash offers for `jitterscope re<TAB>`, from the installed completion script.
+completes() {
+  bash -c 'source /usr/share/bash-completion/completions/jitterscope
+    COMP_WORDS=(jitterscope "$1"); COMP_CWORD=1; COMP_LINE="jitterscope $1"; COMP_POINT=${#COMP_LINE}
+    _jitterscope jitterscope "$1" jitterscope; echo "${COMPREPLY[*]}"' _ "$1"
+}
+echo "jitterscope re<TAB>: $(completes re)"
+check completion "jitterscope re<TAB> offers '$(completes re)', not record and replay" \
+  bash -c '[ "$(echo $1 | tr " " "\n" | sort | paste -sd " ")" = "record replay" ]' _ "$(completes re)"
 check record-enabled "jitterscope.service is $(systemctl is-enabled jitterscope 2>&1), not enabled" \
   test "$(systemctl is-enabled jitterscope 2>&1)" = enabled
 check serve-disabled "jitterscope-serve.service is $(systemctl is-enabled jitterscope-serve 2>&1), not disabled" \
@@ -103,6 +114,10 @@ diagnosis() { runuser -u alice -- jitterscope diagnose --since 30s 2>&1; }
 check container-named "diagnose does not name the throttled container checkout-api (its report is in guest.log)" \
   wait_for 'diagnosis | grep -q "podman checkout-api ("' 60
 diagnosis
+# The live screen's cgroup panel names it too (its --json-once is the screen's content).
+top_json() { runuser -u alice -- jitterscope top --json-once 2>&1; }
+check top-named "top's cgroup panel does not name checkout-api: $(top_json | grep -o '"owner":"[^"]*"' | head -3)" \
+  wait_for 'top_json | grep -q "\"owner\":\"podman checkout-api ("' 20
 podman rm -f -t 0 checkout-api >/dev/null
 
 # --- kill -9: systemd restarts it, and every sample recorded before the kill stays readable ---

@@ -122,8 +122,8 @@ rootfs_image() {
 # scenario's certutil; systemd is PID 1 of the package test's guest (tests/vm/deb.sh) instead
 # of tini, where podman runs containers from a busybox-static image
 # (containernetworking-plugins: debootstrap does not pick a provider of podman's virtual
-# dependency container-network-stack).
-PACKAGES=python3,tini,libnss3-tools,systemd,podman,containernetworking-plugins,busybox-static
+# dependency container-network-stack); man-db reads the package's man pages.
+PACKAGES=python3,tini,libnss3-tools,systemd,podman,containernetworking-plugins,busybox-static,man-db
 # Plus the packages of the binary's shared libraries (libelf1 for libbpf; libc is in minbase).
 for lib in $(ldd "$BIN" | awk '/=>/ { print $3 }'); do
   pkg=$(dpkg -S "$lib" 2>/dev/null || dpkg -S "$(readlink -f "$lib")" 2>/dev/null || true)
@@ -190,7 +190,7 @@ boot_guest() {
 # default, or JSVM_SYSTEMD_KERNEL) on IMAGE (bookworm's rootfs by default) with systemd as PID 1, where tests/vm/checks.service runs SCRIPT once
 # multi-user.target is reached, with tests/vm/checks.sh (the check helpers) beside it; IN holds
 # whatever else SCRIPT needs. Prints each check and fails if any failed, if the script stopped
-# before its end, or if fewer passed than SCRIPT has `check` and `require` lines (a skipped check would
+# before its end, or if fewer passed than the copy of SCRIPT it ran has `check` and `require` lines (a skipped check would
 # otherwise pass). The guest's log and journal are left in OUT.
 systemd_checks() {
   local name=$1 script=$2 in=$3 out=$4 image=${6:-$IMAGE} kdir ird start rc=0 failed want passed
@@ -210,7 +210,7 @@ systemd_checks() {
   failed=$(grep -c '^FAIL' "$out/checks" || true)
   [ "$failed" = 0 ] || die "$name: $failed checks failed (guest.log, journal.txt in $out)"
   grep -qx DONE "$out/checks" || die "$name: the guest script stopped before its end (guest.log in $out)"
-  want=$(grep -cE '^(check|require) ' "$script")
+  want=$(grep -cE '^(check|require) ' "$in/main.sh")
   passed=$(grep -c '^PASS' "$out/checks" || true)
   [ "$passed" = "$want" ] || die "$name: $passed checks passed of the $want the script has"
   log "$name: all $passed checks passed"

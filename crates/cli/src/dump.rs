@@ -102,6 +102,9 @@ fn dump(a: DumpArgs) -> Result<()> {
     let sel = Selection::new(all(), &select);
     let mut pairs = reader.pairs(from, to, sel.parts())?;
     let mut om: Vec<(Option<i64>, SeriesValue)> = Vec::new();
+    // OpenMetrics: who owns each cgroup the selected series name, as last recorded.
+    let mut owners: std::collections::BTreeMap<String, jitterscope_sources::cgroup::Cgroup> =
+        Default::default();
     if a.format == Format::Csv {
         writeln!(out, "time,series,value,unit")?;
     }
@@ -109,21 +112,40 @@ fn dump(a: DumpArgs) -> Result<()> {
         match a.format {
             Format::Csv => write_csv(&mut out, &sel, sample, prev)?,
             Format::Json => write_json(&mut out, &sel, sample, prev)?,
-            Format::Openmetrics => sel.for_each(sample, prev, |def, labels, series, value| {
-                om.push((
-                    Some(sample.ts_ns),
-                    SeriesValue {
-                        def,
-                        labels: labels.iter().map(|l| l.to_string()).collect(),
-                        series: series.to_string(),
-                        value,
-                    },
-                ))
-            }),
+            Format::Openmetrics => {
+                let mut named = std::collections::HashSet::new();
+                sel.for_each(sample, prev, |def, labels, series, value| {
+                    if let Some(i) = def.placeholders().iter().position(|p| *p == "cgroup") {
+                        named.extend(labels.get(i).map(|l| l.to_string()));
+                    }
+                    om.push((
+                        Some(sample.ts_ns),
+                        SeriesValue {
+                            def,
+                            labels: labels.iter().map(|l| l.to_string()).collect(),
+                            series: series.to_string(),
+                            value,
+                        },
+                    ))
+                });
+                for c in sample.cgroups.iter().flatten() {
+                    if named.contains(&c.path) {
+                        owners.insert(
+                            c.path.clone(),
+                            jitterscope_sources::cgroup::Cgroup {
+                                path: c.path.clone(),
+                                identity: c.identity.clone(),
+                                ..Default::default()
+                            },
+                        );
+                    }
+                }
+            }
         }
     }
     if a.format == Format::Openmetrics {
-        openmetrics::write(&mut out, &om)?;
+        let info = openmetrics::cgroup_info(owners.values());
+        openmetrics::write_with(&mut out, &om, &info)?;
     }
     if let Some(note) = pairs.damage().note() {
         eprintln!("jitterscope: {note}");

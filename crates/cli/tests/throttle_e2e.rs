@@ -111,7 +111,8 @@ fn write(path: &Path, value: &str) -> Result<(), String> {
 
 /// Creates the 20%-quota cgroup and starts a busy loop in it; `Err` is a reason to skip.
 fn setup() -> Result<ThrottledCgroup, String> {
-    let name = format!("jitterscope-test-{}", std::process::id());
+    // Named as systemd names a service's cgroup, so its owner is recognised (and exported).
+    let name = format!("jitterscope-test-{}.service", std::process::id());
     let mut cg = ThrottledCgroup {
         path: format!("/{name}"),
         dirs: Vec::new(),
@@ -294,6 +295,14 @@ fn throttled_cgroup_is_recorded_and_dumped() {
         "openmetrics {omv:?} vs csv {values:?}"
     );
     assert!(median(&omv) > 50.0, "{omv:?}");
+    // Who owns the cgroup, as an info family before the # EOF.
+    let unit = cg.path.trim_start_matches('/');
+    let info = format!(
+        "jitterscope_cgroup_info{{cgroup=\"{}\",runtime=\"systemd\",unit=\"{unit}\"}} 1",
+        cg.path
+    );
+    assert!(om.lines().any(|l| l == info), "no {info}:\n{om}");
+    assert!(om.contains("# TYPE jitterscope_cgroup info\n"), "{om}");
 
     // The quota caps usage at 20% of one CPU; the loop never sleeps, so it uses about that.
     let usage_series = format!("cgroup.{}.cpu.usage_pct", cg.path);

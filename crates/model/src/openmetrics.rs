@@ -7,6 +7,7 @@ use std::io::{self, Write};
 
 use crate::derive::SeriesValue;
 use crate::registry::{Kind, MetricDef};
+use jitterscope_sources::cgroup::{Cgroup, Runtime};
 
 /// The family name of a metric: `jitterscope_` + the template without its placeholders,
 /// dots turned into underscores (`cgroup.<cgroup>.cpu.throttled_pct` →
@@ -92,6 +93,15 @@ impl std::fmt::Write for StackStr {
 /// a family may be declared only once. Unknown values are left out. `ts_ns` of `None` writes
 /// no timestamp.
 pub fn write(out: &mut impl Write, points: &[(Option<i64>, SeriesValue)]) -> io::Result<()> {
+    write_with(out, points, "")
+}
+
+/// [`write`], with `extra` (whole families, such as [`cgroup_info`]'s) before the `# EOF`.
+pub fn write_with(
+    out: &mut impl Write,
+    points: &[(Option<i64>, SeriesValue)],
+    extra: &str,
+) -> io::Result<()> {
     let mut fams: BTreeMap<String, Vec<&(Option<i64>, SeriesValue)>> = BTreeMap::new();
     for p in points {
         fams.entry(family_name(p.1.def)).or_default().push(p);
@@ -139,7 +149,46 @@ pub fn write(out: &mut impl Write, points: &[(Option<i64>, SeriesValue)]) -> io:
             writeln!(out, "{line}")?;
         }
     }
+    out.write_all(extra.as_bytes())?;
     writeln!(out, "# EOF")
+}
+
+/// `jitterscope_cgroup_info`: who owns each cgroup that belongs to a runtime or a systemd unit,
+/// as labels (runtime, container id and name, pod, namespace, pod UID, unit), so a query joins
+/// names onto the per-cgroup series by `cgroup` (`... * on(cgroup) group_left(container)
+/// jitterscope_cgroup_info`) rather than every series carrying them. Empty when none does.
+pub fn cgroup_info<'a>(cgroups: impl IntoIterator<Item = &'a Cgroup>) -> String {
+    let mut lines = String::new();
+    for c in cgroups {
+        let id = &c.identity;
+        if id.runtime == Runtime::None {
+            continue;
+        }
+        lines.push_str("jitterscope_cgroup_info{cgroup=\"");
+        lines.push_str(&escape_label(&c.path));
+        lines.push_str("\",runtime=\"");
+        lines.push_str(&format!("{:?}", id.runtime).to_lowercase());
+        lines.push('"');
+        for (k, v) in [
+            ("container_id", &id.container_id),
+            ("container", &id.name),
+            ("pod", &id.pod),
+            ("namespace", &id.namespace),
+            ("pod_uid", &id.pod_uid),
+            ("unit", &id.systemd_unit),
+        ] {
+            if let Some(v) = v {
+                lines.push_str(&format!(",{k}=\"{}\"", escape_label(v)));
+            }
+        }
+        lines.push_str("} 1\n");
+    }
+    if lines.is_empty() {
+        return lines;
+    }
+    format!(
+        "# TYPE jitterscope_cgroup info\n# HELP jitterscope_cgroup The container, pod or systemd unit that owns a cgroup, as its runtime names it\n{lines}"
+    )
 }
 
 #[cfg(test)]

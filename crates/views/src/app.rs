@@ -502,7 +502,13 @@ impl App {
         let mut rows: Vec<&CgroupRow> = s
             .cgroups
             .iter()
-            .filter(|c| f.is_empty() || c.path.to_lowercase().contains(&f))
+            .filter(|c| {
+                f.is_empty()
+                    || c.path.to_lowercase().contains(&f)
+                    || c.owner
+                        .as_ref()
+                        .is_some_and(|o| o.to_lowercase().contains(&f))
+            })
             .collect();
         let z = |v: Option<f64>| v.unwrap_or(0.0);
         rows.sort_by(|a, b| {

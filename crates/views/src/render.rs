@@ -306,6 +306,20 @@ fn short_cgroup(path: &str) -> &str {
     }
 }
 
+/// A container's label in `w` columns: without its short id first, then cut at the end.
+fn fit_name(label: &str, w: usize) -> String {
+    if label.chars().count() <= w {
+        return label.to_string();
+    }
+    let name = label.rsplit_once(" (").map_or(label, |(n, _)| n);
+    if name.chars().count() <= w {
+        return name.to_string();
+    }
+    let mut out: String = name.chars().take(w.saturating_sub(1)).collect();
+    out.push('~');
+    out
+}
+
 /// The cgroup table.
 pub fn cgroup_lines(app: &App, rows: usize, scroll: usize, w: usize) -> Vec<Line<'static>> {
     let head = format!(
@@ -317,19 +331,22 @@ pub fn cgroup_lines(app: &App, rows: usize, scroll: usize, w: usize) -> Vec<Line
         Style::default().add_modifier(Modifier::REVERSED),
     ))];
     for c in app.cgroups().iter().skip(scroll).take(rows) {
-        let path = if c.path.chars().count() > 26 {
-            let tail: String = c
-                .path
-                .chars()
-                .rev()
-                .take(25)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect();
-            format!("~{tail}")
-        } else {
-            c.path.clone()
+        // A container's path is a 64-hex id; its name is what people look for.
+        let path = match &c.owner {
+            Some(owner) => fit_name(owner, 26),
+            None if c.path.chars().count() > 26 => {
+                let tail: String = c
+                    .path
+                    .chars()
+                    .rev()
+                    .take(25)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect();
+                format!("~{tail}")
+            }
+            None => c.path.clone(),
         };
         out.push(Line::from(format!(
             "{:<26} {:>6} {:>5} {:>6} {:>6} {:>6} {:>6} {:>5} {:>6}",
@@ -617,5 +634,29 @@ pub fn draw(f: &mut Frame, app: &App, now_ns: i64) {
         lines.extend(HELP.iter().map(|l| Line::from(format!("  {l}"))));
         f.render_widget(Clear, r);
         f.render_widget(Paragraph::new(lines), r);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fit_name;
+
+    #[test]
+    fn container_names_fit_their_column() {
+        assert_eq!(
+            fit_name("podman api (ee295493ada3)", 26),
+            "podman api (ee295493ada3)"
+        );
+        // The id goes first, then the name is cut.
+        assert_eq!(
+            fit_name("podman checkout-api (ee295493ada3)", 26),
+            "podman checkout-api"
+        );
+        assert_eq!(
+            fit_name("containerd shop/checkout-api-7d9f/api (ee295493ada3)", 26),
+            "containerd shop/checkout-~"
+        );
+        assert_eq!(fit_name("x", 1), "x");
+        assert_eq!(fit_name("xyz", 0), "~");
     }
 }

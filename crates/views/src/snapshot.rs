@@ -139,6 +139,9 @@ pub struct ProcRow {
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct CgroupRow {
     pub path: String,
+    /// The container it is, as its runtime names it (`podman checkout-api (ee295493ada3)`,
+    /// `containerd shop/checkout-api-7d9f/api (…)`); absent for cgroups of no container.
+    pub owner: Option<String>,
     /// Percent of one CPU.
     pub cpu_pct: Option<f64>,
     /// CPU quota, cores (absent: no quota).
@@ -508,6 +511,13 @@ impl Snapshot {
                 c.reclaim_stalls_per_s = Some(0.0);
             }
         }
+        for c in cur.cgroups.iter().flatten() {
+            if let Some(row) = cgroups.get_mut(&c.path) {
+                if c.identity.container_id.is_some() {
+                    row.owner = c.identity.label();
+                }
+            }
+        }
         s.processes = procs.into_values().collect();
         s.processes.sort_by_key(|p| p.pid);
         s.cgroups = cgroups.into_values().collect();
@@ -588,5 +598,45 @@ mod tests {
         assert_eq!(s.cpu.usr_pct, None);
         assert_eq!(s.interval_s, 0.0);
         assert!(s.processes.is_empty() && s.cgroups.is_empty());
+    }
+
+    #[test]
+    fn a_containers_row_carries_its_runtime_name() {
+        use jitterscope_sources::cgroup::{Cgroup, Identity, MemoryStats, Runtime};
+        let id = "ee295493ada3f9189f6f47168e5943bd26ddbe117f58b8072a75d74720ceb6d5";
+        let mem = Some(MemoryStats {
+            usage_bytes: Some(1 << 20),
+            ..Default::default()
+        });
+        let cur = Sample {
+            cgroups: Some(vec![
+                Cgroup {
+                    path: format!("/machine.slice/libpod-{id}.scope"),
+                    memory: mem.clone(),
+                    identity: Identity {
+                        runtime: Runtime::Podman,
+                        container_id: Some(id.into()),
+                        name: Some("checkout-api".into()),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                },
+                Cgroup {
+                    path: "/system.slice/nginx.service".into(),
+                    memory: mem,
+                    identity: Identity {
+                        runtime: Runtime::Systemd,
+                        systemd_unit: Some("nginx.service".into()),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        };
+        let s = Snapshot::build(&cur, None);
+        let owners: Vec<_> = s.cgroups.iter().map(|c| c.owner.as_deref()).collect();
+        // A unit's path says as much as its name; a container's does not.
+        assert_eq!(owners, [Some("podman checkout-api (ee295493ada3)"), None]);
     }
 }

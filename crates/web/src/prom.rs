@@ -71,7 +71,8 @@ pub fn exposition(cur: &Sample, prev: Option<&Sample>, top: usize) -> Vec<u8> {
         .collect();
     let mut out = Vec::with_capacity(64 * 1024);
     // Writing to a Vec cannot fail.
-    let _ = jitterscope_model::openmetrics::write(&mut out, &points);
+    let info = jitterscope_model::openmetrics::cgroup_info(cur.cgroups.iter().flatten());
+    let _ = jitterscope_model::openmetrics::write_with(&mut out, &points, &info);
     out
 }
 
@@ -119,5 +120,48 @@ pub async fn metrics(State(st): State<Arc<AppState>>) -> Response {
         }
         Ok(Err((code, msg))) => (code, msg).into_response(),
         Err(e) => e.into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jitterscope_sources::cgroup::{Cgroup, Identity, Runtime};
+
+    #[test]
+    fn cgroup_owners_are_an_info_family_before_eof() {
+        let id = "ee295493ada3f9189f6f47168e5943bd26ddbe117f58b8072a75d74720ceb6d5";
+        let cur = Sample {
+            cgroups: Some(vec![
+                Cgroup {
+                    path: "/".into(),
+                    ..Default::default()
+                },
+                Cgroup {
+                    path: format!("/kubepods.slice/cri-containerd-{id}.scope"),
+                    identity: Identity {
+                        runtime: Runtime::Containerd,
+                        container_id: Some(id.into()),
+                        name: Some("api".into()),
+                        pod: Some("checkout-7d9f".into()),
+                        namespace: Some("shop".into()),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        };
+        let text = String::from_utf8(exposition(&cur, None, 3)).unwrap();
+        assert!(text.ends_with(&format!(
+            "# TYPE jitterscope_cgroup info\n\
+             # HELP jitterscope_cgroup The container, pod or systemd unit that owns a cgroup, as its runtime names it\n\
+             jitterscope_cgroup_info{{cgroup=\"/kubepods.slice/cri-containerd-{id}.scope\",runtime=\"containerd\",container_id=\"{id}\",container=\"api\",pod=\"checkout-7d9f\",namespace=\"shop\"}} 1\n\
+             # EOF\n"
+        )), "{text}");
+        // A host of no containers or units has no such family.
+        let bare = Sample::default();
+        let text = String::from_utf8(exposition(&bare, None, 3)).unwrap();
+        assert!(!text.contains("jitterscope_cgroup_info"));
     }
 }

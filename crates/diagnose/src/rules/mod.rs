@@ -15,7 +15,7 @@ pub mod shrinker;
 pub mod tlb;
 
 use jitterscope_model::registry::{MetricDef, Sel, Unit};
-use jitterscope_sources::cgroup::{identify, Runtime};
+use jitterscope_sources::cgroup::identify;
 
 use crate::data::{Data, Series};
 use crate::{rfc3339, Culprit, Evidence, Finding, Moved, Span};
@@ -253,24 +253,9 @@ pub(crate) fn round(v: f64) -> f64 {
 /// (0123456789ab)`, `containerd shop/cart-7d9f/checkout-api (0123456789ab)`), else the short
 /// id that `docker ps` shows.
 pub(crate) fn container_of(d: &Data, path: &str) -> Option<String> {
-    let id = d
-        .containers
-        .get(path)
-        .cloned()
-        .unwrap_or_else(|| identify(path));
-    let rt = format!("{:?}", id.runtime).to_lowercase();
-    match (&id.runtime, id.short_id(), &id.name) {
-        (Runtime::None, _, _) => None,
-        (_, Some(short), Some(name)) => {
-            let pod = match (&id.namespace, &id.pod) {
-                (Some(ns), Some(pod)) => format!("{ns}/{pod}/"),
-                (None, Some(pod)) => format!("{pod}/"),
-                _ => String::new(),
-            };
-            Some(format!("{rt} {pod}{name} ({short})"))
-        }
-        (_, Some(short), None) => Some(format!("{rt} {short}")),
-        (_, None, _) => id.systemd_unit.clone(),
+    match d.containers.get(path) {
+        Some(id) => id.label(),
+        None => identify(path).label(),
     }
 }
 

@@ -83,6 +83,28 @@ impl Identity {
             .as_deref()
             .map(|id| &id[..12.min(id.len())])
     }
+
+    /// What people call the cgroup's owner, for culprits and tables: the runtime and the
+    /// container's name as its runtime shows it, with namespace and pod for Kubernetes
+    /// (`containerd shop/checkout-api-7d9f/api (ee295493ada3)`, `podman checkout-api
+    /// (ee295493ada3)`); the runtime and short id when the name is unknown; else the systemd
+    /// unit; `None` for a cgroup that belongs to no runtime or unit.
+    pub fn label(&self) -> Option<String> {
+        let rt = format!("{:?}", self.runtime).to_lowercase();
+        match (&self.runtime, self.short_id(), &self.name) {
+            (Runtime::None, _, _) => None,
+            (_, Some(short), Some(name)) => {
+                let pod = match (&self.namespace, &self.pod) {
+                    (Some(ns), Some(pod)) => format!("{ns}/{pod}/"),
+                    (None, Some(pod)) => format!("{pod}/"),
+                    _ => String::new(),
+                };
+                Some(format!("{rt} {pod}{name} ({short})"))
+            }
+            (_, Some(short), None) => Some(format!("{rt} {short}")),
+            (_, None, _) => self.systemd_unit.clone(),
+        }
+    }
 }
 
 fn is_container_id(s: &str) -> bool {
