@@ -14,7 +14,8 @@ BIN=target/release/jitterscope
 [ -x "$BIN" ] || { echo "image: error: $BIN is missing (make build)" >&2; exit 1; }
 if ! command -v buildah >/dev/null 2>&1; then
   echo "image: installing buildah" >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah >/dev/null \
+    || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah >/dev/null; }
 fi
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 revision=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)

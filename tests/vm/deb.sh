@@ -12,14 +12,8 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
-deb=$(ls -t "$ROOT"/target/debian/jitterscope_*.deb 2>/dev/null | head -1 || true)
-[ -n "$deb" ] || die "no package in target/debian (make deb)"
-in=$VM/in/deb
-out=$VM/out/deb
-rm -rf "$in" "$out"
-mkdir -p "$in" "$out"
-cp "$deb" "$in/"
-log "deb: installing $(basename "$deb")"
+fresh_share deb "$ROOT/target/debian/jitterscope_*.deb" deb
+log "deb: installing $(basename "$artefact")"
 # JSVM_DEB_GUEST: another guest script, to investigate in the same guest.
 systemd_checks deb "${JSVM_DEB_GUEST:-$ROOT/tests/vm/deb_guest.sh}" "$in" "$out"
 # The files the guest read container names from, as fixtures of the name parsers' tests.

@@ -116,8 +116,8 @@ check container-named "diagnose does not name the throttled container checkout-a
 diagnosis
 # The live screen's cgroup panel names it too (its --json-once is the screen's content).
 top_json() { runuser -u alice -- jitterscope top --json-once 2>&1; }
-check top-named "top's cgroup panel does not name checkout-api: $(top_json | grep -o '"owner":"[^"]*"' | head -3)" \
-  wait_for 'top_json | grep -q "\"owner\":\"podman checkout-api ("' 20
+check top-named "top's cgroup panel does not name checkout-api: $(top_json | grep -oE '"owner": ?"[^"]*"' | head -3)" \
+  wait_for 'top_json | grep -qE "\"owner\": ?\"podman checkout-api \("' 20
 podman rm -f -t 0 checkout-api >/dev/null
 
 # --- kill -9: systemd restarts it, and every sample recorded before the kill stays readable ---

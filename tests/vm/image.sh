@@ -15,13 +15,7 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
-image=$(ls -t "$ROOT"/target/image/jitterscope-*.oci.tar 2>/dev/null | head -1 || true)
-[ -n "$image" ] || die "no image in target/image (make image)"
-in=$VM/in/image
-out=$VM/out/image
-rm -rf "$in" "$out"
-mkdir -p "$in" "$out"
-cp "$image" "$in/"
+fresh_share image "$ROOT/target/image/jitterscope-*.oci.tar" image
 python3 - "$ROOT/deploy/kubernetes/jitterscope.yaml" "$in/pod.yaml" <<'PY'
 import re, sys
 docs = re.split(r"^---\s*$", open(sys.argv[1]).read(), flags=re.M)
@@ -40,7 +34,7 @@ PY
 # systemd and podman; catatonit is the pause process of podman's pods, dbus how podman reaches
 # systemd (its cgroup manager); busybox-static the workload container's image.
 rootfs_image trixie rootfs-trixie systemd,dbus,podman,catatonit,busybox-static
-log "image: running $(basename "$image") under podman"
+log "image: running $(basename "$artefact") under podman"
 systemd_checks image "${JSVM_IMAGE_GUEST:-$ROOT/tests/vm/image_guest.sh}" "$in" "$out" 6.12 "$ROOTFS_IMAGE"
 # What the recorder saw of cgroups from inside its namespace, as the namespace tests' fixture.
 if [ "${JSVM_CAPTURE_FIXTURES:-0}" = 1 ]; then

@@ -94,8 +94,8 @@ check process-in-container "diagnose does not place busybox ($wpid) in $wcg" \
   bash -c 'grep -qF "busybox ($1), cgroup $2, podman checkout-api (" <<<"$3"' _ "$wpid" "$wcg" "$(diagnosis)"
 diagnosis
 top_json() { js top --json-once 2>&1; }
-check top-named "top's cgroup panel does not name checkout-api: $(top_json | grep -o '"owner":"[^"]*"' | head -3)" \
-  wait_for 'top_json | grep -q "\"owner\":\"podman checkout-api ("' 20
+check top-named "top's cgroup panel does not name checkout-api: $(top_json | grep -oE '"owner": ?"[^"]*"' | head -3)" \
+  wait_for 'top_json | grep -qE "\"owner\": ?\"podman checkout-api \("' 20
 rss=$(field "$pid" VmRSS)
 echo "recorder RSS: $rss kB"
 

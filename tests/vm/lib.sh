@@ -186,6 +186,20 @@ boot_guest() {
     </dev/null >"$out/qemu.log" 2>&1
 }
 
+# fresh_share NAME GLOB WHAT: the newest file matching GLOB (made by `make WHAT`) copied into a
+# fresh share $VM/in/NAME, with an empty $VM/out/NAME; sets `in`, `out` and `artefact`.
+fresh_share() {
+  local name=$1 glob=$2 what=$3
+  # shellcheck disable=SC2086 # GLOB is a pattern to expand.
+  artefact=$(ls -t $glob 2>/dev/null | head -1 || true)
+  [ -n "$artefact" ] || die "nothing matches $glob (make $what)"
+  in=$VM/in/$name
+  out=$VM/out/$name
+  rm -rf "$in" "$out"
+  mkdir -p "$in" "$out"
+  cp "$artefact" "$in/"
+}
+
 # systemd_checks NAME SCRIPT IN OUT [KERNEL [IMAGE]]: boots Debian's kernel KERNEL (6.1 by
 # default, or JSVM_SYSTEMD_KERNEL) on IMAGE (bookworm's rootfs by default) with systemd as PID 1, where tests/vm/checks.service runs SCRIPT once
 # multi-user.target is reached, with tests/vm/checks.sh (the check helpers) beside it; IN holds
