@@ -1,7 +1,7 @@
 # Sourced by the systemd guests' scripts (tests/vm/deb_guest.sh, image_guest.sh): one line per
 # check in /mnt/out/checks ("PASS name" or "FAIL name: why"), then "DONE" if the script reached
 # its end; on exit the journal is saved and the guest powers off. systemd_checks in lib.sh
-# counts the PASS lines against the script's `check` lines.
+# counts the PASS lines against the script's `check` and `require` lines.
 # shellcheck shell=bash
 set -u
 OUT=/mnt/out

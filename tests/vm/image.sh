@@ -9,9 +9,11 @@
 #
 # Trixie, not the matrix's bookworm: bookworm's podman 4.3 plays neither DaemonSets (4.7+) nor
 # hostPID (it gave the pod a PID namespace of its own), and with its cgroupfs manager its pods'
-# infra containers failed (mknod /dev/null: EPERM). trixie's podman 5 plays the DaemonSet as
-# written; only the Namespace is dropped (podman has none) and the seccomp field is translated. The guest's log and journal are in
-# target/vm/out/image/.
+# infra containers failed (mknod /dev/null: EPERM). trixie's podman 5 plays the DaemonSet with
+# three changes: the Namespace is dropped (podman has none), the seccomp field is also written
+# as the annotation podman reads, and podman's storage is mounted for the names of this node's
+# containers, as the manifest says to do where containers are not Kubernetes pods. The guest's
+# log and journal are in target/vm/out/image/.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -29,6 +31,16 @@ if "seccompProfile:\n              type: Unconfined" not in ds[0]:
 pod = ds[0].replace("  template:\n    metadata:\n",
                     "  template:\n    metadata:\n      annotations:\n"
                     "        container.seccomp.security.alpha.kubernetes.io/record: unconfined\n", 1)
+# This node's containers are podman's, not Kubernetes pods: their names are in podman's
+# storage, which the manifest says to add on such nodes.
+mount = ("            - name: store\n              mountPath: /var/lib/jitterscope\n")
+if mount not in pod or not pod.endswith("\n"):
+    sys.exit("image: error: the manifest's store mount moved; update image.sh")
+pod = pod.replace(mount, mount + "            - name: containers-storage\n"
+                  "              mountPath: /var/lib/containers/storage\n"
+                  "              readOnly: true\n", 1)
+pod += ("        - name: containers-storage\n          hostPath:\n"
+        "            path: /var/lib/containers/storage\n            type: Directory\n")
 open(sys.argv[2], "w").write(pod)
 PY
 # systemd and podman; catatonit is the pause process of podman's pods, dbus how podman reaches

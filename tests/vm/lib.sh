@@ -1,7 +1,8 @@
-# Sourced by tests/vm/run.sh (the kernel matrix) and tests/vm/deb.sh (the package in a
-# systemd guest): installs the host tools, fetches Debian's kernels through a private apt
-# configuration, builds the debootstrap rootfs image and one initramfs per kernel, all cached
-# under target/vm. Defines kernel_dir and initramfs; sets ROOT, VM, BIN, IMAGE.
+# Sourced by tests/vm/run.sh (the kernel matrix), tests/vm/deb.sh (the package in a systemd
+# guest) and tests/vm/image.sh (the image and the DaemonSet under podman): installs the host
+# tools, fetches Debian's kernels through a private apt configuration, builds the debootstrap
+# rootfs images and one initramfs per kernel, all cached under target/vm. Defines kernel_dir,
+# initramfs, rootfs_image, boot_guest, fresh_share and systemd_checks; sets ROOT, VM, BIN, IMAGE.
 # shellcheck shell=bash
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 ROOT=$PWD
@@ -200,15 +201,16 @@ fresh_share() {
   cp "$artefact" "$in/"
 }
 
-# systemd_checks NAME SCRIPT IN OUT [KERNEL [IMAGE]]: boots Debian's kernel KERNEL (6.1 by
-# default, or JSVM_SYSTEMD_KERNEL) on IMAGE (bookworm's rootfs by default) with systemd as PID 1, where tests/vm/checks.service runs SCRIPT once
-# multi-user.target is reached, with tests/vm/checks.sh (the check helpers) beside it; IN holds
-# whatever else SCRIPT needs. Prints each check and fails if any failed, if the script stopped
-# before its end, or if fewer passed than the copy of SCRIPT it ran has `check` and `require` lines (a skipped check would
+# systemd_checks NAME SCRIPT IN OUT [KERNEL [IMAGE]]: boots Debian's kernel KERNEL (else
+# JSVM_SYSTEMD_KERNEL, else 6.1) on IMAGE (bookworm's rootfs by default) with systemd as PID 1,
+# where tests/vm/checks.service runs SCRIPT once multi-user.target is reached, with
+# tests/vm/checks.sh (the check helpers) beside it; IN holds whatever else SCRIPT needs. Prints
+# each check and fails if any failed, if the script stopped before its end, or if fewer passed
+# than the copy of SCRIPT it ran has `check` and `require` lines (a skipped check would
 # otherwise pass). The guest's log and journal are left in OUT.
 systemd_checks() {
   local name=$1 script=$2 in=$3 out=$4 image=${6:-$IMAGE} kdir ird start rc=0 failed want passed
-  kdir=$(kernel_dir "${JSVM_SYSTEMD_KERNEL:-${5:-6.1}}")
+  kdir=$(kernel_dir "${5:-${JSVM_SYSTEMD_KERNEL:-6.1}}")
   ird=$(initramfs "$kdir")
   cp "$script" "$in/main.sh"
   cp "$ROOT/tests/vm/checks.sh" "$in/checks.sh"

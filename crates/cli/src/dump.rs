@@ -103,7 +103,7 @@ fn dump(a: DumpArgs) -> Result<()> {
     let mut pairs = reader.pairs(from, to, sel.parts())?;
     let mut om: Vec<(Option<i64>, SeriesValue)> = Vec::new();
     // OpenMetrics: who owns each cgroup the selected series name, as last recorded.
-    let mut owners: std::collections::BTreeMap<String, jitterscope_sources::cgroup::Cgroup> =
+    let mut owners: std::collections::BTreeMap<String, (jitterscope_sources::cgroup::Cgroup, i64)> =
         Default::default();
     if a.format == Format::Csv {
         writeln!(out, "time,series,value,unit")?;
@@ -132,11 +132,14 @@ fn dump(a: DumpArgs) -> Result<()> {
                     if named.contains(&c.path) {
                         owners.insert(
                             c.path.clone(),
-                            jitterscope_sources::cgroup::Cgroup {
-                                path: c.path.clone(),
-                                identity: c.identity.clone(),
-                                ..Default::default()
-                            },
+                            (
+                                jitterscope_sources::cgroup::Cgroup {
+                                    path: c.path.clone(),
+                                    identity: c.identity.clone(),
+                                    ..Default::default()
+                                },
+                                sample.ts_ns,
+                            ),
                         );
                     }
                 }
@@ -144,7 +147,9 @@ fn dump(a: DumpArgs) -> Result<()> {
         }
     }
     if a.format == Format::Openmetrics {
-        let info = openmetrics::cgroup_info(owners.values());
+        // Stamped with the last sample each was seen in: a backfill (promtool tsdb
+        // create-blocks-from openmetrics) needs every line timestamped.
+        let info = openmetrics::cgroup_info(owners.values().map(|(c, ts)| (c, Some(*ts))));
         openmetrics::write_with(&mut out, &om, &info)?;
     }
     if let Some(note) = pairs.damage().note() {

@@ -298,10 +298,16 @@ fn throttled_cgroup_is_recorded_and_dumped() {
     // Who owns the cgroup, as an info family before the # EOF.
     let unit = cg.path.trim_start_matches('/');
     let info = format!(
-        "jitterscope_cgroup_info{{cgroup=\"{}\",runtime=\"systemd\",unit=\"{unit}\"}} 1",
+        "jitterscope_cgroup_info{{cgroup=\"{}\",runtime=\"systemd\",unit=\"{unit}\"}} 1 ",
         cg.path
     );
-    assert!(om.lines().any(|l| l == info), "no {info}:\n{om}");
+    // Timestamped like every other line of a dump.
+    assert!(
+        om.lines().any(|l| l
+            .strip_prefix(&info)
+            .is_some_and(|ts| ts.parse::<f64>().is_ok_and(|t| t > 1.0e9))),
+        "no {info}<timestamp>:\n{om}"
+    );
     assert!(om.contains("# TYPE jitterscope_cgroup info\n"), "{om}");
 
     // The quota caps usage at 20% of one CPU; the loop never sleeps, so it uses about that.

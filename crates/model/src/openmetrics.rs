@@ -154,12 +154,16 @@ pub fn write_with(
 }
 
 /// `jitterscope_cgroup_info`: who owns each cgroup that belongs to a runtime or a systemd unit,
-/// as labels (runtime, container id and name, pod, namespace, pod UID, unit), so a query joins
-/// names onto the per-cgroup series by `cgroup` (`... * on(cgroup) group_left(container)
-/// jitterscope_cgroup_info`) rather than every series carrying them. Empty when none does.
-pub fn cgroup_info<'a>(cgroups: impl IntoIterator<Item = &'a Cgroup>) -> String {
+/// as labels, so a query joins names onto the per-cgroup series (`... * on(instance, cgroup)
+/// group_left(container_name) jitterscope_cgroup_info`) rather than every series carrying
+/// them. The labels are `runtime`, `container_id`, `container_name`, `pod_name`,
+/// `pod_namespace`, `pod_uid` and `unit`: not `container`, `pod` and `namespace`, which
+/// Kubernetes service discovery puts on every target (the recorder's own pod) and which a
+/// scrape would rename to `exported_*`. Each cgroup comes with the time it was last seen
+/// (`None`: no timestamp, as a live scrape has none). Empty when no cgroup has an owner.
+pub fn cgroup_info<'a>(cgroups: impl IntoIterator<Item = (&'a Cgroup, Option<i64>)>) -> String {
     let mut lines = String::new();
-    for c in cgroups {
+    for (c, ts) in cgroups {
         let id = &c.identity;
         if id.runtime == Runtime::None {
             continue;
@@ -167,13 +171,13 @@ pub fn cgroup_info<'a>(cgroups: impl IntoIterator<Item = &'a Cgroup>) -> String 
         lines.push_str("jitterscope_cgroup_info{cgroup=\"");
         lines.push_str(&escape_label(&c.path));
         lines.push_str("\",runtime=\"");
-        lines.push_str(&format!("{:?}", id.runtime).to_lowercase());
+        lines.push_str(id.runtime.as_str());
         lines.push('"');
         for (k, v) in [
             ("container_id", &id.container_id),
-            ("container", &id.name),
-            ("pod", &id.pod),
-            ("namespace", &id.namespace),
+            ("container_name", &id.name),
+            ("pod_name", &id.pod),
+            ("pod_namespace", &id.namespace),
             ("pod_uid", &id.pod_uid),
             ("unit", &id.systemd_unit),
         ] {
@@ -181,7 +185,15 @@ pub fn cgroup_info<'a>(cgroups: impl IntoIterator<Item = &'a Cgroup>) -> String 
                 lines.push_str(&format!(",{k}=\"{}\"", escape_label(v)));
             }
         }
-        lines.push_str("} 1\n");
+        lines.push_str("} 1");
+        if let Some(ts) = ts {
+            lines.push_str(&format!(
+                " {}.{:03}",
+                ts.div_euclid(1_000_000_000),
+                ts.rem_euclid(1_000_000_000) / 1_000_000
+            ));
+        }
+        lines.push('\n');
     }
     if lines.is_empty() {
         return lines;

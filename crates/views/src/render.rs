@@ -306,18 +306,25 @@ fn short_cgroup(path: &str) -> &str {
     }
 }
 
-/// A container's label in `w` columns: without its short id first, then cut at the end.
+/// A container's label (`<runtime> [<ns>/<pod>/]<name> (<short id>)`) in `w` columns. What
+/// goes first when it does not fit: the short id, then the runtime, then the start of what is
+/// left, so the container's own name, at the end, stays.
 fn fit_name(label: &str, w: usize) -> String {
-    if label.chars().count() <= w {
+    let fits = |s: &str| s.chars().count() <= w;
+    if fits(label) {
         return label.to_string();
     }
     let name = label.rsplit_once(" (").map_or(label, |(n, _)| n);
-    if name.chars().count() <= w {
+    if fits(name) {
         return name.to_string();
     }
-    let mut out: String = name.chars().take(w.saturating_sub(1)).collect();
-    out.push('~');
-    out
+    let bare = name.split_once(' ').map_or(name, |(_, n)| n);
+    if fits(bare) {
+        return bare.to_string();
+    }
+    let n = bare.chars().count();
+    let tail: String = bare.chars().skip(n + 1 - w.max(1)).collect();
+    format!("~{tail}")
 }
 
 /// The cgroup table.
@@ -652,11 +659,20 @@ mod tests {
             fit_name("podman checkout-api (ee295493ada3)", 26),
             "podman checkout-api"
         );
+        // Then the runtime, then the start: the container's name stays.
         assert_eq!(
-            fit_name("containerd shop/checkout-api-7d9f/api (ee295493ada3)", 26),
-            "containerd shop/checkout-~"
+            fit_name("containerd shop/checkout-7d9f/api (ee295493ada3)", 26),
+            "shop/checkout-7d9f/api"
+        );
+        assert_eq!(
+            fit_name(
+                "containerd shop/checkout-api-7d9f5c6b4-x2x9q/api (ee295493ada3)",
+                26
+            ),
+            "~t-api-7d9f5c6b4-x2x9q/api"
         );
         assert_eq!(fit_name("x", 1), "x");
         assert_eq!(fit_name("xyz", 0), "~");
+        assert_eq!(fit_name("xyz", 2), "~z");
     }
 }

@@ -71,7 +71,9 @@ pub fn exposition(cur: &Sample, prev: Option<&Sample>, top: usize) -> Vec<u8> {
         .collect();
     let mut out = Vec::with_capacity(64 * 1024);
     // Writing to a Vec cannot fail.
-    let info = jitterscope_model::openmetrics::cgroup_info(cur.cgroups.iter().flatten());
+    let info = jitterscope_model::openmetrics::cgroup_info(
+        cur.cgroups.iter().flatten().map(|c| (c, None)),
+    );
     let _ = jitterscope_model::openmetrics::write_with(&mut out, &points, &info);
     out
 }
@@ -156,7 +158,7 @@ mod tests {
         assert!(text.ends_with(&format!(
             "# TYPE jitterscope_cgroup info\n\
              # HELP jitterscope_cgroup The container, pod or systemd unit that owns a cgroup, as its runtime names it\n\
-             jitterscope_cgroup_info{{cgroup=\"/kubepods.slice/cri-containerd-{id}.scope\",runtime=\"containerd\",container_id=\"{id}\",container=\"api\",pod=\"checkout-7d9f\",namespace=\"shop\"}} 1\n\
+             jitterscope_cgroup_info{{cgroup=\"/kubepods.slice/cri-containerd-{id}.scope\",runtime=\"containerd\",container_id=\"{id}\",container_name=\"api\",pod_name=\"checkout-7d9f\",pod_namespace=\"shop\"}} 1\n\
              # EOF\n"
         )), "{text}");
         // A host of no containers or units has no such family.

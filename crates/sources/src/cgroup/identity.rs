@@ -41,6 +41,20 @@ pub enum Runtime {
     Systemd,
 }
 
+impl Runtime {
+    /// Its name as the store, the API and the exports spell it (`cri-o`, as serde writes it).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Runtime::None => "none",
+            Runtime::Docker => "docker",
+            Runtime::Containerd => "containerd",
+            Runtime::CriO => "cri-o",
+            Runtime::Podman => "podman",
+            Runtime::Systemd => "systemd",
+        }
+    }
+}
+
 /// Kubernetes pod QoS class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -90,7 +104,7 @@ impl Identity {
     /// (ee295493ada3)`); the runtime and short id when the name is unknown; else the systemd
     /// unit; `None` for a cgroup that belongs to no runtime or unit.
     pub fn label(&self) -> Option<String> {
-        let rt = format!("{:?}", self.runtime).to_lowercase();
+        let rt = self.runtime.as_str();
         match (&self.runtime, self.short_id(), &self.name) {
             (Runtime::None, _, _) => None,
             (_, Some(short), Some(name)) => {

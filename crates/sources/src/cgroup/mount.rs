@@ -55,14 +55,14 @@ impl Hierarchy {
     }
 }
 
-/// `path` (which may climb out of the namespace with `..`) below `ns_root`, normalised. Climbing
-/// above the mount's top stops there: the mount shows nothing higher.
-pub(crate) fn join_ns(ns_root: &str, path: &str) -> String {
+/// `path` (which may climb out of the namespace with `..`) below `ns_root`, normalised; `None`
+/// when it climbs above the mount's top, which shows nothing higher to name it by.
+pub(crate) fn join_ns(ns_root: &str, path: &str) -> Option<String> {
     let mut parts: Vec<&str> = Vec::new();
     let all = ns_root.split('/').chain(path.split('/'));
     for c in all.filter(|c| !c.is_empty() && *c != ".") {
         if c == ".." {
-            parts.pop();
+            parts.pop()?;
         } else {
             parts.push(c);
         }
@@ -75,7 +75,7 @@ pub(crate) fn join_ns(ns_root: &str, path: &str) -> String {
     if out.is_empty() {
         out.push('/');
     }
-    out
+    Some(out)
 }
 
 /// How many levels above the namespace root a mount root of only `..` components shows
@@ -143,8 +143,19 @@ pub fn mount_points(buf: &[u8]) -> Vec<PathBuf> {
         .collect()
 }
 
+/// How much of a hierarchy a mount shows: the tree above this process's cgroup namespace (the
+/// host's, bind-mounted into a pod), then its namespace's whole tree ("/"), then a subtree
+/// (`/docker/<id>` in a container without a namespace of its own).
+fn shows(h: &Hierarchy) -> u8 {
+    match h.mount_root.as_str() {
+        r if levels_above(r).is_some() => 2,
+        "/" => 1,
+        _ => 0,
+    }
+}
+
 /// Parses mountinfo into the cgroup hierarchies it mounts, in mount order, one per superblock:
-/// a hierarchy bind-mounted twice is kept once, preferring the mount that shows its root "/".
+/// a hierarchy mounted twice is kept once, from the mount that shows most of it ([`shows`]).
 pub fn parse_mountinfo(buf: &[u8]) -> Result<Vec<Hierarchy>, ParseError> {
     let mut out: Vec<Hierarchy> = Vec::new();
     for (n, l) in lines(buf) {
@@ -190,7 +201,7 @@ pub fn parse_mountinfo(buf: &[u8]) -> Result<Vec<Hierarchy>, ParseError> {
         // tree mounted over the container's own /sys/fs/cgroup is what reads reach.
         out.retain(|o| o.mount_point != h.mount_point);
         match out.iter_mut().find(|o| o.device == h.device) {
-            Some(o) if o.mount_root != "/" && h.mount_root == "/" => *o = h,
+            Some(o) if shows(&h) > shows(o) => *o = h,
             Some(_) => {}
             None => out.push(h),
         }
@@ -295,7 +306,9 @@ fn own_path<'a>(h: &Hierarchy, own: &'a [u8]) -> Option<&'a str> {
         let (Some(id), Some(ctl), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
             continue;
         };
-        let path = std::str::from_utf8(path).ok()?;
+        let Ok(path) = std::str::from_utf8(path) else {
+            continue;
+        };
         let matches = match h.version {
             CgroupVersion::V2 => id == b"0" && ctl.is_empty(),
             CgroupVersion::V1 => {
@@ -403,20 +416,24 @@ mod tests {
     #[test]
     fn namespace_relative_paths_join_below_the_namespace_root() {
         let ns = "/machine.slice/libpod-ab.scope";
-        assert_eq!(join_ns(ns, "/"), ns);
-        assert_eq!(join_ns(ns, "/sub"), "/machine.slice/libpod-ab.scope/sub");
+        let j = |ns: &str, p: &str| join_ns(ns, p);
+        assert_eq!(j(ns, "/").as_deref(), Some(ns));
         assert_eq!(
-            join_ns(ns, "/../../system.slice/x.service"),
-            "/system.slice/x.service"
+            j(ns, "/sub").as_deref(),
+            Some("/machine.slice/libpod-ab.scope/sub")
         );
         assert_eq!(
-            join_ns(ns, "/../libpod-cd.scope"),
-            "/machine.slice/libpod-cd.scope"
+            j(ns, "/../../system.slice/x.service").as_deref(),
+            Some("/system.slice/x.service")
         );
-        assert_eq!(join_ns(ns, "/../.."), "/");
-        // Above the mount's top there is nothing to name.
-        assert_eq!(join_ns(ns, "/../../../../x"), "/x");
-        assert_eq!(join_ns("/", "/a/./b"), "/a/b");
+        assert_eq!(
+            j(ns, "/../libpod-cd.scope").as_deref(),
+            Some("/machine.slice/libpod-cd.scope")
+        );
+        assert_eq!(j(ns, "/../..").as_deref(), Some("/"));
+        // Above the mount's top there is nothing to name it by.
+        assert_eq!(j(ns, "/../../../../x"), None);
+        assert_eq!(j("/", "/a/./b").as_deref(), Some("/a/b"));
         assert_eq!(levels_above("/../.."), Some(2));
         assert_eq!(levels_above("/.."), Some(1));
         assert_eq!(levels_above("/"), None);
@@ -441,6 +458,18 @@ mod tests {
         )
         .unwrap();
         assert!(hs.is_empty());
+        // The host's tree mounted beside the pod's own view, not over it: the host's is kept.
+        let hs = parse_mountinfo(
+            b"30 25 0:26 / /sys/fs/cgroup ro - cgroup2 cgroup2 rw\n\
+              40 25 0:26 /../.. /host/sys/fs/cgroup ro - cgroup2 cgroup2 rw\n\
+              41 25 0:26 /x /elsewhere ro - cgroup2 cgroup2 rw\n",
+        )
+        .unwrap();
+        assert_eq!(hs.len(), 1);
+        assert_eq!(
+            hs[0].mount_point,
+            std::path::Path::new("/host/sys/fs/cgroup")
+        );
     }
 
     /// The namespace root is found by this process's pid in `cgroup.procs`, at the depth the
@@ -502,9 +531,10 @@ mod tests {
 
         #[test]
         fn joins_never_panic(ns in "(/[a-z.]{0,4}){0,4}", p in "(/[a-z.]{0,4}){0,6}") {
-            let j = join_ns(&ns, &p);
-            proptest::prop_assert!(j.starts_with('/'));
-            proptest::prop_assert!(!j.split('/').any(|c| c == ".."));
+            if let Some(j) = join_ns(&ns, &p) {
+                proptest::prop_assert!(j.starts_with('/'));
+                proptest::prop_assert!(!j.split('/').any(|c| c == ".."));
+            }
             let _ = levels_above(&p);
         }
 

@@ -166,7 +166,10 @@ impl CgroupNs {
             (&self.v2, &mut p.v2),
         ] {
             if let (Some(r), Some(x)) = (ns, path.as_mut()) {
-                *x = super::mount::join_ns(r, x);
+                // Outside the mount's view, it stays as read: no record has that path.
+                if let Some(j) = super::mount::join_ns(r, x) {
+                    *x = j;
+                }
             }
         }
         p
