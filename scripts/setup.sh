@@ -8,8 +8,8 @@
 # With --test, also what the test suite needs (`make test` passes it; `make run` does not):
 # tmux (terminal views), chromium and prometheus (web UI, /metrics), npm (the check that
 # web/vendor matches web/package-lock.json; node runs a profiled JIT), python3 (memleak
-# targets), certutil, xz, perf and libc6-dbg (the profiler's unwinding and naming against
-# Debian's own binaries) and go (`go tool pprof` reads our profiles; a go already in
+# targets), certutil, xz, gzip, perf and libc6-dbg (the profiler's unwinding and naming against
+# Debian's own binaries), python3.11 and PyPI's py-spy (the Python frames test) and go (`go tool pprof` reads our profiles; a go already in
 # /usr/local/go/bin counts).
 # Safe to run repeatedly.
 set -euo pipefail
@@ -42,6 +42,10 @@ if [ "${1:-}" = --test ]; then
   want xz xz-utils
   want perf linux-perf
   want /usr/share/doc/libc6-dbg libc6-dbg
+  want gzip gzip
+  # The Python frames test: Debian's own CPython 3.11, and pip to fetch py-spy (below).
+  want /usr/bin/python3.11 python3.11
+  want /usr/lib/python3/dist-packages/pip python3-pip
   command -v go >/dev/null 2>&1 || want /usr/local/go/bin/go golang-go
 elif [ -n "${1:-}" ]; then
   echo "setup: unknown argument $1 (only --test)" >&2
@@ -75,4 +79,15 @@ if ! command -v cargo >/dev/null 2>&1; then
     echo "setup: no cargo and no rustup on PATH; install Rust stable (https://rustup.rs)" >&2
     exit 1
   fi
+fi
+if [ "${1:-}" = --test ] && [ ! -x target/tools/py-spy ]; then
+  # PyPI's py-spy, the peer the Python frames test compares with: its wheel holds one static
+  # binary, unpacked into target/tools (nothing installed system-wide). Pinned, so the test
+  # compares with the same reader every time.
+  rm -rf target/tools/py-spy.d
+  mkdir -p target/tools/py-spy.d
+  /usr/bin/python3 -m pip download -q --no-deps --only-binary :all: -d target/tools/py-spy.d py-spy==0.4.3
+  /usr/bin/python3 -m zipfile -e target/tools/py-spy.d/py_spy-*.whl target/tools/py-spy.d/x
+  install -m 0755 target/tools/py-spy.d/x/py_spy-*.data/scripts/py-spy target/tools/py-spy
+  rm -rf target/tools/py-spy.d
 fi

@@ -25,6 +25,7 @@ pub mod env;
 pub mod format;
 mod lookups;
 mod madvise;
+pub mod python;
 mod reclaim;
 mod runqlat;
 mod shrinker;

@@ -5,11 +5,14 @@
 //!   `PR_Access`, which calls glibc's `access`. The folded stacks hold the libsoftokn3 frame
 //!   above `PR_Access;access`, down to `__libc_start_main`. With frame pointers alone the
 //!   chain stops in glibc.
-//! - `xz` compressing: the hottest user address and its top callers agree with
+//! - `xz` and `gzip` compressing: the hottest user addresses and their top callers agree with
 //!   `perf record --call-graph dwarf` sampling the same process in the same seconds.
+//! - Debian's CPython 3.11 running `a → b → c`: the interpreter's frames stand above the
+//!   evaluation loop's native frame (`_PyEval_EvalFrameDefault;py:<module> (…);py:a (…);…`),
+//!   and `py-spy dump` (PyPI's) on the same process names the same frames.
 //!
-//! Needs root (system-wide perf sampling); certutil, xz and perf are installed by
-//! `scripts/setup.sh`. Otherwise prints `SKIPPED:` (which fails under
+//! Needs root (system-wide perf sampling); certutil, xz, gzip, perf, python3.11 and py-spy are
+//! installed by `scripts/setup.sh --test`. Otherwise prints `SKIPPED:` (which fails under
 //! `JITTERSCOPE_REQUIRE_PRIVILEGED=1`, as in CI).
 
 mod common;
@@ -290,13 +293,34 @@ fn by_leaf(pairs: &[(String, String)]) -> Leaves {
 
 #[test]
 fn xz_stacks_agree_with_perf_dwarf() {
-    const TEST: &str = "xz_stacks_agree_with_perf_dwarf";
+    compressor_agrees_with_perf(
+        "xz_stacks_agree_with_perf_dwarf",
+        "xz",
+        "exec xz -T1 -6 -c \"$1\" >/dev/null",
+    );
+}
+
+/// gzip keeps its hot loop (`deflate`, `longest_match`) in its own stripped executable rather
+/// than in a library: the unwinding starts from code named by file offset in the main binary.
+#[test]
+fn gzip_stacks_agree_with_perf_dwarf() {
+    compressor_agrees_with_perf(
+        "gzip_stacks_agree_with_perf_dwarf",
+        "gzip",
+        "exec gzip -6 -c \"$1\" \"$1\" \"$1\" >/dev/null",
+    );
+}
+
+/// `prog` (run by the shell line `script`, `$1` the input) compressing for five seconds,
+/// sampled by the recorder and by `perf record --call-graph dwarf` at once: the hottest user
+/// addresses and their top callers agree.
+fn compressor_agrees_with_perf(test: &str, prog: &str, script: &str) {
     if !is_root() {
-        return skip(TEST, "needs root for system-wide perf sampling");
+        return skip(test, "needs root for system-wide perf sampling");
     }
-    for p in ["xz", "perf"] {
+    for p in [prog, "perf"] {
         if !have(p) {
-            return skip(TEST, &format!("{p} is not installed"));
+            return skip(test, &format!("{p} is not installed"));
         }
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -329,27 +353,27 @@ fn xz_stacks_agree_with_perf_dwarf() {
     );
     std::thread::sleep(Duration::from_millis(1500));
     let from = now_arg();
-    let mut xz = ChildGuard::new(
+    let mut worker = ChildGuard::new(
         Command::new("sh")
-            .args(["-c", "exec xz -T1 -6 -c \"$1\" >/dev/null", "sh", input])
+            .args(["-c", script, "sh", input])
             .spawn()
-            .expect("xz"),
+            .expect(prog),
     );
-    let pid = xz.pid();
+    let pid = worker.pid();
     std::thread::sleep(Duration::from_millis(500));
     let maps = jitterscope_profile::maps::parse_maps(
-        &std::fs::read(format!("/proc/{pid}/maps")).expect("xz maps"),
+        &std::fs::read(format!("/proc/{pid}/maps")).expect("maps"),
     );
     std::thread::sleep(Duration::from_millis(4500));
-    xz.signal(libc::SIGKILL);
-    let _ = xz.wait_timeout(Duration::from_secs(5));
+    worker.signal(libc::SIGKILL);
+    let _ = worker.wait_timeout(Duration::from_secs(5));
     let to = now_arg();
     let st = perf
         .wait_timeout(Duration::from_secs(30))
         .expect("perf ends");
     assert!(st.success(), "perf record: {st:?}");
     let Some(_) = finish(rec) else {
-        return skip(TEST, "the profiler cannot run here");
+        return skip(test, "the profiler cannot run here");
     };
 
     let o = Command::new("perf")
@@ -383,8 +407,16 @@ fn xz_stacks_agree_with_perf_dwarf() {
             }
         }
     }
-    assert!(ours.len() >= 200, "{} xz samples of ours:\n{f}", ours.len());
-    assert!(theirs.len() >= 200, "{} xz samples of perf's", theirs.len());
+    assert!(
+        ours.len() >= 200,
+        "{} {prog} samples of ours:\n{f}",
+        ours.len()
+    );
+    assert!(
+        theirs.len() >= 200,
+        "{} {prog} samples of perf's",
+        theirs.len()
+    );
     let (mine, perfs) = (by_leaf(&ours), by_leaf(&theirs));
     let show = |v: &Leaves| -> String {
         v.iter()
@@ -428,4 +460,154 @@ fn xz_stacks_agree_with_perf_dwarf() {
         compared >= 1,
         "no hot address sampled enough by both\n{report}"
     );
+}
+
+/// Where `scripts/setup.sh --test` puts PyPI's py-spy, else PATH.
+fn py_spy() -> Option<std::path::PathBuf> {
+    let local = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/tools/py-spy");
+    if local.is_file() {
+        return Some(local);
+    }
+    jitterscope_testkit::which("py-spy", &[])
+}
+
+/// `py-spy dump`'s frames of `pid`'s first thread, innermost first: (function, file base
+/// name, line).
+fn py_spy_dump(py_spy: &Path, pid: u32) -> Vec<(String, String, u32)> {
+    let o = Command::new(py_spy)
+        .args(["dump", "--pid", &pid.to_string()])
+        .output()
+        .expect("py-spy dump");
+    assert!(o.status.success(), "py-spy dump: {}", text(&o.stderr));
+    let out = text(&o.stdout);
+    let mut frames = Vec::new();
+    let mut in_thread = false;
+    for l in out.lines() {
+        if l.starts_with("Thread ") {
+            if in_thread {
+                break;
+            }
+            in_thread = true;
+            continue;
+        }
+        // "    c (abc.py:4)"
+        let Some(f) = l.strip_prefix("    ").filter(|_| in_thread) else {
+            continue;
+        };
+        frames.extend(parse_py_frame(f));
+    }
+    assert!(!frames.is_empty(), "no frames in py-spy's dump:\n{out}");
+    frames
+}
+
+/// `name (path:line)`, as py-spy prints a frame and as our `py:` frames are named (folded
+/// output writes their spaces as `_`).
+fn parse_py_frame(f: &str) -> Option<(String, String, u32)> {
+    let f = f.strip_prefix("py:").unwrap_or(f);
+    let (name, rest) = f.rsplit_once(" (").or_else(|| f.rsplit_once("_("))?;
+    let (path, line) = rest.strip_suffix(')')?.rsplit_once(':')?;
+    let base = path.rsplit('/').next().unwrap_or(path);
+    Some((name.to_string(), base.to_string(), line.parse().ok()?))
+}
+
+#[test]
+fn python_frames_stand_above_the_evaluation_loop_and_agree_with_py_spy() {
+    const TEST: &str = "python_frames_stand_above_the_evaluation_loop_and_agree_with_py_spy";
+    if !is_root() {
+        return skip(TEST, "needs root for system-wide perf sampling and BPF");
+    }
+    let python = Path::new("/usr/bin/python3.11");
+    if !python.is_file() {
+        return skip(TEST, "Debian's python3.11 is not installed");
+    }
+    let Some(py_spy) = py_spy() else {
+        return skip(
+            TEST,
+            "py-spy is not installed (scripts/setup.sh --test puts PyPI's in target/tools)",
+        );
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("nested.py");
+    std::fs::write(
+        &script,
+        "def c():\n    x = 0\n    for i in range(200000):\n        x += i\n    return x\n\n\n\
+         def b():\n    return c()\n\n\n\
+         def a():\n    while True:\n        b()\n\n\n\
+         a()\n",
+    )
+    .unwrap();
+    let store = tmp.path().join("store");
+    let rec = record(&store, "9s", &[]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let from = now_arg();
+    let mut py = ChildGuard::new(
+        Command::new(python)
+            .arg(&script)
+            .spawn()
+            .expect("python3.11"),
+    );
+    let pid = py.pid();
+    std::thread::sleep(Duration::from_millis(2500));
+    let theirs = py_spy_dump(&py_spy, pid);
+    std::thread::sleep(Duration::from_millis(3000));
+    py.signal(libc::SIGKILL);
+    let _ = py.wait_timeout(Duration::from_secs(5));
+    let to = now_arg();
+    let Some(log) = finish(rec) else {
+        return skip(TEST, "the profiler cannot run here");
+    };
+    assert!(!log.contains("no Python frames"), "{log}");
+
+    let f = folded(&store, &from, &to, &["--pid", &pid.to_string()]);
+    let mut total = 0u64;
+    let mut nested = 0u64;
+    let mut chains: HashMap<Vec<(String, String, u32)>, u64> = HashMap::new();
+    for l in f.lines() {
+        let Some((stack, n)) = l.rsplit_once(' ') else {
+            continue;
+        };
+        let n: u64 = n.parse().unwrap_or(0);
+        total += n;
+        let frames: Vec<&str> = stack.split(';').collect();
+        // Root first: the interpreter's frames right above the loop that ran them.
+        let Some(at) = frames.iter().position(|f| *f == "_PyEval_EvalFrameDefault") else {
+            continue;
+        };
+        let py: Vec<(String, String, u32)> = frames[at + 1..]
+            .iter()
+            .take_while(|f| f.starts_with("py:"))
+            .filter_map(|f| parse_py_frame(f))
+            .collect();
+        let names: Vec<&str> = py.iter().map(|(n, _, _)| n.as_str()).collect();
+        if names == ["<module>", "a", "b", "c"] {
+            nested += n;
+            *chains.entry(py).or_default() += n;
+        }
+    }
+    eprintln!("{nested} of {total} samples show <module> → a → b → c; py-spy: {theirs:?}");
+    assert!(total >= 200, "{total} samples of the interpreter:\n{f}");
+    // The first samples of a process come before it is known to be an interpreter.
+    assert!(
+        nested * 10 >= total * 9,
+        "{nested} of {total} samples with py:<module>;py:a;py:b;py:c above the loop:\n{f}"
+    );
+    // py-spy agrees: the same functions in the same files, and the callers at the same lines
+    // (the innermost frame's line moves with the loop).
+    let (ours, _) = chains.iter().max_by_key(|(_, n)| **n).expect("a chain");
+    let mut ours: Vec<(String, String, u32)> = ours.clone();
+    ours.reverse();
+    assert_eq!(ours.len(), theirs.len(), "ours {ours:?}\npy-spy {theirs:?}");
+    for (i, (o, t)) in ours.iter().zip(&theirs).enumerate() {
+        assert_eq!(
+            (&o.0, &o.1),
+            (&t.0, &t.1),
+            "frame {i}: ours {ours:?}\npy-spy {theirs:?}"
+        );
+        if i > 0 {
+            assert_eq!(
+                o.2, t.2,
+                "line of frame {i}: ours {ours:?}\npy-spy {theirs:?}"
+            );
+        }
+    }
 }

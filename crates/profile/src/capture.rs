@@ -46,6 +46,9 @@ pub struct RawStack {
     pub kernel: Vec<u64>,
     /// User addresses, leaf first.
     pub user: Vec<u64>,
+    /// Interpreter frames named at capture, each to go just before user frame `.0` (see
+    /// [`crate::python::splice`]).
+    pub python: Vec<(u32, Arc<str>)>,
 }
 
 impl RawStack {
@@ -58,6 +61,7 @@ impl RawStack {
             tid,
             kernel: Vec::new(),
             user: Vec::new(),
+            python: Vec::new(),
         };
         let mut ctx = 0u64;
         for &a in chain {
@@ -133,6 +137,17 @@ pub trait Resolver {
     fn unwind(&mut self, _pid: u32, _stack: &UserStack) -> Option<Vec<u64>> {
         None
     }
+    /// The interpreter frames (Python) of the sample of thread `tid` taken at `time_ns`,
+    /// placed among its native user frames `user`; empty when there are none.
+    fn interpreted(
+        &mut self,
+        _pid: u32,
+        _tid: u32,
+        _time_ns: u64,
+        _user: &[u64],
+    ) -> Vec<(u32, Arc<str>)> {
+        Vec::new()
+    }
     /// A new executable mapping (MMAP2 record).
     fn mmap(&mut self, _pid: u32, _m: Mapping) {}
     /// A new process (not a thread): it starts with its parent's mappings.
@@ -200,6 +215,9 @@ impl<R: Resolver> Aggregator<R> {
                 self.unwound += 1;
                 s.user = crate::unwind::merge(dwarf, std::mem::take(&mut s.user));
             }
+        }
+        if s.pid != 0 {
+            s.python = self.resolver.interpreted(s.pid, s.tid, time_ns, &s.user);
         }
         self.add(time_ns, s)
     }
@@ -381,7 +399,11 @@ impl<R: Resolver> Aggregator<R> {
                 }));
             }
             let c = self.pids.get(&(s.pid, s.gen));
-            for a in &s.user {
+            let mut py = s.python.iter().peekable();
+            for (i, a) in s.user.iter().enumerate() {
+                while let Some((_, n)) = py.next_if(|(at, _)| *at as usize <= i) {
+                    frames.push(interpreted(&mut b, n));
+                }
                 let f = match c.and_then(|c| c.frames.get(a)) {
                     Some(UserFrame::Elf {
                         path,
@@ -406,6 +428,9 @@ impl<R: Resolver> Aggregator<R> {
                 };
                 frames.push(b.frame(f));
             }
+            for (_, n) in py {
+                frames.push(interpreted(&mut b, n));
+            }
             let t = c.and_then(|c| c.tasks.get(&s.tid)).unwrap_or(&empty);
             b.add_stack(s.pid, s.tid, &t.comm, &t.thread, &t.cgroup, frames, n);
         }
@@ -414,6 +439,16 @@ impl<R: Resolver> Aggregator<R> {
         self.sweep();
         b.finish()
     }
+}
+
+/// An interpreter frame: named when captured, like JIT code.
+fn interpreted(b: &mut Builder, name: &str) -> u32 {
+    let name = b.string(name);
+    b.frame(Frame {
+        kind: FrameKind::Jit,
+        name,
+        ..Default::default()
+    })
 }
 
 #[cfg(test)]

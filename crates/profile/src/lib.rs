@@ -12,6 +12,7 @@
 pub mod capture;
 pub mod maps;
 pub mod pprof;
+pub mod python;
 pub mod sampler;
 pub mod system;
 pub mod unwind;

@@ -58,6 +58,9 @@ pub struct Config {
     /// Bytes of user stack copied per sample for DWARF unwinding (see [`crate::unwind`]); 0
     /// keeps the kernel's frame-pointer walk only.
     pub stack_bytes: u32,
+    /// Whether CPython processes' interpreter frames are read at each sample (see
+    /// [`crate::python`]).
+    pub python: bool,
 }
 
 impl Default for Config {
@@ -66,6 +69,7 @@ impl Default for Config {
             hz: DEFAULT_HZ,
             ring_pages: RING_PAGES_STACKS,
             stack_bytes: DEFAULT_STACK_BYTES,
+            python: true,
         }
     }
 }
@@ -77,6 +81,7 @@ impl Config {
             hz,
             ring_pages: RING_PAGES,
             stack_bytes: 0,
+            python: true,
         }
     }
 }
@@ -488,6 +493,8 @@ enum Req {
 /// The sampler as a recorder [`Collector`]: its part of each sample is the slice up to the
 /// sample's time.
 pub struct ProfileCollector {
+    /// What the profiler thread has to say (once each).
+    said: Arc<std::sync::Mutex<Vec<String>>>,
     tx: Sender<Req>,
     rx: Receiver<Profile>,
     outstanding: u32,
@@ -499,6 +506,10 @@ impl ProfileCollector {
     /// sampling is not possible here.
     pub fn start(cfg: &Config) -> Result<Self, String> {
         let mut rings = open(cfg)?;
+        let fds: Vec<_> = rings.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
+        let python = cfg.python;
+        let notes = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let said = notes.clone();
         let (hz, start) = (cfg.hz, monotonic_ns());
         let (tx, req_rx) = channel::<Req>();
         let (out_tx, rx) = channel::<Profile>();
@@ -506,14 +517,29 @@ impl ProfileCollector {
             .name("profiler".into())
             .spawn(move || {
                 // blazesym's caches are not Send: the resolver lives on this thread.
-                let mut agg = Aggregator::new(hz, start, SystemResolver::new());
+                let mut resolver = SystemResolver::new();
+                if python {
+                    // The rings are moved here with their descriptors and dropped after the
+                    // resolver, at this thread's end.
+                    resolver.enable_python(fds);
+                }
+                let mut agg = Aggregator::new(hz, start, resolver);
                 loop {
                     let req = req_rx.recv_timeout(DRAIN_EVERY);
+                    // The interpreter records first: each is written before its perf sample,
+                    // so every sample drained below finds its record already read.
+                    agg.resolver().drain_python(monotonic_ns());
                     let mut events = Vec::new();
                     for r in rings.iter_mut() {
                         drain(r, &mut events);
                     }
                     apply(events, &mut agg);
+                    let new = std::mem::take(&mut agg.resolver().notes);
+                    if !new.is_empty() {
+                        if let Ok(mut n) = said.lock() {
+                            n.extend(new);
+                        }
+                    }
                     match req {
                         Ok(Req::Cut(t)) => {
                             if out_tx.send(agg.cut(t)).is_err() {
@@ -526,11 +552,14 @@ impl ProfileCollector {
                 }
             })
             .map_err(|e| format!("cannot start the profiler thread: {e}"))?;
-        Ok(Self::with_thread(tx, rx, thread))
+        let mut c = Self::with_thread(tx, rx, thread);
+        c.said = notes;
+        Ok(c)
     }
 
     fn with_thread(tx: Sender<Req>, rx: Receiver<Profile>, thread: JoinHandle<()>) -> Self {
         ProfileCollector {
+            said: Arc::default(),
             tx,
             rx,
             outstanding: 0,
@@ -545,6 +574,11 @@ impl Collector for ProfileCollector {
     }
 
     fn collect(&mut self, sample: &mut Sample, notes: &mut Notes) {
+        if let Ok(mut said) = self.said.lock() {
+            for m in said.drain(..) {
+                notes.once(&m.clone(), || m);
+            }
+        }
         let mut got: Option<Profile> = None;
         let take = |p: Profile, got: &mut Option<Profile>| match got {
             Some(g) => g.merge(&p),

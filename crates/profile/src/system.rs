@@ -37,6 +37,23 @@ pub struct SystemResolver {
     pub kallsyms_readable: bool,
     mount_ns: Option<u64>,
     unwinder: StackUnwinder,
+    python: Python,
+    /// One-line messages for the recorder's log (each said once).
+    pub notes: Vec<String>,
+}
+
+/// Interpreter frames: the sampler's events to hang the walker on, the walker once an
+/// interpreter is found (loaded then, so a host without Python never loads it), and what
+/// pairs its records with samples.
+#[derive(Default)]
+struct Python {
+    fds: Vec<std::os::fd::RawFd>,
+    walker: Option<Result<jitterscope_bpf::python::PyWalker, ()>>,
+    frames: crate::python::Frames,
+    probed: std::collections::HashSet<u32>,
+    images: HashMap<(Arc<str>, u64), Option<crate::python::Image>>,
+    unsupported: std::collections::HashSet<(u8, u8)>,
+    buf: Vec<jitterscope_bpf::python::PyRecord>,
 }
 
 impl Default for SystemResolver {
@@ -57,6 +74,68 @@ impl SystemResolver {
             kallsyms_readable: kallsyms_readable(),
             mount_ns: mount_ns("self"),
             unwinder: StackUnwinder::default(),
+            python: Python::default(),
+            notes: Vec::new(),
+        }
+    }
+
+    /// Reads interpreter frames at the samples of the perf events `fds` (the sampler's, which
+    /// must outlive this resolver).
+    pub fn enable_python(&mut self, fds: Vec<std::os::fd::RawFd>) {
+        self.python.fds = fds;
+    }
+
+    /// Takes the interpreter frame records written since the last call; records older than
+    /// two seconds lost their samples (a full ring) and go.
+    pub fn drain_python(&mut self, now_ns: u64) {
+        if let Some(Ok(w)) = &mut self.python.walker {
+            w.drain(&mut self.python.buf);
+            let recs = std::mem::take(&mut self.python.buf);
+            self.python.frames.feed(recs);
+            self.python.frames.expire(now_ns, 2_000_000_000);
+        }
+    }
+
+    /// Interpreter frame records read and paired with samples so far (for tests and notes).
+    pub fn python_counts(&self) -> (u64, u64) {
+        (self.python.frames.records, self.python.frames.paired)
+    }
+
+    /// Whether `pid` runs an interpreter the walker can read; registers it with the walker
+    /// (loaded at the first one).
+    fn probe_python(&mut self, pid: u32) {
+        let root = if self.foreign_mounts(pid) {
+            format!("/proc/{pid}/root")
+        } else {
+            String::new()
+        };
+        let table = self.table(pid);
+        let interp = match crate::python::find(&table, &root, &mut self.python.images) {
+            Ok(Some(i)) => i,
+            Ok(None) => return,
+            Err((major, minor)) => {
+                if self.python.unsupported.insert((major, minor)) {
+                    self.notes.push(format!(
+                        "profile: CPython {major}.{minor} (pid {pid}): its interpreter frames \
+                         are not read; this build reads CPython 3.11's"
+                    ));
+                }
+                return;
+            }
+        };
+        let fds = &self.python.fds;
+        let walker = self.python.walker.get_or_insert_with(|| {
+            jitterscope_bpf::python::PyWalker::load(fds).map_err(|e| {
+                self.notes
+                    .push(format!("profile: no Python frames in stacks: {e}"));
+            })
+        });
+        let Ok(w) = walker else { return };
+        match w.add(pid, interp.runtime, &interp.layout.walk) {
+            Ok(()) => {
+                self.python.frames.interpreters.insert(pid, interp);
+            }
+            Err(e) => self.notes.push(format!("profile: {e}")),
         }
     }
 }
@@ -280,7 +359,28 @@ impl Resolver for SystemResolver {
         Some(self.unwinder.unwind(pid, &table, &root, stack))
     }
 
+    fn interpreted(
+        &mut self,
+        pid: u32,
+        tid: u32,
+        time_ns: u64,
+        user: &[u64],
+    ) -> Vec<(u32, Arc<str>)> {
+        if self.python.fds.is_empty() {
+            return Vec::new();
+        }
+        if self.python.probed.insert(pid) {
+            self.probe_python(pid);
+        }
+        self.python.frames.of_sample(pid, tid, time_ns, user)
+    }
+
     fn mmap(&mut self, pid: u32, m: Mapping) {
+        // An interpreter loaded now (exec of python, an embedding program's libpython) is
+        // looked for again at the next sample.
+        if crate::python::version_of_path(&m.path).is_some() {
+            self.python.probed.remove(&pid);
+        }
         // A child that maps code before it is sampled (a pre-forked worker loading a library)
         // takes its parent's table now, so that this mapping is not lost to it.
         if self.parents.contains_key(&pid) {
@@ -306,6 +406,12 @@ impl Resolver for SystemResolver {
 
     fn gone(&mut self, pid: u32, exec: bool) {
         self.unwinder.forget(pid);
+        if self.python.probed.remove(&pid) && self.python.frames.interpreters.contains_key(&pid) {
+            if let Some(Ok(w)) = &self.python.walker {
+                w.remove(pid);
+            }
+        }
+        self.python.frames.forget(pid);
         self.foreign.remove(&pid);
         self.parents.remove(&pid);
         if exec {
