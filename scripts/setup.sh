@@ -45,6 +45,8 @@ if [ "${1:-}" = --test ]; then
   want gzip gzip
   # The Python frames test: Debian's own CPython 3.11, and pip to fetch py-spy (below).
   want /usr/bin/python3.11 python3.11
+  # Its internal headers: the profiler's CPython layouts are checked against them.
+  want /usr/include/python3.11/internal/pycore_frame.h libpython3.11-dev
   want /usr/lib/python3/dist-packages/pip python3-pip
   command -v go >/dev/null 2>&1 || want /usr/local/go/bin/go golang-go
 elif [ -n "${1:-}" ]; then

@@ -23,20 +23,76 @@ use skel::*;
 /// Frames a record holds at most (`JS_PY_FRAMES`); deeper chains are cut at the root end.
 pub const MAX_FRAMES: usize = 64;
 
-/// Where the interpreter's fields are, in bytes (`struct js_py_offsets`).
+/// A field the version does not have (`JS_PY_NONE`).
+pub const NONE: u32 = u32::MAX;
+
+/// How a thread state names its thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TidKind {
+    /// `native_thread_id`, gettid() in the process's pid namespace (3.11+).
+    #[default]
+    Native = 0,
+    /// `thread_id`, pthread_self(): the thread's fs base on x86-64 (3.8–3.10).
+    Pthread = 1,
+}
+
+/// How a frame keeps its last instruction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InstrKind {
+    /// A pointer into the code object's bytecode (3.11+).
+    #[default]
+    Pointer = 0,
+    /// `f_lasti`, an int (3.8–3.10): the low 4 bytes of what the record holds.
+    Int = 1,
+}
+
+/// Which frames a C call of the evaluation loop entered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EntryKind {
+    /// The frame's `is_entry` byte (3.11).
+    #[default]
+    Flag = 0,
+    /// The frame above a shim frame whose `owner` is FRAME_OWNED_BY_CSTACK (3.12+).
+    Shim = 1,
+    /// Every frame: one C call per Python frame (3.8–3.10).
+    All = 2,
+}
+
+/// Where the interpreter's fields are, in bytes, and how to read them
+/// (`struct js_py_offsets`); [`NONE`] for a field the version lacks.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Offsets {
+    /// `_PyRuntimeState.interpreters.head`.
     pub runtime_interp_head: u32,
+    /// `_PyRuntimeState.gilstate.tstate_current` (to 3.11).
     pub runtime_tstate: u32,
+    /// `PyInterpreterState.threads.head` (`tstate_head` to 3.10).
     pub interp_threads_head: u32,
+    /// `PyThreadState.next`.
     pub tstate_next: u32,
-    pub tstate_native_tid: u32,
-    pub tstate_cframe: u32,
+    /// `PyThreadState.native_thread_id` or `thread_id` (see `tid_kind`).
+    pub tstate_tid: u32,
+    /// `PyThreadState.cframe` (3.11, 3.12), `current_frame` (3.13), `frame` (to 3.10).
+    pub tstate_frame: u32,
+    /// `_PyCFrame.current_frame`, when `tstate_frame` is a cframe.
     pub cframe_current: u32,
+    /// `f_code` (`f_executable` in 3.13).
     pub frame_code: u32,
+    /// `previous` (`f_back` to 3.10).
     pub frame_previous: u32,
+    /// `prev_instr` (3.11, 3.12), `instr_ptr` (3.13), `f_lasti` (to 3.10): 8 bytes are read,
+    /// see [`InstrKind`].
     pub frame_instr: u32,
+    /// `is_entry` (3.11) or `owner` (3.12+).
     pub frame_entry: u32,
+    /// FRAME_OWNED_BY_CSTACK's value (3.12+).
+    pub owner_cstack: u32,
+    /// See [`TidKind`].
+    pub tid_kind: TidKind,
+    /// See [`InstrKind`].
+    pub instr_kind: InstrKind,
+    /// See [`EntryKind`].
+    pub entry_kind: EntryKind,
 }
 
 /// One sample's interpreter frames, innermost first.
@@ -47,10 +103,10 @@ pub struct PyRecord {
     pub tid: u32,
     /// CLOCK_MONOTONIC, ns, taken just after the perf sample's own time.
     pub time_ns: u64,
-    /// (code object, last instruction) of each frame.
+    /// (code object, last instruction field's 8 bytes) of each frame.
     pub frames: Vec<(u64, u64)>,
-    /// Bit i: frame i was entered by a C call into the evaluation loop.
-    pub entry: u64,
+    /// Each frame's flag byte: `is_entry` (3.11) or `owner` (3.12+); see [`EntryKind`].
+    pub flags: Vec<u8>,
 }
 
 const RECORD: usize = std::mem::size_of::<types::js_py_sample>();
@@ -68,7 +124,7 @@ pub fn parse(b: &[u8]) -> Option<PyRecord> {
         tid: r.tid,
         time_ns: r.time_ns,
         frames: r.frame[..n].iter().map(|f| (f.code, f.instr)).collect(),
-        entry: r.entry,
+        flags: r.flag[..n].to_vec(),
     })
 }
 
@@ -135,14 +191,14 @@ impl PyWalker {
                 runtime_tstate: off.runtime_tstate,
                 interp_threads_head: off.interp_threads_head,
                 tstate_next: off.tstate_next,
-                tstate_native_tid: off.tstate_native_tid,
-                tstate_cframe: off.tstate_cframe,
+                tstate_tid: off.tstate_tid,
+                tstate_frame: off.tstate_frame,
                 cframe_current: off.cframe_current,
                 frame_code: off.frame_code,
                 frame_previous: off.frame_previous,
                 frame_instr: off.frame_instr,
                 frame_entry: off.frame_entry,
-                pad: 0,
+                tid_kind: off.tid_kind as u32,
             },
         };
         // SAFETY: plain old data viewed as its bytes.

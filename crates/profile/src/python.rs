@@ -9,20 +9,33 @@
 //! the frames one C call of the evaluation loop ran sit just above it, as
 //! `py:<qualname> (<file>:<line>)`.
 //!
-//! Supported: CPython 3.11 on x86-64, the layout `scripts/python-offsets.sh` printed from the
-//! version's own headers. Other versions are recognised and said to be unsupported: their
-//! frames are laid out differently (3.8–3.10 keep `PyFrameObject`s, 3.12 marks C entries with
-//! shim frames, 3.13 moves the frame pointer into the thread state), and a layout is only added
-//! here with a test on that version.
+//! Supported: CPython 3.8 to 3.13 on x86-64, with the layouts `scripts/python-offsets.sh`
+//! prints from each version's own headers. The walk differs by version: 3.8–3.10 chain
+//! `PyFrameObject`s (one C call of the loop per frame) and name threads by pthread_self();
+//! 3.11 marks the frames a C call entered with `is_entry`; 3.12 and 3.13 push a shim frame
+//! for each C call instead, and 3.13 keeps the frame in the thread state. Other versions
+//! (and free-threaded builds, `python3.13t`) are said to be unsupported.
 
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
-use jitterscope_bpf::python::{Offsets, PyRecord};
+use jitterscope_bpf::python::{EntryKind, InstrKind, Offsets, PyRecord, TidKind, NONE};
 
 use crate::maps::Table;
+
+/// How a code object maps instructions to lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lines {
+    /// `co_lnotab` (3.8, 3.9): (bytes, line) increments; the frame's `f_lasti` is a byte offset.
+    Lnotab,
+    /// `co_linetable` (3.10): (bytes, line) deltas, -128 for no line; `f_lasti` counts code
+    /// units.
+    Linetable,
+    /// `co_linetable` (3.11+): the location table; the frame points into the bytecode.
+    Locations,
+}
 
 /// One CPython version's layout: where the BPF program finds the frames, and where the code
 /// objects' fields are for naming them.
@@ -36,61 +49,164 @@ pub struct Layout {
     pub code_filename: u64,
     /// PyCodeObject: `co_name`.
     pub code_name: u64,
-    /// PyCodeObject: `co_qualname`.
-    pub code_qualname: u64,
+    /// PyCodeObject: `co_qualname` (3.11+).
+    pub code_qualname: Option<u64>,
     /// PyCodeObject: `co_firstlineno`.
     pub code_firstlineno: u64,
-    /// PyCodeObject: `co_linetable`.
-    pub code_linetable: u64,
-    /// Start of the bytecode (`co_code_adaptive`), which `prev_instr` points into.
-    pub code_bytecode: u64,
-    /// PyBytesObject: `ob_size`.
-    pub bytes_size: u64,
-    /// PyBytesObject: `ob_sval`.
-    pub bytes_data: u64,
-    /// PyASCIIObject: `length`.
-    pub str_length: u64,
-    /// PyASCIIObject: `state`.
-    pub str_state: u64,
+    /// PyCodeObject: `co_lnotab` or `co_linetable`.
+    pub code_lines: u64,
+    /// How to read it.
+    pub lines: Lines,
+    /// PyCodeObject: start of the bytecode (`co_code_adaptive`, 3.11+), which the frame's
+    /// instruction pointer points into.
+    pub code_bytecode: Option<u64>,
     /// Where a compact ASCII string's characters start (`sizeof(PyASCIIObject)`).
     pub str_ascii_data: u64,
     /// Where another compact string's start (`sizeof(PyCompactUnicodeObject)`).
     pub str_compact_data: u64,
 }
 
-/// CPython 3.11, x86-64 (LP64). Printed by `scripts/python-offsets.sh` from Debian's
-/// python3.11-dev 3.11.2 headers; the same structures hold for every 3.11.x.
-pub const CPYTHON_311: Layout = Layout {
-    version: (3, 11),
-    walk: Offsets {
-        runtime_interp_head: 40,
-        runtime_tstate: 576,
-        interp_threads_head: 16,
-        tstate_next: 8,
-        tstate_native_tid: 160,
-        tstate_cframe: 56,
-        cframe_current: 8,
-        frame_code: 32,
-        frame_previous: 48,
-        frame_instr: 56,
-        frame_entry: 68,
-    },
-    code_filename: 112,
-    code_name: 120,
-    code_qualname: 128,
-    code_firstlineno: 72,
-    code_linetable: 136,
-    code_bytecode: 184,
-    bytes_size: 16,
-    bytes_data: 32,
-    str_length: 16,
-    str_state: 32,
-    str_ascii_data: 48,
-    str_compact_data: 72,
-};
+/// PyBytesObject: `ob_size` and `ob_sval`; PyASCIIObject: `length` and `state`. The same in
+/// every supported version.
+const BYTES_SIZE: u64 = 16;
+const BYTES_DATA: u64 = 32;
+const STR_LENGTH: u64 = 16;
+const STR_STATE: u64 = 32;
 
-/// The layouts this build knows.
-pub const LAYOUTS: &[Layout] = &[CPYTHON_311];
+/// 3.8–3.10's walk: the thread state's `frame`, each `PyFrameObject`'s `f_back`.
+const fn walk_310(runtime_tstate: u32, f_lasti: u32) -> Offsets {
+    Offsets {
+        runtime_interp_head: 32,
+        runtime_tstate,
+        interp_threads_head: 8,
+        tstate_next: 8,
+        tstate_tid: 176,
+        tstate_frame: 24,
+        cframe_current: NONE,
+        frame_code: 32,
+        frame_previous: 24,
+        frame_instr: f_lasti,
+        frame_entry: NONE,
+        owner_cstack: 0,
+        tid_kind: TidKind::Pthread,
+        instr_kind: InstrKind::Int,
+        entry_kind: EntryKind::All,
+    }
+}
+
+/// 3.8–3.10's code objects and strings.
+const fn layout_310(version: (u8, u8), walk: Offsets, lines: Lines) -> Layout {
+    Layout {
+        version,
+        walk,
+        code_filename: 104,
+        code_name: 112,
+        code_qualname: None,
+        code_firstlineno: 40,
+        code_lines: 120,
+        lines,
+        code_bytecode: None,
+        str_ascii_data: 48,
+        str_compact_data: 72,
+    }
+}
+
+/// The layouts this build reads, x86-64 (LP64): printed by `scripts/python-offsets.sh` from
+/// each version's own headers (3.11 from Debian's python3.11-dev, the others from CPython
+/// builds of 3.8.18, 3.9.18, 3.10.13, 3.12.1 and 3.13.0). CPython keeps these structures
+/// within a minor version; a test checks the table against the headers the machine has.
+pub const LAYOUTS: &[Layout] = &[
+    layout_310((3, 8), walk_310(1368, 104), Lines::Lnotab),
+    layout_310((3, 9), walk_310(568, 104), Lines::Lnotab),
+    layout_310((3, 10), walk_310(568, 96), Lines::Linetable),
+    Layout {
+        version: (3, 11),
+        walk: Offsets {
+            runtime_interp_head: 40,
+            runtime_tstate: 576,
+            interp_threads_head: 16,
+            tstate_next: 8,
+            tstate_tid: 160,
+            tstate_frame: 56,
+            cframe_current: 8,
+            frame_code: 32,
+            frame_previous: 48,
+            frame_instr: 56,
+            frame_entry: 68,
+            owner_cstack: 0,
+            tid_kind: TidKind::Native,
+            instr_kind: InstrKind::Pointer,
+            entry_kind: EntryKind::Flag,
+        },
+        code_filename: 112,
+        code_name: 120,
+        code_qualname: Some(128),
+        code_firstlineno: 72,
+        code_lines: 136,
+        lines: Lines::Locations,
+        code_bytecode: Some(184),
+        str_ascii_data: 48,
+        str_compact_data: 72,
+    },
+    Layout {
+        version: (3, 12),
+        walk: Offsets {
+            runtime_interp_head: 40,
+            runtime_tstate: NONE,
+            interp_threads_head: 72,
+            tstate_next: 8,
+            tstate_tid: 144,
+            tstate_frame: 56,
+            cframe_current: 0,
+            frame_code: 0,
+            frame_previous: 8,
+            frame_instr: 56,
+            frame_entry: 70,
+            owner_cstack: 3,
+            tid_kind: TidKind::Native,
+            instr_kind: InstrKind::Pointer,
+            entry_kind: EntryKind::Shim,
+        },
+        code_filename: 112,
+        code_name: 120,
+        code_qualname: Some(128),
+        code_firstlineno: 68,
+        code_lines: 136,
+        lines: Lines::Locations,
+        code_bytecode: Some(192),
+        str_ascii_data: 40,
+        str_compact_data: 56,
+    },
+    Layout {
+        version: (3, 13),
+        walk: Offsets {
+            runtime_interp_head: 632,
+            runtime_tstate: NONE,
+            interp_threads_head: 7344,
+            tstate_next: 8,
+            tstate_tid: 160,
+            tstate_frame: 72,
+            cframe_current: NONE,
+            frame_code: 0,
+            frame_previous: 8,
+            frame_instr: 56,
+            frame_entry: 70,
+            owner_cstack: 3,
+            tid_kind: TidKind::Native,
+            instr_kind: InstrKind::Pointer,
+            entry_kind: EntryKind::Shim,
+        },
+        code_filename: 112,
+        code_name: 120,
+        code_qualname: Some(128),
+        code_firstlineno: 68,
+        code_lines: 136,
+        lines: Lines::Locations,
+        code_bytecode: Some(200),
+        str_ascii_data: 40,
+        str_compact_data: 56,
+    },
+];
 
 /// The CPython version a mapped file's name says it is (`python3.11`, `libpython3.11.so.1.0`).
 pub fn version_of_path(path: &str) -> Option<(u8, u8)> {
@@ -254,9 +370,9 @@ const MAX_LINETABLE: u64 = 64 << 10;
 
 /// A `str` object's text (compact strings, which code objects' names and files always are).
 fn read_str(pid: u32, l: &Layout, obj: u64) -> Option<String> {
-    let len = read_u64(pid, obj + l.str_length)?;
+    let len = read_u64(pid, obj + STR_LENGTH)?;
     let mut state = [0u8; 4];
-    if !read_mem(pid, obj + l.str_state, &mut state) {
+    if !read_mem(pid, obj + STR_STATE, &mut state) {
         return None;
     }
     let state = u32::from_le_bytes(state);
@@ -313,7 +429,10 @@ pub struct Code {
 
 fn read_code(pid: u32, l: &Layout, code: u64) -> Option<Code> {
     let name = |off: u64| read_u64(pid, code + off).and_then(|s| read_str(pid, l, s));
-    let qualname = name(l.code_qualname).or_else(|| name(l.code_name))?;
+    let qualname = l
+        .code_qualname
+        .and_then(name)
+        .or_else(|| name(l.code_name))?;
     let filename = name(l.code_filename).unwrap_or_default();
     let mut first = [0u8; 4];
     let firstlineno = if read_mem(pid, code + l.code_firstlineno, &mut first) {
@@ -321,11 +440,11 @@ fn read_code(pid: u32, l: &Layout, code: u64) -> Option<Code> {
     } else {
         0
     };
-    let linetable = read_u64(pid, code + l.code_linetable)
+    let linetable = read_u64(pid, code + l.code_lines)
         .and_then(|b| {
-            let n = read_u64(pid, b + l.bytes_size)?.min(MAX_LINETABLE);
+            let n = read_u64(pid, b + BYTES_SIZE)?.min(MAX_LINETABLE);
             let mut t = vec![0u8; n as usize];
-            read_mem(pid, b + l.bytes_data, &mut t).then_some(t)
+            read_mem(pid, b + BYTES_DATA, &mut t).then_some(t)
         })
         .unwrap_or_default();
     Some(Code {
@@ -333,8 +452,63 @@ fn read_code(pid: u32, l: &Layout, code: u64) -> Option<Code> {
         filename,
         firstlineno,
         linetable,
-        bytecode: code + l.code_bytecode,
+        bytecode: l.code_bytecode.map_or(0, |o| code + o),
     })
+}
+
+/// The line of a frame whose last instruction the record gives as `instr` (a pointer into
+/// the bytecode from 3.11, `f_lasti` sign-extended before).
+pub fn line(l: &Layout, c: &Code, instr: u64) -> i32 {
+    match l.lines {
+        Lines::Locations => {
+            let index = if instr == 0 {
+                -1
+            } else {
+                (instr as i64).wrapping_sub(c.bytecode as i64) / 2
+            };
+            line_of(&c.linetable, c.firstlineno, index)
+        }
+        Lines::Linetable => {
+            line_of_310(&c.linetable, c.firstlineno, (instr as i64).saturating_mul(2))
+        }
+        Lines::Lnotab => line_of_lnotab(&c.linetable, c.firstlineno, instr as i64),
+    }
+}
+
+/// The line of the instruction at byte offset `addr` from a 3.8/3.9 `co_lnotab`: pairs of an
+/// unsigned byte increment and a signed line increment.
+pub fn line_of_lnotab(table: &[u8], firstlineno: i32, addr: i64) -> i32 {
+    let mut line = firstlineno;
+    let mut at: i64 = 0;
+    for p in table.chunks_exact(2) {
+        at += p[0] as i64;
+        if at > addr {
+            break;
+        }
+        line = line.wrapping_add(p[1] as i8 as i32);
+    }
+    line
+}
+
+/// The line of the instruction at byte offset `addr` from a 3.10 `co_linetable`: pairs of an
+/// unsigned byte length and a signed line delta, -128 for a range without a line.
+pub fn line_of_310(table: &[u8], firstlineno: i32, addr: i64) -> i32 {
+    if addr < 0 {
+        return firstlineno;
+    }
+    let mut line = firstlineno;
+    let mut end: i64 = 0;
+    for p in table.chunks_exact(2) {
+        let delta = p[1] as i8;
+        if delta != -128 {
+            line = line.wrapping_add(delta as i32);
+        }
+        end += p[0] as i64;
+        if addr < end {
+            break;
+        }
+    }
+    line
 }
 
 /// The line of instruction `index` (in code units) from a 3.11 location table
@@ -500,12 +674,32 @@ impl Frames {
             return Vec::new();
         };
         self.paired += 1;
-        let names: Vec<Arc<str>> = r
-            .frames
-            .iter()
-            .map(|&(code, instr)| self.name(pid, &interp.layout, code, instr))
-            .collect();
-        splice(user, &interp.eval, &names, r.entry)
+        let l = interp.layout;
+        let mut names: Vec<Arc<str>> = Vec::with_capacity(r.frames.len());
+        let mut entry = 0u64;
+        for (i, &(code, instr)) in r.frames.iter().enumerate() {
+            let flag = r.flags.get(i).copied().unwrap_or(0);
+            let bit = 1u64 << (names.len() & 63);
+            match l.walk.entry_kind {
+                EntryKind::Shim if flag as u32 == l.walk.owner_cstack => {
+                    // A C call pushed this shim and entered the frame above it.
+                    if !names.is_empty() {
+                        entry |= bit >> 1;
+                    }
+                    continue;
+                }
+                EntryKind::Shim => {}
+                EntryKind::Flag if flag != 0 => entry |= bit,
+                EntryKind::Flag => {}
+                EntryKind::All => entry |= bit,
+            }
+            let instr = match l.walk.instr_kind {
+                InstrKind::Int => instr as u32 as i32 as i64 as u64,
+                InstrKind::Pointer => instr,
+            };
+            names.push(self.name(pid, &l, code, instr));
+        }
+        splice(user, &interp.eval, &names, entry)
     }
 
     fn name(&mut self, pid: u32, l: &Layout, code: u64, instr: u64) -> Arc<str> {
@@ -521,12 +715,7 @@ impl Frames {
         let Some(c) = c else {
             return format!("py:0x{code:x}").into();
         };
-        let index = if instr == 0 {
-            -1
-        } else {
-            (instr as i64).wrapping_sub(c.bytecode as i64) / 2
-        };
-        let line = line_of(&c.linetable, c.firstlineno, index);
+        let line = line(l, &c, instr);
         self.names
             .entry((pid, code, line))
             .or_insert_with(|| format!("py:{} ({}:{line})", c.qualname, c.filename).into())
@@ -537,6 +726,81 @@ impl Frames {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each layout as `key=value` pairs named as `scripts/python-offsets.sh` prints them;
+    /// a field the version lacks is left out.
+    fn keys(l: &Layout) -> Vec<(&'static str, u64)> {
+        let w = &l.walk;
+        let mut v: Vec<(&'static str, u64)> = vec![
+            ("runtime_interp_head", w.runtime_interp_head as u64),
+            ("runtime_tstate", w.runtime_tstate as u64),
+            ("interp_threads_head", w.interp_threads_head as u64),
+            ("tstate_tid", w.tstate_tid as u64),
+            ("tstate_next", w.tstate_next as u64),
+            ("tstate_frame", w.tstate_frame as u64),
+            ("cframe_current", w.cframe_current as u64),
+            ("frame_code", w.frame_code as u64),
+            ("frame_instr", w.frame_instr as u64),
+            ("frame_previous", w.frame_previous as u64),
+            ("frame_entry", w.frame_entry as u64),
+            ("code_filename", l.code_filename),
+            ("code_name", l.code_name),
+            ("code_firstlineno", l.code_firstlineno),
+            ("code_lines", l.code_lines),
+            ("bytes_size", BYTES_SIZE),
+            ("bytes_data", BYTES_DATA),
+            ("str_length", STR_LENGTH),
+            ("str_state", STR_STATE),
+            ("str_ascii_data", l.str_ascii_data),
+            ("str_compact_data", l.str_compact_data),
+        ];
+        v.retain(|&(_, x)| x != NONE as u64);
+        if w.entry_kind == EntryKind::Shim {
+            v.push(("owner_cstack", w.owner_cstack as u64));
+        }
+        v.extend(l.code_qualname.map(|q| ("code_qualname", q)));
+        v.extend(l.code_bytecode.map(|q| ("code_bytecode", q)));
+        v.sort();
+        v
+    }
+
+    /// The table against the C compiler's reading of each version's headers that this machine
+    /// has (Debian's python3.11-dev in CI; more versions where pyenv has installed them).
+    #[test]
+    fn layouts_match_the_headers() {
+        const TEST: &str = "layouts_match_the_headers";
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/python-offsets.sh");
+        let o = std::process::Command::new("bash").arg(&script).output();
+        let Some(o) = o.ok().filter(|o| o.status.success()) else {
+            return jitterscope_testkit::skip(TEST, "python-offsets.sh did not run (no cc?)");
+        };
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        let mut seen = Vec::new();
+        for line in out.lines() {
+            let mut it = line.split_whitespace();
+            let Some(v) = it.next() else { continue };
+            let mut kv: Vec<(&str, u64)> = it
+                .filter_map(|p| {
+                    let (k, v) = p.split_once('=')?;
+                    Some((k, v.parse().ok()?))
+                })
+                .collect();
+            kv.sort();
+            let l = LAYOUTS
+                .iter()
+                .find(|l| format!("{}.{}", l.version.0, l.version.1) == v)
+                .unwrap_or_else(|| panic!("headers of CPython {v}, which LAYOUTS lacks"));
+            assert_eq!(keys(l), kv, "CPython {v}");
+            seen.push(v.to_string());
+        }
+        if seen.is_empty() {
+            return jitterscope_testkit::skip(
+                TEST,
+                "no CPython headers on this machine (Debian: python3.11-dev)",
+            );
+        }
+        eprintln!("layouts checked against the headers of CPython {seen:?}");
+    }
 
     #[test]
     fn versions_from_file_names() {
@@ -624,7 +888,7 @@ mod tests {
         f.interpreters.insert(
             5,
             Interpreter {
-                layout: CPYTHON_311,
+                layout: LAYOUTS[3],
                 runtime: 0,
                 eval: 0..0,
             },
@@ -634,7 +898,7 @@ mod tests {
             tid: 6,
             time_ns: t,
             frames: vec![(0, 0)],
-            entry: 1,
+            flags: vec![1],
         };
         f.feed(vec![rec(1_000), rec(10_000_000), rec(20_000_500)]);
         // The sample of the first record was lost: the second pairs with its own sample.

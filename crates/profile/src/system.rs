@@ -117,7 +117,7 @@ impl SystemResolver {
                 if self.python.unsupported.insert((major, minor)) {
                     self.notes.push(format!(
                         "profile: CPython {major}.{minor} (pid {pid}): its interpreter frames \
-                         are not read; this build reads CPython 3.11's"
+                         are not read; this build reads CPython 3.8 to 3.13"
                     ));
                 }
                 return;

@@ -15,20 +15,29 @@
 #define JS_PY_FRAMES 64
 #define JS_PY_THREADS 32
 
-/* Where the fields are, in bytes; set by user space for the interpreter's version. */
+/* Where the fields are, in bytes, and how to read them; set by user space for the
+ * interpreter's version. JS_PY_NONE marks a field the version does not have. */
+#define JS_PY_NONE 0xffffffffu
+
+enum {
+	/* how a thread state names its thread */
+	JS_PY_TID_NATIVE = 0,  /* native_thread_id: gettid() (3.11+) */
+	JS_PY_TID_PTHREAD = 1, /* thread_id: pthread_self(), the thread's fs base on x86-64 */
+};
+
 struct js_py_offsets {
 	u32 runtime_interp_head;  /* _PyRuntimeState.interpreters.head */
 	u32 runtime_tstate;       /* _PyRuntimeState.gilstate.tstate_current (the GIL holder) */
-	u32 interp_threads_head;  /* PyInterpreterState.threads.head */
+	u32 interp_threads_head;  /* PyInterpreterState.threads.head / tstate_head */
 	u32 tstate_next;          /* PyThreadState.next */
-	u32 tstate_native_tid;    /* PyThreadState.native_thread_id */
-	u32 tstate_cframe;        /* PyThreadState.cframe */
-	u32 cframe_current;       /* _PyCFrame.current_frame */
-	u32 frame_code;           /* _PyInterpreterFrame.f_code */
-	u32 frame_previous;       /* _PyInterpreterFrame.previous */
-	u32 frame_instr;          /* _PyInterpreterFrame.prev_instr */
-	u32 frame_entry;          /* _PyInterpreterFrame.is_entry */
-	u32 pad;
+	u32 tstate_tid;           /* PyThreadState.native_thread_id / thread_id */
+	u32 tstate_frame;         /* PyThreadState.cframe / current_frame / frame */
+	u32 cframe_current;       /* _PyCFrame.current_frame (JS_PY_NONE: tstate_frame is the frame) */
+	u32 frame_code;           /* f_code / f_executable */
+	u32 frame_previous;       /* previous / f_back */
+	u32 frame_instr;          /* prev_instr / instr_ptr / f_lasti */
+	u32 frame_entry;          /* is_entry (3.11) or owner (3.12+): copied as the frame's flag */
+	u32 tid_kind;
 };
 
 struct js_py_proc {
@@ -46,10 +55,10 @@ struct js_py_sample {
 	u32 tid;
 	u64 time_ns;
 	u32 frames;
-	/* bit i: frame i was entered by a C call to _PyEval_EvalFrameDefault (3.11's is_entry) */
 	u32 pad;
-	u64 entry;
 	struct js_py_frame frame[JS_PY_FRAMES];
+	/* each frame's is_entry (3.11) or owner (3.12+) byte */
+	u8 flag[JS_PY_FRAMES];
 };
 
 struct {
@@ -108,9 +117,29 @@ static __always_inline u64 read_ptr(u64 at)
 	return v;
 }
 
-static __always_inline bool is_thread(u64 ts, const struct js_py_proc *p, u32 tid)
+struct thread_struct___py {
+	unsigned long fsbase;
+} __attribute__((preserve_access_index));
+
+struct task_struct___fs {
+	struct thread_struct___py thread;
+} __attribute__((preserve_access_index));
+
+/* What the thread state of the current thread holds in its tid field. */
+static __always_inline u64 own_tid(const struct js_py_proc *p, u32 host_tid)
 {
-	return ts && read_ptr(ts + p->off.tstate_native_tid) == tid;
+	if (p->off.tid_kind == JS_PY_TID_PTHREAD) {
+		struct task_struct___fs *t = (void *)bpf_get_current_task();
+		if (bpf_core_field_exists(t->thread.fsbase))
+			return BPF_CORE_READ(t, thread.fsbase);
+		return 0;
+	}
+	return ns_tid(host_tid);
+}
+
+static __always_inline bool is_thread(u64 ts, const struct js_py_proc *p, u64 tid)
+{
+	return ts && tid && read_ptr(ts + p->off.tstate_tid) == tid;
 }
 
 SEC("perf_event")
@@ -121,12 +150,16 @@ int js_py_stack(void *ctx)
 	struct js_py_proc *p = bpf_map_lookup_elem(&js_py_procs, &tgid);
 	if (!p)
 		return 1;
-	u32 tid = ns_tid((u32)id);
-	/* The GIL holder first: on a CPU-bound interpreter that is the thread on the CPU. */
-	u64 ts = read_ptr(p->runtime + p->off.runtime_tstate);
+	u64 tid = own_tid(p, (u32)id);
+	/* The GIL holder first, where the version keeps it: on a CPU-bound interpreter that is
+	 * the thread on the CPU. */
+	u64 ts = 0;
+	if (p->off.runtime_tstate != JS_PY_NONE)
+		ts = read_ptr(p->runtime + p->off.runtime_tstate);
 	if (!is_thread(ts, p, tid)) {
 		u64 interp = read_ptr(p->runtime + p->off.runtime_interp_head);
 		ts = interp ? read_ptr(interp + p->off.interp_threads_head) : 0;
+#pragma clang loop unroll(disable)
 		for (int i = 0; i < JS_PY_THREADS && ts; i++) {
 			if (is_thread(ts, p, tid))
 				break;
@@ -135,8 +168,9 @@ int js_py_stack(void *ctx)
 		if (!is_thread(ts, p, tid))
 			return 1; /* not a Python thread, or not one this walk reaches */
 	}
-	u64 cframe = read_ptr(ts + p->off.tstate_cframe);
-	u64 frame = cframe ? read_ptr(cframe + p->off.cframe_current) : 0;
+	u64 frame = read_ptr(ts + p->off.tstate_frame);
+	if (frame && p->off.cframe_current != JS_PY_NONE)
+		frame = read_ptr(frame + p->off.cframe_current);
 	if (!frame)
 		return 1;
 	struct js_py_sample *r = bpf_ringbuf_reserve(&js_py_samples, sizeof(*r), 0);
@@ -147,9 +181,13 @@ int js_py_stack(void *ctx)
 	r->pid = tgid;
 	r->tid = (u32)id;
 	r->time_ns = bpf_ktime_get_ns();
-	r->entry = 0;
 	r->pad = 0;
 	u32 n = 0;
+	/* Every frame the same way, whatever the version: what the flag byte means (3.11's
+	 * is_entry, 3.12's owner that marks a shim frame) and how wide the instruction field is
+	 * are decided in user space. Branching on them here multiplied the verifier's states past
+	 * its limit. Not unrolled: the verifier walks the loop (bounded loops, 5.3+). */
+#pragma clang loop unroll(disable)
 	for (int i = 0; i < JS_PY_FRAMES; i++) {
 		if (!frame)
 			break;
@@ -158,10 +196,9 @@ int js_py_stack(void *ctx)
 			break;
 		r->frame[i].code = code;
 		r->frame[i].instr = read_ptr(frame + p->off.frame_instr);
-		u8 entry = 0;
-		bpf_probe_read_user(&entry, 1, (void *)(frame + p->off.frame_entry));
-		if (entry)
-			r->entry |= 1ULL << i;
+		u8 flag = 0;
+		bpf_probe_read_user(&flag, 1, (void *)(frame + p->off.frame_entry));
+		r->flag[i] = flag;
 		n = i + 1;
 		frame = read_ptr(frame + p->off.frame_previous);
 	}
