@@ -510,14 +510,60 @@ fn parse_py_frame(f: &str) -> Option<(String, String, u32)> {
     Some((name.to_string(), base.to_string(), line.parse().ok()?))
 }
 
+/// The interpreters to run: Debian's 3.11 (required), and pyenv's 3.8–3.10, 3.12 and 3.13
+/// where this machine has them.
+fn interpreters() -> (Vec<(String, std::path::PathBuf)>, Vec<String>) {
+    let mut found = vec![("3.11 (Debian)".to_string(), "/usr/bin/python3.11".into())];
+    let mut missing = Vec::new();
+    let root = std::env::var_os("PYENV_ROOT")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| Path::new(&std::env::var_os("HOME").unwrap_or_default()).join(".pyenv"));
+    for minor in [8, 9, 10, 12, 13] {
+        let bin = std::fs::read_dir(root.join("versions"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(&format!("3.{minor}.")))
+            })
+            .map(|p| p.join(format!("bin/python3.{minor}")))
+            .find(|b| b.is_file());
+        match bin {
+            Some(b) => found.push((format!("3.{minor}"), b)),
+            None => missing.push(format!("3.{minor}")),
+        }
+    }
+    (found, missing)
+}
+
+/// The `py:` frames of a folded stack (root first), if each run of them stands right above
+/// the evaluation loop's native frame.
+fn py_chain(stack: &str) -> Option<Vec<(String, String, u32)>> {
+    let frames: Vec<&str> = stack.split(';').collect();
+    let mut out = Vec::new();
+    for (i, f) in frames.iter().enumerate() {
+        if !f.starts_with("py:") {
+            continue;
+        }
+        let prev = frames[i - 1];
+        if !prev.starts_with("py:") && prev != "_PyEval_EvalFrameDefault" {
+            return None;
+        }
+        out.push(parse_py_frame(f)?);
+    }
+    Some(out)
+}
+
 #[test]
 fn python_frames_stand_above_the_evaluation_loop_and_agree_with_py_spy() {
     const TEST: &str = "python_frames_stand_above_the_evaluation_loop_and_agree_with_py_spy";
     if !is_root() {
         return skip(TEST, "needs root for system-wide perf sampling and BPF");
     }
-    let python = Path::new("/usr/bin/python3.11");
-    if !python.is_file() {
+    if !Path::new("/usr/bin/python3.11").is_file() {
         return skip(TEST, "Debian's python3.11 is not installed");
     }
     let Some(py_spy) = py_spy() else {
@@ -526,6 +572,16 @@ fn python_frames_stand_above_the_evaluation_loop_and_agree_with_py_spy() {
             "py-spy is not installed (scripts/setup.sh --test puts PyPI's in target/tools)",
         );
     };
+    let (pythons, missing) = interpreters();
+    for v in &missing {
+        // Debian's 3.11 is what this test requires; the other versions are checked where the
+        // machine has them, and said when it does not.
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: {TEST}[CPython {v}]: not installed (pyenv)"
+        );
+    }
     let tmp = tempfile::tempdir().unwrap();
     let script = tmp.path().join("nested.py");
     std::fs::write(
@@ -537,77 +593,85 @@ fn python_frames_stand_above_the_evaluation_loop_and_agree_with_py_spy() {
     )
     .unwrap();
     let store = tmp.path().join("store");
-    let rec = record(&store, "9s", &[]);
+    let rec = record(&store, "11s", &[]);
     std::thread::sleep(Duration::from_millis(1500));
     let from = now_arg();
-    let mut py = ChildGuard::new(
-        Command::new(python)
-            .arg(&script)
-            .spawn()
-            .expect("python3.11"),
-    );
-    let pid = py.pid();
-    std::thread::sleep(Duration::from_millis(2500));
-    let theirs = py_spy_dump(&py_spy, pid);
+    let mut running = Vec::new();
+    for (v, bin) in &pythons {
+        let c = ChildGuard::new(Command::new(bin).arg(&script).spawn().expect("python"));
+        running.push((v.clone(), c));
+    }
     std::thread::sleep(Duration::from_millis(3000));
-    py.signal(libc::SIGKILL);
-    let _ = py.wait_timeout(Duration::from_secs(5));
+    let dumps: Vec<_> = running
+        .iter()
+        .map(|(_, c)| py_spy_dump(&py_spy, c.pid()))
+        .collect();
+    std::thread::sleep(Duration::from_millis(4000));
+    for (_, c) in &mut running {
+        c.signal(libc::SIGKILL);
+        let _ = c.wait_timeout(Duration::from_secs(5));
+    }
     let to = now_arg();
     let Some(log) = finish(rec) else {
         return skip(TEST, "the profiler cannot run here");
     };
-    assert!(!log.contains("no Python frames"), "{log}");
-
-    let f = folded(&store, &from, &to, &["--pid", &pid.to_string()]);
-    let mut total = 0u64;
-    let mut nested = 0u64;
-    let mut chains: HashMap<Vec<(String, String, u32)>, u64> = HashMap::new();
-    for l in f.lines() {
-        let Some((stack, n)) = l.rsplit_once(' ') else {
-            continue;
-        };
-        let n: u64 = n.parse().unwrap_or(0);
-        total += n;
-        let frames: Vec<&str> = stack.split(';').collect();
-        // Root first: the interpreter's frames right above the loop that ran them.
-        let Some(at) = frames.iter().position(|f| *f == "_PyEval_EvalFrameDefault") else {
-            continue;
-        };
-        let py: Vec<(String, String, u32)> = frames[at + 1..]
-            .iter()
-            .take_while(|f| f.starts_with("py:"))
-            .filter_map(|f| parse_py_frame(f))
-            .collect();
-        let names: Vec<&str> = py.iter().map(|(n, _, _)| n.as_str()).collect();
-        if names == ["<module>", "a", "b", "c"] {
-            nested += n;
-            *chains.entry(py).or_default() += n;
-        }
-    }
-    eprintln!("{nested} of {total} samples show <module> → a → b → c; py-spy: {theirs:?}");
-    assert!(total >= 200, "{total} samples of the interpreter:\n{f}");
-    // The first samples of a process come before it is known to be an interpreter.
     assert!(
-        nested * 10 >= total * 9,
-        "{nested} of {total} samples with py:<module>;py:a;py:b;py:c above the loop:\n{f}"
+        !log.contains("Python frames") && !log.contains("are not read"),
+        "{log}"
     );
-    // py-spy agrees: the same functions in the same files, and the callers at the same lines
-    // (the innermost frame's line moves with the loop).
-    let (ours, _) = chains.iter().max_by_key(|(_, n)| **n).expect("a chain");
-    let mut ours: Vec<(String, String, u32)> = ours.clone();
-    ours.reverse();
-    assert_eq!(ours.len(), theirs.len(), "ours {ours:?}\npy-spy {theirs:?}");
-    for (i, (o, t)) in ours.iter().zip(&theirs).enumerate() {
-        assert_eq!(
-            (&o.0, &o.1),
-            (&t.0, &t.1),
-            "frame {i}: ours {ours:?}\npy-spy {theirs:?}"
+
+    for ((v, c), theirs) in running.iter().zip(&dumps) {
+        let pid = c.pid();
+        let f = folded(&store, &from, &to, &["--pid", &pid.to_string()]);
+        let mut total = 0u64;
+        let mut nested = 0u64;
+        let mut chains: HashMap<Vec<(String, String, u32)>, u64> = HashMap::new();
+        for l in f.lines() {
+            let Some((stack, n)) = l.rsplit_once(' ') else {
+                continue;
+            };
+            let n: u64 = n.parse().unwrap_or(0);
+            total += n;
+            let Some(py) = py_chain(stack) else { continue };
+            let names: Vec<&str> = py.iter().map(|(n, _, _)| n.as_str()).collect();
+            if names == ["<module>", "a", "b", "c"] {
+                nested += n;
+                *chains.entry(py).or_default() += n;
+            }
+        }
+        eprintln!(
+            "CPython {v}: {nested} of {total} samples show <module> → a → b → c; \
+             py-spy: {theirs:?}"
         );
-        if i > 0 {
+        assert!(total >= 60, "CPython {v}: {total} samples:\n{f}");
+        // The first samples of a process come before it is known to be an interpreter.
+        assert!(
+            nested * 100 >= total * 85,
+            "CPython {v}: {nested} of {total} samples with py:<module>;py:a;py:b;py:c \
+             above the loop:\n{f}"
+        );
+        // py-spy agrees: the same functions in the same files, and the callers at the same
+        // lines (the innermost frame's line moves with the loop).
+        let (ours, _) = chains.iter().max_by_key(|(_, n)| **n).expect("a chain");
+        let mut ours: Vec<(String, String, u32)> = ours.clone();
+        ours.reverse();
+        assert_eq!(
+            ours.len(),
+            theirs.len(),
+            "CPython {v}: ours {ours:?}\npy-spy {theirs:?}"
+        );
+        for (i, (o, t)) in ours.iter().zip(theirs).enumerate() {
             assert_eq!(
-                o.2, t.2,
-                "line of frame {i}: ours {ours:?}\npy-spy {theirs:?}"
+                (&o.0, &o.1),
+                (&t.0, &t.1),
+                "CPython {v}, frame {i}: ours {ours:?}\npy-spy {theirs:?}"
             );
+            if i > 0 {
+                assert_eq!(
+                    o.2, t.2,
+                    "CPython {v}, line of frame {i}: ours {ours:?}\npy-spy {theirs:?}"
+                );
+            }
         }
     }
 }

@@ -468,9 +468,11 @@ pub fn line(l: &Layout, c: &Code, instr: u64) -> i32 {
             };
             line_of(&c.linetable, c.firstlineno, index)
         }
-        Lines::Linetable => {
-            line_of_310(&c.linetable, c.firstlineno, (instr as i64).saturating_mul(2))
-        }
+        Lines::Linetable => line_of_310(
+            &c.linetable,
+            c.firstlineno,
+            (instr as i64).saturating_mul(2),
+        ),
         Lines::Lnotab => line_of_lnotab(&c.linetable, c.firstlineno, instr as i64),
     }
 }
@@ -800,6 +802,44 @@ mod tests {
             );
         }
         eprintln!("layouts checked against the headers of CPython {seen:?}");
+    }
+
+    /// Every instruction of every code object of `tests/fixtures/python/sample.py`, as each
+    /// CPython on the capturing machine compiled it: our line for it is the interpreter's own
+    /// (`scripts/capture-python-fixtures.sh`).
+    #[test]
+    fn lines_agree_with_the_interpreters() {
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/python/lines.jsonl");
+        let text = std::fs::read_to_string(&path).expect("fixture");
+        let mut checked: HashMap<String, usize> = HashMap::new();
+        for l in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(l).expect("json line");
+            let version = v["version"].as_str().unwrap();
+            let (major, minor) = version.split_once('.').unwrap();
+            let layout = LAYOUTS
+                .iter()
+                .find(|l| l.version == (major.parse().unwrap(), minor.parse().unwrap()))
+                .expect("a layout for every captured version");
+            let first = v["first"].as_i64().unwrap() as i32;
+            let hex = v["table"].as_str().unwrap();
+            let table: Vec<u8> = (0..hex.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+                .collect();
+            for pair in v["lines"].as_array().unwrap() {
+                let (off, want) = (pair[0].as_i64().unwrap(), pair[1].as_i64().unwrap() as i32);
+                let got = match layout.lines {
+                    Lines::Locations => line_of(&table, first, off / 2),
+                    Lines::Linetable => line_of_310(&table, first, off),
+                    Lines::Lnotab => line_of_lnotab(&table, first, off),
+                };
+                assert_eq!(got, want, "{version} {} offset {off}", v["name"]);
+                *checked.entry(version.to_string()).or_default() += 1;
+            }
+        }
+        assert!(checked.contains_key("3.11"), "{checked:?}");
+        eprintln!("instructions checked per version: {checked:?}");
     }
 
     #[test]
