@@ -25,6 +25,9 @@
 #   PROFILE_CPU_LOAD    stress-ng --cpu-load of the 2 CPU workers, % (default 40)
 #   PROFILE_STATS, PROFILE_EXECS   the syscall part of the load: stat() calls every 10 ms and
 #                       fork+exec per second (defaults below)
+#   PROFILE_PYTHON      the CPython of the load's Python part (default /usr/bin/python3.11; "" for none):
+#                       nested functions busy a quarter of the time, whose interpreter frames the
+#                       sampler reads at each of its samples
 #   BENCH_KEEP=1        keep the temporary directory (stores, perf.data, logs)
 #
 # Without root (or when perf_event sampling is not possible here) it prints "SKIPPED: <reason>",
@@ -170,19 +173,43 @@ perl -MTime::HiRes=sleep -e '
         sleep(0.01);
     }' "$TMP/enoent" "$STATS" "$EXECS" >"$TMP/perl.log" 2>&1 &
 LOAD_PIDS+=($!)
+PYTHON=${PROFILE_PYTHON-/usr/bin/python3.11}
+PY_PID=""
+if [ -n "$PYTHON" ] && [ -x "$PYTHON" ]; then
+    say "load: $PYTHON running handle → parse → score, busy 25 ms of every 100 ms"
+    "$PYTHON" -c '
+import time
+def score(n):
+    return sum(i * i for i in range(n))
+def parse(n):
+    return score(n)
+def handle():
+    t = time.monotonic()
+    while time.monotonic() - t < 0.025:
+        parse(2000)
+while True:
+    handle()
+    time.sleep(0.075)
+' >"$TMP/python.log" 2>&1 &
+    LOAD_PIDS+=($!); PY_PID=$!
+else
+    PYTHON=""
+fi
 sleep 2
-for p in "${LOAD_PIDS[@]}"; do kill -0 "$p" 2>/dev/null || { cat "$TMP/stress.log" "$TMP/perl.log" >&2; die "the load exited at start"; }; done
+for p in "${LOAD_PIDS[@]}"; do kill -0 "$p" 2>/dev/null || { cat "$TMP/stress.log" "$TMP/perl.log" "$TMP/python.log" >&2 2>/dev/null; die "the load exited at start"; }; done
 
 # ---------------------------------------------------------------------------------------------
 # The recorders, started together
-SIDES=(a b f c e)
+SIDES=(a b g f c e)
 ((HAVE_Z)) && SIDES+=(d)
 declare -A START STOP_T T0 T1 K0 K1 B0 B1 OUTP
-say "starting A (--profile-hz 0), B (--profile-hz $PHZ), C (perf record)$( ((HAVE_Z)) && echo ", D (perf record -z)"); ${WARMUP} s warm-up, ${WINDOW} s window"
+say "starting A (--profile-hz 0), B (--profile-hz $PHZ), G (B without Python frames), F (frame pointers), C (perf record)$( ((HAVE_Z)) && echo ", D (perf record -z)"); ${WARMUP} s warm-up, ${WINDOW} s window"
 "$JITTERSCOPE" record --interval 1s --no-tracers --profile-hz 0 --dir "$TMP/a" </dev/null >/dev/null 2>"$TMP/a.log" &
 PID[a]=$!; START[a]=$EPOCHREALTIME; OUTP[a]=$TMP/a
 "$JITTERSCOPE" record --interval 1s --no-tracers --profile-hz "$PHZ" --dir "$TMP/b" </dev/null >/dev/null 2>"$TMP/b.log" &
 PID[b]=$!; START[b]=$EPOCHREALTIME; OUTP[b]=$TMP/b
+"$JITTERSCOPE" record --interval 1s --no-tracers --profile-hz "$PHZ" --no-profile-python --dir "$TMP/g" </dev/null >/dev/null 2>"$TMP/g.log" &
+PID[g]=$!; START[g]=$EPOCHREALTIME; OUTP[g]=$TMP/g
 "$JITTERSCOPE" record --interval 1s --no-tracers --profile-hz "$PHZ" --profile-stack 0 --dir "$TMP/f" </dev/null >/dev/null 2>"$TMP/f.log" &
 PID[f]=$!; START[f]=$EPOCHREALTIME; OUTP[f]=$TMP/f
 perf record -F "$PHZ" -g -a -o "$TMP/perf.data" </dev/null >/dev/null 2>"$TMP/c.log" &
@@ -193,7 +220,7 @@ if ((HAVE_Z)); then
     perf record -z -F "$PHZ" -g -a -o "$TMP/perf-z.data" </dev/null >/dev/null 2>"$TMP/d.log" &
     PID[d]=$!; START[d]=$EPOCHREALTIME; OUTP[d]=$TMP/perf-z.data
 fi
-for s in a b f; do
+for s in a b g f; do
     for _ in $(seq 300); do
         grep -q 'recording every' "$TMP/$s.log" 2>/dev/null && break
         kill -0 "${PID[$s]}" 2>/dev/null || { cat "$TMP/$s.log" >&2; die "recorder $s exited at start"; }
@@ -221,7 +248,7 @@ HOST0=$(host_cpu)
 for s in "${SIDES[@]}"; do thread_ns "${PID[$s]}" >"$TMP/$s-threads0"; done
 for s in "${SIDES[@]}"; do
     T0[$s]=$EPOCHREALTIME; K0[$s]=$(ticks "${PID[$s]}")
-    case $s in a|b|f) B0[$s]=$(dir_bytes "${OUTP[$s]}") ;; *) B0[$s]=$(size_of "${OUTP[$s]}") ;; esac
+    case $s in a|b|f|g) B0[$s]=$(dir_bytes "${OUTP[$s]}") ;; *) B0[$s]=$(size_of "${OUTP[$s]}") ;; esac
 done
 WS=${T0[a]}
 # perf.data's size through the window: perf writes a CPU's ring out when it is half full (all
@@ -236,19 +263,19 @@ while (( ${EPOCHREALTIME/./} < end_us )); do
 done
 for s in "${SIDES[@]}"; do
     T1[$s]=$EPOCHREALTIME; K1[$s]=$(ticks "${PID[$s]}")
-    case $s in a|b|f) B1[$s]=$(dir_bytes "${OUTP[$s]}") ;; *) B1[$s]=$(size_of "${OUTP[$s]}") ;; esac
+    case $s in a|b|f|g) B1[$s]=$(dir_bytes "${OUTP[$s]}") ;; *) B1[$s]=$(size_of "${OUTP[$s]}") ;; esac
 done
 for s in "${SIDES[@]}"; do thread_ns "${PID[$s]}" >"$TMP/$s-threads1"; done
 HOST1=$(host_cpu)
 LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
 WE=${T1[a]}
-OTHER_JS=$(pgrep -x jitterscope 2>/dev/null | grep -cvxE "${PID[a]}|${PID[b]}|${PID[f]}" || true)
+OTHER_JS=$(pgrep -x jitterscope 2>/dev/null | grep -cvxE "${PID[a]}|${PID[b]}|${PID[f]}|${PID[g]}" || true)
 OTHER_PERF=$(pgrep -x perf 2>/dev/null | grep -cvxE "${PID[c]}|${PID[e]}${PID[d]:+|${PID[d]}}" || true)
 
 # Stop: perf first (SIGINT: it writes what its rings still hold, then the header's feature
 # sections and build-ids), then the recorders; the load last.
 declare -A LIFE_CPU EXIT_CPU
-for s in c e d a b f; do
+for s in c e d a b g f; do
     [ -n "${PID[$s]:-}" ] || continue
     child_cpu; c0=$CHILD_CPU
     STOP_T[$s]=$EPOCHREALTIME
@@ -265,7 +292,7 @@ LOAD_PIDS=()
 declare -A CPU MBH_WIN MBH_LIFE FINAL
 for s in "${SIDES[@]}"; do
     CPU[$s]=$(calc "(${K1[$s]} - ${K0[$s]}) / $HZ / (${T1[$s]} - ${T0[$s]}) * 100")
-    case $s in a|b|f) FINAL[$s]=$(dir_bytes "${OUTP[$s]}") ;; *) FINAL[$s]=$(size_of "${OUTP[$s]}") ;; esac
+    case $s in a|b|f|g) FINAL[$s]=$(dir_bytes "${OUTP[$s]}") ;; *) FINAL[$s]=$(size_of "${OUTP[$s]}") ;; esac
     MBH_WIN[$s]=$(calc "(${B1[$s]} - ${B0[$s]}) / (${T1[$s]} - ${T0[$s]}) * 3600 / 1e6")
     MBH_LIFE[$s]=$(calc "${FINAL[$s]} / (${STOP_T[$s]} - ${START[$s]}) * 3600 / 1e6")
 done
@@ -273,6 +300,8 @@ SAMPLER_CPU=$(calc "${CPU[b]} - ${CPU[a]}")
 SAMPLER_MBH=$(calc "${MBH_WIN[b]} - ${MBH_WIN[a]}")
 SAMPLER_MBH_LIFE=$(calc "${MBH_LIFE[b]} - ${MBH_LIFE[a]}")
 FP_CPU=$(calc "${CPU[f]} - ${CPU[a]}")
+PY_CPU=$(calc "${CPU[b]} - ${CPU[g]}")
+PY_MBH=$(calc "${MBH_WIN[b]} - ${MBH_WIN[g]}")
 FP_MBH=$(calc "${MBH_WIN[f]} - ${MBH_WIN[a]}")
 FP_MBH_LIFE=$(calc "${MBH_LIFE[f]} - ${MBH_LIFE[a]}")
 
@@ -314,6 +343,7 @@ for s in "${SIDES[@]}"; do
 done
 SAMPLER_SCPU=$(f3 "$(calc "${SCPU[b]} - ${SCPU[a]}")")
 FP_SCPU=$(f3 "$(calc "${SCPU[f]} - ${SCPU[a]}")")
+PY_SCPU=$(f3 "$(calc "${SCPU[b]} - ${SCPU[g]}")")
 OK_DWARF_CPU=$(awk -v a="$SAMPLER_SCPU" -v t="$DWARF_CPU_TARGET" 'BEGIN { print (a <= t) ? "**met**" : "**missed**" }')
 R_DWARF_BYTES=$(awk -v a="$SAMPLER_MBH" -v b="$FP_MBH" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }')
 OK_DWARF_BYTES=$(awk -v a="$SAMPLER_MBH" -v b="$FP_MBH" -v t="$DWARF_BYTES_TARGET" 'BEGIN { print (b > 0 && a <= t * b) ? "**met**" : "**missed**" }')
@@ -351,6 +381,15 @@ STACKS_MED=$(col profile.stacks | median)
 NCPU=$(nproc)
 EXPECT=$((PHZ * NCPU))
 
+# The Python part of the load: how many of its samples carry its interpreter frames.
+PY_ROW=""
+if [ -n "$PY_PID" ]; then
+    "$JITTERSCOPE" flame --dir "$TMP/b" --from "$FROM" --to "$TO" --folded --pid "$PY_PID" >"$TMP/py-folded" 2>/dev/null || true
+    PY_ALL=$(awk '{s += $NF} END {print s + 0}' "$TMP/py-folded")
+    PY_NESTED=$(awk '/py:handle_.*;py:parse_.*;py:score_/ {s += $NF} END {print s + 0}' "$TMP/py-folded")
+    PY_ROW="| samples of the Python part with its frames (\`py:handle;py:parse;py:score\`) | **$PY_NESTED** of $PY_ALL |"
+fi
+
 # Reading the window back.
 say "timing flame --folded over the ${WINDOW} s window"
 FLAME=("$JITTERSCOPE" flame --dir "$TMP/b" --from "$FROM" --to "$TO" --folded)
@@ -370,6 +409,7 @@ HOST_SYS=$(calc "(($s1+$q1+$sq1)-($s0+$q0+$sq0)) / $HTOT * 100")
 HOST_STEAL=$(calc "($st1 - $st0) / $HTOT * 100")
 
 say "CPU % of one core (stat; schedstat): A $(f3 "${CPU[a]}"); ${SCPU[a]}, B $(f3 "${CPU[b]}"); ${SCPU[b]} (profiler thread ${PROFILER_PCT:-?}), sampler B−A $(f3 "$SAMPLER_CPU"); $SAMPLER_SCPU, perf $(f3 "${CPU[c]}"); ${SCPU[c]}$( ((HAVE_Z)) && echo ", perf -z $(f3 "${CPU[d]}"); ${SCPU[d]}"); perf script $(f2 "$SCRIPT_CPU") s CPU = $(f3 "$SCRIPT_PCT") % of the recorded time"
+say "Python frames (B − G): CPU $(f3 "$PY_CPU"); $PY_SCPU, MB/hour $(f3 "$PY_MBH")"
 say "MB/hour: sampler $(f3 "$SAMPLER_MBH") (window), perf.data $(f2 "${STEADY[c]}") steady / $(f2 "${MBH_LIFE[c]}") lifetime$( ((HAVE_Z)) && echo ", perf -z $(f2 "${STEADY[d]}") steady"); ratio $R_BYTES"
 say "health: $SLICES slices, samples/s mean $SPS_MEAN median $SPS_MED (perf ${PERF_SAMPLES_PER_S:-?}, at most $EXPECT), lost $LOST, dropped $DROPPED, kernel $KPCT_MED %; flame ${FLAME_MS} ms, $FOLDED_LINES folded lines"
 
@@ -394,6 +434,7 @@ warm-up a window of ${WIN_S} s is measured:
 - B: \`jitterscope record --interval 1s --no-tracers --profile-hz $PHZ\` (the same with it, at its
   default: 8 KiB of user stack copied per sample and unwound with .eh_frame): **the sampler's cost is
   B − A**,
+- G: B with \`--no-profile-python\` (no interpreter frames): **B − G is what reading Python frames costs**,
 - F: the same with \`--profile-stack 0\` (frame pointers only, as before DWARF unwinding): F − A,
 - C: \`perf record -F $PHZ -g -a -o perf.data\`, the reference: the same cpu-clock sampling at $PHZ Hz per
   CPU with kernel and user call chains of every process, written raw to a file.
@@ -403,7 +444,9 @@ $( ((HAVE_Z)) && echo "- D: \`perf record -z\` with the same options as C (zstd-
 
 Load through the window: \`stress-ng --cpu 2 --cpu-load $CPU_LOAD\` (user time on both CPUs) and a perl
 loop doing $STATS \`stat()\` of missing names every 10 ms and $EXECS fork+exec of \`/bin/true\` per second
-(kernel time, process churn: new processes whose stacks must be read and named).
+(kernel time, process churn: new processes whose stacks must be read and named)$([ -n "$PYTHON" ] && echo ", and
+\`$PYTHON\` running nested Python functions 25 ms of every 100 ms (the sampler reads its interpreter
+frames at each of its samples, in BPF, and names their code objects)").
 CPU % of one core = utime + stime of the process (all its threads: the thread-group leader's
 \`/proc/<pid>/stat\`) at the end of the window − at its start, ÷ the window; ticks are 1/${HZ} s, so the
 resolution is $(calc "100 / $HZ / $WINDOW" | awk '{printf "%.3f", $1}') % of a core; the schedstat column is the same from the on-CPU nanoseconds of
@@ -424,6 +467,8 @@ MB = 10⁶ bytes.
 | A | \`record --profile-hz 0\` | $(f3 "${CPU[a]}") | ${SCPU[a]} | $(f3 "${MBH_WIN[a]}") | | $(f3 "${MBH_LIFE[a]}") |
 | B | \`record --profile-hz $PHZ\` | $(f3 "${CPU[b]}") | ${SCPU[b]} | $(f3 "${MBH_WIN[b]}") | | $(f3 "${MBH_LIFE[b]}") |
 | **B − A** | **the stack sampler** | **$(f3 "$SAMPLER_CPU")** | **$SAMPLER_SCPU** | **$(f3 "$SAMPLER_MBH")** | | $(f3 "$SAMPLER_MBH_LIFE") |
+| G | \`record --profile-hz $PHZ --no-profile-python\` | $(f3 "${CPU[g]}") | ${SCPU[g]} | $(f3 "${MBH_WIN[g]}") | | $(f3 "${MBH_LIFE[g]}") |
+| B − G | Python frames | $(f3 "$PY_CPU") | $PY_SCPU | $(f3 "$PY_MBH") | | |
 | F | \`record --profile-hz $PHZ --profile-stack 0\` | $(f3 "${CPU[f]}") | ${SCPU[f]} | $(f3 "${MBH_WIN[f]}") | | $(f3 "${MBH_LIFE[f]}") |
 | F − A | the sampler with frame pointers only | $(f3 "$FP_CPU") | $FP_SCPU | $(f3 "$FP_MBH") | | $(f3 "$FP_MBH_LIFE") |
 | C | \`perf record -F $PHZ -g -a\` | $(f3 "${CPU[c]}") | **${SCPU[c]}** | $(f3 "${MBH_WIN[c]}") | **$(f3 "${STEADY[c]}")** | $(f3 "${MBH_LIFE[c]}") |
@@ -467,6 +512,7 @@ ${THREAD_TABLE}
 | dropped (unparsable, past the bound of distinct stacks), total | $DROPPED |
 | busy samples in the kernel (\`profile.kernel_pct\`), median | $(f1 "${KPCT_MED:-0}") % |
 | distinct stacks per slice (\`profile.stacks\`), median | ${STACKS_MED:-?} |
+$PY_ROW
 | perf over the same run (warm-up included) | ${PERF_SAMPLES:-?} samples in $(f1 "$(calc "${STOP_T[c]} - ${START[c]}")") s = **$([ -n "$PERF_SAMPLES_PER_S" ] && f1 "$PERF_SAMPLES_PER_S" || echo "?")/s**, lost $PERF_LOST |
 
 The reference for the rate is perf's, sampling the same way at the same time: what the kernel's

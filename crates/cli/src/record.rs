@@ -95,6 +95,10 @@ pub struct RecordArgs {
     #[arg(long, default_value_t = jitterscope_profile::unwind::DEFAULT_STACK_BYTES,
           value_parser = clap::value_parser!(u32).range(0..=65_528))]
     profile_stack: u32,
+    /// Do not read CPython's interpreter frames (3.8–3.13) at each stack sample; Python
+    /// processes then show only the interpreter's native frames.
+    #[arg(long)]
+    no_profile_python: bool,
     /// Where per-process data comes from: `bpf` one read of a BPF task iterator per sample
     /// (root or CAP_BPF + CAP_PERFMON, BTF, kernel 5.8+), `procfs` the /proc/<pid> files,
     /// `auto` the iterator when it loads, else /proc. The process table is the same either way.
@@ -376,6 +380,10 @@ pub fn run(a: RecordArgs) -> Result<()> {
                     stack_bytes: a.profile_stack,
                     ..Default::default()
                 }
+            };
+            let cfg = jitterscope_profile::sampler::Config {
+                python: !a.no_profile_python,
+                ..cfg
             };
             match jitterscope_profile::sampler::ProfileCollector::start(&cfg) {
                 Ok(c) => {

@@ -326,7 +326,7 @@ impl Resolver for SystemResolver {
         }
         // Code outside any file: a JIT that writes a perf map names it (read now, while the
         // process and its map exist).
-        if !anon.is_empty() && Path::new(&format!("/tmp/perf-{pid}.map")).exists() {
+        if !anon.is_empty() && Path::new(&format!("/proc/{pid}/root/tmp/perf-{pid}.map")).exists() {
             let src = Source::Process(Process {
                 perf_map: true,
                 map_files: false,
