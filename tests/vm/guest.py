@@ -331,6 +331,30 @@ def check_collectors():
     else:
         line = next((l for l in facts["record_log"] if "profile" in l), "no profile line")
         cell("profiler", "absent", line)
+    if ok and v > 0:
+        # The probe is Debian's python3 (3.11): its spinning child's samples carry the
+        # interpreter's frames (py:<module>), read by the BPF program on the sampler's events.
+        fl = sh(JS, "flame", "--dir", store, "--from", "0", "--comm", "python3", "--folded",
+                check=False)
+        total = with_py = 0
+        for l in fl.stdout.splitlines():
+            stack, _, n = l.rpartition(" ")
+            if not n.isdigit():
+                continue
+            total += int(n)
+            if ";py:" in stack:
+                with_py += int(n)
+        if with_py > 0:
+            cell("profiler.python", "works",
+                 f"{with_py} of {total} samples of python3 with interpreter frames")
+        else:
+            why = next((l for l in facts["record_log"] if "Python" in l or "CPython" in l), None)
+            if why:
+                cell("profiler.python", "absent", why)
+            else:
+                cell("profiler.python", "failed",
+                     f"{total} samples of python3, none with interpreter frames; "
+                     f"flame: {fl.stderr.strip()[-200:]}")
     subprocess.run(["rm", "-rf", store, "/var/tmp/jsvm-probe.dat"])
     for d in [cpu, mem, io]:
         if d and os.path.isdir(d):
