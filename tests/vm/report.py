@@ -40,6 +40,7 @@ ROWS = [
     ("cgroup.pressure", "cgroup PSI (cpu/memory/io.pressure)"),
     ("cgroup.io.stat", "cgroup I/O (io.stat)"),
     ("profiler", "stack profiler (perf cpu-clock) + `top-functions`"),
+    ("profiler.python", "CPython frames in the stacks (BPF on the sampler's events)"),
     ("no-btf", "without kernel BTF: tracers say why, recording goes on"),
     ("lab.cfs-throttle", "rule `cpu.cfs-throttling` on `lab check cfs-throttle`"),
     ("lab.reclaim-storm", "rule on `lab check reclaim-storm`"),
