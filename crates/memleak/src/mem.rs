@@ -35,22 +35,10 @@ impl MemRead for ProcMem {
     /// a read of /proc/<pid>/mem takes it once per page, and a target that maps and unmaps
     /// memory at a high rate waits for that lock each time. Falls back to /proc/<pid>/mem.
     fn read_at(&self, addr: u64, buf: &mut [u8]) -> io::Result<usize> {
-        let local = libc::iovec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: buf.len(),
+        let e = match jitterscope_sources::io::read_process_memory(self.pid, addr, buf) {
+            Ok(n) => return Ok(n),
+            Err(e) => e,
         };
-        let remote = libc::iovec {
-            iov_base: addr as *mut libc::c_void,
-            iov_len: buf.len(),
-        };
-        // SAFETY: `local` describes `buf`, which we own mutably for the call; the remote
-        // address is only read by the kernel from the other process.
-        let n =
-            unsafe { libc::process_vm_readv(self.pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-        if n >= 0 {
-            return Ok(n as usize);
-        }
-        let e = io::Error::last_os_error();
         if e.raw_os_error() == Some(libc::ENOSYS) {
             return self.file.read_at(buf, addr);
         }

@@ -345,17 +345,7 @@ fn read_mem(pid: u32, addr: u64, buf: &mut [u8]) -> bool {
     if buf.is_empty() {
         return true;
     }
-    let local = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    let remote = libc::iovec {
-        iov_base: addr as *mut libc::c_void,
-        iov_len: buf.len(),
-    };
-    // SAFETY: `local` covers `buf`, which we own mutably; the kernel checks `remote`.
-    let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-    n == buf.len() as isize
+    jitterscope_sources::io::read_process_memory(pid, addr, buf).is_ok_and(|n| n == buf.len())
 }
 
 fn read_u64(pid: u32, addr: u64) -> Option<u64> {
