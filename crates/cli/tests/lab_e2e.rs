@@ -12,18 +12,11 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::{cmd, run, text, ChildGuard};
+use common::{cmd, run, serial, text, ChildGuard};
 use jitterscope_testkit::{is_root, skip};
 use serde_json::Value;
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 const LAB_DIR: &str = "/var/tmp/jitterscope-lab";
 

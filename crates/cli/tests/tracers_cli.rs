@@ -13,15 +13,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{cmd, now_arg, parse_csv, run, s, text};
+use common::{cmd, now_arg, parse_csv, run, s, serial, text};
 use jitterscope_testkit::{is_root, skip};
-
-/// The recording tests both make failed look-ups from this process, so they must not overlap.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// `dump --format csv` of the series matching `select` between `from` and `to`.
 fn dump_csv(store: &std::path::Path, from: &str, to: &str, select: &[&str]) -> Vec<common::Row> {
@@ -151,6 +144,7 @@ fn unknown_tracer_is_a_one_line_error() {
 
 #[test]
 fn recorded_lookups_are_attributed_to_the_process_and_its_pattern() {
+    // The recording tests both make failed look-ups from this process: they must not overlap.
     let _serial = serial();
     const TEST: &str = "recorded_lookups_are_attributed_to_the_process_and_its_pattern";
     if !is_root() {

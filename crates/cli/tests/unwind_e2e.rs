@@ -22,7 +22,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{cmd, now_arg, run, s, text, ChildGuard};
+use common::{cmd, now_arg, run, s, serial, text, ChildGuard};
 use jitterscope_testkit::{is_root, skip};
 
 const T: Duration = Duration::from_secs(60);
@@ -117,6 +117,8 @@ fn certutil_loop(dir: &Path, secs: f64) {
 
 #[test]
 fn certutil_stacks_reach_their_callers_through_glibc() {
+    // Each measures samples of its own workload: alone on the CPUs.
+    let _serial = serial();
     const TEST: &str = "certutil_stacks_reach_their_callers_through_glibc";
     if !is_root() {
         return skip(TEST, "needs root for system-wide perf sampling");
@@ -315,6 +317,8 @@ fn gzip_stacks_agree_with_perf_dwarf() {
 /// sampled by the recorder and by `perf record --call-graph dwarf` at once: the hottest user
 /// addresses and their top callers agree.
 fn compressor_agrees_with_perf(test: &str, prog: &str, script: &str) {
+    // Each measures samples of its own workload: alone on the CPUs.
+    let _serial = serial();
     if !is_root() {
         return skip(test, "needs root for system-wide perf sampling");
     }
@@ -559,6 +563,8 @@ fn py_chain(stack: &str) -> Option<Vec<(String, String, u32)>> {
 
 #[test]
 fn python_frames_stand_above_the_evaluation_loop_and_agree_with_py_spy() {
+    // Each measures samples of its own workload: alone on the CPUs.
+    let _serial = serial();
     const TEST: &str = "python_frames_stand_above_the_evaluation_loop_and_agree_with_py_spy";
     if !is_root() {
         return skip(TEST, "needs root for system-wide perf sampling and BPF");

@@ -394,3 +394,11 @@ pub fn serve(dir: &Path, extra: &[&str]) -> (ChildGuard, std::net::SocketAddr) {
     }
     (g, addr)
 }
+
+/// Runs one test of a file at a time: for tests that measure (sample counts, perf side by
+/// side) or share host-wide state (cgroups, tracers), which libtest's parallel threads would
+/// otherwise starve or disturb. Each test binary has its own lock.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
