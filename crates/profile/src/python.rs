@@ -243,14 +243,22 @@ pub fn read_image(path: &Path, named: (u8, u8)) -> Option<Image> {
     let file = std::fs::File::open(path).ok()?;
     let cache = object::ReadCache::new(file);
     let elf = object::File::parse(&cache).ok()?;
-    let find = |name: &str| {
-        elf.dynamic_symbols()
-            .chain(elf.symbols())
-            .find(|s| s.name() == Ok(name))
-            .map(|s| (s.address(), s.size()))
-    };
-    let (runtime, _) = find("_PyRuntime")?;
-    let (eval, eval_size) = find("_PyEval_EvalFrameDefault")?;
+    // One pass over the symbols for all three names: an interpreter built with debug info
+    // (pyenv's libpython) has tens of thousands in `.symtab`.
+    const NAMES: [&str; 3] = ["_PyRuntime", "_PyEval_EvalFrameDefault", "Py_Version"];
+    let mut found: [Option<(u64, u64)>; 3] = [None; 3];
+    for sym in elf.dynamic_symbols().chain(elf.symbols()) {
+        let Ok(name) = sym.name() else { continue };
+        if let Some(i) = NAMES.iter().position(|n| *n == name) {
+            found[i].get_or_insert((sym.address(), sym.size()));
+            if found.iter().all(Option::is_some) {
+                break;
+            }
+        }
+    }
+    let [runtime, eval, version] = found;
+    let (runtime, _) = runtime?;
+    let (eval, eval_size) = eval?;
     let segments: Vec<(u64, u64, u64)> = elf
         .segments()
         .map(|s| {
@@ -258,7 +266,7 @@ pub fn read_image(path: &Path, named: (u8, u8)) -> Option<Image> {
             (s.address(), off, size)
         })
         .collect();
-    if let Some((at, 8)) = find("Py_Version") {
+    if let Some((at, 8)) = version {
         let v = elf
             .segments()
             .find_map(|s| s.data_range(at, 4).ok().flatten());
@@ -635,9 +643,12 @@ impl Frames {
 
     /// A process exec'd or exited: what was read of it goes.
     pub fn forget(&mut self, pid: u32) {
-        self.interpreters.remove(&pid);
-        self.codes.retain(|(p, _), _| *p != pid);
-        self.names.retain(|(p, _, _), _| *p != pid);
+        // Only interpreters have named code: every other exit (most of them, on a host that
+        // forks) costs one look-up, not a walk of the caches.
+        if self.interpreters.remove(&pid).is_some() {
+            self.codes.retain(|(p, _), _| *p != pid);
+            self.names.retain(|(p, _, _), _| *p != pid);
+        }
     }
 
     /// The interpreter frames of the sample of `tid` (process `pid`) taken at `time_ns`,
