@@ -11,6 +11,7 @@ mod manual;
 mod memleak;
 mod prio;
 mod record;
+mod remote_write;
 mod serve;
 mod signals;
 mod status;

@@ -104,6 +104,8 @@ pub struct RecordArgs {
     /// `auto` the iterator when it loads, else /proc. The process table is the same either way.
     #[arg(long, value_enum, default_value_t = ProcSource::Auto)]
     proc_source: ProcSource,
+    #[command(flatten)]
+    remote: crate::remote_write::RemoteWriteArgs,
 }
 
 /// See `RecordArgs::proc_source`.
@@ -239,6 +241,7 @@ pub fn validate(a: &RecordArgs) -> Result<()> {
             a.max_size
         );
     }
+    a.remote.validate()?;
     if a.duration == Some(Duration::ZERO) {
         bail!(
             "--duration 0 would stop before the first sample: leave it out to record until stopped"
@@ -407,6 +410,10 @@ pub fn run(a: RecordArgs) -> Result<()> {
     }
     let mut notes = Notes::default();
     let shared = Arc::new(Shared::default());
+    // Samples from this moment on are this run's; a receiver never sent to before gets
+    // those, and one with a cursor gets everything the store holds after it.
+    let sender = a.remote.start(&dir, &host.hostname, wall_ns())?;
+    let remote_stats = sender.as_ref().map(|s| s.stats());
     // Five minutes of one-second samples: enough to ride out a stalled or full disk.
     let (tx, rx) = sync_channel::<Box<Sample>>(300);
     let writer_thread = {
@@ -414,7 +421,7 @@ pub fn run(a: RecordArgs) -> Result<()> {
         let status = a.status;
         std::thread::Builder::new()
             .name("store-writer".into())
-            .spawn(move || write_loop(writer, rx, shared, status))
+            .spawn(move || write_loop(writer, rx, shared, status, sender))
             .context("cannot start the store writer thread")?
     };
     log(&format!(
@@ -461,6 +468,7 @@ pub fn run(a: RecordArgs) -> Result<()> {
             write_queue: shared.queued.load(Ordering::Relaxed),
             source_errors: notes.errors_total,
             ticks_missed,
+            remote_write: remote_stats.as_ref().map(|s| s.snapshot()),
         });
         for n in notes.drain() {
             warn(&n);
@@ -510,12 +518,16 @@ fn write_loop(
     rx: Receiver<Box<Sample>>,
     shared: Arc<Shared>,
     status: bool,
+    sender: Option<jitterscope_fleet::remote_write::Sender>,
 ) -> Result<()> {
     // Episodes are detected here, on the writer thread, so the collector's tick never waits
     // on them; they reach the store in the same record as the sample they were seen in.
     let mut online = Online::new();
     let mut enc = Encoder::new();
-    let mut prev: Option<Box<Sample>> = None;
+    // Shared with the remote-write sender, which derives its points from the samples while it
+    // keeps up: no copy.
+    let mut prev: Option<Arc<Sample>> = None;
+    let mut last_written: Option<i64> = None;
     let mut last_error_log: Option<Instant> = None;
     let mut written_before = w.bytes_written();
     // One pause spans every sample that waits for space, so it is announced once.
@@ -534,9 +546,11 @@ fn write_loop(
                 continue;
             }
         };
+        let mut written = false;
         loop {
             match w.append_lanes(sample.ts_ns, encoded.main, &encoded.lanes) {
                 Ok(()) => {
+                    written = true;
                     if let Some(t) = paused_since.take() {
                         log(&format!(
                             "store has space again after {:.0?}; writing resumed ({} samples dropped so far)",
@@ -577,7 +591,17 @@ fn write_loop(
         if status {
             println!("{}", crate::status::line(prev.as_deref(), &sample));
         }
+        let sample: Arc<Sample> = Arc::from(sample);
+        if written {
+            if let Some(s) = &sender {
+                s.offer(last_written, sample.clone());
+            }
+            last_written = Some(sample.ts_ns);
+        }
         prev = Some(sample);
+    }
+    if let Some(s) = sender {
+        s.stop();
     }
     Ok(())
 }

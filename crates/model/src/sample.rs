@@ -127,6 +127,26 @@ pub struct RecorderStats {
     pub source_errors: u64,
     /// Whole intervals skipped because the recorder could not run in time (counter).
     pub ticks_missed: u64,
+    /// Remote write's progress, when `record --remote-write` is on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote_write: Option<RemoteWriteStats>,
+}
+
+/// What the remote-write sender has done since the recorder started (counters) and how far
+/// behind it is.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RemoteWriteStats {
+    /// Points the receiver accepted.
+    pub points_sent: u64,
+    /// Points given up on: refused by the receiver (a 4xx other than 429) or never sendable
+    /// (a URL that cannot work).
+    pub points_failed: u64,
+    /// Requests that failed, retried or not.
+    pub requests_failed: u64,
+    /// Wall time of the newest sample the receiver holds (ns since the epoch; 0 before the
+    /// first).
+    pub acked_ts_ns: i64,
 }
 
 /// Payload format generation. Bumped only for changes that old readers cannot absorb by

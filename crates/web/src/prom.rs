@@ -1,74 +1,37 @@
 //! `/metrics`: the newest sample as OpenMetrics text, named from the registry.
 //!
-//! Cardinality is bounded: every host series and every cgroup, processes only for the
-//! `top_processes` busiest by CPU, and none of the raw per-field families that repeat curated
-//! metrics or grow with the kernel's tables (`vmstat.<field>`, `meminfo.<field>`,
-//! `cgroup.<cgroup>.memory.stat.<field>`, buddyinfo, per-slab-cache, per-IRQ, look-up path
-//! patterns). Those stay in the store, where `dump` and the API read them.
+//! Cardinality is bounded by `jitterscope_model::export::Bounded`, the set remote write
+//! sends too: every host series and every cgroup, processes only for the `top_processes`
+//! busiest by CPU and largest by RSS, and none of the raw per-field families.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use jitterscope_model::codec::Parts;
-use jitterscope_model::derive::{evaluate, SeriesValue};
-use jitterscope_model::metrics::{cgroup, irq, mem, process, tracer};
-use jitterscope_model::registry::{all, MetricDef};
+use jitterscope_model::derive::SeriesValue;
+use jitterscope_model::export::Bounded;
 use jitterscope_model::stored::{Damage, Pair, SampleReader};
 use jitterscope_model::Sample;
 
 use crate::AppState;
 
-/// Families left out of `/metrics` (see the module comment).
-static LEFT_OUT: &[&MetricDef] = &[
-    &mem::VMSTAT_FIELD,
-    &mem::VMSTAT_FIELD_PER_S,
-    &mem::MEMINFO_FIELD,
-    &mem::MEMINFO_FIELD_BYTES,
-    &mem::BUDDY_FREE_BLOCKS,
-    &mem::SLAB_CACHE_TOTAL_BYTES,
-    &mem::SLAB_CACHE_ACTIVE_OBJS,
-    &mem::SLAB_CACHE_OBJS_GROWTH_PER_S,
-    &irq::IRQ_PER_S,
-    &irq::SOFTIRQ_PER_S,
-    &tracer::LOOKUPS_PATTERN_SAMPLES,
-    &cgroup::MEMORY_STAT,
-];
-
-/// The metrics exposed: the registry less [`LEFT_OUT`].
-pub fn exposed() -> Vec<&'static MetricDef> {
-    all()
-        .iter()
-        .filter(|d| !LEFT_OUT.contains(d))
-        .copied()
-        .collect()
-}
-
-/// The exposition of `cur` (rates against `prev`), processes limited to the `top` busiest.
+/// The exposition of `cur` (rates against `prev`), processes limited to the `top` busiest by
+/// CPU and the `top` largest by RSS.
 pub fn exposition(cur: &Sample, prev: Option<&Sample>, top: usize) -> Vec<u8> {
-    let vals = evaluate(&exposed(), cur, prev, &[]);
-    let mut busy: Vec<(f64, &str)> = vals
-        .iter()
-        .filter(|v| v.def == &process::PROC_CPU_PCT)
-        .filter_map(|v| Some((v.value?, v.labels.first()?.as_str())))
-        .collect();
-    busy.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
-    let keep: HashSet<&str> = busy.iter().take(top).map(|b| b.1).collect();
-    let points: Vec<(Option<i64>, SeriesValue)> = vals
-        .iter()
-        .filter(
-            |v| match v.def.placeholders().iter().position(|p| *p == "pid") {
-                Some(i) => v
-                    .labels
-                    .get(i)
-                    .is_some_and(|pid| keep.contains(pid.as_str())),
-                None => true,
+    let mut points: Vec<(Option<i64>, SeriesValue)> = Vec::new();
+    Bounded::new(top).for_each(cur, prev, |def, labels, value| {
+        points.push((
+            None,
+            SeriesValue {
+                def,
+                labels: labels.iter().map(|s| s.to_string()).collect(),
+                series: def.series_name(labels),
+                value: Some(value),
             },
-        )
-        .map(|v| (None, v.clone()))
-        .collect();
+        ))
+    });
     let mut out = Vec::with_capacity(64 * 1024);
     // Writing to a Vec cannot fail.
     let info = jitterscope_model::openmetrics::cgroup_info(

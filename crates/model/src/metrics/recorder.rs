@@ -15,6 +15,18 @@ fn counter_rate(cx: &Ctx, out: &mut Emit, f: fn(&RecorderStats) -> u64, k: f64) 
     rate(cx, out, &[], c, p, k);
 }
 
+fn remote_write(cx: &Ctx, out: &mut Emit, f: fn(&crate::sample::RemoteWriteStats) -> f64) {
+    gauge(
+        out,
+        &[],
+        cx.cur
+            .recorder
+            .as_ref()
+            .and_then(|r| r.remote_write.as_ref())
+            .map(f),
+    );
+}
+
 fn scan_stat(
     cx: &Ctx,
     out: &mut Emit,
@@ -33,6 +45,19 @@ metrics! {
     SELF_WRITE_QUEUE = ("self.write_queue", Count, Gauge, "Samples waiting for the store writer", |cx, out| field(cx, out, |r| r.write_queue as f64)),
     SELF_SOURCE_ERRORS = ("self.source_errors", Count, Counter, "Source read/parse errors since start", |cx, out| field(cx, out, |r| r.source_errors as f64)),
     SELF_TICKS_MISSED = ("self.ticks_missed", Count, Counter, "Sampling intervals skipped since start because the recorder could not run in time", |cx, out| field(cx, out, |r| r.ticks_missed as f64)),
+    SELF_REMOTE_WRITE_SENT_PER_S = ("self.remote_write.sent_per_s", PerSecond, Rate, "Points per second the remote-write receiver accepted (record --remote-write)", |cx, out| {
+        let c = cx.cur.recorder.as_ref().and_then(|r| r.remote_write.as_ref()).map(|w| w.points_sent);
+        let p = cx.prev.and_then(|p| p.recorder.as_ref()).and_then(|r| r.remote_write.as_ref()).map(|w| w.points_sent);
+        rate(cx, out, &[], c, p, 1.0);
+    }),
+    SELF_REMOTE_WRITE_FAILED = ("self.remote_write.points_failed", Count, Counter, "Points given up on since start: refused by the remote-write receiver (4xx but 429) or not sendable (bad URL)", |cx, out| remote_write(cx, out, |w| w.points_failed as f64)),
+    SELF_REMOTE_WRITE_REQUESTS_FAILED = ("self.remote_write.requests_failed", Count, Counter, "Remote-write requests that failed since start, retried or not", |cx, out| remote_write(cx, out, |w| w.requests_failed as f64)),
+    SELF_REMOTE_WRITE_LAG = ("self.remote_write.lag_seconds", Seconds, Gauge, "How far the remote-write receiver is behind this sample: its time minus the newest sample the receiver accepted", |cx, out| {
+        let lag = cx.cur.recorder.as_ref().and_then(|r| r.remote_write.as_ref()).and_then(|w| {
+            (w.acked_ts_ns > 0).then(|| ((cx.cur.ts_ns - w.acked_ts_ns) as f64 / 1e9).max(0.0))
+        });
+        gauge(out, &[], lag);
+    }),
     SELF_COLLECTOR_MS = ("self.collector.<collector>_ms",
             Milliseconds,
             Gauge,

@@ -1,0 +1,161 @@
+//! `record`'s remote-write options and the sender they start (`jitterscope_fleet::remote_write`).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use jitterscope_fleet::remote_write::{Auth, Choice, Config, Level, Sender, Target};
+use jitterscope_model::glob::Pattern;
+
+use crate::timearg::parse_duration;
+
+/// Options of `record` for Prometheus remote write.
+#[derive(Args, Debug, Clone)]
+pub struct RemoteWriteArgs {
+    /// Send every sample to this Prometheus remote-write receiver as it is recorded
+    /// (Prometheus with --web.enable-remote-write-receiver: http://HOST:9090/api/v1/write;
+    /// VictoriaMetrics: http://HOST:8428/api/v1/write; Mimir, Thanos, Cortex). The store is
+    /// the write-ahead log: an outage is backfilled from it when the receiver answers again.
+    #[arg(long, value_name = "URL")]
+    pub remote_write: Option<String>,
+    /// The value of the `host` label on every series sent [default: the host name].
+    #[arg(long, value_name = "NAME")]
+    pub fleet_host: Option<String>,
+    /// A label added to every series sent, NAME=VALUE; repeat for more.
+    #[arg(long, value_name = "NAME=VALUE", value_parser = parse_label)]
+    pub remote_write_label: Vec<(String, String)>,
+    /// Series to send, as `dump --select` globs (repeat for more) [default: every host series,
+    /// every cgroup's CPU, throttling, memory, I/O and pressure, and the top processes].
+    #[arg(long, value_name = "GLOB")]
+    pub remote_write_select: Vec<String>,
+    /// Processes sent per sample: this many busiest by CPU plus this many largest by RSS.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub remote_write_top: usize,
+    /// How long points may wait to go out together while the sender keeps up (a request at
+    /// most this often; the store catches up at once after an outage).
+    #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
+    pub remote_write_flush: Duration,
+    /// A file whose content is the bearer token to send (`Authorization: Bearer`).
+    #[arg(long, value_name = "FILE", conflicts_with = "remote_write_user")]
+    pub remote_write_bearer_token_file: Option<PathBuf>,
+    /// User name for HTTP basic authentication (with --remote-write-password-file).
+    #[arg(long, value_name = "USER", requires = "remote_write_password_file")]
+    pub remote_write_user: Option<String>,
+    /// A file whose content is the basic-authentication password.
+    #[arg(long, value_name = "FILE", requires = "remote_write_user")]
+    pub remote_write_password_file: Option<PathBuf>,
+    /// PEM file of the CA certificates that sign the receiver's TLS certificate [default: the
+    /// Mozilla roots built in].
+    #[arg(long, value_name = "FILE")]
+    pub remote_write_ca_file: Option<PathBuf>,
+}
+
+fn parse_label(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s}: give NAME=VALUE"))?;
+    let ok = k.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !k.starts_with("__");
+    if !ok {
+        return Err(format!(
+            "{k}: not a label name (letters, digits and _, not starting with a digit or __)"
+        ));
+    }
+    Ok((k.to_string(), v.to_string()))
+}
+
+/// A secret from a file: its content less one trailing newline.
+fn secret(path: &Path, what: &str) -> Result<String> {
+    let s = std::fs::read_to_string(path)
+        .with_context(|| format!("{what} {}: cannot read", path.display()))?;
+    let s = s.strip_suffix('\n').unwrap_or(&s);
+    if s.is_empty() {
+        bail!("{what} {} is empty", path.display());
+    }
+    Ok(s.to_string())
+}
+
+impl RemoteWriteArgs {
+    /// Checks what can be checked before recording starts. The URL itself is not: a URL
+    /// that cannot work is said once when recording starts, and recording goes on.
+    pub fn validate(&self) -> Result<()> {
+        if self
+            .remote_write_select
+            .iter()
+            .any(|g| g.is_empty() || g.contains(char::is_whitespace))
+        {
+            bail!("--remote-write-select takes series globs such as 'cgroup.*.cpu.throttled_pct'");
+        }
+        if self.remote_write_flush > Duration::from_secs(60) {
+            bail!("--remote-write-flush is at most 60s");
+        }
+        Ok(())
+    }
+
+    /// Starts the sender when `--remote-write` is given. The credentials files are read here:
+    /// a missing one is an error at start, not a silent anonymous sender.
+    pub fn start(&self, dir: &Path, hostname: &str, start_ns: i64) -> Result<Option<Sender>> {
+        let Some(url) = &self.remote_write else {
+            return Ok(None);
+        };
+        let auth = match (&self.remote_write_bearer_token_file, &self.remote_write_user) {
+            (Some(f), _) => Auth::Bearer(secret(f, "--remote-write-bearer-token-file")?),
+            (None, Some(user)) => Auth::Basic {
+                user: user.clone(),
+                password: secret(
+                    self.remote_write_password_file
+                        .as_deref()
+                        .context("--remote-write-user needs --remote-write-password-file")?,
+                    "--remote-write-password-file",
+                )?,
+            },
+            (None, None) => Auth::None,
+        };
+        let mut labels = vec![(
+            "host".to_string(),
+            self.fleet_host.clone().unwrap_or_else(|| hostname.to_string()),
+        )];
+        for (k, v) in &self.remote_write_label {
+            labels.retain(|(q, _)| q != k);
+            labels.push((k.clone(), v.clone()));
+        }
+        let choice = if self.remote_write_select.is_empty() {
+            Choice::bounded(self.remote_write_top)
+        } else {
+            let globs: Vec<Pattern> = self
+                .remote_write_select
+                .iter()
+                .map(|g| Pattern::new(g))
+                .collect();
+            Choice::globs(&globs, self.remote_write_top)
+        };
+        let cfg = Config {
+            target: Target {
+                url: url.clone(),
+                auth,
+                ca_file: self.remote_write_ca_file.clone(),
+                timeout: Duration::from_secs(10),
+            },
+            labels,
+            choice,
+            flush: self.remote_write_flush,
+            dir: dir.to_path_buf(),
+            start_ns,
+        };
+        let log = Box::new(|level: Level, msg: &str| {
+            let l = match level {
+                Level::Info => crate::logline::Level::Info,
+                Level::Warn => crate::logline::Level::Warn,
+            };
+            crate::logline::emit(l, msg);
+        });
+        let s = Sender::start(cfg, log).context("cannot start the remote-write thread")?;
+        crate::logline::emit(
+            crate::logline::Level::Info,
+            &format!("remote write: sending to {url}"),
+        );
+        Ok(Some(s))
+    }
+}

@@ -1,0 +1,6 @@
+//! Fleet export: the recorder's data in the engines a fleet already runs.
+//!
+//! - [`remote_write`]: per-second samples to any Prometheus remote-write receiver
+//!   (Prometheus, VictoriaMetrics, Mimir, Thanos, Cortex), with the store as write-ahead log.
+
+pub mod remote_write;

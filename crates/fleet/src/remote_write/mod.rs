@@ -1,0 +1,493 @@
+//! `record --remote-write`: the recorder's samples sent to a Prometheus remote-write receiver
+//! (Prometheus, VictoriaMetrics, Mimir, Thanos, Cortex), per second, with the local store as
+//! the write-ahead log.
+//!
+//! The sender runs on its own thread and never delays a sample: the store writer offers it
+//! each sample it has written ([`Sender::offer`], which never blocks and drops the offer when
+//! the sender is behind). While the sender keeps up, it derives the points from those
+//! samples in memory. Whenever what it is offered does not follow what it last took (it was
+//! behind, the receiver was down, the recorder restarted), it reads the missing samples back
+//! from the store, in order, a bounded batch at a time, so memory stays bounded however long
+//! the outage. A cursor file in the store directory (`remote-write.json`: the URL and the
+//! newest sample the receiver accepted) survives restarts; it is replaced by rename after
+//! every accepted request, so a `kill -9` between a request and its cursor costs at most
+//! that request sent twice, with the same timestamps and values.
+//!
+//! Failures: a receiver that is down, slow, overloaded (429) or failing (5xx) is retried with
+//! exponential backoff (0.5 s doubling to 4 s), holding one encoded request; a refusal (any
+//! other 4xx, such as a bad request or wrong credentials) and a target that cannot work (a bad
+//! scheme) count the request's points as failed and move on. Each kind of failure is logged
+//! once per streak, and the counters are the recorder's own metrics
+//! (`self.remote_write.*`).
+
+pub mod batch;
+pub mod client;
+pub mod proto;
+
+use std::collections::{HashSet, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use jitterscope_model::sample::RemoteWriteStats;
+use jitterscope_model::stored::{SampleReader, PREV_LOOKBACK_NS};
+use jitterscope_model::Sample;
+
+pub use batch::{Batch, Choice};
+pub use client::{Auth, Client, Outcome, Target};
+
+/// Most points in one request: ~1 MB of protobuf before compression, well under every
+/// receiver's default limit (Prometheus has none, VictoriaMetrics 32 MB), and the bound on
+/// the sender's memory.
+pub const MAX_POINTS: usize = 20_000;
+
+/// Most samples in one request.
+pub const MAX_SAMPLES: usize = 120;
+
+/// The longest pause between attempts at a receiver that does not answer.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(4);
+
+const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+
+/// Offers the writer may have waiting before the sender takes them; more are dropped (the
+/// sender reads them back from the store).
+const OFFERS: usize = 8;
+
+/// The sender's configuration.
+pub struct Config {
+    /// The receiver.
+    pub target: Target,
+    /// Labels on every series (`host` and the user's).
+    pub labels: Vec<(String, String)>,
+    /// Which series.
+    pub choice: Choice,
+    /// How long points may wait to be sent with others (a request per this, at most, while
+    /// keeping up).
+    pub flush: Duration,
+    /// The store directory (the write-ahead log, and where the cursor is kept).
+    pub dir: PathBuf,
+    /// Where to start when no cursor says otherwise (the recorder's start, ns since the
+    /// epoch): samples from before it are not sent to a receiver never sent to before.
+    pub start_ns: i64,
+}
+
+/// A log line from the sender.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    /// Progress.
+    Info,
+    /// Something failed.
+    Warn,
+}
+
+/// Where the sender's log lines go.
+pub type Log = Box<dyn Fn(Level, &str) + Send>;
+
+/// One written sample offered to the sender, with the time of the sample written before it
+/// (`None` for the first of a run).
+pub struct Offer {
+    /// The time of the previous sample in the store.
+    pub prev_ts: Option<i64>,
+    /// The sample.
+    pub sample: Arc<Sample>,
+}
+
+/// Counters shared with the recorder (read into each sample's `RecorderStats`).
+#[derive(Default)]
+pub struct Stats {
+    points_sent: AtomicU64,
+    points_failed: AtomicU64,
+    requests_failed: AtomicU64,
+    acked_ts_ns: AtomicI64,
+}
+
+impl Stats {
+    /// The counters now.
+    pub fn snapshot(&self) -> RemoteWriteStats {
+        RemoteWriteStats {
+            points_sent: self.points_sent.load(Ordering::Relaxed),
+            points_failed: self.points_failed.load(Ordering::Relaxed),
+            requests_failed: self.requests_failed.load(Ordering::Relaxed),
+            acked_ts_ns: self.acked_ts_ns.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The running sender.
+pub struct Sender {
+    tx: SyncSender<Offer>,
+    stats: Arc<Stats>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Sender {
+    /// Starts the sender's thread.
+    pub fn start(cfg: Config, log: Log) -> std::io::Result<Sender> {
+        let (tx, rx) = sync_channel(OFFERS);
+        let stats = Arc::new(Stats::default());
+        let st = stats.clone();
+        let thread = std::thread::Builder::new()
+            .name("remote-write".into())
+            .spawn(move || Run::new(cfg, st, log).run(rx))?;
+        Ok(Sender { tx, stats, thread })
+    }
+
+    /// Offers a written sample; never blocks.
+    pub fn offer(&self, prev_ts: Option<i64>, sample: Arc<Sample>) {
+        let _ = self.tx.try_send(Offer { prev_ts, sample });
+    }
+
+    /// The counters, for the recorder's samples.
+    pub fn stats(&self) -> Arc<Stats> {
+        self.stats.clone()
+    }
+
+    /// Stops the thread after one last attempt at what it holds.
+    pub fn stop(self) {
+        drop(self.tx);
+        let _ = self.thread.join();
+    }
+}
+
+/// The cursor: the newest sample the receiver at `url` accepted.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Cursor {
+    url: String,
+    acked_ts_ns: i64,
+}
+
+/// The cursor file of a store directory.
+pub fn cursor_path(dir: &Path) -> PathBuf {
+    dir.join("remote-write.json")
+}
+
+fn load_cursor(dir: &Path, url: &str) -> Option<i64> {
+    let text = std::fs::read(cursor_path(dir)).ok()?;
+    let c: Cursor = serde_json::from_slice(&text).ok()?;
+    // Another receiver's cursor says nothing of what this one holds.
+    (c.url == url).then_some(c.acked_ts_ns)
+}
+
+fn save_cursor(dir: &Path, url: &str, ts: i64) -> std::io::Result<()> {
+    let tmp = dir.join("remote-write.json.tmp");
+    let body = serde_json::to_vec(&Cursor {
+        url: url.into(),
+        acked_ts_ns: ts,
+    })?;
+    std::fs::write(&tmp, body)?;
+    std::fs::rename(&tmp, cursor_path(dir))
+}
+
+/// A request built and not yet accepted.
+struct Pending {
+    body: Vec<u8>,
+    points: usize,
+    /// The newest sample in it.
+    upto: i64,
+}
+
+struct Run {
+    cfg: Config,
+    stats: Arc<Stats>,
+    log: Log,
+    client: Client,
+    batch: Batch,
+    /// When the batch got its first sample.
+    batch_since: Option<Instant>,
+    /// Whether the batch holds samples read back from the store (sent at once: it is
+    /// catching up).
+    backfilling: bool,
+    /// The newest sample taken into a batch, and the sample itself when it is at hand.
+    consumed: i64,
+    prev: Option<Arc<Sample>>,
+    queue: VecDeque<Offer>,
+    pending: Option<Pending>,
+    next_try: Instant,
+    backoff: Duration,
+    /// The failures said in this streak, by kind, so each is said once.
+    said: HashSet<String>,
+    failed_requests_in_streak: u64,
+}
+
+impl Run {
+    fn new(cfg: Config, stats: Arc<Stats>, log: Log) -> Run {
+        let client = Client::new(&cfg.target);
+        let consumed = load_cursor(&cfg.dir, &cfg.target.url).unwrap_or(cfg.start_ns - 1);
+        if consumed >= cfg.start_ns {
+            // Resuming where the receiver's data ends: anything the store still holds after it.
+            log(
+                Level::Info,
+                &format!(
+                    "remote write: resuming after {} (the newest sample {} accepted)",
+                    fmt_ts(consumed),
+                    cfg.target.url
+                ),
+            );
+        }
+        stats.acked_ts_ns.store(consumed.max(0), Ordering::Relaxed);
+        let batch = Batch::new(&cfg.labels);
+        Run {
+            cfg,
+            stats,
+            log,
+            client,
+            batch,
+            batch_since: None,
+            backfilling: false,
+            consumed,
+            prev: None,
+            queue: VecDeque::new(),
+            pending: None,
+            next_try: Instant::now(),
+            backoff: FIRST_BACKOFF,
+            said: HashSet::new(),
+            failed_requests_in_streak: 0,
+        }
+    }
+
+    fn run(mut self, rx: Receiver<Offer>) {
+        if let Some(why) = self.client.broken() {
+            (self.log)(
+                Level::Warn,
+                &format!(
+                    "remote write: cannot send: {why}; recording goes on, points are counted as failed (self.remote_write.points_failed)"
+                ),
+            );
+        }
+        let mut stopping = false;
+        while !stopping {
+            let wait = self.wait();
+            match rx.recv_timeout(wait) {
+                Ok(o) => self.queue.push_back(o),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => stopping = true,
+            }
+            while let Ok(o) = rx.try_recv() {
+                self.queue.push_back(o);
+            }
+            self.step(stopping);
+        }
+    }
+
+    /// How long to wait for the next offer.
+    fn wait(&self) -> Duration {
+        let now = Instant::now();
+        if self.pending.is_some() {
+            return self.next_try.saturating_duration_since(now);
+        }
+        match self.batch_since {
+            Some(t) => (t + self.cfg.flush).saturating_duration_since(now),
+            None => Duration::from_secs(1),
+        }
+    }
+
+    /// Takes what is offered into batches and sends what is due.
+    fn step(&mut self, stopping: bool) {
+        loop {
+            if self.pending.is_none() {
+                self.fill();
+                let due = !self.batch.is_empty()
+                    && (stopping
+                        || self.backfilling
+                        || self.batch.points() >= MAX_POINTS
+                        || self.batch.samples() >= MAX_SAMPLES
+                        || self.batch_since.is_some_and(|t| t.elapsed() >= self.cfg.flush));
+                if !due {
+                    return;
+                }
+                self.seal();
+            }
+            if Instant::now() < self.next_try && !stopping {
+                return;
+            }
+            if !self.attempt() || stopping && self.queue.is_empty() && self.batch.is_empty() {
+                return;
+            }
+        }
+    }
+
+    /// Encodes the batch into the pending request.
+    fn seal(&mut self) {
+        let points = self.batch.points();
+        let req = self.batch.take();
+        self.pending = Some(Pending {
+            body: proto::encode(&req),
+            points,
+            upto: self.consumed,
+        });
+        self.batch_since = None;
+        self.backfilling = false;
+    }
+
+    /// Tries the pending request; true when it is settled (sent or given up on).
+    fn attempt(&mut self) -> bool {
+        let Some(p) = &self.pending else {
+            return true;
+        };
+        let outcome = self.client.send(&p.body);
+        let (points, upto) = (p.points as u64, p.upto);
+        match outcome {
+            Outcome::Sent => {
+                self.stats.points_sent.fetch_add(points, Ordering::Relaxed);
+                if self.failed_requests_in_streak > 0 {
+                    (self.log)(
+                        Level::Info,
+                        &format!(
+                            "remote write: {} accepts again after {} failed requests; sending from the store up to now",
+                            self.cfg.target.url, self.failed_requests_in_streak
+                        ),
+                    );
+                }
+                self.settle(upto);
+                true
+            }
+            Outcome::Reject(why) => {
+                self.stats.points_failed.fetch_add(points, Ordering::Relaxed);
+                self.stats.requests_failed.fetch_add(1, Ordering::Relaxed);
+                self.say(&why, "refused", points);
+                self.settle(upto);
+                // A broken target's refusals are not a streak that ends.
+                true
+            }
+            Outcome::Retry(why) => {
+                self.stats.requests_failed.fetch_add(1, Ordering::Relaxed);
+                self.failed_requests_in_streak += 1;
+                self.say(&why, "will retry", points);
+                self.next_try = Instant::now() + self.backoff;
+                self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+                false
+            }
+        }
+    }
+
+    /// The request up to `upto` is done with: move the cursor past it.
+    fn settle(&mut self, upto: i64) {
+        self.pending = None;
+        self.backoff = FIRST_BACKOFF;
+        self.next_try = Instant::now();
+        self.failed_requests_in_streak = 0;
+        self.said.clear();
+        self.stats.acked_ts_ns.store(upto, Ordering::Relaxed);
+        if let Err(e) = save_cursor(&self.cfg.dir, &self.cfg.target.url, upto) {
+            let why = format!("cannot save the cursor in {}: {e}", self.cfg.dir.display());
+            if self.said.insert(why.clone()) {
+                (self.log)(Level::Warn, &format!("remote write: {why}"));
+            }
+        }
+    }
+
+    /// Says a failure once per kind per streak: the kind is its text up to the receiver's own
+    /// words (the URL and status, or the connection error's first clause).
+    fn say(&mut self, why: &str, what: &str, points: u64) {
+        let kind: String = why.split(": ").take(2).collect::<Vec<_>>().join(": ");
+        if self.client.broken().is_some() && !self.said.is_empty() {
+            return;
+        }
+        if self.said.insert(kind) {
+            (self.log)(
+                Level::Warn,
+                &format!("remote write: {why} ({what}; {points} points in the request)"),
+            );
+        }
+    }
+
+    /// Takes offers, or reads from the store when offers do not follow, into the batch until
+    /// it is full or nothing more is at hand.
+    fn fill(&mut self) {
+        while self.batch.points() < MAX_POINTS && self.batch.samples() < MAX_SAMPLES {
+            while self
+                .queue
+                .front()
+                .is_some_and(|o| o.sample.ts_ns <= self.consumed)
+            {
+                self.queue.pop_front();
+            }
+            let Some(o) = self.queue.front() else { return };
+            let follows = o.prev_ts == Some(self.consumed)
+                && self
+                    .prev
+                    .as_ref()
+                    .is_some_and(|p| p.ts_ns == self.consumed);
+            if follows {
+                let o = self.queue.pop_front().expect("front");
+                self.batch
+                    .add(&self.cfg.choice, &o.sample, self.prev.as_deref());
+                self.took(o.sample);
+                continue;
+            }
+            let until = o.sample.ts_ns;
+            if !self.backfill(until) {
+                // The store gave nothing up to an offered sample (it is being rewritten, or
+                // unreadable): take the offer as it is, rates and all, rather than stall.
+                let o = self.queue.pop_front().expect("front");
+                self.batch.add(&self.cfg.choice, &o.sample, None);
+                self.took(o.sample);
+            }
+        }
+    }
+
+    fn took(&mut self, s: Arc<Sample>) {
+        self.consumed = s.ts_ns;
+        self.prev = Some(s);
+        self.batch_since.get_or_insert_with(Instant::now);
+    }
+
+    /// Reads the samples after `consumed` up to `until` from the store into the batch, as
+    /// many as it has room for; false when none could be read.
+    fn backfill(&mut self, until: i64) -> bool {
+        let parts = self.cfg.choice.parts();
+        let reader = match SampleReader::open(&self.cfg.dir) {
+            Ok(r) => r,
+            Err(e) => {
+                let why = format!("cannot read the store {}: {e}", self.cfg.dir.display());
+                if self.said.insert(why.clone()) {
+                    (self.log)(Level::Warn, &format!("remote write: {why}"));
+                }
+                return false;
+            }
+        };
+        // The sample before the first one sent is needed for rates: the one at hand, or the
+        // store's (within the look-back that `dump` uses too, so the values are the same).
+        let held = self.prev.take().filter(|p| p.ts_ns == self.consumed);
+        let from = if held.is_some() {
+            self.consumed + 1
+        } else {
+            (self.consumed + 1).saturating_sub(PREV_LOOKBACK_NS)
+        };
+        let Ok(samples) = reader.samples(from, until, parts) else {
+            self.prev = held;
+            return false;
+        };
+        let mut before: Option<Sample> = None;
+        let mut any = false;
+        for cur in samples {
+            if cur.ts_ns > self.consumed {
+                let prev = before.as_ref().or(held.as_deref());
+                self.batch.add(&self.cfg.choice, &cur, prev);
+                self.consumed = cur.ts_ns;
+                self.batch_since.get_or_insert_with(Instant::now);
+                self.backfilling = true;
+                any = true;
+            }
+            before = Some(cur);
+            if any
+                && (self.batch.points() >= MAX_POINTS || self.batch.samples() >= MAX_SAMPLES)
+            {
+                break;
+            }
+        }
+        self.prev = match before {
+            Some(s) if s.ts_ns == self.consumed => Some(Arc::new(s)),
+            _ => held,
+        };
+        any
+    }
+}
+
+fn fmt_ts(ns: i64) -> String {
+    let s = ns.div_euclid(1_000_000_000);
+    let ms = ns.rem_euclid(1_000_000_000) / 1_000_000;
+    format!("{s}.{ms:03} (Unix time)")
+}

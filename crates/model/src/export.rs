@@ -1,0 +1,267 @@
+//! What leaves the host for Prometheus-family engines: each metric's name in base units, and the
+//! bounded set of series exported by default (remote write from `record`, and `/metrics`).
+//!
+//! Names follow the Prometheus/OpenMetrics rules: base units (seconds, bytes), ratios 0–1
+//! instead of percentages, the unit as the name's suffix. The stored series keep their own
+//! names (`cpu.sys_pct`); only the export renames and rescales, so one table
+//! ([`base_name`]) says how each unit maps and a test holds every definition to it.
+
+use std::collections::HashSet;
+
+use crate::derive::Selection;
+use crate::metrics::{cgroup, irq, mem, process, tracer};
+use crate::registry::{all, MetricDef, Unit};
+use crate::Sample;
+
+/// A metric's exported name and the factor that turns its stored value into that name's unit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BaseName {
+    /// `jitterscope_cgroup_cpu_throttled_ratio`.
+    pub name: String,
+    /// Multiply the stored value by this (`0.01` for a percentage, `1e-6` for microseconds).
+    pub scale: f64,
+}
+
+/// The stored name's unit suffix, what replaces it, and the factor, by unit. Units that are
+/// already base units (bytes, seconds, counts, ratios, cores, pages) keep their suffix: pages
+/// depend on the kernel's page size, which a query can multiply by the host's
+/// `jitterscope_host_page_size_bytes` if it wants bytes.
+fn unit_map(u: Unit) -> Option<(&'static str, &'static str, f64)> {
+    Some(match u {
+        Unit::Percent => ("_pct", "_ratio", 0.01),
+        Unit::PerSecond => ("_per_s", "_per_second", 1.0),
+        Unit::BytesPerSecond => ("_bytes_per_s", "_bytes_per_second", 1.0),
+        Unit::Microseconds => ("_usec", "_seconds", 1e-6),
+        Unit::Milliseconds => ("_ms", "_seconds", 1e-3),
+        Unit::Nanoseconds => ("_ns", "_seconds", 1e-9),
+        Unit::MillisecondsPerSecond => ("_ms_per_s", "_seconds_per_second", 1e-3),
+        Unit::Bytes | Unit::Seconds | Unit::Count | Unit::Ratio | Unit::Cores | Unit::Pages => {
+            return None
+        }
+    })
+}
+
+/// The exported name of `d`: `jitterscope_` + its template without placeholders, dots as
+/// underscores, the unit suffix in base units (`cgroup.<cgroup>.cpu.throttled_pct` →
+/// `jitterscope_cgroup_cpu_throttled_ratio`, `runq.latency_p99_usec` →
+/// `jitterscope_runq_latency_p99_seconds`).
+pub fn base_name(d: &MetricDef) -> BaseName {
+    // Placeholders dropped, dots as underscores, runs of underscores as one
+    // (`irq.<irq>_per_s` is `irq_per_s`, not `irq__per_s`).
+    let mut plain = String::from("jitterscope_");
+    let mut depth = 0;
+    for c in d.name.chars() {
+        match c {
+            '<' => depth += 1,
+            '>' => depth -= 1,
+            _ if depth > 0 => {}
+            '.' | '_' => {
+                if !plain.ends_with('_') {
+                    plain.push('_');
+                }
+            }
+            c => plain.push(c),
+        }
+    }
+    let plain = plain.trim_end_matches('_');
+    match unit_map(d.unit) {
+        Some((from, to, scale)) => BaseName {
+            name: format!("{}{to}", plain.strip_suffix(from).unwrap_or(plain)),
+            scale,
+        },
+        None => BaseName {
+            name: plain.to_string(),
+            scale: 1.0,
+        },
+    }
+}
+
+/// Families left out of the exported set: the raw per-field tables that repeat curated
+/// metrics or grow with the kernel's tables (`vmstat.<field>`, `meminfo.<field>`,
+/// `cgroup.<cgroup>.memory.stat.<field>`, buddyinfo, per-slab-cache, per-IRQ, look-up path
+/// patterns). They stay in the store, where `dump` and the API read them.
+static LEFT_OUT: &[&MetricDef] = &[
+    &mem::VMSTAT_FIELD,
+    &mem::VMSTAT_FIELD_PER_S,
+    &mem::MEMINFO_FIELD,
+    &mem::MEMINFO_FIELD_BYTES,
+    &mem::BUDDY_FREE_BLOCKS,
+    &mem::SLAB_CACHE_TOTAL_BYTES,
+    &mem::SLAB_CACHE_ACTIVE_OBJS,
+    &mem::SLAB_CACHE_OBJS_GROWTH_PER_S,
+    &irq::IRQ_PER_S,
+    &irq::SOFTIRQ_PER_S,
+    &tracer::LOOKUPS_PATTERN_SAMPLES,
+    &cgroup::MEMORY_STAT,
+];
+
+/// The metrics exported: the registry less [`LEFT_OUT`].
+pub fn exposed() -> Vec<&'static MetricDef> {
+    all()
+        .iter()
+        .filter(|d| !LEFT_OUT.contains(d))
+        .copied()
+        .collect()
+}
+
+/// The default export set, prepared once: every host series and every cgroup's (their
+/// number is bounded by the host), and per-process series only for the `top` processes by
+/// CPU and the `top` by resident memory of each sample, so a host of 10,000 short-lived
+/// processes exports tens of process series, not tens of thousands.
+pub struct Bounded {
+    sel: Selection,
+    top: usize,
+}
+
+impl Bounded {
+    /// The set over [`exposed`], processes limited to `top` by CPU plus `top` by RSS.
+    pub fn new(top: usize) -> Self {
+        Self::over(&exposed(), top)
+    }
+
+    /// The set over `defs` (for a user's own selection), processes limited as in [`new`].
+    pub fn over(defs: &[&'static MetricDef], top: usize) -> Self {
+        Bounded {
+            sel: Selection::new(defs, &[]),
+            top,
+        }
+    }
+
+    /// The sample parts the set reads.
+    pub fn parts(&self) -> crate::codec::Parts {
+        self.sel.parts()
+    }
+
+    /// Hands each kept series of `cur` (rates against `prev`) to `f`: metric, placeholder
+    /// values, value (unknown values are left out).
+    pub fn for_each(
+        &self,
+        cur: &Sample,
+        prev: Option<&Sample>,
+        mut f: impl FnMut(&'static MetricDef, &[&str], f64),
+    ) {
+        let keep = top_pids(cur, prev, self.top);
+        self.sel.for_each(cur, prev, |def, labels, _, value| {
+            let Some(v) = value else { return };
+            if let Some(i) = pid_index(def) {
+                match labels.get(i).and_then(|p| p.parse::<u32>().ok()) {
+                    Some(pid) if keep.contains(&pid) => {}
+                    _ => return,
+                }
+            }
+            f(def, labels, v)
+        });
+    }
+}
+
+/// Where a metric's template has its `<pid>`, if it has one.
+fn pid_index(d: &MetricDef) -> Option<usize> {
+    d.placeholders().iter().position(|p| *p == "pid")
+}
+
+/// The pids of the `top` processes by CPU and the `top` by RSS (ties broken by pid, so the
+/// choice is the same on every read of the sample).
+pub fn top_pids(cur: &Sample, prev: Option<&Sample>, top: usize) -> HashSet<u32> {
+    let mut keep = HashSet::new();
+    if top == 0 {
+        return keep;
+    }
+    let sel = Selection::of(&[
+        crate::registry::Select::all(&process::PROC_CPU_PCT),
+        crate::registry::Select::all(&process::PROC_RSS_BYTES),
+    ]);
+    let mut cpu: Vec<(f64, u32)> = Vec::new();
+    let mut rss: Vec<(f64, u32)> = Vec::new();
+    sel.for_each(cur, prev, |def, labels, _, value| {
+        let (Some(v), Some(pid)) = (value, labels.first().and_then(|p| p.parse().ok())) else {
+            return;
+        };
+        if def == &process::PROC_CPU_PCT {
+            cpu.push((v, pid));
+        } else {
+            rss.push((v, pid));
+        }
+    });
+    for mut list in [cpu, rss] {
+        list.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        keep.extend(list.iter().take(top).map(|x| x.1));
+    }
+    keep
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{cgroup, cpu, recorder};
+
+    #[test]
+    fn names_are_in_base_units() {
+        let cases: [(&MetricDef, &str, f64); 5] = [
+            (
+                &cgroup::CPU_THROTTLED_PCT,
+                "jitterscope_cgroup_cpu_throttled_ratio",
+                0.01,
+            ),
+            (
+                &cgroup::CPU_THROTTLED_MS_PER_S,
+                "jitterscope_cgroup_cpu_throttled_seconds_per_second",
+                1e-3,
+            ),
+            (&cpu::SCHED_CTXT_PER_S, "jitterscope_sched_ctxt_per_second", 1.0),
+            (&recorder::SELF_COLLECT_MS, "jitterscope_self_collect_seconds", 1e-3),
+            (&irq::IRQ_PER_S, "jitterscope_irq_per_second", 1.0),
+        ];
+        for (d, name, scale) in cases {
+            assert_eq!(
+                base_name(d),
+                BaseName {
+                    name: name.into(),
+                    scale
+                },
+                "{}",
+                d.name
+            );
+        }
+    }
+
+    #[test]
+    fn every_name_is_a_valid_prometheus_name_in_base_units() {
+        for d in all() {
+            let b = base_name(d);
+            let mut chars = b.name.chars();
+            assert!(
+                chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                    && chars.all(|c| c.is_ascii_alphanumeric() || c == '_'),
+                "{}: {}",
+                d.name,
+                b.name
+            );
+            for bad in ["_pct", "_usec", "_ms", "_ns", "_per_s", "__"] {
+                assert!(
+                    !b.name.ends_with(bad) && !b.name.contains("__"),
+                    "{}: {} ends with {bad}",
+                    d.name,
+                    b.name
+                );
+            }
+            // Counters get `_total` when exposed; no stored name may already look like one.
+            assert!(!b.name.ends_with("_total"), "{}", b.name);
+        }
+    }
+
+    #[test]
+    fn metrics_sharing_a_name_differ_in_labels_and_agree_in_unit() {
+        let mut seen: std::collections::HashMap<String, Vec<&MetricDef>> = Default::default();
+        for d in all() {
+            seen.entry(base_name(d).name).or_default().push(d);
+        }
+        for (name, defs) in seen {
+            let mut keys: Vec<Vec<&str>> = defs.iter().map(|d| d.placeholders()).collect();
+            keys.sort();
+            keys.dedup();
+            assert_eq!(keys.len(), defs.len(), "{name}: {defs:?} share labels");
+            let scales: Vec<f64> = defs.iter().map(|d| base_name(d).scale).collect();
+            assert!(scales.windows(2).all(|w| w[0] == w[1]), "{name}: {defs:?}");
+        }
+    }
+}
