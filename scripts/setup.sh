@@ -6,7 +6,8 @@
 # The web UI's libraries are vendored in web/vendor: building needs no node or npm.
 #
 # With --test, also what the test suite needs (`make test` passes it; `make run` does not):
-# tmux (terminal views), chromium and prometheus (web UI, /metrics), npm (the check that
+# tmux (terminal views), chromium and prometheus (web UI, /metrics, remote write), victoria-metrics,
+# htpasswd and openssl (remote write), npm (the check that
 # web/vendor matches web/package-lock.json; node runs a profiled JIT), python3 (memleak
 # targets), certutil, xz, gzip, perf and libc6-dbg (the profiler's unwinding and naming against
 # Debian's own binaries), python3.11 and PyPI's py-spy (the Python frames test) and go (`go tool pprof` reads our profiles; a go already in
@@ -32,6 +33,11 @@ if [ "${1:-}" = --test ]; then
   want tmux tmux
   want chromium chromium
   want prometheus prometheus
+  # Remote write's end-to-end tests: the real receivers, Prometheus above and
+  # VictoriaMetrics; htpasswd (bcrypt) and openssl for the basic-auth and TLS receiver.
+  want victoria-metrics victoria-metrics
+  want htpasswd apache2-utils
+  want openssl openssl
   want python3 python3
   # Rendering the generated man pages (groff -man) in their test.
   want groff groff-base

@@ -340,6 +340,7 @@ impl Run {
                         ),
                     );
                 }
+                self.said.clear();
                 self.settle(upto);
                 true
             }
@@ -347,8 +348,9 @@ impl Run {
                 self.stats.points_failed.fetch_add(points, Ordering::Relaxed);
                 self.stats.requests_failed.fetch_add(1, Ordering::Relaxed);
                 self.say(&why, "refused", points);
+                // The points are given up on; what was said stays said until a request
+                // gets through, so a receiver refusing every request is said once.
                 self.settle(upto);
-                // A broken target's refusals are not a streak that ends.
                 true
             }
             Outcome::Retry(why) => {
@@ -368,7 +370,6 @@ impl Run {
         self.backoff = FIRST_BACKOFF;
         self.next_try = Instant::now();
         self.failed_requests_in_streak = 0;
-        self.said.clear();
         self.stats.acked_ts_ns.store(upto, Ordering::Relaxed);
         if let Err(e) = save_cursor(&self.cfg.dir, &self.cfg.target.url, upto) {
             let why = format!("cannot save the cursor in {}: {e}", self.cfg.dir.display());
@@ -381,10 +382,11 @@ impl Run {
     /// Says a failure once per kind per streak: the kind is its text up to the receiver's own
     /// words (the URL and status, or the connection error's first clause).
     fn say(&mut self, why: &str, what: &str, points: u64) {
-        let kind: String = why.split(": ").take(2).collect::<Vec<_>>().join(": ");
-        if self.client.broken().is_some() && !self.said.is_empty() {
+        // A target that cannot work was said when the sender started.
+        if self.client.broken().is_some() {
             return;
         }
+        let kind: String = why.split(": ").take(2).collect::<Vec<_>>().join(": ");
         if self.said.insert(kind) {
             (self.log)(
                 Level::Warn,
