@@ -195,10 +195,17 @@ fn compare(
                 }
                 continue;
             };
-            assert!(
-                pts.binary_search(ts).is_ok(),
-                "{s}: stored at {ts} but missing from the engine"
-            );
+            if pts.binary_search(ts).is_err() {
+                let missing = vals.keys().filter(|k| seen.get(*k).is_some_and(|p| p.binary_search(ts).is_err())).count();
+                let at = dump.keys().position(|k| k == ts).unwrap_or(0);
+                let firsts: Vec<i64> = dump.keys().take(3).copied().collect();
+                panic!(
+                    "{s}: stored at {ts} (sample {at} of {}) but missing from the engine, with {missing} of {} series at that time; engine has {:?}, store {firsts:?}",
+                    dump.len(),
+                    vals.len(),
+                    &pts[..pts.len().min(3)]
+                );
+            }
         }
     }
     (checked, seen.len(), dups)
@@ -238,11 +245,11 @@ fn both_engines_hold_every_second_the_store_holds() {
     for e in [&erra, &errb] {
         assert!(!e.contains("remote write: http"), "a failure was said: {e}");
     }
-    let window = (now_s() - start) as u64 + 5;
     for (engine, dir, host) in [(&prom, &a, "a"), (&vm, &b, "b")] {
         let dump = dumped(dir);
         let first = *dump.keys().next().unwrap();
-        let series = engine.raw(&format!("{{host=\"{host}\"}}"), now_s(), window);
+        let now = now_s();
+        let series = engine.raw(&format!("{{host=\"{host}\"}}"), now, (now - start) as u64 + 5);
         let (points, n, dups) = compare(&series, &dump, first);
         eprintln!(
             "{:?}: {n} host and cgroup series, {points} points equal to the store's, {} samples, {dups} duplicates",

@@ -144,6 +144,8 @@ pub struct RemoteWriteStats {
     pub points_failed: u64,
     /// Requests that failed, retried or not.
     pub requests_failed: u64,
+    /// Bytes of accepted requests (compressed, as sent).
+    pub bytes_sent: u64,
     /// Wall time of the newest sample the receiver holds (ns since the epoch; 0 before the
     /// first).
     pub acked_ts_ns: i64,

@@ -100,6 +100,7 @@ pub struct Stats {
     points_sent: AtomicU64,
     points_failed: AtomicU64,
     requests_failed: AtomicU64,
+    bytes_sent: AtomicU64,
     acked_ts_ns: AtomicI64,
 }
 
@@ -110,6 +111,7 @@ impl Stats {
             points_sent: self.points_sent.load(Ordering::Relaxed),
             points_failed: self.points_failed.load(Ordering::Relaxed),
             requests_failed: self.requests_failed.load(Ordering::Relaxed),
+            bytes_sent: self.bytes_sent.load(Ordering::Relaxed),
             acked_ts_ns: self.acked_ts_ns.load(Ordering::Relaxed),
         }
     }
@@ -214,8 +216,9 @@ struct Run {
 impl Run {
     fn new(cfg: Config, stats: Arc<Stats>, log: Log) -> Run {
         let client = Client::new(&cfg.target);
-        let consumed = load_cursor(&cfg.dir, &cfg.target.url).unwrap_or(cfg.start_ns - 1);
-        if consumed >= cfg.start_ns {
+        let cursor = load_cursor(&cfg.dir, &cfg.target.url);
+        let consumed = cursor.unwrap_or(cfg.start_ns - 1);
+        if cursor.is_some() {
             // Resuming where the receiver's data ends: anything the store still holds after it.
             log(
                 Level::Info,
@@ -327,10 +330,11 @@ impl Run {
             return true;
         };
         let outcome = self.client.send(&p.body);
-        let (points, upto) = (p.points as u64, p.upto);
+        let (points, upto, bytes) = (p.points as u64, p.upto, p.body.len() as u64);
         match outcome {
             Outcome::Sent => {
                 self.stats.points_sent.fetch_add(points, Ordering::Relaxed);
+                self.stats.bytes_sent.fetch_add(bytes, Ordering::Relaxed);
                 if self.failed_requests_in_streak > 0 {
                     (self.log)(
                         Level::Info,

@@ -50,6 +50,11 @@ metrics! {
         let p = cx.prev.and_then(|p| p.recorder.as_ref()).and_then(|r| r.remote_write.as_ref()).map(|w| w.points_sent);
         rate(cx, out, &[], c, p, 1.0);
     }),
+    SELF_REMOTE_WRITE_BYTES_PER_S = ("self.remote_write.sent_bytes_per_s", BytesPerSecond, Rate, "Bytes per second of requests the remote-write receiver accepted, snappy-compressed as sent", |cx, out| {
+        let c = cx.cur.recorder.as_ref().and_then(|r| r.remote_write.as_ref()).map(|w| w.bytes_sent);
+        let p = cx.prev.and_then(|p| p.recorder.as_ref()).and_then(|r| r.remote_write.as_ref()).map(|w| w.bytes_sent);
+        rate(cx, out, &[], c, p, 1.0);
+    }),
     SELF_REMOTE_WRITE_FAILED = ("self.remote_write.points_failed", Count, Counter, "Points given up on since start: refused by the remote-write receiver (4xx but 429) or not sendable (bad URL)", |cx, out| remote_write(cx, out, |w| w.points_failed as f64)),
     SELF_REMOTE_WRITE_REQUESTS_FAILED = ("self.remote_write.requests_failed", Count, Counter, "Remote-write requests that failed since start, retried or not", |cx, out| remote_write(cx, out, |w| w.requests_failed as f64)),
     SELF_REMOTE_WRITE_LAG = ("self.remote_write.lag_seconds", Seconds, Gauge, "How far the remote-write receiver is behind this sample: its time minus the newest sample the receiver accepted", |cx, out| {
