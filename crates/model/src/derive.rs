@@ -311,6 +311,46 @@ impl Selection {
         self.entries.is_empty()
     }
 
+    /// Like [`for_each`](Selection::for_each) for a caller that needs no series names: each
+    /// series is first offered to `pre` by its placeholder values, and a name is built only
+    /// where a user glob must match it. An exporter that keeps ten processes of a thousand
+    /// skips the other 990 names.
+    pub fn for_each_labels(
+        &self,
+        cur: &Sample,
+        prev: Option<&Sample>,
+        pre: impl Fn(&'static MetricDef, &[&str]) -> bool,
+        mut f: impl FnMut(&'static MetricDef, &[&str], Option<f64>),
+    ) {
+        let cx = Ctx::new(cur, prev);
+        let mut name = String::new();
+        for e in &self.entries {
+            let def = e.def;
+            let mut emit = |labels: &[&str], value: Option<f64>| {
+                if !pre(def, labels) {
+                    return;
+                }
+                match &e.keep {
+                    Keep::All => {}
+                    Keep::Labels(sel) => {
+                        if !sel.iter().any(|s| s.matches(def, labels)) {
+                            return;
+                        }
+                    }
+                    Keep::Names(c) => {
+                        name.clear();
+                        crate::registry::write_series_name(&e.literals, labels, &mut name);
+                        if !c.iter().any(|&i| self.pats[i].matches(&name)) {
+                            return;
+                        }
+                    }
+                }
+                f(def, labels, value);
+            };
+            (def.eval)(&cx, &mut emit);
+        }
+    }
+
     /// Evaluates the selected series of `cur` (against `prev`) and hands each to `f`.
     pub fn for_each(
         &self,

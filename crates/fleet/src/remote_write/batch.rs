@@ -2,10 +2,10 @@
 //! globs, named in base units ([`base_name`]), with the recorder's labels (`host` and any the
 //! user adds), grouped by series across the samples of one request.
 
-use std::collections::HashMap;
+use ahash::AHashMap as HashMap;
 
 use jitterscope_model::derive::Selection;
-use jitterscope_model::export::{base_name, top_pids, BaseName, Bounded};
+use jitterscope_model::export::{base_name, kept, top_pids, BaseName, Bounded};
 use jitterscope_model::glob::Pattern;
 use jitterscope_model::registry::MetricDef;
 use jitterscope_model::Sample;
@@ -56,18 +56,17 @@ impl Choice {
         match self {
             Choice::Bounded(b) => b.for_each(cur, prev, f),
             Choice::Globs(sel, top) => {
-                let mut keep = None;
-                sel.for_each(cur, prev, |def, labels, _, value| {
-                    let Some(v) = value else { return };
-                    if let Some(i) = def.placeholders().iter().position(|p| *p == "pid") {
-                        let keep = keep.get_or_insert_with(|| top_pids(cur, prev, *top));
-                        match labels.get(i).and_then(|p| p.parse::<u32>().ok()) {
-                            Some(pid) if keep.contains(&pid) => {}
-                            _ => return,
+                let keep = top_pids(cur, prev, *top);
+                sel.for_each_labels(
+                    cur,
+                    prev,
+                    |def, labels| kept(&keep, def, labels),
+                    |def, labels, value| {
+                        if let Some(v) = value {
+                            f(def, labels, v)
                         }
-                    }
-                    f(def, labels, v)
-                })
+                    },
+                )
             }
         }
     }
@@ -97,8 +96,8 @@ impl Batch {
         extra.sort();
         Batch {
             extra,
-            names: HashMap::new(),
-            index: HashMap::new(),
+            names: HashMap::default(),
+            index: HashMap::default(),
             series: Vec::new(),
             points: 0,
             samples: 0,
