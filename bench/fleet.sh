@@ -134,7 +134,7 @@ SERIES=$(python3 -c "print(round($POINTS))")
   echo
   echo "\`bench/fleet.sh\`, $(date -u +%Y-%m-%d), build $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo '?'):"
   echo "two recorders as shipped (tracers, stack sampler), side by side for ${WINDOW} s at a 1 s"
-  echo "interval; one sends to VictoriaMetrics $(victoria-metrics -version 2>&1 | head -1 | sed 's/^victoria-metrics-//') on loopback at the default selection"
+  echo "interval; one sends to VictoriaMetrics $(dpkg-query -W -f='${Version}' victoria-metrics 2>/dev/null || echo '?') on loopback at the default selection"
   echo "(flush 5 s). CPU is utime+stime over the window; the sender's is its own thread's."
   echo
   echo "| | value |"
@@ -149,7 +149,8 @@ SERIES=$(python3 -c "print(round($POINTS))")
 } >"$OUT"
 {
   met() { python3 -c "print('**met**' if $1 else '**missed**')"; }
-  echo "| remote write: sender ≤ 0.1 % of one core (its thread, default selection) | $CPU_S % | $(met "$CPU_S <= 0.1") |"
+  DIFF=$(python3 -c "print(f'{$CPU_B - $CPU_A:.3f}')")
+  echo "| remote write: sender ≤ 0.1 % of one core (its thread, default selection) | $CPU_S % (recorder with − without: $DIFF %) | $(met "$CPU_S <= 0.1") |"
   if [ "$COMPLETE" = never ]; then
     echo "| remote write: complete again ≤ 10 s after a 30 s outage | never (120 s) | **missed** |"
   else

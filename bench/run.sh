@@ -2,7 +2,8 @@
 # Side-by-side benchmark of `jitterscope record` against atop and sysstat's sadc, on a quiet host
 # and on a busy one (bench/busy.sh, with below when installed), a saturation run,
 # a read-back test on a synthesized 24 h store, the BPF tracers' overhead (bench/tracers.sh) and
-# the stack sampler's against `perf record` (bench/profile.sh). Writes docs/BENCHMARKS.md.
+# the stack sampler's against `perf record` (bench/profile.sh) and remote write's cost
+# (bench/fleet.sh). Writes docs/BENCHMARKS.md.
 #
 #   sudo make bench                      # or:
 #   sudo JITTERSCOPE=target/release/jitterscope bash bench/run.sh
@@ -22,6 +23,7 @@
 #                   BENCH_SECONDS)
 #   TRACER_*, MADVISE_OPS, ...   the tracer overhead section, see bench/tracers.sh
 #   PROFILE_*       the stack sampler section, see bench/profile.sh
+#   FLEET_*         remote write's cost and recovery, see bench/fleet.sh
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -250,6 +252,14 @@ JITTERSCOPE=$JITTERSCOPE BUSY_OUT="$TMP/busy.md" BUSY_TARGETS="$TMP/busy-targets
     BUSY_SECONDS=${BUSY_SECONDS:-$BENCH_SECONDS} bash "$HERE/busy.sh"
 BUSY_SECTION=$(cat "$TMP/busy.md")
 BUSY_TARGET_ROWS=$(cat "$TMP/busy-targets.md" 2>/dev/null || true)
+
+# 2c. Remote write: a recorder sending to VictoriaMetrics next to one that does not, the
+# sender thread's own CPU, and the receiver stopped for 30 s.
+say "remote write side by side (bench/fleet.sh)"
+JITTERSCOPE=$JITTERSCOPE FLEET_OUT="$TMP/fleet.md" FLEET_TARGETS="$TMP/fleet-targets.md" \
+    FLEET_SECONDS=${FLEET_SECONDS:-$BENCH_SECONDS} bash "$HERE/fleet.sh"
+FLEET_SECTION=$(cat "$TMP/fleet.md")
+FLEET_TARGET_ROWS=$(cat "$TMP/fleet-targets.md" 2>/dev/null || true)
 
 # ---------------------------------------------------------------------------------------------
 # 3. Saturation: memory-limited cgroup thrashing with stress-ng --vm, plus stress-ng --cpu
@@ -550,6 +560,8 @@ $JS_COLLECTORS
 
 $BUSY_SECTION
 
+$FLEET_SECTION
+
 ## Saturation (${STRESS_SECONDS} s, both cores busy)
 
 | | |
@@ -596,6 +608,7 @@ $SERVE_SECTION
 | max sample gap under saturation ≤ 1.5 s | $GAP_MAX_MS ms | $OK_GAP |
 | \`flame\` over a 10-minute window < 1 s (${SYNTH_HOURS} h store) | $FLAME10 | $OK_FLAME |
 $BUSY_TARGET_ROWS
+$FLEET_TARGET_ROWS
 $TRACER_TARGET_ROWS
 $PROFILE_TARGET_ROWS
 $DIAGNOSE_TARGET_ROWS

@@ -105,7 +105,7 @@ pub struct RecordArgs {
     #[arg(long, value_enum, default_value_t = ProcSource::Auto)]
     proc_source: ProcSource,
     #[command(flatten)]
-    remote: crate::remote_write::RemoteWriteArgs,
+    remote: Box<crate::remote_write::RemoteWriteArgs>,
 }
 
 /// See `RecordArgs::proc_source`.

@@ -55,7 +55,10 @@ fn parse_label(s: &str) -> Result<(String, String), String> {
     let (k, v) = s
         .split_once('=')
         .ok_or_else(|| format!("{s}: give NAME=VALUE"))?;
-    let ok = k.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+    let ok = k
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
         && !k.starts_with("__");
     if !ok {
@@ -100,7 +103,10 @@ impl RemoteWriteArgs {
         let Some(url) = &self.remote_write else {
             return Ok(None);
         };
-        let auth = match (&self.remote_write_bearer_token_file, &self.remote_write_user) {
+        let auth = match (
+            &self.remote_write_bearer_token_file,
+            &self.remote_write_user,
+        ) {
             (Some(f), _) => Auth::Bearer(secret(f, "--remote-write-bearer-token-file")?),
             (None, Some(user)) => Auth::Basic {
                 user: user.clone(),
@@ -115,7 +121,9 @@ impl RemoteWriteArgs {
         };
         let mut labels = vec![(
             "host".to_string(),
-            self.fleet_host.clone().unwrap_or_else(|| hostname.to_string()),
+            self.fleet_host
+                .clone()
+                .unwrap_or_else(|| hostname.to_string()),
         )];
         for (k, v) in &self.remote_write_label {
             labels.retain(|(q, _)| q != k);

@@ -24,7 +24,8 @@ pub struct ServeArgs {
     /// loopback.
     #[arg(long)]
     auth_token_file: Option<PathBuf>,
-    /// Processes exposed on /metrics: the busiest by CPU.
+    /// Processes exposed on /metrics: this many busiest by CPU plus this many largest by RSS
+    /// (the set `record --remote-write` sends).
     #[arg(long, default_value_t = 20)]
     metrics_top_processes: usize,
     /// /metrics answers 503 when the newest sample is older than this (0: any age).

@@ -18,8 +18,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use engines::{Engine, Kind, Series};
 use common::{cmd, parse_json_lines, recorder_cmd, text, ChildGuard};
+use engines::{Engine, Kind, Series};
 use jitterscope_model::export::{base_name, exposed};
 use jitterscope_model::registry::MetricDef;
 
@@ -60,6 +60,8 @@ fn finish(g: ChildGuard, within: Duration) -> (bool, String) {
     let mut c = g.into_inner();
     let mut err = String::new();
     c.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    // Already reaped by wait_timeout; this only returns its status again.
+    let _ = c.wait();
     (st.success(), err)
 }
 
@@ -182,11 +184,15 @@ fn compare(
     // engine has no gap the store does not have.
     let exported: Vec<&'static MetricDef> = exposed();
     for (ts, vals) in dump.range(from_ms..) {
-        for (s, _) in vals {
+        for s in vals.keys() {
             let Some(pts) = seen.get(s) else {
                 // A series the engine does not have at all: only allowed for metrics that are
                 // not exported (raw per-field tables) and processes.
-                let def = jitterscope_model::registry::parse_series(jitterscope_model::registry::all(), s).map(|(d, _)| d);
+                let def = jitterscope_model::registry::parse_series(
+                    jitterscope_model::registry::all(),
+                    s,
+                )
+                .map(|(d, _)| d);
                 if let Some(d) = def {
                     assert!(
                         !exported.contains(&d) || d.placeholders().contains(&"pid"),
@@ -196,7 +202,10 @@ fn compare(
                 continue;
             };
             if pts.binary_search(ts).is_err() {
-                let missing = vals.keys().filter(|k| seen.get(*k).is_some_and(|p| p.binary_search(ts).is_err())).count();
+                let missing = vals
+                    .keys()
+                    .filter(|k| seen.get(*k).is_some_and(|p| p.binary_search(ts).is_err()))
+                    .count();
                 let at = dump.keys().position(|k| k == ts).unwrap_or(0);
                 let firsts: Vec<i64> = dump.keys().take(3).copied().collect();
                 panic!(
@@ -230,8 +239,16 @@ fn both_engines_hold_every_second_the_store_holds() {
     }
     let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
     let start = now_s();
-    let ra = record_to(&a, &prom.write_url(), &["--duration", "60s", "--fleet-host", "a"]);
-    let rb = record_to(&b, &vm.write_url(), &["--duration", "60s", "--fleet-host", "b"]);
+    let ra = record_to(
+        &a,
+        &prom.write_url(),
+        &["--duration", "60s", "--fleet-host", "a"],
+    );
+    let rb = record_to(
+        &b,
+        &vm.write_url(),
+        &["--duration", "60s", "--fleet-host", "b"],
+    );
     let lab = cmd()
         .args(["lab", "run", "cfs-throttle", "--duration", "50s"])
         .stdout(Stdio::null())
@@ -249,7 +266,11 @@ fn both_engines_hold_every_second_the_store_holds() {
         let dump = dumped(dir);
         let first = *dump.keys().next().unwrap();
         let now = now_s();
-        let series = engine.raw(&format!("{{host=\"{host}\"}}"), now, (now - start) as u64 + 5);
+        let series = engine.raw(
+            &format!("{{host=\"{host}\"}}"),
+            now,
+            (now - start) as u64 + 5,
+        );
         let (points, n, dups) = compare(&series, &dump, first);
         eprintln!(
             "{:?}: {n} host and cgroup series, {points} points equal to the store's, {} samples, {dups} duplicates",
@@ -270,10 +291,11 @@ fn both_engines_hold_every_second_the_store_holds() {
             engine.kind
         );
         // The top processes, with their names.
-        assert!(series.iter().any(|(l, _)| l["__name__"]
-            == "jitterscope_proc_cpu_ratio"
-            && l.contains_key("comm")
-            && l.contains_key("pid")));
+        assert!(series
+            .iter()
+            .any(|(l, _)| l["__name__"] == "jitterscope_proc_cpu_ratio"
+                && l.contains_key("comm")
+                && l.contains_key("pid")));
     }
 }
 
@@ -304,7 +326,10 @@ fn an_outage_is_backfilled_from_the_store() {
             .filter(|t| (*t as f64) / 1000.0 <= back_s)
             .collect();
         let have = prom.raw("jitterscope_load_avg1", now_s(), 120);
-        let have: Vec<i64> = have.first().map(|s| s.1.iter().map(|p| p.0).collect()).unwrap_or_default();
+        let have: Vec<i64> = have
+            .first()
+            .map(|s| s.1.iter().map(|p| p.0).collect())
+            .unwrap_or_default();
         if want.iter().all(|t| have.binary_search(t).is_ok()) {
             break back.elapsed();
         }
@@ -416,6 +441,16 @@ fn last_value(dir: &Path, series: &str) -> Option<f64> {
     dump.values().rev().find_map(|v| v.get(series).copied())
 }
 
+/// A bad target: its name, URL, what its one line says, whether points are given up on, and
+/// the receiver's request counter.
+type Case = (
+    &'static str,
+    String,
+    &'static str,
+    bool,
+    Option<Arc<AtomicUsize>>,
+);
+
 /// Each bad target is said in one line, once, counted, and recording goes on.
 #[test]
 fn bad_targets_are_said_once_and_recording_goes_on() {
@@ -424,15 +459,30 @@ fn bad_targets_are_said_once_and_recording_goes_on() {
     let (u400, n400) = answering(400);
     let (u429, n429) = answering(429);
     let (u500, n500) = answering(500);
-    let nothing = format!(
-        "http://127.0.0.1:{}/api/v1/write",
-        engines::free_port()
-    );
+    let nothing = format!("http://127.0.0.1:{}/api/v1/write", engines::free_port());
     // (url, what the one line says, points given up on, counter of requests it made)
-    let cases: Vec<(&str, String, &str, bool, Option<Arc<AtomicUsize>>)> = vec![
-        ("400", u400, "HTTP 400: answer 400 (refused", true, Some(n400)),
-        ("429", u429, "HTTP 429: answer 429 (will retry", false, Some(n429)),
-        ("500", u500, "HTTP 500: answer 500 (will retry", false, Some(n500)),
+    let cases: Vec<Case> = vec![
+        (
+            "400",
+            u400,
+            "HTTP 400: answer 400 (refused",
+            true,
+            Some(n400),
+        ),
+        (
+            "429",
+            u429,
+            "HTTP 429: answer 429 (will retry",
+            false,
+            Some(n429),
+        ),
+        (
+            "500",
+            u500,
+            "HTTP 500: answer 500 (will retry",
+            false,
+            Some(n500),
+        ),
         ("nothing", nothing, "(will retry", false, None),
         (
             "scheme",
@@ -457,8 +507,7 @@ fn bad_targets_are_said_once_and_recording_goes_on() {
         let samples = dumped(&dir).len();
         assert!(samples >= 6, "{name}: {samples} samples recorded");
         let failed = last_value(&dir, "self.remote_write.points_failed").unwrap_or(0.0);
-        let requests_failed =
-            last_value(&dir, "self.remote_write.requests_failed").unwrap_or(0.0);
+        let requests_failed = last_value(&dir, "self.remote_write.requests_failed").unwrap_or(0.0);
         assert!(requests_failed >= 1.0, "{name}: no failed request counted");
         assert_eq!(failed > 0.0, *gives_up, "{name}: {failed} points failed");
         if let Some(n) = requests {
@@ -537,10 +586,10 @@ fn tls_and_basic_auth_against_prometheus() {
     };
     let good_args = auth("right");
     let bad_args = auth("wrong");
-    let as_str = |v: &[String]| v.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\u{1}");
-    let (gs, bs) = (as_str(&good_args), as_str(&bad_args));
-    let good = record_to(&d.join("good"), &url, &gs.split('\u{1}').collect::<Vec<_>>());
-    let bad = record_to(&d.join("bad"), &url, &bs.split('\u{1}').collect::<Vec<_>>());
+    let good: Vec<&str> = good_args.iter().map(String::as_str).collect();
+    let bad: Vec<&str> = bad_args.iter().map(String::as_str).collect();
+    let good = record_to(&d.join("good"), &url, &good);
+    let bad = record_to(&d.join("bad"), &url, &bad);
     let no_ca = record_to(&d.join("no-ca"), &url, &["--duration", "6s"]);
     let (ok, err) = finish(good, Duration::from_secs(30));
     assert!(ok && !err.contains("remote write: https"), "{err}");
@@ -555,9 +604,7 @@ fn tls_and_basic_auth_against_prometheus() {
         .filter(|l| l.contains("remote write: https"))
         .collect();
     assert_eq!(untrusted.len(), 1, "{no_ca_err}");
-    assert!(
-        last_value(&d.join("bad"), "self.remote_write.points_failed").unwrap_or(0.0) > 0.0
-    );
+    assert!(last_value(&d.join("bad"), "self.remote_write.points_failed").unwrap_or(0.0) > 0.0);
     // Queried with the same credentials over TLS: the good recorder's samples are there.
     let dump = dumped(&d.join("good"));
     let agent: ureq::Agent = ureq::Agent::config_builder()
@@ -588,7 +635,9 @@ fn tls_and_basic_auth_against_prometheus() {
         .read_to_string()
         .unwrap();
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-    let got = v["data"]["result"][0]["values"].as_array().map_or(0, |a| a.len());
+    let got = v["data"]["result"][0]["values"]
+        .as_array()
+        .map_or(0, |a| a.len());
     assert_eq!(got, dump.len(), "{body}");
     eprintln!(
         "TLS + basic auth: {got} samples in; wrong password: {:?}; no CA: {:?}",

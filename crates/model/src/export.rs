@@ -186,16 +186,21 @@ pub fn top_pids(cur: &Sample, prev: Option<&Sample>, top: usize) -> HashSet<u32>
     ]);
     let mut cpu: Vec<(f64, u32)> = Vec::new();
     let mut rss: Vec<(f64, u32)> = Vec::new();
-    sel.for_each_labels(cur, prev, |_, _| true, |def, labels, value| {
-        let (Some(v), Some(pid)) = (value, labels.first().and_then(|p| p.parse().ok())) else {
-            return;
-        };
-        if def == &process::PROC_CPU_PCT {
-            cpu.push((v, pid));
-        } else {
-            rss.push((v, pid));
-        }
-    });
+    sel.for_each_labels(
+        cur,
+        prev,
+        |_, _| true,
+        |def, labels, value| {
+            let (Some(v), Some(pid)) = (value, labels.first().and_then(|p| p.parse().ok())) else {
+                return;
+            };
+            if def == &process::PROC_CPU_PCT {
+                cpu.push((v, pid));
+            } else {
+                rss.push((v, pid));
+            }
+        },
+    );
     for mut list in [cpu, rss] {
         list.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
         keep.extend(list.iter().take(top).map(|x| x.1));
@@ -233,8 +238,16 @@ mod tests {
                 "jitterscope_cgroup_cpu_throttled_seconds_per_second",
                 1e-3,
             ),
-            (&cpu::SCHED_CTXT_PER_S, "jitterscope_sched_ctxt_per_second", 1.0),
-            (&recorder::SELF_COLLECT_MS, "jitterscope_self_collect_seconds", 1e-3),
+            (
+                &cpu::SCHED_CTXT_PER_S,
+                "jitterscope_sched_ctxt_per_second",
+                1.0,
+            ),
+            (
+                &recorder::SELF_COLLECT_MS,
+                "jitterscope_self_collect_seconds",
+                1e-3,
+            ),
             (&irq::IRQ_PER_S, "jitterscope_irq_per_second", 1.0),
         ];
         for (d, name, scale) in cases {
@@ -256,7 +269,9 @@ mod tests {
             let b = base_name(d);
             let mut chars = b.name.chars();
             assert!(
-                chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                chars
+                    .next()
+                    .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
                     && chars.all(|c| c.is_ascii_alphanumeric() || c == '_'),
                 "{}: {}",
                 d.name,

@@ -374,10 +374,10 @@ fn metrics_endpoint_is_bounded_and_refuses_stale_data() {
         .map(|r| &r[..r.find('"').unwrap()])
         .collect();
     assert!(
-        !pids.is_empty() && pids.len() <= 3,
-        "top 3 processes only: {pids:?}"
+        !pids.is_empty() && pids.len() <= 6,
+        "top 3 processes by CPU and 3 by RSS only: {pids:?}"
     );
-    // They are the busiest of the newest sample, as the registry derives CPU.
+    // They are the busiest and the largest of the newest sample, as the registry derives them.
     let r = jitterscope_store::Reader::open(store("tlb-shootdown")).unwrap();
     let recs: Vec<_> = r
         .range(i64::MIN, i64::MAX)
@@ -393,14 +393,18 @@ fn metrics_endpoint_is_bounded_and_refuses_stale_data() {
         .unwrap()
     };
     let (cur, prev) = (dec(recs.len() - 1), dec(recs.len() - 2));
-    let def = jitterscope_model::registry::find("proc.<pid>.<comm>.cpu_pct").unwrap();
-    let mut cpu: Vec<(f64, String)> =
-        jitterscope_model::derive::evaluate(&[def], &cur, Some(&prev), &[])
-            .into_iter()
-            .filter_map(|v| Some((v.value?, v.labels[0].clone())))
-            .collect();
-    cpu.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-    let want: std::collections::HashSet<&str> = cpu.iter().take(3).map(|c| c.1.as_str()).collect();
+    let mut want: std::collections::HashSet<String> = Default::default();
+    for name in ["proc.<pid>.<comm>.cpu_pct", "proc.<pid>.<comm>.rss_bytes"] {
+        let def = jitterscope_model::registry::find(name).unwrap();
+        let mut top: Vec<(f64, u32)> =
+            jitterscope_model::derive::evaluate(&[def], &cur, Some(&prev), &[])
+                .into_iter()
+                .filter_map(|v| Some((v.value?, v.labels[0].parse().ok()?)))
+                .collect();
+        top.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        want.extend(top.iter().take(3).map(|c| c.1.to_string()));
+    }
+    let want: std::collections::HashSet<&str> = want.iter().map(|s| s.as_str()).collect();
     assert_eq!(pids, want);
     // One TYPE line per family.
     let mut types: Vec<&str> = text.lines().filter(|l| l.starts_with("# TYPE ")).collect();

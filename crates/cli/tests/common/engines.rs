@@ -114,7 +114,11 @@ impl Engine {
             // Prometheus listens before its storage is ready: wait for /-/ready.
             let deadline = Instant::now() + Duration::from_secs(60);
             while self.kind == Kind::Prometheus && self.get("/-/ready").is_none() {
-                assert!(Instant::now() < deadline, "prometheus not ready: {}", self.log());
+                assert!(
+                    Instant::now() < deadline,
+                    "prometheus not ready: {}",
+                    self.log()
+                );
                 std::thread::sleep(Duration::from_millis(200));
             }
         }

@@ -296,7 +296,9 @@ impl Run {
                         || self.backfilling
                         || self.batch.points() >= MAX_POINTS
                         || self.batch.samples() >= MAX_SAMPLES
-                        || self.batch_since.is_some_and(|t| t.elapsed() >= self.cfg.flush));
+                        || self
+                            .batch_since
+                            .is_some_and(|t| t.elapsed() >= self.cfg.flush));
                 if !due {
                     return;
                 }
@@ -349,7 +351,9 @@ impl Run {
                 true
             }
             Outcome::Reject(why) => {
-                self.stats.points_failed.fetch_add(points, Ordering::Relaxed);
+                self.stats
+                    .points_failed
+                    .fetch_add(points, Ordering::Relaxed);
                 self.stats.requests_failed.fetch_add(1, Ordering::Relaxed);
                 self.say(&why, "refused", points);
                 // The points are given up on; what was said stays said until a request
@@ -412,10 +416,7 @@ impl Run {
             }
             let Some(o) = self.queue.front() else { return };
             let follows = o.prev_ts == Some(self.consumed)
-                && self
-                    .prev
-                    .as_ref()
-                    .is_some_and(|p| p.ts_ns == self.consumed);
+                && self.prev.as_ref().is_some_and(|p| p.ts_ns == self.consumed);
             if follows {
                 let o = self.queue.pop_front().expect("front");
                 self.batch
@@ -478,9 +479,7 @@ impl Run {
                 any = true;
             }
             before = Some(cur);
-            if any
-                && (self.batch.points() >= MAX_POINTS || self.batch.samples() >= MAX_SAMPLES)
-            {
+            if any && (self.batch.points() >= MAX_POINTS || self.batch.samples() >= MAX_SAMPLES) {
                 break;
             }
         }
