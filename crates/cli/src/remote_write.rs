@@ -130,7 +130,7 @@ impl RemoteWriteArgs {
             labels.push((k.clone(), v.clone()));
         }
         let choice = if self.remote_write_select.is_empty() {
-            Choice::bounded(self.remote_write_top)
+            Choice::new(self.remote_write_top)
         } else {
             let globs: Vec<Pattern> = self
                 .remote_write_select

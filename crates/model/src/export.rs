@@ -46,23 +46,8 @@ fn unit_map(u: Unit) -> Option<(&'static str, &'static str, f64)> {
 /// `jitterscope_cgroup_cpu_throttled_ratio`, `runq.latency_p99_usec` →
 /// `jitterscope_runq_latency_p99_seconds`).
 pub fn base_name(d: &MetricDef) -> BaseName {
-    // Placeholders dropped, dots as underscores, runs of underscores as one
-    // (`irq.<irq>_per_s` is `irq_per_s`, not `irq__per_s`).
-    let mut plain = String::from("jitterscope_");
-    let mut depth = 0;
-    for c in d.name.chars() {
-        match c {
-            '<' => depth += 1,
-            '>' => depth -= 1,
-            _ if depth > 0 => {}
-            '.' | '_' => {
-                if !plain.ends_with('_') {
-                    plain.push('_');
-                }
-            }
-            c => plain.push(c),
-        }
-    }
+    // Runs of underscores as one: `irq.<irq>_per_s` is `irq_per_s`, not `irq__per_s`.
+    let plain = crate::openmetrics::plain_name(d, true);
     let plain = plain.trim_end_matches('_');
     match unit_map(d.unit) {
         Some((from, to, scale)) => BaseName {
@@ -116,13 +101,14 @@ pub struct Bounded {
 impl Bounded {
     /// The set over [`exposed`], processes limited to `top` by CPU plus `top` by RSS.
     pub fn new(top: usize) -> Self {
-        Self::over(&exposed(), top)
+        Self::globs(&[], top)
     }
 
-    /// The set over `defs` (for a user's own selection), processes limited as in [`new`].
-    pub fn over(defs: &[&'static MetricDef], top: usize) -> Self {
+    /// The series of the exported metrics that `globs` match (`dump --select` syntax), processes
+    /// limited as in [`Bounded::new`].
+    pub fn globs(globs: &[crate::glob::Pattern], top: usize) -> Self {
         Bounded {
-            sel: Selection::new(defs, &[]),
+            sel: Selection::new(&exposed(), globs),
             top,
         }
     }
@@ -155,7 +141,7 @@ impl Bounded {
 }
 
 /// Whether a series is kept: any series without a pid, and those of the `keep` pids.
-pub fn kept(keep: &HashSet<u32>, def: &MetricDef, labels: &[&str]) -> bool {
+fn kept(keep: &HashSet<u32>, def: &MetricDef, labels: &[&str]) -> bool {
     match pid_index(def) {
         None => true,
         Some(i) => labels

@@ -13,6 +13,13 @@ use jitterscope_sources::cgroup::{Cgroup, Runtime};
 /// dots turned into underscores (`cgroup.<cgroup>.cpu.throttled_pct` →
 /// `jitterscope_cgroup_cpu_throttled_pct`).
 pub fn family_name(d: &MetricDef) -> String {
+    plain_name(d, false)
+}
+
+/// `jitterscope_` + the template without its placeholders, dots as underscores; with
+/// `collapse`, underscores the removal left side by side as one (the base-unit names of
+/// `export::base_name`; `/metrics` keeps its names as they were).
+pub(crate) fn plain_name(d: &MetricDef, collapse: bool) -> String {
     let mut s = String::from("jitterscope_");
     let mut depth = 0;
     for c in d.name.chars() {
@@ -25,6 +32,7 @@ pub fn family_name(d: &MetricDef) -> String {
                     s.push('_');
                 }
             }
+            '_' if collapse && s.ends_with('_') => {}
             c => s.push(c),
         }
     }
@@ -153,6 +161,33 @@ pub fn write_with(
     writeln!(out, "# EOF")
 }
 
+/// The labels of a cgroup's `jitterscope_cgroup_info` (see [`cgroup_info`]): `cgroup`,
+/// `runtime`, then those of the owner's names it has; `None` for a cgroup no runtime or unit
+/// owns.
+pub fn owner_labels(c: &Cgroup) -> Option<Vec<(&'static str, &str)>> {
+    let id = &c.identity;
+    if id.runtime == Runtime::None {
+        return None;
+    }
+    let mut out = vec![
+        ("cgroup", c.path.as_str()),
+        ("runtime", id.runtime.as_str()),
+    ];
+    for (k, v) in [
+        ("container_id", &id.container_id),
+        ("container_name", &id.name),
+        ("pod_name", &id.pod),
+        ("pod_namespace", &id.namespace),
+        ("pod_uid", &id.pod_uid),
+        ("unit", &id.systemd_unit),
+    ] {
+        if let Some(v) = v {
+            out.push((k, v.as_str()));
+        }
+    }
+    Some(out)
+}
+
 /// `jitterscope_cgroup_info`: who owns each cgroup that belongs to a runtime or a systemd unit,
 /// as labels, so a query joins names onto the per-cgroup series (`... * on(instance, cgroup)
 /// group_left(container_name) jitterscope_cgroup_info`) rather than every series carrying
@@ -164,27 +199,15 @@ pub fn write_with(
 pub fn cgroup_info<'a>(cgroups: impl IntoIterator<Item = (&'a Cgroup, Option<i64>)>) -> String {
     let mut lines = String::new();
     for (c, ts) in cgroups {
-        let id = &c.identity;
-        if id.runtime == Runtime::None {
+        let Some(labels) = owner_labels(c) else {
             continue;
-        }
-        lines.push_str("jitterscope_cgroup_info{cgroup=\"");
-        lines.push_str(&escape_label(&c.path));
-        lines.push_str("\",runtime=\"");
-        lines.push_str(id.runtime.as_str());
-        lines.push('"');
-        for (k, v) in [
-            ("container_id", &id.container_id),
-            ("container_name", &id.name),
-            ("pod_name", &id.pod),
-            ("pod_namespace", &id.namespace),
-            ("pod_uid", &id.pod_uid),
-            ("unit", &id.systemd_unit),
-        ] {
-            if let Some(v) = v {
-                lines.push_str(&format!(",{k}=\"{}\"", escape_label(v)));
-            }
-        }
+        };
+        lines.push_str("jitterscope_cgroup_info{");
+        let pairs: Vec<String> = labels
+            .iter()
+            .map(|(k, v)| format!("{k}=\"{}\"", escape_label(v)))
+            .collect();
+        lines.push_str(&pairs.join(","));
         lines.push_str("} 1");
         if let Some(ts) = ts {
             lines.push_str(&format!(

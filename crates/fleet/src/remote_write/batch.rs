@@ -4,73 +4,14 @@
 
 use ahash::AHashMap as HashMap;
 
-use jitterscope_model::derive::Selection;
-use jitterscope_model::export::{base_name, kept, top_pids, BaseName, Bounded};
-use jitterscope_model::glob::Pattern;
-use jitterscope_model::registry::MetricDef;
+use jitterscope_model::export::{base_name, BaseName, Bounded};
+use jitterscope_model::openmetrics::owner_labels;
 use jitterscope_model::Sample;
-use jitterscope_sources::cgroup::Runtime;
 
 use super::proto::{Label, Point, TimeSeries, WriteRequest};
 
-/// Which series are sent.
-pub enum Choice {
-    /// The default: [`Bounded`], every host and cgroup series, processes for the top N.
-    Bounded(Bounded),
-    /// The user's series globs (`dump --select` syntax); processes still only for the top N.
-    Globs(Selection, usize),
-}
-
-impl Choice {
-    /// The default set with `top` processes by CPU and by RSS.
-    pub fn bounded(top: usize) -> Self {
-        Choice::Bounded(Bounded::new(top))
-    }
-
-    /// The series matching `globs` over the exported metrics.
-    pub fn globs(globs: &[Pattern], top: usize) -> Self {
-        Choice::Globs(
-            Selection::new(&jitterscope_model::export::exposed(), globs),
-            top,
-        )
-    }
-
-    /// The sample parts the choice reads.
-    pub fn parts(&self) -> jitterscope_model::codec::Parts {
-        use jitterscope_model::codec::Parts;
-        // The cgroups are read for `jitterscope_cgroup_info` whatever is chosen; processes
-        // for the top N.
-        let own = match self {
-            Choice::Bounded(b) => b.parts(),
-            Choice::Globs(s, _) => s.parts(),
-        };
-        own.union(Parts::CGROUPS)
-    }
-
-    fn for_each(
-        &self,
-        cur: &Sample,
-        prev: Option<&Sample>,
-        mut f: impl FnMut(&'static MetricDef, &[&str], f64),
-    ) {
-        match self {
-            Choice::Bounded(b) => b.for_each(cur, prev, f),
-            Choice::Globs(sel, top) => {
-                let keep = top_pids(cur, prev, *top);
-                sel.for_each_labels(
-                    cur,
-                    prev,
-                    |def, labels| kept(&keep, def, labels),
-                    |def, labels, value| {
-                        if let Some(v) = value {
-                            f(def, labels, v)
-                        }
-                    },
-                )
-            }
-        }
-    }
-}
+/// Which series are sent: [`Bounded::new`] by default, [`Bounded::globs`] for the user's.
+pub type Choice = Bounded;
 
 /// A definition's exported name and label names, worked out once.
 struct Named {
@@ -121,7 +62,7 @@ impl Batch {
     }
 
     /// Adds `cur`'s chosen series (rates against `prev`) at `cur`'s time.
-    pub fn add(&mut self, choice: &Choice, cur: &Sample, prev: Option<&Sample>) {
+    pub fn add(&mut self, choice: &Bounded, cur: &Sample, prev: Option<&Sample>) {
         let ts = cur.ts_ns.div_euclid(1_000_000);
         self.samples += 1;
         // Split borrows: the closure fills the series while reading the name cache.
@@ -157,24 +98,9 @@ impl Batch {
         // Who owns each cgroup, as `jitterscope_cgroup_info` (the same labels `/metrics`
         // gives it), so a query can join names onto the per-cgroup series.
         for c in cur.cgroups.iter().flatten() {
-            let id = &c.identity;
-            if id.runtime == Runtime::None {
+            let Some(labels) = owner_labels(c) else {
                 continue;
-            }
-            let mut labels: Vec<(&str, &str)> =
-                vec![("cgroup", &c.path), ("runtime", id.runtime.as_str())];
-            for (k, v) in [
-                ("container_id", &id.container_id),
-                ("container_name", &id.name),
-                ("pod_name", &id.pod),
-                ("pod_namespace", &id.namespace),
-                ("pod_uid", &id.pod_uid),
-                ("unit", &id.systemd_unit),
-            ] {
-                if let Some(v) = v {
-                    labels.push((k, v));
-                }
-            }
+            };
             push(
                 extra,
                 index,
@@ -256,7 +182,7 @@ fn push<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use jitterscope_sources::cgroup::{Cgroup, Identity};
+    use jitterscope_sources::cgroup::{Cgroup, Identity, Runtime};
     use jitterscope_sources::system::loadavg::LoadAvg;
 
     fn sample(ts_s: i64, load: f64) -> Sample {
@@ -287,7 +213,7 @@ mod tests {
             ("dc".to_string(), "x".to_string()),
         ];
         let mut b = Batch::new(&extra);
-        let choice = Choice::bounded(5);
+        let choice = Bounded::new(5);
         let s1 = sample(10, 1.5);
         let s2 = sample(11, 2.5);
         b.add(&choice, &s1, None);

@@ -444,7 +444,12 @@ impl Run {
     /// Reads the samples after `consumed` up to `until` from the store into the batch, as
     /// many as it has room for; false when none could be read.
     fn backfill(&mut self, until: i64) -> bool {
-        let parts = self.cfg.choice.parts();
+        // The cgroups for `jitterscope_cgroup_info` whatever the choice reads.
+        let parts = self
+            .cfg
+            .choice
+            .parts()
+            .union(jitterscope_model::codec::Parts::CGROUPS);
         let reader = match SampleReader::open(&self.cfg.dir) {
             Ok(r) => r,
             Err(e) => {
@@ -495,4 +500,32 @@ fn fmt_ts(ns: i64) -> String {
     let s = ns.div_euclid(1_000_000_000);
     let ms = ns.rem_euclid(1_000_000_000) / 1_000_000;
     format!("{s}.{ms:03} (Unix time)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cursor_is_kept_per_receiver_and_garbage_is_no_cursor() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        assert_eq!(load_cursor(d, "http://a/api/v1/write"), None);
+        save_cursor(d, "http://a/api/v1/write", 42).unwrap();
+        assert_eq!(load_cursor(d, "http://a/api/v1/write"), Some(42));
+        // Another receiver starts from the recorder's start, not from a's cursor.
+        assert_eq!(load_cursor(d, "http://b/api/v1/write"), None);
+        // A torn or foreign file is no cursor (the sender starts from now), never a panic.
+        for junk in [&b""[..], b"{", b"null", b"{\"url\":1}", &[0xff; 64]] {
+            std::fs::write(cursor_path(d), junk).unwrap();
+            assert_eq!(load_cursor(d, "http://a/api/v1/write"), None);
+        }
+        // No temporary file is left behind by a save.
+        save_cursor(d, "http://a/api/v1/write", 7).unwrap();
+        let names: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["remote-write.json"]);
+    }
 }
