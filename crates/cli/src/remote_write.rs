@@ -69,11 +69,12 @@ fn parse_label(s: &str) -> Result<(String, String), String> {
     Ok((k.to_string(), v.to_string()))
 }
 
-/// A secret from a file: its content less one trailing newline.
+/// A secret from a file: its content less surrounding white space (a trailing newline, or
+/// `\r\n` from an editor, would make an invalid header).
 fn secret(path: &Path, what: &str) -> Result<String> {
     let s = std::fs::read_to_string(path)
         .with_context(|| format!("{what} {}: cannot read", path.display()))?;
-    let s = s.strip_suffix('\n').unwrap_or(&s);
+    let s = s.trim();
     if s.is_empty() {
         bail!("{what} {} is empty", path.display());
     }
@@ -147,6 +148,10 @@ impl RemoteWriteArgs {
                 timeout: Duration::from_secs(10),
             },
             labels,
+            build: vec![
+                ("version".into(), env!("CARGO_PKG_VERSION").into()),
+                ("revision".into(), env!("JITTERSCOPE_REVISION").into()),
+            ],
             choice,
             flush: self.remote_write_flush,
             dir: dir.to_path_buf(),

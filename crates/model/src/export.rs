@@ -113,9 +113,15 @@ impl Bounded {
         }
     }
 
-    /// The sample parts the set reads.
+    /// The sample parts the set reads: the processes too whenever it keeps a top N, which is
+    /// chosen from the process table whatever metrics are selected.
     pub fn parts(&self) -> crate::codec::Parts {
-        self.sel.parts()
+        let p = self.sel.parts();
+        if self.top > 0 {
+            p.union(crate::codec::Parts::PROCESSES)
+        } else {
+            p
+        }
     }
 
     /// Hands each kept series of `cur` (rates against `prev`) to `f`: metric, placeholder
@@ -140,8 +146,12 @@ impl Bounded {
     }
 }
 
-/// Whether a series is kept: any series without a pid, and those of the `keep` pids.
+/// Whether a series is kept: any series without a pid, an OOM kill's (its process is gone, so
+/// it is never in a top N, and kills are few), and those of the `keep` pids.
 fn kept(keep: &HashSet<u32>, def: &MetricDef, labels: &[&str]) -> bool {
+    if std::ptr::eq(def, &crate::metrics::mem::OOM_KILL_RSS_BYTES) {
+        return true;
+    }
     match pid_index(def) {
         None => true,
         Some(i) => labels

@@ -22,6 +22,7 @@ struct Named {
 /// The series of one request being built.
 pub struct Batch {
     extra: Vec<(String, String)>,
+    build: Vec<(String, String)>,
     names: HashMap<&'static str, Named>,
     index: HashMap<String, usize>,
     series: Vec<TimeSeries>,
@@ -31,12 +32,14 @@ pub struct Batch {
 }
 
 impl Batch {
-    /// An empty batch whose series all carry `extra` labels (`host` among them).
-    pub fn new(extra: &[(String, String)]) -> Self {
+    /// An empty batch whose series all carry `extra` labels (`host` among them), with a
+    /// `jitterscope_build_info` series labelled `build` (version, revision) at each sample.
+    pub fn new(extra: &[(String, String)], build: &[(String, String)]) -> Self {
         let mut extra = extra.to_vec();
         extra.sort();
         Batch {
             extra,
+            build: build.to_vec(),
             names: HashMap::default(),
             index: HashMap::default(),
             series: Vec::new(),
@@ -68,6 +71,7 @@ impl Batch {
         // Split borrows: the closure fills the series while reading the name cache.
         let Batch {
             extra,
+            build,
             names,
             index,
             series,
@@ -95,6 +99,23 @@ impl Batch {
             );
             *points += 1;
         });
+        // Which recorder sent it, as Prometheus exporters say it: a constant 1 whose labels
+        // are the build.
+        if !build.is_empty() {
+            push(
+                extra,
+                index,
+                series,
+                key,
+                "jitterscope_build_info",
+                build.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+                Point {
+                    value: 1.0,
+                    timestamp: ts,
+                },
+            );
+            *points += 1;
+        }
         // Who owns each cgroup, as `jitterscope_cgroup_info` (the same labels `/metrics`
         // gives it), so a query can join names onto the per-cgroup series.
         for c in cur.cgroups.iter().flatten() {
@@ -212,7 +233,8 @@ mod tests {
             ("host".to_string(), "web-1".to_string()),
             ("dc".to_string(), "x".to_string()),
         ];
-        let mut b = Batch::new(&extra);
+        let build = vec![("version".to_string(), "0.1.0".to_string())];
+        let mut b = Batch::new(&extra, &build);
         let choice = Bounded::new(5);
         let s1 = sample(10, 1.5);
         let s2 = sample(11, 2.5);
@@ -264,5 +286,12 @@ mod tests {
             ]
         );
         assert_eq!(info.samples.len(), 2);
+        let build = req
+            .timeseries
+            .iter()
+            .find(|t| t.labels[0].value == "jitterscope_build_info")
+            .expect("the build");
+        assert_eq!(build.labels.len(), 4, "{:?}", build.labels);
+        assert_eq!(build.labels[3].name, "version");
     }
 }

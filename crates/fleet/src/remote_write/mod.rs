@@ -61,6 +61,8 @@ pub struct Config {
     pub target: Target,
     /// Labels on every series (`host` and the user's).
     pub labels: Vec<(String, String)>,
+    /// The labels of `jitterscope_build_info` (`version`, `revision`).
+    pub build: Vec<(String, String)>,
     /// Which series.
     pub choice: Choice,
     /// How long points may wait to be sent with others (a request per this, at most, while
@@ -153,11 +155,11 @@ impl Sender {
     }
 }
 
-/// The cursor: the newest sample the receiver at `url` accepted.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Cursor {
-    url: String,
-    acked_ts_ns: i64,
+/// The cursor file: for each receiver URL, the newest sample it accepted (or that was given
+/// up on), so a run with another URL (a test receiver, a typo) leaves the others' alone.
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+struct Cursors {
+    receivers: std::collections::BTreeMap<String, i64>,
 }
 
 /// The cursor file of a store directory.
@@ -165,20 +167,27 @@ pub fn cursor_path(dir: &Path) -> PathBuf {
     dir.join("remote-write.json")
 }
 
+fn load_cursors(dir: &Path) -> Cursors {
+    std::fs::read(cursor_path(dir))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default()
+}
+
 fn load_cursor(dir: &Path, url: &str) -> Option<i64> {
-    let text = std::fs::read(cursor_path(dir)).ok()?;
-    let c: Cursor = serde_json::from_slice(&text).ok()?;
-    // Another receiver's cursor says nothing of what this one holds.
-    (c.url == url).then_some(c.acked_ts_ns)
+    load_cursors(dir).receivers.get(url).copied()
 }
 
 fn save_cursor(dir: &Path, url: &str, ts: i64) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut all = load_cursors(dir);
+    all.receivers.insert(url.to_string(), ts);
     let tmp = dir.join("remote-write.json.tmp");
-    let body = serde_json::to_vec(&Cursor {
-        url: url.into(),
-        acked_ts_ns: ts,
-    })?;
-    std::fs::write(&tmp, body)?;
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(&serde_json::to_vec(&all)?)?;
+    // On disk before the rename: after a power cut the file is the old one or the new one,
+    // never empty (an empty one would read as no cursor and skip the unsent gap).
+    f.sync_all()?;
     std::fs::rename(&tmp, cursor_path(dir))
 }
 
@@ -211,12 +220,26 @@ struct Run {
     /// The failures said in this streak, by kind, so each is said once.
     said: HashSet<String>,
     failed_requests_in_streak: u64,
+    /// Whether saving the cursor fails (said once until it works again).
+    cursor_failing: bool,
 }
 
 impl Run {
     fn new(cfg: Config, stats: Arc<Stats>, log: Log) -> Run {
         let client = Client::new(&cfg.target);
-        let cursor = load_cursor(&cfg.dir, &cfg.target.url);
+        let mut cursor = load_cursor(&cfg.dir, &cfg.target.url);
+        if let Some(c) = cursor.filter(|&c| c >= cfg.start_ns) {
+            // The clock went back (or the host was restored from a snapshot): every sample
+            // would look already sent. Start from now; the receiver may refuse the overlap.
+            log(
+                Level::Warn,
+                &format!(
+                    "remote write: the cursor ({}) is ahead of the clock; sending from now",
+                    fmt_ts(c)
+                ),
+            );
+            cursor = None;
+        }
         let consumed = cursor.unwrap_or(cfg.start_ns - 1);
         if cursor.is_some() {
             // Resuming where the receiver's data ends: anything the store still holds after it.
@@ -229,8 +252,10 @@ impl Run {
                 ),
             );
         }
-        stats.acked_ts_ns.store(consumed.max(0), Ordering::Relaxed);
-        let batch = Batch::new(&cfg.labels);
+        stats
+            .acked_ts_ns
+            .store(cursor.unwrap_or(0), Ordering::Relaxed);
+        let batch = Batch::new(&cfg.labels, &cfg.build);
         Run {
             cfg,
             stats,
@@ -247,6 +272,7 @@ impl Run {
             backoff: FIRST_BACKOFF,
             said: HashSet::new(),
             failed_requests_in_streak: 0,
+            cursor_failing: false,
         }
     }
 
@@ -263,14 +289,23 @@ impl Run {
         while !stopping {
             let wait = self.wait();
             match rx.recv_timeout(wait) {
-                Ok(o) => self.queue.push_back(o),
+                Ok(o) => self.offered(o),
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => stopping = true,
             }
             while let Ok(o) = rx.try_recv() {
-                self.queue.push_back(o);
+                self.offered(o);
             }
             self.step(stopping);
+        }
+    }
+
+    /// Keeps an offer while fewer than [`OFFERS`] wait, else lets it go: the offers after it
+    /// then do not follow, and the gap is read back from the store. However long the receiver
+    /// is down, the sender holds one request and a few samples.
+    fn offered(&mut self, o: Offer) {
+        if self.queue.len() < OFFERS {
+            self.queue.push_back(o);
         }
     }
 
@@ -290,7 +325,9 @@ impl Run {
     fn step(&mut self, stopping: bool) {
         loop {
             if self.pending.is_none() {
-                self.fill();
+                // Stopping sends what is at hand, not a catch-up from the store: the cursor
+                // brings the next run back to the rest.
+                self.fill(!stopping);
                 let due = !self.batch.is_empty()
                     && (stopping
                         || self.backfilling
@@ -347,6 +384,8 @@ impl Run {
                     );
                 }
                 self.said.clear();
+                self.failed_requests_in_streak = 0;
+                self.stats.acked_ts_ns.store(upto, Ordering::Relaxed);
                 self.settle(upto);
                 true
             }
@@ -372,18 +411,29 @@ impl Run {
         }
     }
 
-    /// The request up to `upto` is done with: move the cursor past it.
+    /// The request up to `upto` is done with (sent, or given up on): move the cursor past it.
+    /// A target that cannot work saves no cursor: it would say nothing of what a receiver
+    /// holds.
     fn settle(&mut self, upto: i64) {
         self.pending = None;
         self.backoff = FIRST_BACKOFF;
         self.next_try = Instant::now();
-        self.failed_requests_in_streak = 0;
-        self.stats.acked_ts_ns.store(upto, Ordering::Relaxed);
-        if let Err(e) = save_cursor(&self.cfg.dir, &self.cfg.target.url, upto) {
-            let why = format!("cannot save the cursor in {}: {e}", self.cfg.dir.display());
-            if self.said.insert(why.clone()) {
-                (self.log)(Level::Warn, &format!("remote write: {why}"));
+        if self.client.broken().is_some() {
+            return;
+        }
+        match save_cursor(&self.cfg.dir, &self.cfg.target.url, upto) {
+            Ok(()) => self.cursor_failing = false,
+            Err(e) if !self.cursor_failing => {
+                self.cursor_failing = true;
+                (self.log)(
+                    Level::Warn,
+                    &format!(
+                        "remote write: cannot save the cursor in {}: {e} (a restart will send again what was sent since)",
+                        self.cfg.dir.display()
+                    ),
+                );
             }
+            Err(_) => {}
         }
     }
 
@@ -405,7 +455,7 @@ impl Run {
 
     /// Takes offers, or reads from the store when offers do not follow, into the batch until
     /// it is full or nothing more is at hand.
-    fn fill(&mut self) {
+    fn fill(&mut self, from_store: bool) {
         while self.batch.points() < MAX_POINTS && self.batch.samples() < MAX_SAMPLES {
             while self
                 .queue
@@ -424,12 +474,16 @@ impl Run {
                 self.took(o.sample);
                 continue;
             }
+            if !from_store {
+                return;
+            }
             let until = o.sample.ts_ns;
             if !self.backfill(until) {
-                // The store gave nothing up to an offered sample (it is being rewritten, or
-                // unreadable): take the offer as it is, rates and all, rather than stall.
+                // The store gave nothing up to an offered sample (it is unreadable): take the
+                // offer rather than stall, against the sample at hand when it is the one before.
                 let o = self.queue.pop_front().expect("front");
-                self.batch.add(&self.cfg.choice, &o.sample, None);
+                let prev = self.prev.as_deref().filter(|p| Some(p.ts_ns) == o.prev_ts);
+                self.batch.add(&self.cfg.choice, &o.sample, prev);
                 self.took(o.sample);
             }
         }
@@ -513,10 +567,14 @@ mod tests {
         assert_eq!(load_cursor(d, "http://a/api/v1/write"), None);
         save_cursor(d, "http://a/api/v1/write", 42).unwrap();
         assert_eq!(load_cursor(d, "http://a/api/v1/write"), Some(42));
-        // Another receiver starts from the recorder's start, not from a's cursor.
+        // Another receiver starts from the recorder's start, not from a's cursor, and its own
+        // cursor leaves a's.
         assert_eq!(load_cursor(d, "http://b/api/v1/write"), None);
+        save_cursor(d, "http://b/api/v1/write", 9).unwrap();
+        assert_eq!(load_cursor(d, "http://a/api/v1/write"), Some(42));
+        assert_eq!(load_cursor(d, "http://b/api/v1/write"), Some(9));
         // A torn or foreign file is no cursor (the sender starts from now), never a panic.
-        for junk in [&b""[..], b"{", b"null", b"{\"url\":1}", &[0xff; 64]] {
+        for junk in [&b""[..], b"{", b"null", b"{\"receivers\":1}", &[0xff; 64]] {
             std::fs::write(cursor_path(d), junk).unwrap();
             assert_eq!(load_cursor(d, "http://a/api/v1/write"), None);
         }
