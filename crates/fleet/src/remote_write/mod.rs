@@ -11,7 +11,9 @@
 //! the outage. A cursor file in the store directory (`remote-write.json`: the URL and the
 //! newest sample the receiver accepted) survives restarts; it is replaced by rename after
 //! every accepted request, so a `kill -9` between a request and its cursor costs at most
-//! that request sent twice, with the same timestamps and values.
+//! that request sent twice, with the same timestamps and values. A resumed sender sends one
+//! sample per request until one is accepted: Prometheus refuses a whole request when it
+//! holds any of its samples already, so the samples it has are refused alone.
 //!
 //! Failures: a receiver that is down, slow, overloaded (429) or failing (5xx) is retried with
 //! exponential backoff (0.5 s doubling to 4 s), holding one encoded request; a refusal (any
@@ -222,6 +224,9 @@ struct Run {
     failed_requests_in_streak: u64,
     /// Whether saving the cursor fails (said once until it works again).
     cursor_failing: bool,
+    /// Resuming from a cursor: one sample per request until one is accepted (see
+    /// [`Run::attempt`]).
+    resuming: bool,
 }
 
 impl Run {
@@ -273,6 +278,7 @@ impl Run {
             said: HashSet::new(),
             failed_requests_in_streak: 0,
             cursor_failing: false,
+            resuming: cursor.is_some(),
         }
     }
 
@@ -331,6 +337,7 @@ impl Run {
                 let due = !self.batch.is_empty()
                     && (stopping
                         || self.backfilling
+                        || self.resuming
                         || self.batch.points() >= MAX_POINTS
                         || self.batch.samples() >= MAX_SAMPLES
                         || self
@@ -372,6 +379,7 @@ impl Run {
         let (points, upto, bytes) = (p.points as u64, p.upto, p.body.len() as u64);
         match outcome {
             Outcome::Sent => {
+                self.resuming = false;
                 self.stats.points_sent.fetch_add(points, Ordering::Relaxed);
                 self.stats.bytes_sent.fetch_add(bytes, Ordering::Relaxed);
                 if self.failed_requests_in_streak > 0 {
@@ -386,6 +394,23 @@ impl Run {
                 self.said.clear();
                 self.failed_requests_in_streak = 0;
                 self.stats.acked_ts_ns.store(upto, Ordering::Relaxed);
+                self.settle(upto);
+                true
+            }
+            Outcome::Reject(why) if self.resuming && already_held(&why) => {
+                // The request that was in flight when the recorder last stopped: the receiver
+                // took it, the cursor did not say so. Prometheus refuses a whole request for
+                // one sample it holds newer data for, so resuming goes one sample per
+                // request, and each such refusal is a second the receiver already has.
+                if self.said.insert("already held".into()) {
+                    (self.log)(
+                        Level::Info,
+                        &format!(
+                            "remote write: {} already holds the seconds after the cursor (sent as the recorder stopped); going on from there",
+                            self.cfg.target.url
+                        ),
+                    );
+                }
                 self.settle(upto);
                 true
             }
@@ -456,7 +481,7 @@ impl Run {
     /// Takes offers, or reads from the store when offers do not follow, into the batch until
     /// it is full or nothing more is at hand.
     fn fill(&mut self, from_store: bool) {
-        while self.batch.points() < MAX_POINTS && self.batch.samples() < MAX_SAMPLES {
+        while !self.full() {
             while self
                 .queue
                 .front()
@@ -487,6 +512,13 @@ impl Run {
                 self.took(o.sample);
             }
         }
+    }
+
+    /// Whether the batch takes no more: its caps, or one sample while resuming.
+    fn full(&self) -> bool {
+        self.batch.points() >= MAX_POINTS
+            || self.batch.samples() >= MAX_SAMPLES
+            || self.resuming && self.batch.samples() >= 1
     }
 
     fn took(&mut self, s: Arc<Sample>) {
@@ -538,7 +570,7 @@ impl Run {
                 any = true;
             }
             before = Some(cur);
-            if any && (self.batch.points() >= MAX_POINTS || self.batch.samples() >= MAX_SAMPLES) {
+            if any && self.full() {
                 break;
             }
         }
@@ -548,6 +580,13 @@ impl Run {
         };
         any
     }
+}
+
+/// Whether a refusal says the receiver holds the sample or newer (Prometheus: "out of order
+/// sample", "duplicate sample for timestamp"; Mimir and Cortex: "out-of-order").
+fn already_held(why: &str) -> bool {
+    let w = why.to_ascii_lowercase();
+    w.contains("out of order") || w.contains("out-of-order") || w.contains("duplicate sample")
 }
 
 fn fmt_ts(ns: i64) -> String {
