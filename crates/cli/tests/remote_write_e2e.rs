@@ -41,6 +41,13 @@ fn engine(test: &str, kind: Kind, dir: &Path) -> Option<Engine> {
     e
 }
 
+/// Prometheus and VictoriaMetrics, each in its own directory under `dir`.
+fn both(test: &str, dir: &Path) -> Option<(Engine, Engine)> {
+    let prom = engine(test, Kind::Prometheus, &dir.join("prom"))?;
+    let vm = engine(test, Kind::Victoria, &dir.join("vm"))?;
+    Some((prom, vm))
+}
+
 /// `record` into `dir` sending to `url`, cheap (no tracers, no profiler), stderr kept.
 fn record_to(dir: &Path, url: &str, extra: &[&str]) -> ChildGuard {
     let child = recorder_cmd(dir)
@@ -227,10 +234,7 @@ fn both_engines_hold_every_second_the_store_holds() {
     const T: &str = "both_engines_hold_every_second_the_store_holds";
     let _g = common::serial();
     let tmp = tempfile::tempdir().unwrap();
-    let Some(prom) = engine(T, Kind::Prometheus, &tmp.path().join("prom")) else {
-        return;
-    };
-    let Some(vm) = engine(T, Kind::Victoria, &tmp.path().join("vm")) else {
+    let Some((prom, vm)) = both(T, tmp.path()) else {
         return;
     };
     if !jitterscope_testkit::is_root() {
@@ -444,10 +448,7 @@ fn a_recorder_killed_mid_send_resumes_without_losing_points() {
     const T: &str = "a_recorder_killed_mid_send_resumes_without_losing_points";
     let _g = common::serial();
     let tmp = tempfile::tempdir().unwrap();
-    let Some(prom) = engine(T, Kind::Prometheus, &tmp.path().join("prom")) else {
-        return;
-    };
-    let Some(vm) = engine(T, Kind::Victoria, &tmp.path().join("vm")) else {
+    let Some((prom, vm)) = both(T, tmp.path()) else {
         return;
     };
     let mut runs = Vec::new();
