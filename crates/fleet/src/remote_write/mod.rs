@@ -292,8 +292,10 @@ impl Run {
             );
         }
         let mut stopping = false;
+        let mut more = false;
         while !stopping {
-            let wait = self.wait();
+            // Catching up goes request after request, looking for a stop in between.
+            let wait = if more { Duration::ZERO } else { self.wait() };
             match rx.recv_timeout(wait) {
                 Ok(o) => self.offered(o),
                 Err(RecvTimeoutError::Timeout) => {}
@@ -302,7 +304,7 @@ impl Run {
             while let Ok(o) = rx.try_recv() {
                 self.offered(o);
             }
-            self.step(stopping);
+            more = self.step(stopping);
         }
     }
 
@@ -327,8 +329,9 @@ impl Run {
         }
     }
 
-    /// Takes what is offered into batches and sends what is due.
-    fn step(&mut self, stopping: bool) {
+    /// Takes what is offered into batches and sends what is due: one request, then true when
+    /// more may be due at once (catching up). When stopping, everything at hand, once.
+    fn step(&mut self, stopping: bool) -> bool {
         loop {
             if self.pending.is_none() {
                 // Stopping sends what is at hand, not a catch-up from the store: the cursor
@@ -344,15 +347,21 @@ impl Run {
                             .batch_since
                             .is_some_and(|t| t.elapsed() >= self.cfg.flush));
                 if !due {
-                    return;
+                    return false;
                 }
                 self.seal();
             }
             if Instant::now() < self.next_try && !stopping {
-                return;
+                return false;
             }
-            if !self.attempt() || stopping && self.queue.is_empty() && self.batch.is_empty() {
-                return;
+            if !self.attempt() {
+                return false;
+            }
+            if !stopping {
+                return true;
+            }
+            if self.queue.is_empty() && self.batch.is_empty() {
+                return false;
             }
         }
     }
@@ -624,5 +633,137 @@ mod tests {
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         assert_eq!(names, ["remote-write.json"]);
+    }
+}
+
+#[cfg(test)]
+mod catch_up {
+    use super::*;
+    use jitterscope_model::signals::SignalRecord;
+    use jitterscope_model::stored::Encoder;
+    use jitterscope_sources::system::loadavg::LoadAvg;
+    use jitterscope_store::{StoreConfig, Writer};
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::sync::atomic::AtomicUsize;
+
+    /// A receiver that takes `delay` per request and accepts it.
+    fn slow_receiver(delay: Duration) -> (String, Arc<AtomicUsize>) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/api/v1/write", l.local_addr().unwrap());
+        let n = Arc::new(AtomicUsize::new(0));
+        let seen = n.clone();
+        std::thread::spawn(move || {
+            for c in l.incoming() {
+                let Ok(c) = c else { continue };
+                let seen = seen.clone();
+                std::thread::spawn(move || {
+                    let mut r = BufReader::new(c.try_clone().unwrap());
+                    let mut w = c;
+                    loop {
+                        let mut len = 0;
+                        loop {
+                            let mut line = String::new();
+                            if r.read_line(&mut line).unwrap_or(0) == 0 {
+                                return;
+                            }
+                            if let Some(v) =
+                                line.to_ascii_lowercase().strip_prefix("content-length:")
+                            {
+                                len = v.trim().parse().unwrap_or(0);
+                            }
+                            if line == "\r\n" {
+                                break;
+                            }
+                        }
+                        let mut body = vec![0; len];
+                        if r.read_exact(&mut body).is_err() {
+                            return;
+                        }
+                        std::thread::sleep(delay);
+                        seen.fetch_add(1, Ordering::SeqCst);
+                        if w.write_all(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n")
+                            .is_err()
+                        {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (url, n)
+    }
+
+    #[test]
+    fn a_stop_during_a_long_catch_up_is_prompt_and_the_cursor_says_how_far() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = StoreConfig::new(dir.path());
+        c.retain = Duration::from_secs(100 * 365 * 86400);
+        let mut w = Writer::open(c).unwrap();
+        let mut enc = Encoder::new();
+        // 2,000 seconds behind: a catch-up of 17 requests of 120 samples at 200 ms each.
+        let t0 = 1_000_000_000_000_000_000i64;
+        for i in 0..2000i64 {
+            let mut s = Sample {
+                ts_ns: t0 + i * 1_000_000_000,
+                mono_ns: (i as u64 + 1) * 1_000_000_000,
+                loadavg: Some(LoadAvg {
+                    load1: i as f64,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            let e = enc.encode(&mut s, &SignalRecord::default()).unwrap();
+            w.append_lanes(s.ts_ns, e.main, &e.lanes).unwrap();
+        }
+        w.close().unwrap();
+        let (url, requests) = slow_receiver(Duration::from_millis(200));
+        save_cursor(dir.path(), &url, t0 - 1).unwrap();
+        let sender = Sender::start(
+            Config {
+                target: Target {
+                    url: url.clone(),
+                    auth: Auth::None,
+                    ca_file: None,
+                    timeout: Duration::from_secs(5),
+                },
+                labels: vec![("host".into(), "t".into())],
+                build: Vec::new(),
+                choice: Choice::new(0),
+                flush: Duration::from_secs(5),
+                dir: dir.path().to_path_buf(),
+                start_ns: t0 + 2000 * 1_000_000_000,
+            },
+            Box::new(|_, _| {}),
+        )
+        .unwrap();
+        // The newest sample is offered: it does not follow the cursor, so the store is read.
+        let last = SampleReader::open(dir.path())
+            .unwrap()
+            .samples(
+                t0 + 1999 * 1_000_000_000,
+                i64::MAX,
+                jitterscope_model::codec::Parts::ALL,
+            )
+            .unwrap()
+            .next()
+            .unwrap();
+        sender.offer(Some(last.ts_ns - 1_000_000_000), Arc::new(last));
+        std::thread::sleep(Duration::from_millis(700));
+        let stats = sender.stats();
+        let asked = Instant::now();
+        sender.stop();
+        let took = asked.elapsed();
+        // The stop ends the catch-up: a sender that finished it first would have made all 17
+        // requests before `stop` returned.
+        let n = requests.load(Ordering::SeqCst);
+        assert!((2..17).contains(&n), "{n} requests; stop took {took:?}");
+        // The cursor is where the receiver's data ends, in order from the start.
+        let cur = load_cursor(dir.path(), &url).unwrap();
+        assert_eq!(cur, stats.snapshot().acked_ts_ns);
+        // Resuming, the first request is one sample; the others are full.
+        assert_eq!(
+            (cur - t0) / 1_000_000_000 + 1,
+            1 + (n as i64 - 1) * MAX_SAMPLES as i64
+        );
     }
 }
