@@ -79,6 +79,10 @@ pub fn run(a: ServeArgs) -> Result<()> {
         token,
         top_processes: a.metrics_top_processes,
         metrics_max_age: a.metrics_max_age,
+        build: vec![
+            ("version".into(), env!("CARGO_PKG_VERSION").into()),
+            ("revision".into(), env!("JITTERSCOPE_REVISION").into()),
+        ],
     };
     crate::signals::install();
     jitterscope_web::run(cfg, &crate::signals::STOP)

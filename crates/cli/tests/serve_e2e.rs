@@ -176,7 +176,28 @@ fn prometheus_scrapes_a_live_recording() {
         );
     }
     let store = tempfile::tempdir().unwrap();
-    let _rec = common::recorder(store.path());
+    // With its tracers where it can (root), so the run-queue histogram has buckets to show.
+    let tracing = jitterscope_testkit::is_root();
+    let mut rec = cmd();
+    rec.args([
+        "record",
+        "--profile-hz",
+        "0",
+        "--no-mlock",
+        "--nice",
+        "0",
+        "--dir",
+    ])
+    .arg(store.path());
+    if !tracing {
+        rec.arg("--no-tracers");
+    }
+    let _rec = ChildGuard::new(
+        rec.stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("record starts"),
+    );
     let (_srv, addr) = serve(store.path(), &["--metrics-top-processes", "5"]);
     let prom_port = free_port();
     let work = tempfile::tempdir().unwrap();
@@ -184,7 +205,7 @@ fn prometheus_scrapes_a_live_recording() {
     std::fs::write(
         &cfg,
         format!(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\nscrape_configs:\n  - job_name: jitterscope\n    static_configs:\n      - targets: ['{addr}']\n"
+            "global:\n  scrape_interval: 2s\n  scrape_timeout: 1500ms\nscrape_configs:\n  - job_name: jitterscope\n    static_configs:\n      - targets: ['{addr}']\n"
         ),
     )
     .unwrap();
@@ -214,28 +235,53 @@ fn prometheus_scrapes_a_live_recording() {
             .map(|_| http_get(&format!("/api/v1/query?query={enc}"), prom))
             .unwrap_or_default()
     };
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let number = |answer: &str| -> Option<f64> {
+        answer
+            .rsplit("\"value\":[")
+            .next()
+            .and_then(|v| v.split('"').nth(1))
+            .and_then(|v| v.parse().ok())
+    };
+    // Base-unit names, a counter `rate()` works on, a histogram `histogram_quantile()` works
+    // on, the peak of the seconds between scrapes, and the build.
+    let deadline = Instant::now() + Duration::from_secs(90);
     loop {
-        let host = query("jitterscope_cpu_usr_pct");
-        let procs = query("count(jitterscope_proc_cpu_pct)");
+        let host = query("jitterscope_cpu_usr_ratio");
+        let procs = query("count(jitterscope_proc_cpu_ratio)");
         let up = query("up{job=\"jitterscope\"}");
-        if host.contains("\"__name__\":\"jitterscope_cpu_usr_pct\"")
+        let ctxt = query("rate(jitterscope_sched_ctxt_total[10s])");
+        let peak =
+            query("jitterscope_sched_ctxt_per_second_max >= jitterscope_sched_ctxt_per_second_min");
+        let build = query("jitterscope_build_info");
+        let runq = query(
+            "histogram_quantile(0.99, sum by (le) (rate(jitterscope_runqlat_seconds_bucket[10s])))",
+        );
+        let have_runq = !tracing || number(&runq).is_some_and(|v| v > 0.0);
+        if host.contains("\"__name__\":\"jitterscope_cpu_usr_ratio\"")
             && procs.contains("\"value\":[")
             && up.contains("\"1\"]")
+            && number(&ctxt).is_some_and(|v| v > 0.0)
+            && peak.contains("\"value\":[")
+            && build.contains("\"version\":")
+            && have_runq
         {
             // Processes are bounded by --metrics-top-processes: 5 by CPU and 5 by RSS.
-            let n: f64 = procs
-                .rsplit("\"value\":[")
-                .next()
-                .and_then(|v| v.split('"').nth(1))
-                .and_then(|v| v.parse().ok())
-                .unwrap();
+            let n = number(&procs).unwrap();
             assert!((1.0..=10.0).contains(&n), "{procs}");
+            // A ratio is 0–1, not a percentage.
+            let usr = number(&host).unwrap();
+            assert!((0.0..=1.0).contains(&usr), "{host}");
+            if !tracing {
+                jitterscope_testkit::skip(
+                    "prometheus_scrapes_a_live_recording (histograms)",
+                    "not root: the recorder has no tracers, so no run-queue histogram",
+                );
+            }
             return;
         }
         assert!(
             Instant::now() < deadline,
-            "no jitterscope series in Prometheus after 60 s: {host} {procs} {up}"
+            "not every family in Prometheus after 90 s:\n{host}\n{procs}\n{up}\n{ctxt}\n{peak}\n{build}\n{runq}"
         );
         std::thread::sleep(Duration::from_millis(500));
     }

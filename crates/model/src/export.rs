@@ -61,6 +61,63 @@ pub fn base_name(d: &MetricDef) -> BaseName {
     }
 }
 
+/// The counter a per-second rate is also exported as on `/metrics`: its name with `_total` for
+/// `_per_second` (`jitterscope_sched_ctxt_total`, `jitterscope_disk_read_bytes_total`,
+/// `jitterscope_cgroup_cpu_throttled_seconds_total`) and the factor into that unit. The
+/// running sum of each second's rate times its span, so `rate()` and `increase()` work over any
+/// range. `None` for metrics that are not rates per second.
+pub fn counter_of(d: &MetricDef) -> Option<BaseName> {
+    if !matches!(
+        d.unit,
+        Unit::PerSecond | Unit::BytesPerSecond | Unit::MillisecondsPerSecond
+    ) || d.kind == crate::registry::Kind::Counter
+    {
+        return None;
+    }
+    let b = base_name(d);
+    let stem = b.name.strip_suffix("_per_second")?;
+    Some(BaseName {
+        name: format!("{stem}_total"),
+        scale: b.scale,
+    })
+}
+
+/// Whether `/metrics` gives the series of `d` their largest and smallest value over the
+/// scrape interval (`_max`, `_min`): host, cgroup, device and interface series, whose number
+/// the host bounds; not per process or per CPU, whose number grows with the host, nor raw
+/// counters, which only grow.
+pub fn windowed(d: &MetricDef) -> bool {
+    d.kind != crate::registry::Kind::Counter
+        && !["<pid>", "<comm>", "<cpu>"]
+            .iter()
+            .any(|p| d.name.contains(p))
+}
+
+/// The latency histograms `/metrics` exposes, from the tracers' log2 buckets: family name, the
+/// label it is split by (`None`: one host-wide histogram), and help.
+pub static HISTOGRAMS: &[(&str, Option<&str>, &str)] = &[
+    (
+        "jitterscope_runqlat_seconds",
+        None,
+        "Run-queue latency, wake-up (or preemption) to running, host-wide (runqlat tracer)",
+    ),
+    (
+        "jitterscope_runqlat_cgroup_seconds",
+        Some("cgroup"),
+        "Run-queue latency of the tasks of each CPU cgroup (runqlat tracer)",
+    ),
+    (
+        "jitterscope_reclaim_stall_seconds",
+        None,
+        "Direct-reclaim stalls, global and memory-cgroup, host-wide (reclaim tracer)",
+    ),
+    (
+        "jitterscope_reclaim_cgroup_stall_seconds",
+        Some("cgroup"),
+        "Direct-reclaim stalls charged to each memory cgroup (reclaim tracer)",
+    ),
+];
+
 /// Families left out of the exported set: the raw per-field tables that repeat curated
 /// metrics or grow with the kernel's tables (`vmstat.<field>`, `meminfo.<field>`,
 /// `cgroup.<cgroup>.memory.stat.<field>`, buddyinfo, per-slab-cache, per-IRQ, look-up path
@@ -284,6 +341,51 @@ mod tests {
             // Counters get `_total` when exposed; no stored name may already look like one.
             assert!(!b.name.ends_with("_total"), "{}", b.name);
         }
+    }
+
+    #[test]
+    fn every_exposed_name_is_its_own() {
+        // A family name may mean one thing only: a counter, a window or a histogram that took
+        // the name of another metric would merge two families in Prometheus.
+        let mut names: std::collections::HashMap<String, &str> = Default::default();
+        let mut claim = |n: String, what: &'static str| {
+            if let Some(prev) = names.insert(n.clone(), what) {
+                assert!(
+                    prev == "gauge" && what == "gauge",
+                    "{n} is both a {prev} and a {what}"
+                );
+            }
+        };
+        for d in exposed() {
+            claim(base_name(d).name, "gauge");
+            if let Some(c) = counter_of(d) {
+                claim(c.name.clone(), "counter");
+                claim(
+                    c.name.trim_end_matches("_total").to_string(),
+                    "counter family",
+                );
+            }
+            if windowed(d) {
+                claim(format!("{}_max", base_name(d).name), "max");
+                claim(format!("{}_min", base_name(d).name), "min");
+            }
+        }
+        for (h, _, _) in HISTOGRAMS {
+            for suffix in ["", "_bucket", "_sum", "_count"] {
+                claim(format!("{h}{suffix}"), "histogram");
+            }
+        }
+        assert_eq!(
+            counter_of(&cgroup::CPU_THROTTLED_MS_PER_S).map(|c| c.name),
+            Some("jitterscope_cgroup_cpu_throttled_seconds_total".into())
+        );
+        assert_eq!(
+            counter_of(&cpu::SCHED_CTXT_PER_S).map(|c| c.name),
+            Some("jitterscope_sched_ctxt_total".into())
+        );
+        assert!(counter_of(&cgroup::CPU_THROTTLED_PCT).is_none());
+        assert!(windowed(&cgroup::CPU_THROTTLED_PCT));
+        assert!(!windowed(&process::PROC_CPU_PCT));
     }
 
     #[test]

@@ -167,6 +167,11 @@ impl Reader {
         self.latest_of(true)
     }
 
+    /// The timestamp of the last record in file order, reading no lane.
+    pub fn latest_ts(&self) -> Result<Option<i64>> {
+        Ok(self.latest_of(false)?.map(|r| r.ts_ns))
+    }
+
     fn latest_of(&self, with_detail: bool) -> Result<Option<Record>> {
         let mut decoder = FrameDecoder::new().map_err(|e| StoreError::io(&self.dir, e))?;
         let mut damage = Damage::default();

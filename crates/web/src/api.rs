@@ -153,6 +153,7 @@ pub async fn metrics() -> impl IntoResponse {
                 "unit": d.unit.as_str(),
                 "help": d.help,
                 "openmetrics": jitterscope_model::openmetrics::family_name(d),
+                "prometheus": jitterscope_model::export::base_name(d).name,
             })
         })
         .collect();

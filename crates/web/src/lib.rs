@@ -2,7 +2,7 @@
 //! by `/api/v1/openapi.json`) and a Prometheus endpoint (`/metrics`).
 //!
 //! - [`api`]: the JSON handlers (metrics, range, series, events, findings, flame graph).
-//! - [`prom`]: `/metrics`, the latest sample with bounded cardinality.
+//! - [`prom`]: `/metrics`: base units, counters, peaks between scrapes, histograms.
 //! - [`assets`]: the UI, embedded at build time.
 //!
 //! Access: without a token the server binds only loopback addresses and also refuses any
@@ -44,6 +44,8 @@ pub struct Config {
     /// `/metrics` answers 503 when the newest sample is older than this (a stopped recorder
     /// must not look like a flat line); zero serves any age.
     pub metrics_max_age: Duration,
+    /// `jitterscope_build_info`'s labels (version, revision).
+    pub build: Vec<(String, String)>,
 }
 
 /// Shared by the handlers.
@@ -56,6 +58,8 @@ pub struct AppState {
     pub stopping: jitterscope_model::cancel::Token,
     /// Places for light reads ([`limits::light`]).
     pub light: tokio::sync::Semaphore,
+    /// What `/metrics` carries between scrapes (counters, windows, histograms).
+    pub scrapes: prom::Scrapes,
 }
 
 impl AppState {
@@ -69,6 +73,7 @@ impl AppState {
             heavy,
             stopping,
             light: tokio::sync::Semaphore::new(limits::LIGHT_AT_ONCE),
+            scrapes: prom::Scrapes::default(),
         }))
     }
 }
@@ -327,6 +332,7 @@ mod tests {
             token: None,
             top_processes: 20,
             metrics_max_age: Duration::from_secs(60),
+            build: Vec::new(),
         };
         assert!(check(&cfg)
             .unwrap_err()
@@ -352,6 +358,7 @@ mod tests {
             token: None,
             top_processes: 20,
             metrics_max_age: Duration::from_secs(60),
+            build: Vec::new(),
         };
         let e = check(&cfg).unwrap_err().to_string();
         assert!(

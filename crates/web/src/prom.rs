@@ -1,77 +1,526 @@
-//! `/metrics`: the newest sample as OpenMetrics text, named from the registry.
+//! `/metrics`: OpenMetrics text a Prometheus user can use as is.
 //!
-//! Cardinality is bounded by `jitterscope_model::export::Bounded`, the set remote write
-//! sends too: every host series and every cgroup, processes only for the `top_processes`
-//! busiest by CPU and largest by RSS, and none of the raw per-field families.
+//! - **Names in base units** (`export::base_name`): ratios 0–1, seconds, bytes, `_per_second`;
+//!   the same names remote write sends.
+//! - **Counters** (`export::counter_of`): every per-second rate is also a `_total` counter,
+//!   the running sum of each recorded second's rate times its span, so `rate()` and
+//!   `increase()` see every second, not only the one a scrape lands on. The sums start when
+//!   `serve` starts; a restart is a counter reset, which `rate()` handles.
+//! - **Peaks between scrapes** (`export::windowed`): host and cgroup gauges come with `_max`
+//!   and `_min`, the extremes of the seconds since the same scraper's previous scrape (by
+//!   peer address; `?window=30s` sets it; 15 s for a first scrape; at most 5 min). A 1 s
+//!   spike shows in a 15 s scrape.
+//! - **Histograms** (`export::HISTOGRAMS`): run-queue latency and reclaim stalls, from the
+//!   tracers' log2-microsecond buckets, summed since `serve` started.
+//! - `jitterscope_build_info` and `jitterscope_cgroup_info`.
+//!
+//! Cardinality is bounded by `export::Bounded`, the set remote write sends: every host series
+//! and every cgroup, processes only for the busiest by CPU and the largest by RSS, and none of
+//! the raw per-field families.
+//!
+//! Each scrape folds the samples recorded since the previous one into [`Scrapes`], reading
+//! each sample once whatever the number of scrapers.
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fmt::Write as _;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use axum::extract::State;
+use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use jitterscope_model::codec::Parts;
-use jitterscope_model::derive::SeriesValue;
-use jitterscope_model::export::Bounded;
-use jitterscope_model::stored::{Damage, Pair, SampleReader};
+use jitterscope_model::export::{base_name, counter_of, windowed, BaseName, Bounded, HISTOGRAMS};
+use jitterscope_model::openmetrics::{escape_label, write_num};
+use jitterscope_model::registry::MetricDef;
+use jitterscope_model::stored::{Damage, SampleReader};
+use jitterscope_model::tracers::Hist;
 use jitterscope_model::Sample;
 
 use crate::AppState;
 
-/// The exposition of `cur` (rates against `prev`), processes limited to the `top` busiest by
-/// CPU and the `top` largest by RSS.
-pub fn exposition(cur: &Sample, prev: Option<&Sample>, top: usize) -> Vec<u8> {
-    let mut points: Vec<(Option<i64>, SeriesValue)> = Vec::new();
-    Bounded::new(top).for_each(cur, prev, |def, labels, value| {
-        points.push((
-            None,
-            SeriesValue {
-                def,
-                labels: labels.iter().map(|s| s.to_string()).collect(),
-                series: def.series_name(labels),
-                value: Some(value),
-            },
-        ))
-    });
-    let mut out = Vec::with_capacity(64 * 1024);
-    // Writing to a Vec cannot fail.
-    let info = jitterscope_model::openmetrics::cgroup_info(
-        cur.cgroups.iter().flatten().map(|c| (c, None)),
+/// The window of a scraper's first scrape.
+pub const DEFAULT_WINDOW: Duration = Duration::from_secs(15);
+/// The longest window: the seconds kept for `_max` and `_min`.
+pub const MAX_WINDOW: Duration = Duration::from_secs(300);
+/// A series (a process that left the top N) or a scraper not seen for this long is forgotten.
+const FORGET_NS: i64 = 600 * 1_000_000_000;
+/// Histogram buckets exposed: log2-microsecond slots 0..HIST_SLOTS, so the last finite `le` is
+/// 2^24 µs (16.8 s); longer stalls count in `+Inf` only.
+const HIST_SLOTS: usize = 24;
+/// A second whose span to the one before is longer than this adds nothing to a counter: the
+/// derived rates refuse such gaps too.
+const MAX_SPAN_S: f64 = jitterscope_model::derive::MAX_RATE_GAP_S;
+
+/// How one metric is exposed, worked out once per definition.
+struct Exposed {
+    base: BaseName,
+    counter: Option<BaseName>,
+    windowed: bool,
+    keys: Vec<&'static str>,
+}
+
+/// One series' state across scrapes.
+#[derive(Default)]
+struct Series {
+    /// Sum of rate × span, in the stored unit.
+    total: f64,
+    last_ts: i64,
+    last: f64,
+    /// `(ts, value)` of the recent seconds, for windowed metrics.
+    recent: VecDeque<(i64, f64)>,
+}
+
+/// What `/metrics` carries from scrape to scrape.
+#[derive(Default, Debug)]
+pub struct Scrapes {
+    state: Mutex<Folded>,
+}
+
+#[derive(Default)]
+struct Folded {
+    /// The newest sample folded in.
+    to: Option<i64>,
+    defs: HashMap<&'static MetricDef, Exposed>,
+    series: HashMap<(&'static MetricDef, Vec<String>), Series>,
+    /// Histogram sums by (index in `HISTOGRAMS`, label value), with when each was last seen.
+    hists: BTreeMap<(usize, String), (Hist, i64)>,
+    /// Each scraper's previous scrape (wall clock, ns).
+    clients: HashMap<IpAddr, i64>,
+    /// `jitterscope_cgroup_info` of the newest sample.
+    info: String,
+}
+
+impl Folded {
+    fn fold(&mut self, bounded: &Bounded, cur: &Sample, prev: Option<&Sample>) {
+        let span = prev
+            .map(|p| (cur.ts_ns - p.ts_ns) as f64 / 1e9)
+            .filter(|s| *s > 0.0 && *s <= MAX_SPAN_S);
+        let keep_from = cur.ts_ns - MAX_WINDOW.as_nanos() as i64;
+        let (defs, series) = (&mut self.defs, &mut self.series);
+        bounded.for_each(cur, prev, |def, labels, v| {
+            let e = defs.entry(def).or_insert_with(|| Exposed {
+                base: base_name(def),
+                counter: counter_of(def),
+                windowed: windowed(def),
+                keys: def.placeholders(),
+            });
+            let s = series
+                .entry((def, labels.iter().map(|l| l.to_string()).collect()))
+                .or_default();
+            s.last_ts = cur.ts_ns;
+            s.last = v;
+            if let (Some(_), Some(span)) = (&e.counter, span) {
+                s.total += v * span;
+            }
+            if e.windowed {
+                s.recent.push_back((cur.ts_ns, v));
+                while s.recent.front().is_some_and(|r| r.0 < keep_from) {
+                    s.recent.pop_front();
+                }
+            }
+        });
+        if let Some(t) = &cur.tracers {
+            let mut add = |i: usize, label: &str, h: &Hist| {
+                if h.count == 0 && h.slots.is_empty() {
+                    return;
+                }
+                let e = self.hists.entry((i, label.to_string())).or_default();
+                e.0 += h;
+                e.1 = cur.ts_ns;
+            };
+            if let Some(r) = &t.runqlat {
+                add(0, "", &r.host);
+                for c in &r.cgroups {
+                    add(1, &c.cgroup, &c.latency);
+                }
+            }
+            if let Some(r) = &t.reclaim {
+                for p in &r.procs {
+                    add(2, "", &p.latency);
+                }
+                for c in &r.cgroups {
+                    add(3, &c.cgroup, &c.latency);
+                }
+            }
+        }
+        self.info = jitterscope_model::openmetrics::cgroup_info(
+            cur.cgroups.iter().flatten().map(|c| (c, None)),
+        );
+        self.to = Some(cur.ts_ns);
+    }
+
+    fn forget(&mut self, newest: i64, now: i64) {
+        let old = newest - FORGET_NS;
+        self.series.retain(|_, s| s.last_ts >= old);
+        self.hists.retain(|_, h| h.1 >= old);
+        self.clients.retain(|_, t| *t >= now - FORGET_NS);
+    }
+}
+
+/// A family being written: its type line and help, then its samples.
+struct Family {
+    ty: &'static str,
+    help: String,
+    unit: Option<&'static str>,
+    lines: String,
+}
+
+/// The families of the exposition, by name (one declaration per name, as OpenMetrics wants).
+#[derive(Default)]
+struct Families(BTreeMap<String, Family>);
+
+impl Families {
+    fn family(
+        &mut self,
+        name: &str,
+        ty: &'static str,
+        help: impl FnOnce() -> String,
+    ) -> &mut Family {
+        self.0.entry(name.to_string()).or_insert_with(|| Family {
+            ty,
+            help: help(),
+            unit: ["seconds", "bytes", "ratio"]
+                .into_iter()
+                .find(|u| name.ends_with(&format!("_{u}"))),
+            lines: String::new(),
+        })
+    }
+
+    fn write(self, out: &mut String) {
+        for (name, f) in self.0 {
+            let _ = writeln!(out, "# TYPE {name} {}", f.ty);
+            if let Some(u) = f.unit {
+                let _ = writeln!(out, "# UNIT {name} {u}");
+            }
+            let _ = writeln!(out, "# HELP {name} {}", f.help.replace(['\\', '\n'], " "));
+            out.push_str(&f.lines);
+        }
+    }
+}
+
+/// `name{k="v",...} value\n`.
+fn line(out: &mut String, name: &str, labels: &[(&str, &str)], value: f64) {
+    out.push_str(name);
+    if !labels.is_empty() {
+        out.push('{');
+        for (i, (k, v)) in labels.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            let _ = write!(out, "{k}=\"{}\"", escape_label(v));
+        }
+        out.push('}');
+    }
+    out.push(' ');
+    num(out, value);
+    out.push('\n');
+}
+
+/// `write_num`, with nine decimals below 1: values scaled into base units from µs, ns or
+/// percent need them (3 µs is 0.000003 s).
+fn num(out: &mut String, v: f64) {
+    if v != 0.0 && v.abs() < 1.0 && v.fract() != 0.0 {
+        let s = format!("{v:.9}");
+        out.push_str(s.trim_end_matches('0').trim_end_matches('.'));
+    } else {
+        write_num(out, v);
+    }
+}
+
+/// A definition's help, which speaks of the stored unit, with the exposed unit when they differ.
+fn in_base_units(help: &str, b: &BaseName) -> String {
+    if b.scale == 1.0 {
+        return help.to_string();
+    }
+    let unit = [
+        ("_seconds_per_second", "seconds per second"),
+        ("_seconds_total", "seconds"),
+        ("_seconds", "seconds"),
+        ("_ratio", "a ratio 0-1"),
+    ]
+    .iter()
+    .find(|(suffix, _)| b.name.ends_with(suffix))
+    .map_or("base units", |u| u.1);
+    format!("{help} [exposed in {unit}]")
+}
+
+/// The upper edge of log2-microsecond slot `i`, in seconds.
+fn slot_le(i: usize) -> f64 {
+    (1u64 << (i + 1)) as f64 * 1e-6
+}
+
+impl Scrapes {
+    /// Folds what the store at `dir` recorded since the previous scrape, then writes the
+    /// exposition for a scraper at `client` wanting `window` (else the time since its previous
+    /// scrape). `Ok(None)`: the store holds no sample. `max_age` refuses a store whose newest
+    /// sample is older (zero: any age).
+    #[allow(clippy::too_many_arguments)]
+    pub fn scrape(
+        &self,
+        dir: &std::path::Path,
+        top: usize,
+        client: Option<IpAddr>,
+        window: Option<Duration>,
+        build: &[(String, String)],
+        max_age: Duration,
+        now_ns: i64,
+    ) -> anyhow::Result<Result<(Vec<u8>, Damage), String>> {
+        let reader = SampleReader::open(dir)?;
+        let Some(newest) = reader.store().latest_ts()? else {
+            return Ok(Err("the store holds no samples".into()));
+        };
+        let age_s = (now_ns - newest) as f64 / 1e9;
+        if !max_age.is_zero() && age_s > max_age.as_secs_f64() {
+            return Ok(Err(format!(
+                "the newest sample is {age_s:.0} s old (more than {max_age:?}): is the recorder running?"
+            )));
+        }
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let previous = client.and_then(|c| st.clients.get(&c).copied());
+        let window_ns = window
+            .map(|w| w.as_nanos() as i64)
+            .or(previous.map(|p| now_ns - p))
+            .unwrap_or(DEFAULT_WINDOW.as_nanos() as i64)
+            .clamp(1_000_000_000, MAX_WINDOW.as_nanos() as i64);
+        // A store that went back in time (replaced, restored) starts the sums again.
+        if st.to.is_some_and(|t| t > newest) {
+            *st = Folded::default();
+        }
+        let max_window = MAX_WINDOW.as_nanos() as i64;
+        let from = match st.to {
+            Some(t) => (t + 1).max(newest - max_window),
+            None => newest - window_ns + 1,
+        };
+        let bounded = Bounded::new(top);
+        let mut damage = Damage::default();
+        if from <= newest {
+            let mut pairs = reader.pairs(from, newest, bounded.parts())?;
+            while let Some((cur, prev)) = pairs.next() {
+                st.fold(&bounded, cur, prev);
+            }
+            damage = pairs.damage();
+        }
+        let Some(to) = st.to else {
+            let why = damage
+                .note()
+                .unwrap_or_else(|| "the store holds no samples".into());
+            return Ok(Err(why));
+        };
+        if let Some(c) = client {
+            st.clients.insert(c, now_ns);
+        }
+        st.forget(to, now_ns);
+        Ok(Ok((st.write(to, window_ns, build).into_bytes(), damage)))
+    }
+}
+
+impl Folded {
+    fn write(&self, newest: i64, window_ns: i64, build: &[(String, String)]) -> String {
+        let mut fams = Families::default();
+        let since = newest - window_ns;
+        let window_s = window_ns / 1_000_000_000;
+        let mut labels: Vec<(&str, &str)> = Vec::new();
+        for ((def, values), s) in &self.series {
+            if s.last_ts != newest {
+                continue;
+            }
+            let Some(e) = self.defs.get(def) else {
+                continue;
+            };
+            labels.clear();
+            labels.extend(
+                e.keys
+                    .iter()
+                    .copied()
+                    .zip(values.iter().map(|v| v.as_str())),
+            );
+            let put = |fams: &mut Families, name: &str, ty, help: &dyn Fn() -> String, v: f64| {
+                line(&mut fams.family(name, ty, help).lines, name, &labels, v);
+            };
+            put(
+                &mut fams,
+                &e.base.name,
+                "gauge",
+                &|| in_base_units(def.help, &e.base),
+                s.last * e.base.scale,
+            );
+            if let Some(c) = &e.counter {
+                let family = c.name.trim_end_matches("_total");
+                let help = || {
+                    format!(
+                        "{}; as a counter: summed over every recorded second since serve started",
+                        in_base_units(def.help, c)
+                    )
+                };
+                let f = fams.family(family, "counter", help);
+                line(&mut f.lines, &c.name, &labels, s.total * c.scale);
+            }
+            if e.windowed {
+                let in_window = s.recent.iter().filter(|r| r.0 > since).map(|r| r.1);
+                let (lo, hi) = in_window.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+                    (lo.min(v), hi.max(v))
+                });
+                if lo.is_finite() {
+                    for (suffix, v, word) in [("_max", hi, "largest"), ("_min", lo, "smallest")] {
+                        let name = format!("{}{suffix}", e.base.name);
+                        let help = || {
+                            format!(
+                                "{}; the {word} second since this scraper's previous scrape ({window_s} s here)",
+                                in_base_units(def.help, &e.base)
+                            )
+                        };
+                        put(&mut fams, &name, "gauge", &help, v * e.base.scale);
+                    }
+                }
+            }
+        }
+        let les: Vec<String> = (0..HIST_SLOTS).map(|i| format!("{}", slot_le(i))).collect();
+        for ((i, label), (h, _)) in &self.hists {
+            let (name, key, help) = HISTOGRAMS[*i];
+            let f = fams.family(name, "histogram", || format!("{help}, since serve started"));
+            let mut ls: Vec<(&str, &str)> =
+                key.map(|k| vec![(k, label.as_str())]).unwrap_or_default();
+            let mut cum = 0u64;
+            let total: u64 = h.slots.iter().sum();
+            let bucket = format!("{name}_bucket");
+            for (slot, le) in les.iter().enumerate() {
+                cum += h.slots.get(slot).copied().unwrap_or(0);
+                ls.push(("le", le));
+                line(&mut f.lines, &bucket, &ls, cum as f64);
+                ls.pop();
+            }
+            ls.push(("le", "+Inf"));
+            line(&mut f.lines, &bucket, &ls, total as f64);
+            ls.pop();
+            line(&mut f.lines, &format!("{name}_count"), &ls, total as f64);
+            line(
+                &mut f.lines,
+                &format!("{name}_sum"),
+                &ls,
+                h.sum_ns as f64 / 1e9,
+            );
+        }
+        if !build.is_empty() {
+            let f = fams.family("jitterscope_build", "info", || {
+                "The jitterscope that serves these metrics: version and source revision".into()
+            });
+            let ls: Vec<(&str, &str)> = build
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            line(&mut f.lines, "jitterscope_build_info", &ls, 1.0);
+        }
+        let mut out = String::with_capacity(128 * 1024);
+        fams.write(&mut out);
+        out.push_str(&self.info);
+        out.push_str("# EOF\n");
+        out
+    }
+}
+
+/// Every exposed metric's name before the base-unit rework and now, as a Markdown table for the
+/// README (a test keeps the README's copy equal to it).
+pub fn names_table() -> String {
+    let mut out = String::from(
+        "| stored series | `/metrics` before | `/metrics` now | × | also |\n|---|---|---|---:|---|\n",
     );
-    let _ = jitterscope_model::openmetrics::write_with(&mut out, &points, &info);
+    for d in jitterscope_model::export::exposed() {
+        let old = jitterscope_model::openmetrics::family_name(d);
+        let old = match d.kind {
+            jitterscope_model::registry::Kind::Counter => format!("{old}_total"),
+            _ => old,
+        };
+        let b = base_name(d);
+        let mut also = Vec::new();
+        if let Some(c) = counter_of(d) {
+            also.push(format!("`{}`", c.name));
+        }
+        if windowed(d) {
+            also.push("`_max`, `_min`".to_string());
+        }
+        let scale = if b.scale == 1.0 {
+            String::new()
+        } else {
+            format!("{}", b.scale)
+        };
+        let same = if old == b.name { " (same)" } else { "" };
+        out.push_str(&format!(
+            "| `{}` | `{old}` | `{}`{same} | {scale} | {} |\n",
+            d.name.replace('|', "\\|"),
+            b.name,
+            also.join(", ")
+        ));
+    }
+    for (name, key, _) in HISTOGRAMS {
+        out.push_str(&format!(
+            "| (tracer histogram) | (none) | `{name}` (histogram{}) | | `_bucket`, `_sum`, `_count` |\n",
+            key.map(|k| format!(" by `{k}`")).unwrap_or_default()
+        ));
+    }
+    out.push_str(
+        "| (none) | (none) | `jitterscope_build_info` (info) | | `version`, `revision` |\n",
+    );
     out
 }
 
-/// The newest sample that decodes, the one before it, and what the read skipped.
-fn latest(dir: &std::path::Path) -> anyhow::Result<(Option<Pair>, Damage)> {
-    Ok(SampleReader::open(dir)?.latest_pair(Parts::ALL)?)
+/// `GET /metrics` query.
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct MetricsQuery {
+    /// The window of `_max` and `_min` (`30s`, `2m`, or seconds).
+    pub window: Option<String>,
+}
+
+/// `30s`, `2m`, `90` (seconds).
+fn parse_window(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let (num, mult) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (s, 1.0)
+    };
+    let v: f64 = num.parse().ok()?;
+    (v.is_finite() && v > 0.0).then(|| Duration::from_secs_f64(v * mult))
 }
 
 /// `GET /metrics`.
-pub async fn metrics(State(st): State<Arc<AppState>>) -> Response {
-    let cfg = st.cfg.clone();
-    let r = crate::limits::light(&st.light, move || -> Result<(Vec<u8>, Damage), (StatusCode, String)> {
-        let err = |e: anyhow::Error| (StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}\n"));
-        let (pair, damage) = latest(&cfg.dir).map_err(err)?;
-        let Some((cur, prev)) = pair else {
-            let why = damage.note().unwrap_or_else(|| "the store holds no samples".into());
-            return Err((StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")));
-        };
-        let now = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX);
-        let age_s = (now - cur.ts_ns) as f64 / 1e9;
-        if !cfg.metrics_max_age.is_zero() && age_s > cfg.metrics_max_age.as_secs_f64() {
-            return Err((
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!(
-                    "the newest sample is {age_s:.0} s old (more than {:?}): is the recorder running?\n",
-                    cfg.metrics_max_age
-                ),
-            ));
+pub async fn metrics(
+    State(st): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
+    Query(q): Query<MetricsQuery>,
+) -> Response {
+    let window = match q.window.as_deref().map(|w| (w, parse_window(w))) {
+        None => None,
+        Some((_, Some(w))) => Some(w),
+        Some((w, None)) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                format!("window={w}: not a duration (30s, 2m, or seconds)\n"),
+            )
+                .into_response()
         }
-        Ok((exposition(&cur, prev.as_ref(), cfg.top_processes), damage))
+    };
+    let app = st.clone();
+    let r = crate::limits::light(&st.light, move || {
+        let cfg = &app.cfg;
+        let now = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX);
+        app.scrapes.scrape(
+            &cfg.dir,
+            cfg.top_processes,
+            Some(peer.ip()),
+            window,
+            &cfg.build,
+            cfg.metrics_max_age,
+            now,
+        )
     })
     .await;
     match r {
-        Ok(Ok((body, damage))) => {
+        Ok(Ok(Ok((body, damage)))) => {
             let mut resp = (
                 [(
                     header::CONTENT_TYPE,
@@ -83,50 +532,212 @@ pub async fn metrics(State(st): State<Arc<AppState>>) -> Response {
             crate::api::damage_header(&mut resp, &damage);
             resp
         }
-        Ok(Err((code, msg))) => (code, msg).into_response(),
+        Ok(Ok(Err(why))) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response(),
+        Ok(Err(e)) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}\n")).into_response(),
         Err(e) => e.into_response(),
+    }
+}
+
+impl std::fmt::Debug for Folded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Folded")
+            .field("to", &self.to)
+            .field("series", &self.series.len())
+            .field("hists", &self.hists.len())
+            .field("clients", &self.clients.len())
+            .finish()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use jitterscope_sources::cgroup::{Cgroup, Identity, Runtime};
+    use jitterscope_model::signals::SignalRecord;
+    use jitterscope_model::stored::Encoder;
+    use jitterscope_model::tracers::{Runqlat, Tracers};
+    use jitterscope_sources::system::loadavg::LoadAvg;
+    use jitterscope_sources::system::stat::Stat;
+    use jitterscope_store::{StoreConfig, Writer};
+
+    const S: i64 = 1_000_000_000;
+    const T0: i64 = 1_700_000_000 * S;
+
+    /// Seconds `range` of a host doing 1,000 context switches a second, whose load average is
+    /// 1 but 9 in second 30, and whose runqlat histogram gets 2 wake-ups of 2–4 µs and one of
+    /// 4–8 µs a second.
+    fn record(dir: &std::path::Path, range: std::ops::Range<i64>) {
+        let mut c = StoreConfig::new(dir);
+        c.retain = Duration::from_secs(100 * 365 * 86400);
+        let mut w = Writer::open(c).unwrap();
+        let mut enc = Encoder::new();
+        for i in range {
+            let mut s = Sample {
+                ts_ns: T0 + i * S,
+                mono_ns: (i as u64 + 1) * 1_000_000_000,
+                stat: Some(Stat {
+                    context_switches: Some(1000 * i as u64),
+                    ..Default::default()
+                }),
+                loadavg: Some(LoadAvg {
+                    load1: if i == 30 { 9.0 } else { 1.0 },
+                    ..Default::default()
+                }),
+                tracers: Some(Tracers {
+                    span_ns: S as u64,
+                    runqlat: Some(Runqlat {
+                        host: Hist {
+                            slots: vec![0, 2, 1],
+                            count: 3,
+                            sum_ns: 10_000,
+                            max_ns: 6_000,
+                        },
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            let e = enc.encode(&mut s, &SignalRecord::default()).unwrap();
+            w.append_lanes(s.ts_ns, e.main, &e.lanes).unwrap();
+        }
+        w.close().unwrap();
+    }
+
+    fn scrape(sc: &Scrapes, dir: &std::path::Path, now: i64, window: Option<Duration>) -> String {
+        let peer: IpAddr = "127.0.0.1".parse().unwrap();
+        let build = [("version".to_string(), "1.2.3".to_string())];
+        let (body, _) = sc
+            .scrape(dir, 3, Some(peer), window, &build, Duration::ZERO, now)
+            .unwrap()
+            .unwrap();
+        String::from_utf8(body).unwrap()
+    }
+
+    fn value(text: &str, series: &str) -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("no {series} in:\n{text}"))
+            .parse()
+            .unwrap()
+    }
 
     #[test]
-    fn cgroup_owners_are_an_info_family_before_eof() {
-        let id = "ee295493ada3f9189f6f47168e5943bd26ddbe117f58b8072a75d74720ceb6d5";
-        let cur = Sample {
-            cgroups: Some(vec![
-                Cgroup {
-                    path: "/".into(),
-                    ..Default::default()
-                },
-                Cgroup {
-                    path: format!("/kubepods.slice/cri-containerd-{id}.scope"),
-                    identity: Identity {
-                        runtime: Runtime::Containerd,
-                        container_id: Some(id.into()),
-                        name: Some("api".into()),
-                        pod: Some("checkout-7d9f".into()),
-                        namespace: Some("shop".into()),
-                        ..Default::default()
-                    },
-                    ..Default::default()
-                },
-            ]),
-            ..Default::default()
-        };
-        let text = String::from_utf8(exposition(&cur, None, 3)).unwrap();
-        assert!(text.ends_with(&format!(
-            "# TYPE jitterscope_cgroup info\n\
-             # HELP jitterscope_cgroup The container, pod or systemd unit that owns a cgroup, as its runtime names it\n\
-             jitterscope_cgroup_info{{cgroup=\"/kubepods.slice/cri-containerd-{id}.scope\",runtime=\"containerd\",container_id=\"{id}\",container_name=\"api\",pod_name=\"checkout-7d9f\",pod_namespace=\"shop\"}} 1\n\
-             # EOF\n"
-        )), "{text}");
-        // A host of no containers or units has no such family.
-        let bare = Sample::default();
-        let text = String::from_utf8(exposition(&bare, None, 3)).unwrap();
-        assert!(!text.contains("jitterscope_cgroup_info"));
+    fn counters_sum_every_second_and_a_spike_between_scrapes_shows_in_max() {
+        let dir = tempfile::tempdir().unwrap();
+        record(dir.path(), 0..20);
+        let sc = Scrapes::default();
+        let first = scrape(&sc, dir.path(), T0 + 20 * S, None);
+        // The first scrape folds the default window: seconds 5..=19, each with its span.
+        assert_eq!(value(&first, "jitterscope_sched_ctxt_total"), 15_000.0);
+        assert_eq!(value(&first, "jitterscope_sched_ctxt_per_second"), 1000.0);
+        assert!(
+            first.contains("# TYPE jitterscope_sched_ctxt counter\n"),
+            "{first}"
+        );
+        assert_eq!(value(&first, "jitterscope_load_avg1_max"), 1.0);
+        assert!(first.contains("jitterscope_build_info{version=\"1.2.3\"} 1\n"));
+        assert!(first.ends_with("# EOF\n"));
+
+        // Twenty more seconds, the spike among them; the scraper comes back 20 s later.
+        record(dir.path(), 20..40);
+        let second = scrape(&sc, dir.path(), T0 + 40 * S, None);
+        assert_eq!(value(&second, "jitterscope_sched_ctxt_total"), 35_000.0);
+        assert_eq!(
+            value(&second, "jitterscope_load_avg1"),
+            1.0,
+            "the last second"
+        );
+        assert_eq!(
+            value(&second, "jitterscope_load_avg1_max"),
+            9.0,
+            "the peak between scrapes"
+        );
+        assert_eq!(value(&second, "jitterscope_load_avg1_min"), 1.0);
+        // A scraper that asks for the last 5 s does not see second 30.
+        let narrow = scrape(&sc, dir.path(), T0 + 41 * S, Some(Duration::from_secs(5)));
+        assert_eq!(value(&narrow, "jitterscope_load_avg1_max"), 1.0);
+        assert_eq!(
+            value(&narrow, "jitterscope_sched_ctxt_total"),
+            35_000.0,
+            "read once"
+        );
+
+        // 35 seconds folded, 3 wake-ups each: 70 in 2-4 µs, 35 in 4-8 µs.
+        let h = "jitterscope_runqlat_seconds";
+        assert!(
+            second.contains(&format!("# TYPE {h} histogram\n")),
+            "{second}"
+        );
+        assert_eq!(
+            value(&second, &format!("{h}_bucket{{le=\"0.000002\"}}")),
+            0.0
+        );
+        assert_eq!(
+            value(&second, &format!("{h}_bucket{{le=\"0.000004\"}}")),
+            70.0
+        );
+        assert_eq!(
+            value(&second, &format!("{h}_bucket{{le=\"0.000008\"}}")),
+            105.0
+        );
+        assert_eq!(value(&second, &format!("{h}_bucket{{le=\"+Inf\"}}")), 105.0);
+        assert_eq!(value(&second, &format!("{h}_count")), 105.0);
+        assert_eq!(value(&second, &format!("{h}_sum")), 0.00035);
+    }
+
+    #[test]
+    fn every_family_is_declared_once_with_a_type_and_names_are_in_base_units() {
+        let dir = tempfile::tempdir().unwrap();
+        record(dir.path(), 0..5);
+        let text = scrape(&Scrapes::default(), dir.path(), T0 + 5 * S, None);
+        let mut declared = std::collections::HashSet::new();
+        let mut current = String::new();
+        for l in text.lines() {
+            if let Some(rest) = l.strip_prefix("# TYPE ") {
+                let name = rest.split(' ').next().unwrap().to_string();
+                assert!(declared.insert(name.clone()), "{name} declared twice");
+                current = name;
+            } else if !l.starts_with('#') {
+                let name = l.split(['{', ' ']).next().unwrap();
+                assert!(
+                    name.starts_with(&current),
+                    "{name} outside its family {current}"
+                );
+                for bad in ["_pct", "_usec", "_per_s{", "_per_s "] {
+                    assert!(!l.contains(bad), "{l}");
+                }
+            }
+        }
+        assert!(declared.contains("jitterscope_load_avg1"));
+    }
+
+    /// The README's table of names; `JITTERSCOPE_BLESS=1` rewrites it.
+    #[test]
+    fn the_readme_lists_every_name_change() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md");
+        let readme = std::fs::read_to_string(path).unwrap();
+        let (start, end) = ("<!-- metrics-names -->\n", "<!-- /metrics-names -->");
+        let a = readme.find(start).expect("the README has the names table") + start.len();
+        let b = readme[a..].find(end).expect("the table ends") + a;
+        let want = names_table();
+        if std::env::var("JITTERSCOPE_BLESS").is_ok_and(|v| v == "1") {
+            std::fs::write(path, format!("{}{want}{}", &readme[..a], &readme[b..])).unwrap();
+            return;
+        }
+        assert!(
+            readme[a..b] == want,
+            "README.md's table of metric names is out of date: rerun with JITTERSCOPE_BLESS=1"
+        );
+    }
+
+    #[test]
+    fn windows_parse() {
+        assert_eq!(parse_window("30s"), Some(Duration::from_secs(30)));
+        assert_eq!(parse_window("2m"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_window("90"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_window("500ms"), Some(Duration::from_millis(500)));
+        for bad in ["", "-1s", "abc", "nan", "1h"] {
+            assert_eq!(parse_window(bad), None, "{bad}");
+        }
     }
 }

@@ -22,6 +22,7 @@ fn start(ip: IpAddr, dir: PathBuf, token: Option<&str>, max_age: Duration) -> So
         token: token.map(str::to_string),
         top_processes: 3,
         metrics_max_age: max_age,
+        build: Vec::new(),
     };
     jitterscope_web::check(&cfg).unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -361,7 +362,14 @@ fn metrics_endpoint_is_bounded_and_refuses_stale_data() {
     assert!(head.contains("application/openmetrics-text"));
     let text = String::from_utf8(body).unwrap();
     assert!(text.ends_with("# EOF\n"));
-    assert!(text.contains("\njitterscope_irq_tlb_per_s "), "host series");
+    assert!(
+        text.contains("\njitterscope_irq_tlb_per_second "),
+        "host series"
+    );
+    assert!(
+        text.contains("\njitterscope_irq_tlb_total "),
+        "and its counter"
+    );
     assert!(text.contains("jitterscope_cgroup_memory_usage_bytes{cgroup=\"/process_api\"}"));
     assert!(
         !text.contains("jitterscope_vmstat"),
@@ -452,6 +460,7 @@ fn non_loopback_clients_need_the_token() {
         token: None,
         top_processes: 3,
         metrics_max_age: Duration::ZERO,
+        build: Vec::new(),
     };
     assert!(jitterscope_web::check(&cfg).is_err());
     let open = {
