@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{cmd, parse_json_lines, recorder_cmd, text, ChildGuard};
-use engines::{Engine, Kind, Series};
+use engines::{enc, Engine, Kind, Series};
 use jitterscope_model::export::{base_name, exposed};
 use jitterscope_model::registry::MetricDef;
 
@@ -50,7 +50,28 @@ fn both(test: &str, dir: &Path) -> Option<(Engine, Engine)> {
 
 /// `record` into `dir` sending to `url`, cheap (no tracers, no profiler), stderr kept.
 fn record_to(dir: &Path, url: &str, extra: &[&str]) -> ChildGuard {
-    let child = recorder_cmd(dir)
+    spawn_recorder(recorder_cmd(dir), url, extra)
+}
+
+/// [`record_to`] with the BPF tracers on, as shipped: the dashboards' run-queue and reclaim
+/// panels read their series.
+fn record_traced_to(dir: &Path, url: &str, extra: &[&str]) -> ChildGuard {
+    let mut c = cmd();
+    c.args([
+        "record",
+        "--profile-hz",
+        "0",
+        "--no-mlock",
+        "--nice",
+        "0",
+        "--dir",
+    ])
+    .arg(dir);
+    spawn_recorder(c, url, extra)
+}
+
+fn spawn_recorder(mut c: std::process::Command, url: &str, extra: &[&str]) -> ChildGuard {
+    let child = c
         .args(["--remote-write", url, "--remote-write-flush", "1s"])
         .args(extra)
         .stdout(Stdio::null())
@@ -243,23 +264,30 @@ fn both_engines_hold_every_second_the_store_holds() {
     }
     let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
     let start = now_s();
-    let ra = record_to(
+    let ra = record_traced_to(
         &a,
         &prom.write_url(),
-        &["--duration", "60s", "--fleet-host", "a"],
+        &["--duration", "70s", "--fleet-host", "a"],
     );
-    let rb = record_to(
+    let rb = record_traced_to(
         &b,
         &vm.write_url(),
-        &["--duration", "60s", "--fleet-host", "b"],
+        &["--duration", "70s", "--fleet-host", "b"],
     );
-    let lab = cmd()
-        .args(["lab", "run", "cfs-throttle", "--duration", "50s"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
-    assert!(lab.status.success(), "lab: {}", text(&lab.stderr));
+    // Throttling, then reclaim: the dashboards' panels of both have data to show.
+    for scenario in ["cfs-throttle", "reclaim-storm"] {
+        let lab = cmd()
+            .args(["lab", "run", scenario, "--duration", "25s"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        assert!(
+            lab.status.success(),
+            "lab {scenario}: {}",
+            text(&lab.stderr)
+        );
+    }
     let (oka, erra) = finish(ra, Duration::from_secs(60));
     let (okb, errb) = finish(rb, Duration::from_secs(60));
     assert!(oka && okb, "{erra}\n{errb}");
@@ -306,7 +334,92 @@ fn both_engines_hold_every_second_the_store_holds() {
             .any(|(l, _)| l["__name__"] == "jitterscope_proc_cpu_ratio"
                 && l.contains_key("comm")
                 && l.contains_key("pid")));
+        dashboards_return_data(engine, host, start, now_s());
     }
+}
+
+/// Every query of every Grafana dashboard in `deploy/grafana` (Grafana itself is not installed
+/// here), against `engine` holding host `host`'s recording of `[start, end]`: each variable
+/// lists values and each panel's PromQL parses and returns data.
+fn dashboards_return_data(engine: &Engine, host: &str, start: f64, end: f64) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/grafana");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 3, "{files:?}");
+    let range = format!("{}s", (end - start).ceil() as u64);
+    let fill = |q: &str| {
+        q.replace("$host", host)
+            .replace("$cgroup", ".*")
+            .replace("$__range", &range)
+            .replace("$__rate_interval", "30s")
+    };
+    let data = |body: &str| -> Option<usize> {
+        let v: serde_json::Value = serde_json::from_str(body).ok()?;
+        (v["status"] == "success").then(|| v["data"]["result"].as_array().map_or(0, |r| r.len()))
+    };
+    let (mut failed, mut queries) = (Vec::new(), 0);
+    for f in &files {
+        let d: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(f).unwrap())
+            .unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        for v in d["templating"]["list"].as_array().unwrap() {
+            if v["type"] != "query" {
+                continue;
+            }
+            // label_values(MATCH, LABEL)
+            let q = v["definition"].as_str().unwrap();
+            let inner = q
+                .strip_prefix("label_values(")
+                .and_then(|r| r.strip_suffix(')'))
+                .unwrap_or_else(|| panic!("{}: variable query {q}", f.display()));
+            let (m, label) = inner.rsplit_once(',').unwrap();
+            let (code, body) = engine.api(&format!(
+                "/api/v1/label/{}/values?match[]={}&start={start:.0}&end={end:.0}",
+                label.trim(),
+                enc(&fill(m.trim()))
+            ));
+            queries += 1;
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+            let values = v["data"].as_array().map_or(0, |a| a.len());
+            if code != 200 || values == 0 {
+                failed.push(format!("{}: variable {q}: {code} {body}", f.display()));
+            }
+        }
+        for p in d["panels"].as_array().unwrap() {
+            for t in p["targets"].as_array().unwrap() {
+                let expr = fill(t["expr"].as_str().unwrap());
+                let path = if t["instant"] == true {
+                    format!("/api/v1/query?query={}&time={end:.0}", enc(&expr))
+                } else {
+                    format!(
+                        "/api/v1/query_range?query={}&start={start:.0}&end={end:.0}&step=5",
+                        enc(&expr)
+                    )
+                };
+                let (code, body) = engine.api(&path);
+                queries += 1;
+                match data(&body) {
+                    Some(n) if code == 200 && n > 0 => {}
+                    _ => failed.push(format!(
+                        "{} / {}: {expr}: {code} {}",
+                        f.display(),
+                        p["title"],
+                        &body[..body.len().min(300)]
+                    )),
+                }
+            }
+        }
+    }
+    eprintln!("{:?}: {queries} dashboard queries", engine.kind);
+    assert!(
+        failed.is_empty(),
+        "{:?}: dashboard queries without data:\n{}",
+        engine.kind,
+        failed.join("\n")
+    );
 }
 
 /// The receiver is killed for 30 s mid-run and restarted: after the backfill it holds every

@@ -150,6 +150,23 @@ impl Engine {
         self.spawn();
     }
 
+    /// The status and body of a GET of the engine's HTTP API, errors included (a query that
+    /// does not parse is a 400 whose body says why).
+    pub fn api(&self, path_and_query: &str) -> (u16, String) {
+        let url = format!("http://127.0.0.1:{}{path_and_query}", self.port);
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        match agent.get(&url).call() {
+            Ok(mut r) => (
+                r.status().as_u16(),
+                r.body_mut().read_to_string().unwrap_or_default(),
+            ),
+            Err(e) => (0, e.to_string()),
+        }
+    }
+
     fn get(&self, path_and_query: &str) -> Option<String> {
         let url = format!("http://127.0.0.1:{}{path_and_query}", self.port);
         let mut r = ureq::get(&url).call().ok()?;

@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""Writes the Grafana dashboards in this directory from the panel lists below.
+
+    python3 deploy/grafana/generate.py
+
+Every panel's query uses the names remote write sends (`record --remote-write`, base units,
+one point per recorded second, a `host` label). `crates/cli/tests/remote_write_e2e.rs` runs
+every query of every dashboard against a real Prometheus and VictoriaMetrics filled by a
+recording: each must parse and return data.
+
+A Prometheus that scrapes `serve`'s `/metrics` instead has the same names; give each target a
+`host` label (relabel `instance`), and the dashboards work there too.
+"""
+import json
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DS = {"type": "prometheus", "uid": "${datasource}"}
+H = 'host=~"$host"'
+HC = 'host=~"$host",cgroup=~"$cgroup"'
+OWNER = "container_name, pod_name, pod_namespace, unit"
+
+
+def panel(title, unit, targets, desc, kind="timeseries", w=12):
+    return {"type": kind, "title": title, "description": desc, "unit": unit,
+            "targets": targets, "w": w}
+
+
+def t(expr, legend):
+    return (expr, legend)
+
+
+def named(expr):
+    """`expr` with each cgroup's container, pod or unit name where it has one."""
+    return f"({expr} * on(host, cgroup) group_left({OWNER}) jitterscope_cgroup_info) or {expr}"
+
+
+HOST = {
+    "uid": "jitterscope-host",
+    "title": "jitterscope: host overview",
+    "vars": ["host"],
+    "panels": [
+        panel("CPU: user, system, iowait", "percentunit", [
+            t(f'jitterscope_cpu_usr_ratio{{{H},cpu=""}}', "{{host}} user"),
+            t(f'jitterscope_cpu_sys_ratio{{{H},cpu=""}}', "{{host}} system"),
+            t(f'jitterscope_cpu_iowait_ratio{{{H},cpu=""}}', "{{host}} iowait"),
+        ], "Share of all CPUs, each recorded second (/proc/stat)."),
+        panel("Run-queue latency p99 and max", "s", [
+            t(f"jitterscope_runqlat_p99_seconds{{{H}}}", "{{host}} p99"),
+            t(f"jitterscope_runqlat_max_seconds{{{H}}}", "{{host}} max"),
+        ], "Wake-up to running, from the runqlat tracer's per-second histogram."),
+        panel("Pressure stalls (PSI some)", "percentunit", [
+            t(f"jitterscope_psi_some_ratio{{{H}}}", "{{host}} {{resource}}"),
+        ], "Share of the second some task waited for CPU, memory or I/O (/proc/pressure)."),
+        panel("Memory available", "bytes", [
+            t(f"jitterscope_mem_available_bytes{{{H}}}", "{{host}}"),
+        ], "MemAvailable (/proc/meminfo)."),
+        panel("Direct reclaim and TLB shootdowns", "ops", [
+            t(f"jitterscope_reclaim_allocstall_per_second{{{H}}}", "{{host}} allocstalls"),
+            t(f"jitterscope_irq_tlb_per_second{{{H}}}", "{{host}} TLB IPIs"),
+        ], "Allocation stalls (vmstat allocstall) and TLB-shootdown interrupts (/proc/interrupts TLB)."),
+        panel("Top processes by CPU", "percentunit", [
+            t(f"topk(10, jitterscope_proc_cpu_ratio{{{H}}})", "{{host}} {{comm}} ({{pid}})"),
+        ], "Of one CPU; the recorder sends the 10 busiest and the 10 largest processes of each second."),
+        panel("Hosts by worst run-queue p99 in the range", "s", [
+            t(f"topk(20, max_over_time(jitterscope_runqlat_p99_seconds{{{H}}}[$__range]))", "{{host}}"),
+        ], "The worst second of each host over the dashboard's range.", kind="table"),
+        panel("The recorder's own CPU", "percentunit", [
+            t(f"jitterscope_self_cpu_ratio{{{H}}}", "{{host}}"),
+        ], "jitterscope's own CPU, of one CPU."),
+    ],
+}
+
+CGROUPS = {
+    "uid": "jitterscope-cgroups",
+    "title": "jitterscope: cgroup CPU throttling",
+    "vars": ["host", "cgroup"],
+    "panels": [
+        panel("Throttled share of CFS periods", "percentunit", [
+            t(named(f"topk(10, jitterscope_cgroup_cpu_throttled_ratio{{{HC}}})"),
+              "{{host}} {{container_name}}{{unit}} {{cgroup}}"),
+        ], "delta nr_throttled / delta nr_periods (cpu.stat), named by container, pod or unit where one owns the cgroup."),
+        panel("Throttled time", "s", [
+            t(f"topk(10, jitterscope_cgroup_cpu_throttled_seconds_per_second{{{HC}}})", "{{host}} {{cgroup}}"),
+        ], "Seconds of throttling per second, summed over the cgroup's CPUs (throttled_usec)."),
+        panel("CPU used against the quota", "none", [
+            t(f"topk(10, jitterscope_cgroup_cpu_usage_ratio{{{HC}}})", "{{host}} {{cgroup}} used"),
+            t(f"jitterscope_cgroup_cpu_quota_cores{{{HC}}}", "{{host}} {{cgroup}} quota"),
+        ], "Cores used each second, and the CFS quota in cores (cpu.max / cfs_quota_us)."),
+        panel("Run-queue latency p99 per cgroup", "s", [
+            t(f"topk(10, jitterscope_runqlat_cgroup_p99_seconds{{{HC}}})", "{{host}} {{cgroup}}"),
+        ], "Wake-up to running of the cgroup's tasks (runqlat tracer)."),
+        panel("Cgroups by time throttled in the range", "s", [
+            t(f"topk(20, sum_over_time(jitterscope_cgroup_cpu_throttled_seconds_per_second{{{HC}}}[$__range]))",
+              "{{host}} {{cgroup}}"),
+        ], "Seconds throttled over the dashboard's range: one point per recorded second.", kind="table"),
+    ],
+}
+
+RECLAIM = {
+    "uid": "jitterscope-reclaim",
+    "title": "jitterscope: memory reclaim",
+    "vars": ["host", "cgroup"],
+    "panels": [
+        panel("Memory pressure (PSI)", "percentunit", [
+            t(f'jitterscope_psi_some_ratio{{{H},resource="memory"}}', "{{host}} some"),
+            t(f'jitterscope_psi_full_ratio{{{H},resource="memory"}}', "{{host}} full"),
+        ], "Share of the second some (all) tasks waited for memory."),
+        panel("Pages scanned: direct reclaim and kswapd", "ops", [
+            t(f"jitterscope_reclaim_pgscan_direct_per_second{{{H}}}", "{{host}} direct"),
+            t(f"jitterscope_reclaim_pgscan_kswapd_per_second{{{H}}}", "{{host}} kswapd"),
+        ], "vmstat pgscan_direct and pgscan_kswapd."),
+        panel("Reclaim stalls per cgroup", "ops", [
+            t(named(f"topk(10, jitterscope_reclaim_cgroup_stalls_per_second{{{HC}}})"),
+              "{{host}} {{container_name}}{{unit}} {{cgroup}}"),
+        ], "Memory-cgroup and global reclaim stalls charged to each cgroup (reclaim tracer)."),
+        panel("Reclaim stall p99 per cgroup", "s", [
+            t(f"topk(10, jitterscope_reclaim_cgroup_stall_p99_seconds{{{HC}}})", "{{host}} {{cgroup}}"),
+        ], "From the reclaim tracer's per-second histogram."),
+        panel("Cgroup memory against its limit", "percentunit", [
+            t(f"topk(10, jitterscope_cgroup_memory_usage_of_limit_ratio{{{HC}}})", "{{host}} {{cgroup}}"),
+        ], "memory.current / memory.max (usage_in_bytes / limit_in_bytes on v1)."),
+        panel("Refaults and slab scanning", "ops", [
+            t(f"jitterscope_reclaim_refault_file_per_second{{{H}}}", "{{host}} file refaults"),
+            t(f"jitterscope_reclaim_slabs_scanned_per_second{{{H}}}", "{{host}} slab objects scanned"),
+        ], "Page-cache thrash (workingset_refault_file) and shrinker work (slabs_scanned)."),
+    ],
+}
+
+
+def variable(name):
+    if name == "host":
+        q = "label_values(jitterscope_build_info, host)"
+    else:
+        q = 'label_values(jitterscope_cgroup_memory_usage_bytes{host=~"$host"}, cgroup)'
+    return {"name": name, "label": name, "type": "query", "datasource": DS,
+            "definition": q, "query": {"query": q, "refId": f"{name}-var"},
+            "refresh": 2, "multi": True, "includeAll": True, "allValue": ".*",
+            "current": {"text": "All", "value": "$__all"}, "sort": 1}
+
+
+def dashboard(d):
+    panels = []
+    x = y = 0
+    for i, p in enumerate(d["panels"]):
+        w = 24 if p["type"] == "table" else p["w"]
+        if x + w > 24:
+            x, y = 0, y + 8
+        targets = [{"refId": chr(65 + j), "datasource": DS, "expr": e, "legendFormat": legend,
+                    "range": p["type"] != "table", "instant": p["type"] == "table"}
+                   for j, (e, legend) in enumerate(p["targets"])]
+        panels.append({"id": i + 1, "type": p["type"], "title": p["title"],
+                       "description": p["description"], "datasource": DS,
+                       "gridPos": {"h": 8, "w": w, "x": x, "y": y},
+                       "fieldConfig": {"defaults": {"unit": p["unit"]}, "overrides": []},
+                       "options": {}, "targets": targets})
+        x += w
+    templating = [{"name": "datasource", "label": "Prometheus", "type": "datasource",
+                   "query": "prometheus", "current": {}}]
+    templating += [variable(v) for v in d["vars"]]
+    return {"uid": d["uid"], "title": d["title"], "tags": ["jitterscope"], "editable": True,
+            "schemaVersion": 39, "version": 1, "refresh": "30s",
+            "time": {"from": "now-1h", "to": "now"}, "timezone": "",
+            "templating": {"list": templating}, "panels": panels, "annotations": {"list": []}}
+
+
+if __name__ == "__main__":
+    for name, d in [("host-overview", HOST), ("cgroup-throttling", CGROUPS), ("reclaim", RECLAIM)]:
+        with open(os.path.join(HERE, f"{name}.json"), "w") as f:
+            json.dump(dashboard(d), f, indent=2)
+            f.write("\n")
