@@ -7,6 +7,7 @@
 #
 # With --test, also what the test suite needs (`make test` passes it; `make run` does not):
 # tmux (terminal views), chromium and prometheus (web UI, /metrics, remote write), victoria-metrics,
+# clickhouse-server (episodes pushed by record),
 # htpasswd and openssl (remote write), npm (the check that
 # web/vendor matches web/package-lock.json; node runs a profiled JIT), python3 (memleak
 # targets), certutil, xz, gzip, perf and libc6-dbg (the profiler's unwinding and naming against
@@ -36,6 +37,8 @@ if [ "${1:-}" = --test ]; then
   # Remote write's end-to-end tests: the real receivers, Prometheus above and
   # VictoriaMetrics; htpasswd (bcrypt) and openssl for the basic-auth and TLS receiver.
   want victoria-metrics victoria-metrics
+  # Episodes in a column store: ClickHouse (Debian's 18.16), started by the tests.
+  want /usr/sbin/clickhouse-server clickhouse-server
   want htpasswd apache2-utils
   want openssl openssl
   want python3 python3

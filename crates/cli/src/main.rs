@@ -5,6 +5,7 @@ mod diagnose;
 mod dump;
 mod events;
 mod flame;
+mod fleet;
 mod lab;
 mod logline;
 mod manual;
@@ -81,6 +82,8 @@ enum Cmd {
     Serve(serve::ServeArgs),
     /// Check the store for damage (every CRC of every segment and lane) and repair it.
     Store(store::StoreArgs),
+    /// Across hosts: the episodes recorders pushed to ClickHouse (record --clickhouse).
+    Fleet(fleet::FleetArgs),
     /// Check the configuration file and print the effective configuration, or an example file.
     Config(config::ConfigArgs),
     /// Print a shell completion script: `jitterscope completions bash > /etc/bash_completion.d/jitterscope`.
@@ -171,6 +174,7 @@ fn main() -> ExitCode {
         Cmd::Top(a) => view::run_top(a),
         Cmd::Replay(a) => view::run_replay(a),
         Cmd::Serve(a) => serve::run(a),
+        Cmd::Fleet(a) => fleet::run(a),
         Cmd::Completions(a) => manual::completions(a),
         Cmd::Manpages(a) => manual::manpages(a),
         // Its exit status is its answer (clean, damaged, could not check).

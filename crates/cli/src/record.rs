@@ -424,6 +424,8 @@ pub fn run(a: RecordArgs) -> Result<()> {
             .spawn(move || write_loop(writer, rx, shared, status, sender))
             .context("cannot start the store writer thread")?
     };
+    // Episodes reach ClickHouse from the store, after the writer put them there.
+    let pusher = a.remote.start_clickhouse(&dir, &host.hostname)?;
     log(&format!(
         "recording every {:?} into {} ({} sources)",
         a.interval,
@@ -487,6 +489,9 @@ pub fn run(a: RecordArgs) -> Result<()> {
     let w = writer_thread
         .join()
         .map_err(|_| anyhow::anyhow!("store writer thread panicked"))?;
+    if let Some(p) = pusher {
+        p.stop();
+    }
     w?;
     log(&format!(
         "stopped; {} bytes written, {} samples dropped",

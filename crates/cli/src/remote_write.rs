@@ -49,6 +49,21 @@ pub struct RemoteWriteArgs {
     /// Mozilla roots built in].
     #[arg(long, value_name = "FILE")]
     pub remote_write_ca_file: Option<PathBuf>,
+    /// Push each episode, as it opens and as it closes, to ClickHouse's HTTP interface
+    /// (http://HOST:8123/; `?database=NAME` for another database than default), into the
+    /// table jitterscope_episodes, which it creates. The store is the write-ahead log, as for
+    /// remote write. `jitterscope fleet episodes` queries it across hosts.
+    #[arg(long, value_name = "URL")]
+    pub clickhouse: Option<String>,
+    /// How long ClickHouse keeps episodes (whole days).
+    #[arg(long, default_value = "30d", value_parser = parse_duration, value_name = "DURATION")]
+    pub clickhouse_retain: Duration,
+    /// ClickHouse user (with --clickhouse-password-file) [default: ClickHouse's default user].
+    #[arg(long, value_name = "USER", requires = "clickhouse_password_file")]
+    pub clickhouse_user: Option<String>,
+    /// A file whose content is the ClickHouse user's password.
+    #[arg(long, value_name = "FILE", requires = "clickhouse_user")]
+    pub clickhouse_password_file: Option<PathBuf>,
 }
 
 fn parse_label(s: &str) -> Result<(String, String), String> {
@@ -95,7 +110,58 @@ impl RemoteWriteArgs {
         if self.remote_write_flush > Duration::from_secs(60) {
             bail!("--remote-write-flush is at most 60s");
         }
+        if self.clickhouse_retain < Duration::from_secs(86_400) {
+            bail!("--clickhouse-retain is at least 1d (ClickHouse keeps episodes by the day)");
+        }
         Ok(())
+    }
+
+    /// The `host` of what leaves this recorder.
+    fn host(&self, hostname: &str) -> String {
+        self.fleet_host
+            .clone()
+            .unwrap_or_else(|| hostname.to_string())
+    }
+
+    /// Starts the episode pusher when `--clickhouse` is given.
+    pub fn start_clickhouse(
+        &self,
+        dir: &Path,
+        hostname: &str,
+    ) -> Result<Option<jitterscope_fleet::clickhouse::Pusher>> {
+        let Some(url) = &self.clickhouse else {
+            return Ok(None);
+        };
+        let user = match (&self.clickhouse_user, &self.clickhouse_password_file) {
+            (Some(u), Some(f)) => Some((u.clone(), secret(f, "--clickhouse-password-file")?)),
+            _ => None,
+        };
+        let cfg = jitterscope_fleet::clickhouse::Config {
+            url: url.clone(),
+            host: self.host(hostname),
+            retain_days: (self.clickhouse_retain.as_secs() / 86_400).max(1) as u32,
+            dir: dir.to_path_buf(),
+            flush: Duration::from_secs(5),
+            user,
+        };
+        let log = Box::new(|msg: &str| crate::logline::emit(crate::logline::Level::Warn, msg));
+        // A URL that cannot work is said once and recording goes on, as for remote write: a
+        // typo in a unit file must not leave the host without its recorder.
+        let p = match jitterscope_fleet::clickhouse::Pusher::start(cfg, log) {
+            Ok(p) => p,
+            Err(e) => {
+                crate::logline::emit(
+                    crate::logline::Level::Warn,
+                    &format!("clickhouse: {e}; episodes are not pushed"),
+                );
+                return Ok(None);
+            }
+        };
+        crate::logline::emit(
+            crate::logline::Level::Info,
+            &format!("clickhouse: pushing episodes to {url}"),
+        );
+        Ok(Some(p))
     }
 
     /// Starts the sender when `--remote-write` is given. The credentials files are read here:
@@ -120,12 +186,7 @@ impl RemoteWriteArgs {
             },
             (None, None) => Auth::None,
         };
-        let mut labels = vec![(
-            "host".to_string(),
-            self.fleet_host
-                .clone()
-                .unwrap_or_else(|| hostname.to_string()),
-        )];
+        let mut labels = vec![("host".to_string(), self.host(hostname))];
         for (k, v) in &self.remote_write_label {
             labels.retain(|(q, _)| q != k);
             labels.push((k.clone(), v.clone()));

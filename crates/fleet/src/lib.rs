@@ -3,4 +3,6 @@
 //! - [`remote_write`]: per-second samples to any Prometheus remote-write receiver
 //!   (Prometheus, VictoriaMetrics, Mimir, Thanos, Cortex), with the store as write-ahead log.
 
+pub mod clickhouse;
+pub mod cursor;
 pub mod remote_write;

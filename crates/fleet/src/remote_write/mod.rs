@@ -157,40 +157,20 @@ impl Sender {
     }
 }
 
-/// The cursor file: for each receiver URL, the newest sample it accepted (or that was given
-/// up on), so a run with another URL (a test receiver, a typo) leaves the others' alone.
-#[derive(Default, serde::Serialize, serde::Deserialize)]
-struct Cursors {
-    receivers: std::collections::BTreeMap<String, i64>,
-}
+/// The remote-write cursor file's name in the store directory.
+const CURSOR: &str = "remote-write.json";
 
 /// The cursor file of a store directory.
 pub fn cursor_path(dir: &Path) -> PathBuf {
-    dir.join("remote-write.json")
-}
-
-fn load_cursors(dir: &Path) -> Cursors {
-    std::fs::read(cursor_path(dir))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default()
+    crate::cursor::path(dir, CURSOR)
 }
 
 fn load_cursor(dir: &Path, url: &str) -> Option<i64> {
-    load_cursors(dir).receivers.get(url).copied()
+    crate::cursor::load(dir, CURSOR, url)
 }
 
 fn save_cursor(dir: &Path, url: &str, ts: i64) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut all = load_cursors(dir);
-    all.receivers.insert(url.to_string(), ts);
-    let tmp = dir.join("remote-write.json.tmp");
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(&serde_json::to_vec(&all)?)?;
-    // On disk before the rename: after a power cut the file is the old one or the new one,
-    // never empty (an empty one would read as no cursor and skip the unsent gap).
-    f.sync_all()?;
-    std::fs::rename(&tmp, cursor_path(dir))
+    crate::cursor::save(dir, CURSOR, url, ts)
 }
 
 /// A request built and not yet accepted.

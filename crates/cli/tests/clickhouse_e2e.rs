@@ -1,0 +1,305 @@
+//! Episodes pushed to a real ClickHouse (Debian's clickhouse-server 18.16, started here on
+//! loopback ports) by `record --clickhouse`, and `jitterscope fleet episodes` over them.
+//!
+//! Two recorders stand for two hosts (`--fleet-host`), one of them with a lab scenario
+//! running. ClickHouse is down while the episodes happen and is started afterwards: what it
+//! receives comes from the stores, the write-ahead log.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{cmd, recorder_cmd, text, ChildGuard};
+use jitterscope_model::signals::MarkState;
+use jitterscope_model::stored::SampleReader;
+use jitterscope_testkit::skip;
+
+const SERVER: &str = "/usr/sbin/clickhouse-server";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A clickhouse-server of its own data directory on free loopback ports.
+struct ClickHouse {
+    http: u16,
+    tcp: u16,
+    dir: PathBuf,
+    child: Option<ChildGuard>,
+}
+
+impl ClickHouse {
+    fn new(dir: &Path) -> ClickHouse {
+        ClickHouse {
+            http: free_port(),
+            tcp: free_port(),
+            dir: dir.to_path_buf(),
+            child: None,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/", self.http)
+    }
+
+    fn start(&mut self) {
+        let d = self.dir.display();
+        std::fs::create_dir_all(self.dir.join("tmp")).unwrap();
+        let child = Command::new(SERVER)
+            .arg("--config-file=/etc/clickhouse-server/config.xml")
+            .arg("--")
+            .arg(format!("--path={d}/"))
+            .arg(format!("--tmp_path={d}/tmp/"))
+            .arg(format!("--http_port={}", self.http))
+            .arg(format!("--tcp_port={}", self.tcp))
+            .arg("--listen_host=127.0.0.1")
+            .arg(format!("--logger.log={d}/server.log"))
+            .arg(format!("--logger.errorlog={d}/error.log"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("clickhouse-server starts");
+        self.child = Some(ChildGuard::new(child));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.query("SELECT 1").as_deref() != Some("1") {
+            assert!(
+                Instant::now() < deadline,
+                "clickhouse-server did not answer in 60 s: {}",
+                std::fs::read_to_string(self.dir.join("error.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    fn query(&self, sql: &str) -> Option<String> {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(Duration::from_secs(10)))
+            .build()
+            .into();
+        let mut r = agent
+            .post(&format!(
+                "{}?output_format_json_quote_64bit_integers=0",
+                self.url()
+            ))
+            .send(sql)
+            .ok()?;
+        r.body_mut()
+            .read_to_string()
+            .ok()
+            .map(|s| s.trim().to_string())
+    }
+}
+
+/// The episode marks a store holds: (kind, series, start, open).
+fn stored_marks(dir: &Path) -> BTreeSet<(String, String, i64, bool)> {
+    SampleReader::open(dir)
+        .unwrap()
+        .signals(i64::MIN, i64::MAX)
+        .unwrap()
+        .flat_map(|(_, r)| r.marks)
+        .map(|m| (m.kind, m.series, m.from_ns, m.state == MarkState::Start))
+        .collect()
+}
+
+/// The rows ClickHouse holds for `host`, each version once.
+fn pushed_marks(ch: &ClickHouse, host: &str) -> BTreeSet<(String, String, i64, bool)> {
+    let out = ch
+        .query(&format!(
+            "SELECT DISTINCT kind, series, start_ns, open FROM jitterscope_episodes \
+             WHERE host = '{host}' FORMAT JSONEachRow"
+        ))
+        .unwrap_or_default();
+    out.lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                v["kind"].as_str().unwrap().to_string(),
+                v["series"].as_str().unwrap().to_string(),
+                v["start_ns"].as_i64().unwrap(),
+                v["open"] == 1,
+            )
+        })
+        .collect()
+}
+
+fn fleet(args: &[&str]) -> serde_json::Value {
+    let o = cmd()
+        .arg("fleet")
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "fleet {args:?}: {}", text(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+#[test]
+fn episodes_of_two_hosts_reach_clickhouse_from_the_stores_and_fleet_ranks_them() {
+    const T: &str = "episodes_of_two_hosts_reach_clickhouse_from_the_stores_and_fleet_ranks_them";
+    if !Path::new(SERVER).exists() {
+        return skip(
+            T,
+            "clickhouse-server is not installed (scripts/setup.sh --test)",
+        );
+    }
+    if !jitterscope_testkit::is_root() {
+        return skip(T, "the lab scenario needs root (cgroups)");
+    }
+    let _g = common::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut ch = ClickHouse::new(&tmp.path().join("ch"));
+    let url = ch.url();
+    // The busy host records while ClickHouse is down: its throttling happens during the
+    // outage. The quiet one starts after the lab (on one machine, a recorder running during
+    // the lab would see the lab's cgroup too).
+    let (busy, quiet) = (tmp.path().join("busy"), tmp.path().join("quiet"));
+    let spawn = |dir: &Path, host: &str, secs: &str| {
+        ChildGuard::new(
+            recorder_cmd(dir)
+                .args([
+                    "--duration",
+                    secs,
+                    "--fleet-host",
+                    host,
+                    "--clickhouse",
+                    &url,
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let rb = spawn(&busy, "busy", "40s");
+    let lab = cmd()
+        .args(["lab", "run", "cfs-throttle", "--duration", "20s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(lab.status.success(), "lab: {}", text(&lab.stderr));
+    ch.start();
+    let rq = spawn(&quiet, "quiet", "10s");
+    let back = Instant::now();
+    let mut logs = Vec::new();
+    for r in [rb, rq] {
+        let o = r.into_inner().wait_with_output().unwrap();
+        assert!(o.status.success(), "record: {}", text(&o.stderr));
+        logs.push(text(&o.stderr));
+    }
+    // The outage was said once, then that it accepts again.
+    let l = &logs[0];
+    let down = l.lines().filter(|x| x.contains("clickhouse: ")).count();
+    assert!(l.contains("accepts again"), "{l}");
+    assert!(down <= 3, "said more than once: {l}");
+    // Every mark each store holds is in ClickHouse, under its host, and nothing else.
+    let want = stored_marks(&busy);
+    assert!(
+        want.iter()
+            .any(|m| m.0 == "throttling" && m.1.contains("cfs-throttle") && m.3),
+        "the lab's throttling episode is in the store: {want:?}"
+    );
+    let mut got = pushed_marks(&ch, "busy");
+    while got != want && back.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(500));
+        got = pushed_marks(&ch, "busy");
+    }
+    assert_eq!(got, want, "busy: ClickHouse against the store");
+    assert_eq!(pushed_marks(&ch, "quiet"), stored_marks(&quiet), "quiet");
+
+    // `fleet episodes` ranks the busy host first and finds the throttling by kind.
+    let all = fleet(&["episodes", "--clickhouse", &url, "--since", "1h"]);
+    let hosts = all["hosts"].as_array().unwrap();
+    assert_eq!(hosts[0]["host"], "busy", "{all}");
+    assert!(
+        hosts.iter().all(|h| h["host"] != "quiet") || stored_marks(&quiet).iter().any(|m| m.3),
+        "quiet is listed only with episodes of its own: {all}"
+    );
+    assert!(hosts[0]["kinds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|k| k == "throttling"));
+    let throttled = fleet(&[
+        "episodes",
+        "--clickhouse",
+        &url,
+        "--since",
+        "1h",
+        "--kind",
+        "throttling",
+    ]);
+    let names: Vec<&str> = throttled["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["host"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["busy"], "{throttled}");
+    eprintln!(
+        "{} marks of busy, {} of quiet in ClickHouse; fleet episodes took {} ms",
+        want.len(),
+        stored_marks(&quiet).len(),
+        all["query_ms"]
+    );
+
+    // A second push of the same marks (a crash between the insert and the cursor's save)
+    // does not make a second episode.
+    std::fs::remove_file(busy.join("clickhouse.json")).unwrap();
+    let again = recorder_cmd(&busy)
+        .args([
+            "--duration",
+            "6s",
+            "--fleet-host",
+            "busy",
+            "--clickhouse",
+            &url,
+        ])
+        .output()
+        .unwrap();
+    assert!(again.status.success(), "{}", text(&again.stderr));
+    let after = fleet(&["episodes", "--clickhouse", &url, "--since", "1h"]);
+    assert_eq!(
+        after["hosts"][0]["episodes"], all["hosts"][0]["episodes"],
+        "{after}"
+    );
+}
+
+#[test]
+fn urls_that_cannot_work_are_said_once_and_recording_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dead = format!("http://127.0.0.1:{}/", free_port());
+    for (url, want) in [
+        ("ftp://example/", "must start with http://"),
+        (dead.as_str(), "episodes are kept in the store"),
+    ] {
+        let dir = tmp.path().join(url.replace(['/', ':'], "_"));
+        let o = recorder_cmd(&dir)
+            .args(["--duration", "8s", "--clickhouse", url])
+            .output()
+            .unwrap();
+        let e = text(&o.stderr);
+        assert!(o.status.success(), "{e}");
+        let said: Vec<&str> = e.lines().filter(|l| l.contains(want)).collect();
+        assert_eq!(said.len(), 1, "{url}: {e}");
+        assert!(SampleReader::open(&dir)
+            .unwrap()
+            .store()
+            .latest_ts()
+            .unwrap()
+            .is_some());
+    }
+    let o = cmd()
+        .args(["fleet", "episodes", "--clickhouse", &dead])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(text(&o.stderr).lines().count(), 1, "{}", text(&o.stderr));
+}

@@ -1,0 +1,407 @@
+//! Episodes in ClickHouse, searchable across hosts: `record --clickhouse URL` pushes each
+//! episode as it opens and as it closes, over ClickHouse's HTTP interface (`JSONEachRow`).
+//!
+//! The store is the write-ahead log, as for remote write: the recorder writes each episode
+//! mark into the store's signals lane, and the pusher thread reads the lane from its cursor
+//! (`clickhouse.json` in the store) every few seconds, so marks written while ClickHouse was
+//! down are sent when it answers again, in order, and a restarted recorder resumes where it
+//! stopped. Rows are idempotent: the table is a `ReplacingMergeTree` keyed by host, kind,
+//! series and start, whose version is the mark's last second (the close outranks the open),
+//! so a row sent twice (a crash between the insert and the cursor's save) collapses into one,
+//! and queries take the newest version with `argMax`.
+//!
+//! Retention: `TTL` where the server has it (ClickHouse 19.6 and later); Debian's 18.16 does
+//! not, so there the pusher drops the table's daily partitions older than the retention
+//! itself, once an hour.
+
+use std::path::PathBuf;
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use jitterscope_model::signals::{Mark, MarkState};
+use jitterscope_model::stored::SampleReader;
+
+/// The episodes table.
+pub const EPISODES: &str = "jitterscope_episodes";
+/// The cursor file's name in the store directory.
+const CURSOR: &str = "clickhouse.json";
+/// Pauses between failed attempts: doubling from the first to the last.
+const BACKOFF: (Duration, Duration) = (Duration::from_millis(500), Duration::from_secs(8));
+
+/// Where to push and how.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// ClickHouse's HTTP interface, `http://host:8123/` (a `?database=` query is kept).
+    pub url: String,
+    /// The `host` column.
+    pub host: String,
+    /// Days the engine keeps episodes.
+    pub retain_days: u32,
+    /// The store directory (the signals lane and the cursor file).
+    pub dir: PathBuf,
+    /// How often the lane is read.
+    pub flush: Duration,
+    /// `X-ClickHouse-User` and `X-ClickHouse-Key`.
+    pub user: Option<(String, String)>,
+}
+
+/// ClickHouse over HTTP: one statement per request.
+#[derive(Clone)]
+pub struct Engine {
+    agent: ureq::Agent,
+    url: String,
+    user: Option<(String, String)>,
+}
+
+impl Engine {
+    /// A client for `url`; `Err` for a URL that cannot work (not http or https).
+    pub fn new(
+        url: &str,
+        user: Option<(String, String)>,
+        timeout: Duration,
+    ) -> Result<Engine, String> {
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(format!(
+                "{url}: ClickHouse is reached over HTTP: the URL must start with http:// or https://"
+            ));
+        }
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(timeout))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        Ok(Engine {
+            agent,
+            url: url.to_string(),
+            user,
+        })
+    }
+
+    /// Runs `sql` with `body` as its data (rows for an `INSERT … FORMAT`); the answer's text,
+    /// or what went wrong in one line.
+    pub fn run(&self, sql: &str, body: &[u8]) -> Result<String, String> {
+        let sep = if self.url.contains('?') { '&' } else { '?' };
+        // 64-bit integers as JSON numbers: they are nanosecond times.
+        let url = format!(
+            "{}{sep}output_format_json_quote_64bit_integers=0&query={}",
+            self.url,
+            encode(sql)
+        );
+        let mut req = self.agent.post(&url);
+        if let Some((u, k)) = &self.user {
+            req = req
+                .header("X-ClickHouse-User", u)
+                .header("X-ClickHouse-Key", k);
+        }
+        match req.send(body) {
+            Ok(mut r) => {
+                let status = r.status().as_u16();
+                let text = r.body_mut().read_to_string().unwrap_or_default();
+                if status == 200 {
+                    Ok(text)
+                } else {
+                    let first = text.lines().next().unwrap_or("").trim();
+                    Err(format!("ClickHouse answered {status}: {first}"))
+                }
+            }
+            Err(e) => Err(format!("{}: {e}", self.url)),
+        }
+    }
+
+    /// `SELECT … FORMAT JSONEachRow`: one JSON object per row.
+    pub fn rows(&self, sql: &str) -> Result<Vec<serde_json::Value>, String> {
+        let text = self.run(&format!("{sql} FORMAT JSONEachRow"), b"")?;
+        text.lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).map_err(|e| format!("ClickHouse sent {l:?}: {e}")))
+            .collect()
+    }
+
+    /// The server's version as (major, minor).
+    pub fn version(&self) -> Result<(u32, u32), String> {
+        let v = self.run("SELECT version()", b"")?;
+        let mut it = v.trim().split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+        Ok((it.next().unwrap_or(0), it.next().unwrap_or(0)))
+    }
+
+    /// Creates the tables if they are missing, with a TTL of `retain_days` where the server
+    /// has TTLs. Returns whether it has them.
+    pub fn create_schema(&self, retain_days: u32) -> Result<bool, String> {
+        let ttl = self.version()? >= (19, 6);
+        let ttl_clause = if ttl {
+            format!(" TTL date + INTERVAL {retain_days} DAY")
+        } else {
+            String::new()
+        };
+        self.run(
+            &format!(
+                "CREATE TABLE IF NOT EXISTS {EPISODES} (\
+                 host String, kind String, series String, \
+                 start_ns Int64, end_ns Int64, open UInt8, \
+                 peak Float64, baseline Float64, threshold Float64, version UInt64, \
+                 date Date MATERIALIZED toDate(intDiv(start_ns, 1000000000))\
+                 ) ENGINE = ReplacingMergeTree(version) PARTITION BY date \
+                 ORDER BY (host, kind, series, start_ns){ttl_clause}"
+            ),
+            b"",
+        )?;
+        Ok(ttl)
+    }
+
+    /// Drops the daily partitions of the episodes table older than `retain_days` before
+    /// `now_ns` (for servers without TTL); how many.
+    pub fn drop_expired(&self, retain_days: u32, now_ns: i64) -> Result<usize, String> {
+        let rows = self.rows(&format!(
+            "SELECT DISTINCT partition FROM system.parts WHERE database = currentDatabase() \
+             AND table = '{EPISODES}' AND active"
+        ))?;
+        let cutoff = civil_day(now_ns - retain_days as i64 * 86_400 * 1_000_000_000);
+        let mut dropped = 0;
+        for r in rows {
+            let Some(p) = r["partition"].as_str() else {
+                continue;
+            };
+            // `PARTITION BY date` names partitions by the day: '2026-11-27' (older servers
+            // write 20261127).
+            let day: String = p.chars().filter(|c| c.is_ascii_digit()).collect();
+            if day.len() == 8 && day < cutoff.replace('-', "") {
+                self.run(
+                    &format!(
+                        "ALTER TABLE {EPISODES} DROP PARTITION '{}'",
+                        p.replace('\'', "")
+                    ),
+                    b"",
+                )?;
+                dropped += 1;
+            }
+        }
+        Ok(dropped)
+    }
+}
+
+/// `YYYY-MM-DD` (UTC) of a time in ns since the epoch.
+pub fn civil_day(ts_ns: i64) -> String {
+    // Howard Hinnant's days-to-civil algorithm.
+    let z = ts_ns.div_euclid(86_400 * 1_000_000_000) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// Percent-encodes a query parameter.
+pub fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() * 2);
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// A mark as a `JSONEachRow` row of the episodes table.
+pub fn row(host: &str, m: &Mark) -> String {
+    let open = m.state == MarkState::Start;
+    let finite = |v: f64| if v.is_finite() { v } else { 0.0 };
+    serde_json::json!({
+        "host": host,
+        "kind": m.kind,
+        "series": m.series,
+        "start_ns": m.from_ns,
+        "end_ns": m.to_ns,
+        "open": u8::from(open),
+        "peak": finite(m.peak),
+        "baseline": finite(m.baseline),
+        "threshold": finite(m.threshold),
+        // The close outranks the open at the same second.
+        "version": (m.to_ns.max(0) as u64) * 2 + u64::from(!open),
+    })
+    .to_string()
+}
+
+/// How one push went, for the log.
+pub type Log = Box<dyn Fn(&str) + Send>;
+
+/// The pusher thread.
+pub struct Pusher {
+    stop: Sender<()>,
+    thread: JoinHandle<()>,
+}
+
+impl Pusher {
+    /// Starts pushing the store's episodes to `cfg.url`; `Err` when the URL cannot work.
+    pub fn start(cfg: Config, log: Log) -> Result<Pusher, String> {
+        let engine = Engine::new(&cfg.url, cfg.user.clone(), Duration::from_secs(10))?;
+        let (stop, rx) = channel();
+        let thread = std::thread::Builder::new()
+            .name("clickhouse".into())
+            .spawn(move || run(cfg, engine, rx, log))
+            .map_err(|e| format!("cannot start the ClickHouse thread: {e}"))?;
+        Ok(Pusher { stop, thread })
+    }
+
+    /// Stops after one last push of what the store holds.
+    pub fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.thread.join();
+    }
+}
+
+/// The last failure said, so a streak of one kind is said once.
+#[derive(Default)]
+struct Said(Option<String>);
+
+impl Said {
+    fn fail(&mut self, log: &Log, what: &str) {
+        // The kind of failure without its details (addresses, times).
+        let kind: String = what.chars().take(40).collect();
+        if self.0.as_deref() != Some(kind.as_str()) {
+            log(&format!(
+                "clickhouse: {what} (episodes are kept in the store and sent when it answers)"
+            ));
+            self.0 = Some(kind);
+        }
+    }
+
+    fn ok(&mut self, log: &Log, url: &str) {
+        if self.0.take().is_some() {
+            log(&format!("clickhouse: {url} accepts again"));
+        }
+    }
+}
+
+fn run(cfg: Config, engine: Engine, stop: Receiver<()>, log: Log) {
+    let mut said = Said::default();
+    let mut cursor = crate::cursor::load(&cfg.dir, CURSOR, &cfg.url);
+    let mut ttl: Option<bool> = None;
+    let mut last_retention: Option<Instant> = None;
+    let mut pause = cfg.flush;
+    let mut backoff = BACKOFF.0;
+    loop {
+        let stopping = match stop.recv_timeout(pause) {
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => true,
+            Err(RecvTimeoutError::Timeout) => false,
+        };
+        match push(&cfg, &engine, &mut cursor, &mut ttl, &mut last_retention) {
+            Ok(()) => {
+                said.ok(&log, &cfg.url);
+                pause = cfg.flush;
+                backoff = BACKOFF.0;
+            }
+            Err(e) => {
+                said.fail(&log, &e);
+                pause = backoff;
+                backoff = (backoff * 2).min(BACKOFF.1);
+            }
+        }
+        if stopping {
+            return;
+        }
+    }
+}
+
+/// One round: the schema once, the marks after the cursor, retention hourly.
+fn push(
+    cfg: &Config,
+    engine: &Engine,
+    cursor: &mut Option<i64>,
+    ttl: &mut Option<bool>,
+    last_retention: &mut Option<Instant>,
+) -> Result<(), String> {
+    let has_ttl = match *ttl {
+        Some(t) => t,
+        None => {
+            let t = engine.create_schema(cfg.retain_days)?;
+            *ttl = Some(t);
+            t
+        }
+    };
+    let reader = SampleReader::open(&cfg.dir).map_err(|e| format!("the store: {e}"))?;
+    let from = cursor.map_or(i64::MIN, |c| c.saturating_add(1));
+    let mut rows = String::new();
+    let mut upto = None;
+    for (ts, rec) in reader
+        .signals(from, i64::MAX)
+        .map_err(|e| format!("the store: {e}"))?
+    {
+        for m in &rec.marks {
+            rows.push_str(&row(&cfg.host, m));
+            rows.push('\n');
+        }
+        upto = Some(ts);
+    }
+    if !rows.is_empty() {
+        engine.run(
+            &format!("INSERT INTO {EPISODES} FORMAT JSONEachRow"),
+            rows.as_bytes(),
+        )?;
+    }
+    if let Some(t) = upto {
+        *cursor = Some(t);
+        if !rows.is_empty() {
+            crate::cursor::save(&cfg.dir, CURSOR, &cfg.url, t)
+                .map_err(|e| format!("cannot save the cursor in {}: {e}", cfg.dir.display()))?;
+        }
+    }
+    if !has_ttl && last_retention.is_none_or(|t| t.elapsed() > Duration::from_secs(3600)) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i64);
+        engine.drop_expired(cfg.retain_days, now)?;
+        *last_retention = Some(Instant::now());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn days_are_civil() {
+        assert_eq!(civil_day(0), "1970-01-01");
+        assert_eq!(civil_day(1_764_201_600 * 1_000_000_000), "2025-11-27");
+        assert_eq!(civil_day(951_782_400 * 1_000_000_000), "2000-02-29");
+        assert_eq!(civil_day(-86_400 * 1_000_000_000), "1969-12-31");
+    }
+
+    #[test]
+    fn a_close_outranks_its_open() {
+        let mut m = Mark {
+            kind: "cpu.throttle".into(),
+            series: "cgroup./a.cpu.throttled_pct".into(),
+            state: MarkState::Start,
+            from_ns: 10,
+            to_ns: 10,
+            peak: f64::NAN,
+            baseline: 0.0,
+            threshold: 5.0,
+        };
+        let open: serde_json::Value = serde_json::from_str(&row("h", &m)).unwrap();
+        m.state = MarkState::End;
+        let close: serde_json::Value = serde_json::from_str(&row("h", &m)).unwrap();
+        assert!(close["version"].as_u64() > open["version"].as_u64());
+        assert_eq!(open["open"], 1);
+        assert_eq!(open["peak"], 0.0, "NaN is not JSON");
+    }
+
+    #[test]
+    fn urls_that_cannot_work_are_refused() {
+        for bad in ["ftp://x/", "localhost:8123", ""] {
+            assert!(
+                Engine::new(bad, None, Duration::from_secs(1)).is_err(),
+                "{bad}"
+            );
+        }
+        assert!(Engine::new("http://127.0.0.1:8123/", None, Duration::from_secs(1)).is_ok());
+    }
+}
