@@ -3,7 +3,7 @@
 # and on a busy one (bench/busy.sh, with below when installed), a saturation run,
 # a read-back test on a synthesized 24 h store, the BPF tracers' overhead (bench/tracers.sh) and
 # the stack sampler's against `perf record` (bench/profile.sh) and remote write's cost
-# (bench/fleet.sh). Writes docs/BENCHMARKS.md.
+# (bench/fleet.sh), fleet queries over ClickHouse (bench/fleet_query.sh). Writes docs/BENCHMARKS.md.
 #
 #   sudo make bench                      # or:
 #   sudo JITTERSCOPE=target/release/jitterscope bash bench/run.sh
@@ -24,6 +24,7 @@
 #   TRACER_*, MADVISE_OPS, ...   the tracer overhead section, see bench/tracers.sh
 #   PROFILE_*       the stack sampler section, see bench/profile.sh
 #   FLEET_*         remote write's cost and recovery, see bench/fleet.sh
+#   FLEETQ_*        fleet episodes over ClickHouse, see bench/fleet_query.sh
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -260,6 +261,11 @@ JITTERSCOPE=$JITTERSCOPE FLEET_OUT="$TMP/fleet.md" FLEET_TARGETS="$TMP/fleet-tar
     FLEET_SECONDS=${FLEET_SECONDS:-$BENCH_SECONDS} bash "$HERE/fleet.sh"
 FLEET_SECTION=$(cat "$TMP/fleet.md")
 FLEET_TARGET_ROWS=$(cat "$TMP/fleet-targets.md" 2>/dev/null || true)
+say "fleet episodes over ClickHouse (bench/fleet_query.sh)"
+JITTERSCOPE=$JITTERSCOPE FLEETQ_OUT="$TMP/fleetq.md" FLEETQ_TARGETS="$TMP/fleetq-targets.md" \
+    bash "$HERE/fleet_query.sh"
+FLEET_SECTION+=$'\n\n'$(cat "$TMP/fleetq.md")
+FLEET_TARGET_ROWS+=$'\n'$(cat "$TMP/fleetq-targets.md" 2>/dev/null || true)
 
 # ---------------------------------------------------------------------------------------------
 # 3. Saturation: memory-limited cgroup thrashing with stress-ng --vm, plus stress-ng --cpu
