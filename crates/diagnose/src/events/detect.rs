@@ -11,7 +11,7 @@ pub const WINDOW: usize = 300;
 /// Baseline recomputed every this many samples.
 const STEP: usize = 30;
 /// Gap (samples below the threshold) that still joins two up stretches.
-const GAP: u32 = 2;
+pub const GAP: u32 = 2;
 /// Leak trend window, in points (5 minutes at 1 s).
 const LEAK_WINDOW: usize = 300;
 /// Longest time without a new high within one trend, ns.

@@ -102,13 +102,16 @@ impl Online {
         let stale = |last: u32| idx.saturating_sub(last) > WINDOW as u32;
         let mut ended = Vec::new();
         self.spikes.retain(|name, (kind, det, last)| {
-            if !stale(*last) {
-                return true;
+            // A series missing as long as a gap that ends an episode (its cgroup removed,
+            // its tracer detached) ends its open episode now, with the bounds `events` gives
+            // it, rather than after the baseline window: a deleted container's throttling
+            // would otherwise stay open for five minutes. The baseline stays for the window.
+            if idx.saturating_sub(*last) > super::detect::GAP {
+                if let Some(e) = det.finish() {
+                    ended.push(mark(kind, name, MarkState::End, e));
+                }
             }
-            if let Some(e) = det.finish() {
-                ended.push(mark(kind, name, MarkState::End, e));
-            }
-            false
+            !stale(*last)
         });
         self.leaks.retain(|name, (det, last)| {
             if !stale(*last) {
