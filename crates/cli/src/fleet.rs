@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
-use jitterscope_fleet::clickhouse::{Engine, EPISODES};
+use jitterscope_fleet::clickhouse::{Engine, EPISODES, FINDINGS};
 
 use crate::timearg::parse_duration;
 
@@ -20,6 +20,28 @@ enum FleetCmd {
     /// Hosts ranked by their time in episode and their number of episodes, from the ClickHouse
     /// that `record --clickhouse` pushes to.
     Episodes(EpisodesArgs),
+    /// Each host's diagnosed causes (the findings of its closed episodes) and their culprits,
+    /// root causes first.
+    Findings(FindingsArgs),
+}
+
+#[derive(Args, Debug)]
+struct FindingsArgs {
+    /// ClickHouse's HTTP interface, as given to `record --clickhouse` (http://HOST:8123/).
+    #[arg(long, value_name = "URL", env = "JITTERSCOPE_CLICKHOUSE")]
+    clickhouse: String,
+    /// How far back: episodes that ended since then.
+    #[arg(long, default_value = "1d", value_parser = parse_duration, value_name = "DURATION")]
+    since: Duration,
+    /// Only this rule (`diagnose --list-rules`: `cpu.cfs-throttling`...).
+    #[arg(long, value_name = "RULE")]
+    rule: Option<String>,
+    /// Rows shown.
+    #[arg(long, default_value_t = 100, value_name = "N")]
+    top: usize,
+    /// One JSON document instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -45,6 +67,7 @@ struct EpisodesArgs {
 pub fn run(a: FleetArgs) -> Result<()> {
     match a.cmd {
         FleetCmd::Episodes(e) => episodes(e),
+        FleetCmd::Findings(f) => findings(f),
     }
 }
 
@@ -74,21 +97,119 @@ fn episodes_sql(since_ns: i64, now_ns: i64, kind: Option<&str>, top: usize) -> S
     )
 }
 
-fn episodes(a: EpisodesArgs) -> Result<()> {
-    let engine = Engine::new(&a.clickhouse, None, Duration::from_secs(30))
+/// The query behind `fleet findings`: per host and rule, the closed episodes it explained,
+/// whether it was a root cause in any, its best confidence and its culprits.
+fn findings_sql(since_ns: i64, rule: Option<&str>, top: usize) -> String {
+    let rule = rule
+        .map(|r| format!(" AND rule_id = {}", quote(r)))
+        .unwrap_or_default();
+    format!(
+        "SELECT host, rule_id, count() AS episodes, max(root) AS root_cause, \
+         max(mechanism) AS is_mechanism, max(confidence) AS best_confidence, \
+         groupUniqArrayIf(culprit_comm, culprit_comm != '') AS culprits, \
+         groupUniqArrayIf(culprit_cgroup, culprit_cgroup != '') AS cgroups, \
+         groupUniqArrayIf(container, container != '') AS containers, \
+         groupUniqArrayIf(concat(library, ' ', library_version), library != '') AS libraries, \
+         argMax(title, confidence) AS example_title, max(episode_end_ns) AS last_ns \
+         FROM {FINDINGS} FINAL \
+         WHERE date >= toDate(intDiv({since_ns}, 1000000000)) - 1 \
+         AND episode_end_ns >= {since_ns}{rule} \
+         GROUP BY host, rule_id \
+         ORDER BY root_cause DESC, is_mechanism DESC, episodes DESC, best_confidence DESC, host \
+         LIMIT {top}"
+    )
+}
+
+/// The engine of `url`, and the rows of `sql`, with a missing table said as such.
+fn query(url: &str, sql: &str, table: &str) -> Result<(Vec<serde_json::Value>, Duration)> {
+    let engine = Engine::new(url, None, Duration::from_secs(30))
         .map_err(|e| anyhow::anyhow!("--clickhouse {e}"))?;
+    let t0 = std::time::Instant::now();
+    match engine.rows(sql) {
+        Ok(r) => Ok((r, t0.elapsed())),
+        Err(e) if e.contains("UNKNOWN_TABLE") || e.contains("doesn't exist") => {
+            bail!("{url}: no {table} table: no recorder has pushed there yet (record --clickhouse)")
+        }
+        Err(e) => bail!("{e}"),
+    }
+}
+
+fn findings(a: FindingsArgs) -> Result<()> {
     let now = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX);
     let since = now - a.since.as_nanos().min(i64::MAX as u128) as i64;
-    let t0 = std::time::Instant::now();
-    let rows = match engine.rows(&episodes_sql(since, now, a.kind.as_deref(), a.top)) {
-        Ok(r) => r,
-        Err(e) if e.contains("UNKNOWN_TABLE") || e.contains("doesn't exist") => bail!(
-            "{}: no {EPISODES} table: no recorder has pushed there yet (record --clickhouse)",
-            a.clickhouse
-        ),
-        Err(e) => bail!("{e}"),
+    let (rows, took) = query(
+        &a.clickhouse,
+        &findings_sql(since, a.rule.as_deref(), a.top),
+        FINDINGS,
+    )?;
+    if a.json {
+        let doc = serde_json::json!({
+            "since": jitterscope_model::time::rfc3339(since),
+            "until": jitterscope_model::time::rfc3339(now),
+            "rule": a.rule,
+            "findings": rows,
+            "query_ms": took.as_secs_f64() * 1e3,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(());
+    }
+    if rows.is_empty() {
+        println!(
+            "no findings since {}",
+            jitterscope_model::time::rfc3339(since)
+        );
+        return Ok(());
+    }
+    let list = |v: &serde_json::Value| -> String {
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default()
     };
-    let took = t0.elapsed();
+    println!(
+        "{:<20} {:<28} {:>8} {:>5}  CULPRITS",
+        "HOST", "RULE", "EPISODES", "ROOT"
+    );
+    for r in &rows {
+        let mut who = list(&r["culprits"]);
+        for extra in [&r["containers"], &r["cgroups"], &r["libraries"]] {
+            let e = list(extra);
+            if !e.is_empty() {
+                who = if who.is_empty() {
+                    e
+                } else {
+                    format!("{who}; {e}")
+                };
+            }
+        }
+        println!(
+            "{:<20} {:<28} {:>8} {:>5}  {}",
+            r["host"].as_str().unwrap_or(""),
+            r["rule_id"].as_str().unwrap_or(""),
+            r["episodes"].as_u64().unwrap_or(0),
+            if r["root_cause"].as_u64() == Some(1) {
+                "yes"
+            } else {
+                ""
+            },
+            who
+        );
+    }
+    Ok(())
+}
+
+fn episodes(a: EpisodesArgs) -> Result<()> {
+    let now = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX);
+    let since = now - a.since.as_nanos().min(i64::MAX as u128) as i64;
+    let (rows, took) = query(
+        &a.clickhouse,
+        &episodes_sql(since, now, a.kind.as_deref(), a.top),
+        EPISODES,
+    )?;
     if a.json {
         let doc = serde_json::json!({
             "since": jitterscope_model::time::rfc3339(since),

@@ -250,6 +250,53 @@ fn episodes_of_two_hosts_reach_clickhouse_from_the_stores_and_fleet_ranks_them()
         all["query_ms"]
     );
 
+    // The throttling closed once the lab's cgroup was gone (not five minutes later), and its
+    // diagnosis reached ClickHouse: CFS throttling, the lab cgroup the culprit.
+    assert!(
+        want.iter()
+            .any(|m| m.0 == "throttling" && m.1.contains("cfs-throttle") && !m.3),
+        "the throttling episode closed: {want:?}"
+    );
+    let mut found = serde_json::Value::Null;
+    while back.elapsed() < Duration::from_secs(40) {
+        found = fleet(&[
+            "findings",
+            "--clickhouse",
+            &url,
+            "--since",
+            "1h",
+            "--rule",
+            "cpu.cfs-throttling",
+        ]);
+        if !found["findings"].as_array().unwrap().is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let rows = found["findings"].as_array().unwrap();
+    assert!(!rows.is_empty(), "no cpu.cfs-throttling finding: {found}");
+    assert_eq!(rows[0]["host"], "busy", "{found}");
+    assert_eq!(rows[0]["root_cause"], 1, "a root cause: {found}");
+    assert!(
+        rows[0]["cgroups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c.as_str().unwrap().contains("cfs-throttle")),
+        "the lab cgroup is the culprit: {found}"
+    );
+    let table = cmd()
+        .args(["fleet", "findings", "--clickhouse", &url, "--since", "1h"])
+        .output()
+        .unwrap();
+    let table = text(&table.stdout);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("busy") && l.contains("cpu.cfs-throttling")),
+        "{table}"
+    );
+
     // A second push of the same marks (a crash between the insert and the cursor's save)
     // does not make a second episode.
     std::fs::remove_file(busy.join("clickhouse.json")).unwrap();
@@ -269,6 +316,19 @@ fn episodes_of_two_hosts_reach_clickhouse_from_the_stores_and_fleet_ranks_them()
     assert_eq!(
         after["hosts"][0]["episodes"], all["hosts"][0]["episodes"],
         "{after}"
+    );
+    let again = fleet(&[
+        "findings",
+        "--clickhouse",
+        &url,
+        "--since",
+        "1h",
+        "--rule",
+        "cpu.cfs-throttling",
+    ]);
+    assert_eq!(
+        again["findings"][0]["episodes"], rows[0]["episodes"],
+        "a diagnosis sent again replaces its rows: {again}"
     );
 }
 

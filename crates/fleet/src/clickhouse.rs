@@ -1,5 +1,7 @@
 //! Episodes in ClickHouse, searchable across hosts: `record --clickhouse URL` pushes each
-//! episode as it opens and as it closes, over ClickHouse's HTTP interface (`JSONEachRow`).
+//! episode as it opens and as it closes, over ClickHouse's HTTP interface (`JSONEachRow`), and
+//! the findings of each closed episode, diagnosed from the store on this thread (at nice 10)
+//! over the episode and 10 s either side.
 //!
 //! The store is the write-ahead log, as for remote write: the recorder writes each episode
 //! mark into the store's signals lane, and the pusher thread reads the lane from its cursor
@@ -24,6 +26,10 @@ use jitterscope_model::stored::SampleReader;
 
 /// The episodes table.
 pub const EPISODES: &str = "jitterscope_episodes";
+/// The findings table: the diagnosis of each closed episode.
+pub const FINDINGS: &str = "jitterscope_findings";
+/// How far around a closed episode its diagnosis looks (the window's edges).
+const MARGIN_NS: i64 = 10 * 1_000_000_000;
 /// The cursor file's name in the store directory.
 const CURSOR: &str = "clickhouse.json";
 /// Pauses between failed attempts: doubling from the first to the last.
@@ -146,15 +152,39 @@ impl Engine {
             ),
             b"",
         )?;
+        // One row per finding of a closed episode; a diagnosis sent again replaces its rows.
+        self.run(
+            &format!(
+                "CREATE TABLE IF NOT EXISTS {FINDINGS} (\
+                 host String, episode_kind String, episode_series String, \
+                 episode_start_ns Int64, episode_end_ns Int64, rank UInt16, \
+                 rule_id String, title String, confidence Float64, mechanism UInt8, \
+                 root UInt8, culprit_pid UInt32, culprit_comm String, culprit_cgroup String, \
+                 container String, library String, library_version String, \
+                 remediation Array(String), caused_by Array(String), finding String, \
+                 date Date MATERIALIZED toDate(intDiv(episode_start_ns, 1000000000))\
+                 ) ENGINE = ReplacingMergeTree PARTITION BY date \
+                 ORDER BY (host, episode_start_ns, episode_kind, episode_series, rule_id){ttl_clause}"
+            ),
+            b"",
+        )?;
         Ok(ttl)
     }
 
     /// Drops the daily partitions of the episodes table older than `retain_days` before
     /// `now_ns` (for servers without TTL); how many.
     pub fn drop_expired(&self, retain_days: u32, now_ns: i64) -> Result<usize, String> {
+        let mut dropped = 0;
+        for table in [EPISODES, FINDINGS] {
+            dropped += self.drop_expired_of(table, retain_days, now_ns)?;
+        }
+        Ok(dropped)
+    }
+
+    fn drop_expired_of(&self, table: &str, retain_days: u32, now_ns: i64) -> Result<usize, String> {
         let rows = self.rows(&format!(
             "SELECT DISTINCT partition FROM system.parts WHERE database = currentDatabase() \
-             AND table = '{EPISODES}' AND active"
+             AND table = '{table}' AND active"
         ))?;
         let cutoff = civil_day(now_ns - retain_days as i64 * 86_400 * 1_000_000_000);
         let mut dropped = 0;
@@ -228,6 +258,37 @@ pub fn row(host: &str, m: &Mark) -> String {
     .to_string()
 }
 
+/// A finding of the closed episode `m` as a `JSONEachRow` row of the findings table; `rank`
+/// is its place in the report (0 first).
+pub fn finding_row(host: &str, m: &Mark, rank: usize, f: &jitterscope_diagnose::Finding) -> String {
+    let c = &f.culprit;
+    let s = |v: &Option<String>| v.clone().unwrap_or_default();
+    serde_json::json!({
+        "host": host,
+        "episode_kind": m.kind,
+        "episode_series": m.series,
+        "episode_start_ns": m.from_ns,
+        "episode_end_ns": m.to_ns,
+        "rank": rank,
+        "rule_id": f.rule_id,
+        "title": f.title,
+        "confidence": if f.confidence.is_finite() { f.confidence } else { 0.0 },
+        "mechanism": u8::from(f.mechanism),
+        // A root cause: no other finding of the report set it off.
+        "root": u8::from(f.caused_by.is_empty()),
+        "culprit_pid": c.pid.unwrap_or(0),
+        "culprit_comm": s(&c.comm),
+        "culprit_cgroup": s(&c.cgroup),
+        "container": s(&c.container),
+        "library": s(&c.library),
+        "library_version": s(&c.library_version),
+        "remediation": f.remediation,
+        "caused_by": f.caused_by.iter().map(|l| l.rule_id).collect::<Vec<_>>(),
+        "finding": serde_json::to_string(f).unwrap_or_default(),
+    })
+    .to_string()
+}
+
 /// How one push went, for the log.
 pub type Log = Box<dyn Fn(&str) + Send>;
 
@@ -280,6 +341,13 @@ impl Said {
 }
 
 fn run(cfg: Config, engine: Engine, stop: Receiver<()>, log: Log) {
+    // Diagnosing an episode reads minutes of the store: at the recorder's own priority
+    // (nice -20) it would take CPU from the workload it watches.
+    // SAFETY: setpriority on this thread's own id; no memory is passed.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, 10);
+    }
     let mut said = Said::default();
     let mut cursor = crate::cursor::load(&cfg.dir, CURSOR, &cfg.url);
     let mut ttl: Option<bool> = None;
@@ -291,7 +359,14 @@ fn run(cfg: Config, engine: Engine, stop: Receiver<()>, log: Log) {
             Ok(()) | Err(RecvTimeoutError::Disconnected) => true,
             Err(RecvTimeoutError::Timeout) => false,
         };
-        match push(&cfg, &engine, &mut cursor, &mut ttl, &mut last_retention) {
+        match push(
+            &cfg,
+            &engine,
+            &log,
+            &mut cursor,
+            &mut ttl,
+            &mut last_retention,
+        ) {
             Ok(()) => {
                 said.ok(&log, &cfg.url);
                 pause = cfg.flush;
@@ -313,6 +388,7 @@ fn run(cfg: Config, engine: Engine, stop: Receiver<()>, log: Log) {
 fn push(
     cfg: &Config,
     engine: &Engine,
+    log: &Log,
     cursor: &mut Option<i64>,
     ttl: &mut Option<bool>,
     last_retention: &mut Option<Instant>,
@@ -328,6 +404,7 @@ fn push(
     let reader = SampleReader::open(&cfg.dir).map_err(|e| format!("the store: {e}"))?;
     let from = cursor.map_or(i64::MIN, |c| c.saturating_add(1));
     let mut rows = String::new();
+    let mut closed = Vec::new();
     let mut upto = None;
     for (ts, rec) in reader
         .signals(from, i64::MAX)
@@ -336,6 +413,9 @@ fn push(
         for m in &rec.marks {
             rows.push_str(&row(&cfg.host, m));
             rows.push('\n');
+            if m.state == MarkState::End {
+                closed.push(m.clone());
+            }
         }
         upto = Some(ts);
     }
@@ -343,6 +423,34 @@ fn push(
         engine.run(
             &format!("INSERT INTO {EPISODES} FORMAT JSONEachRow"),
             rows.as_bytes(),
+        )?;
+    }
+    // Each closed episode diagnosed, as `jitterscope diagnose --event` would.
+    let mut found = String::new();
+    for m in &closed {
+        match jitterscope_diagnose::diagnose(
+            &cfg.dir,
+            m.from_ns - MARGIN_NS,
+            m.to_ns + MARGIN_NS,
+            jitterscope_diagnose::Options::default(),
+        ) {
+            Ok(report) => {
+                for (i, f) in report.findings.iter().enumerate() {
+                    found.push_str(&finding_row(&cfg.host, m, i, f));
+                    found.push('\n');
+                }
+            }
+            // Not a reason to hold the episodes back: said, and the episode goes without.
+            Err(e) => log(&format!(
+                "clickhouse: cannot diagnose the {} episode on {}: {e:#}",
+                m.kind, m.series
+            )),
+        }
+    }
+    if !found.is_empty() {
+        engine.run(
+            &format!("INSERT INTO {FINDINGS} FORMAT JSONEachRow"),
+            found.as_bytes(),
         )?;
     }
     if let Some(t) = upto {
