@@ -257,9 +257,8 @@ fn episodes_of_two_hosts_reach_clickhouse_from_the_stores_and_fleet_ranks_them()
             .any(|m| m.0 == "throttling" && m.1.contains("cfs-throttle") && !m.3),
         "the throttling episode closed: {want:?}"
     );
-    let mut found = serde_json::Value::Null;
-    while back.elapsed() < Duration::from_secs(40) {
-        found = fleet(&[
+    let throttling = || {
+        fleet(&[
             "findings",
             "--clickhouse",
             &url,
@@ -267,7 +266,11 @@ fn episodes_of_two_hosts_reach_clickhouse_from_the_stores_and_fleet_ranks_them()
             "1h",
             "--rule",
             "cpu.cfs-throttling",
-        ]);
+        ])
+    };
+    let mut found = serde_json::Value::Null;
+    while back.elapsed() < Duration::from_secs(40) {
+        found = throttling();
         if !found["findings"].as_array().unwrap().is_empty() {
             break;
         }
@@ -317,15 +320,7 @@ fn episodes_of_two_hosts_reach_clickhouse_from_the_stores_and_fleet_ranks_them()
         after["hosts"][0]["episodes"], all["hosts"][0]["episodes"],
         "{after}"
     );
-    let again = fleet(&[
-        "findings",
-        "--clickhouse",
-        &url,
-        "--since",
-        "1h",
-        "--rule",
-        "cpu.cfs-throttling",
-    ]);
+    let again = throttling();
     assert_eq!(
         again["findings"][0]["episodes"], rows[0]["episodes"],
         "a diagnosis sent again replaces its rows: {again}"

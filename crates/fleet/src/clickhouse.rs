@@ -212,17 +212,8 @@ impl Engine {
 
 /// `YYYY-MM-DD` (UTC) of a time in ns since the epoch.
 pub fn civil_day(ts_ns: i64) -> String {
-    // Howard Hinnant's days-to-civil algorithm.
-    let z = ts_ns.div_euclid(86_400 * 1_000_000_000) + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}")
+    let t = jitterscope_model::time::rfc3339(ts_ns);
+    t.get(..10).unwrap_or(&t).to_string()
 }
 
 /// Percent-encodes a query parameter.

@@ -248,13 +248,5 @@ fn labels_of(m: &serde_json::Value) -> BTreeMap<String, String> {
 
 /// Percent-encodes a query parameter.
 pub fn enc(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    jitterscope_fleet::clickhouse::encode(s)
 }

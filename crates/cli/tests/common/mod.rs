@@ -367,6 +367,23 @@ pub fn recorder(dir: &Path) -> ChildGuard {
     ChildGuard::new(child)
 }
 
+/// `record` into `dir` as shipped but for the stack sampler and the memory lock: with the BPF
+/// tracers (where this host can load them).
+pub fn traced_recorder_cmd(dir: &Path) -> Command {
+    let mut c = cmd();
+    c.args([
+        "record",
+        "--profile-hz",
+        "0",
+        "--no-mlock",
+        "--nice",
+        "0",
+        "--dir",
+    ])
+    .arg(dir);
+    c
+}
+
 /// `jitterscope serve` over `dir` on a free loopback port with `extra` arguments, waited for
 /// until it accepts connections.
 pub fn serve(dir: &Path, extra: &[&str]) -> (ChildGuard, std::net::SocketAddr) {
