@@ -56,18 +56,7 @@ fn record_to(dir: &Path, url: &str, extra: &[&str]) -> ChildGuard {
 /// [`record_to`] with the BPF tracers on, as shipped: the dashboards' run-queue and reclaim
 /// panels read their series.
 fn record_traced_to(dir: &Path, url: &str, extra: &[&str]) -> ChildGuard {
-    let mut c = cmd();
-    c.args([
-        "record",
-        "--profile-hz",
-        "0",
-        "--no-mlock",
-        "--nice",
-        "0",
-        "--dir",
-    ])
-    .arg(dir);
-    spawn_recorder(c, url, extra)
+    spawn_recorder(common::traced_recorder_cmd(dir), url, extra)
 }
 
 fn spawn_recorder(mut c: std::process::Command, url: &str, extra: &[&str]) -> ChildGuard {

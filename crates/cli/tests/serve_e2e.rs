@@ -178,17 +178,7 @@ fn prometheus_scrapes_a_live_recording() {
     let store = tempfile::tempdir().unwrap();
     // With its tracers where it can (root), so the run-queue histogram has buckets to show.
     let tracing = jitterscope_testkit::is_root();
-    let mut rec = cmd();
-    rec.args([
-        "record",
-        "--profile-hz",
-        "0",
-        "--no-mlock",
-        "--nice",
-        "0",
-        "--dir",
-    ])
-    .arg(store.path());
+    let mut rec = common::traced_recorder_cmd(store.path());
     if !tracing {
         rec.arg("--no-tracers");
     }

@@ -92,7 +92,9 @@ struct Folded {
 }
 
 impl Folded {
-    fn fold(&mut self, bounded: &Bounded, cur: &Sample, prev: Option<&Sample>) {
+    /// Folds `cur`; `newest`: it is the store's newest sample, whose cgroups the info family
+    /// names (built once per scrape, not per sample folded).
+    fn fold(&mut self, bounded: &Bounded, cur: &Sample, prev: Option<&Sample>, newest: bool) {
         let span = prev
             .map(|p| (cur.ts_ns - p.ts_ns) as f64 / 1e9)
             .filter(|s| *s > 0.0 && *s <= MAX_SPAN_S);
@@ -144,9 +146,11 @@ impl Folded {
                 }
             }
         }
-        self.info = jitterscope_model::openmetrics::cgroup_info(
-            cur.cgroups.iter().flatten().map(|c| (c, None)),
-        );
+        if newest {
+            self.info = jitterscope_model::openmetrics::cgroup_info(
+                cur.cgroups.iter().flatten().map(|c| (c, None)),
+            );
+        }
         self.to = Some(cur.ts_ns);
     }
 
@@ -297,7 +301,7 @@ impl Scrapes {
         if from <= newest {
             let mut pairs = reader.pairs(from, newest, bounded.parts())?;
             while let Some((cur, prev)) = pairs.next() {
-                st.fold(&bounded, cur, prev);
+                st.fold(&bounded, cur, prev, cur.ts_ns >= newest);
             }
             damage = pairs.damage();
         }
@@ -728,6 +732,57 @@ mod tests {
             readme[a..b] == want,
             "README.md's table of metric names is out of date: rerun with JITTERSCOPE_BLESS=1"
         );
+    }
+
+    #[test]
+    fn cgroup_owners_are_an_info_family_before_eof() {
+        use jitterscope_sources::cgroup::{Cgroup, Identity, Runtime};
+        let id = "ee295493ada3f9189f6f47168e5943bd26ddbe117f58b8072a75d74720ceb6d5";
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = StoreConfig::new(dir.path());
+        c.retain = Duration::from_secs(100 * 365 * 86400);
+        let mut w = Writer::open(c).unwrap();
+        let mut enc = Encoder::new();
+        for i in 0..3i64 {
+            let mut s = Sample {
+                ts_ns: T0 + i * S,
+                mono_ns: (i as u64 + 1) * 1_000_000_000,
+                cgroups: Some(vec![
+                    Cgroup {
+                        path: "/".into(),
+                        ..Default::default()
+                    },
+                    Cgroup {
+                        path: format!("/kubepods.slice/cri-containerd-{id}.scope"),
+                        identity: Identity {
+                            runtime: Runtime::Containerd,
+                            container_id: Some(id.into()),
+                            name: Some("api".into()),
+                            pod: Some("checkout-7d9f".into()),
+                            namespace: Some("shop".into()),
+                            ..Default::default()
+                        },
+                        ..Default::default()
+                    },
+                ]),
+                ..Default::default()
+            };
+            let e = enc.encode(&mut s, &SignalRecord::default()).unwrap();
+            w.append_lanes(s.ts_ns, e.main, &e.lanes).unwrap();
+        }
+        w.close().unwrap();
+        let text = scrape(&Scrapes::default(), dir.path(), T0 + 3 * S, None);
+        assert!(text.ends_with(&format!(
+            "# TYPE jitterscope_cgroup info\n\
+             # HELP jitterscope_cgroup The container, pod or systemd unit that owns a cgroup, as its runtime names it\n\
+             jitterscope_cgroup_info{{cgroup=\"/kubepods.slice/cri-containerd-{id}.scope\",runtime=\"containerd\",container_id=\"{id}\",container_name=\"api\",pod_name=\"checkout-7d9f\",pod_namespace=\"shop\"}} 1\n\
+             # EOF\n"
+        )), "{text}");
+        // A host of no containers or units has no such family.
+        let bare = tempfile::tempdir().unwrap();
+        record(bare.path(), 0..3);
+        let text = scrape(&Scrapes::default(), bare.path(), T0 + 3 * S, None);
+        assert!(!text.contains("jitterscope_cgroup_info"));
     }
 
     #[test]
