@@ -46,6 +46,8 @@ if [ "${1:-}" = --test ]; then
   want groff groff-base
   # The nss-probe lab scenario runs Debian's certutil (NSS softokn's access probe).
   want certutil libnss3-tools
+  # The fleet inventory's test preloads Debian's jemalloc into a program (seed 5).
+  want /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 libjemalloc2
   # The profiler's unwinding tests: Debian's xz against `perf record --call-graph dwarf`, and
   # glibc's detached debug info (its static functions named through the build id).
   want xz xz-utils

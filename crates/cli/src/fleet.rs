@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
-use jitterscope_fleet::clickhouse::{Engine, EPISODES, FINDINGS};
+use jitterscope_fleet::clickhouse::{quote, Engine, EPISODES, FINDINGS};
 
 use crate::timearg::parse_duration;
 
@@ -23,6 +23,37 @@ enum FleetCmd {
     /// Each host's diagnosed causes (the findings of its closed episodes) and their culprits,
     /// root causes first.
     Findings(FindingsArgs),
+    /// Hosts and processes whose inventory (libraries and versions, allocator and NSS
+    /// settings, worker recycling, container, kernel) meets every condition, from each
+    /// host's newest inventory: `fleet inventory 'jemalloc~5.' jemalloc_dirty_decay_ms=0`,
+    /// `fleet inventory softokn '!NSS_SDB_USE_CACHE'`.
+    Inventory(InventoryArgs),
+}
+
+#[derive(Args, Debug)]
+struct InventoryArgs {
+    /// Conditions, all of which must hold: FIELD (present), !FIELD (absent), FIELD=VALUE,
+    /// FIELD!=VALUE (absent matches), FIELD~PREFIX, FIELD<N (also <=, >, >=). Fields: comm,
+    /// exe, cgroup, container, worker_server, worker_recycle, the libraries glibc, jemalloc,
+    /// tcmalloc, mimalloc, softokn, python (value: the version), jemalloc_dirty_decay_ms,
+    /// processes, the variables MALLOC_CONF, NSS_SDB_USE_CACHE, MALLOC_ARENA_MAX,
+    /// GLIBC_TUNABLES, LD_PRELOAD..., and the host's host, kernel, os, cgroup_layout, cpus,
+    /// memory_bytes. Without any: every host's summary.
+    #[arg(value_name = "CONDITION")]
+    conditions: Vec<String>,
+    /// ClickHouse's HTTP interface, as given to `record --clickhouse` (http://HOST:8123/).
+    #[arg(long, value_name = "URL", env = "JITTERSCOPE_CLICKHOUSE")]
+    clickhouse: String,
+    /// Hosts whose newest inventory was taken since then (a recorder sends it again every
+    /// 6 h when nothing changed).
+    #[arg(long, default_value = "1d", value_parser = parse_duration, value_name = "DURATION")]
+    since: Duration,
+    /// Groups of processes shown.
+    #[arg(long, default_value_t = 200, value_name = "N")]
+    top: usize,
+    /// One JSON document instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -68,12 +99,8 @@ pub fn run(a: FleetArgs) -> Result<()> {
     match a.cmd {
         FleetCmd::Episodes(e) => episodes(e),
         FleetCmd::Findings(f) => findings(f),
+        FleetCmd::Inventory(i) => inventory(i),
     }
-}
-
-/// A string literal for ClickHouse SQL.
-fn quote(s: &str) -> String {
-    format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
 }
 
 /// The query behind `fleet episodes`: each episode once (its newest row: the close when it
@@ -199,6 +226,141 @@ fn findings(a: FindingsArgs) -> Result<()> {
             who
         );
     }
+    Ok(())
+}
+
+fn inventory(a: InventoryArgs) -> Result<()> {
+    use jitterscope_fleet::inventory::{HOSTS, INVENTORY};
+    use jitterscope_fleet::inventory_query::{groups_sql, hosts_sql, parse};
+    let conds = a
+        .conditions
+        .iter()
+        .map(|c| parse(c))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let now = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX);
+    let since = now - a.since.as_nanos().min(i64::MAX as u128) as i64;
+    let (hosts, t1) = query(&a.clickhouse, &hosts_sql(since, &conds), HOSTS)?;
+    let about_processes = conds.iter().any(|c| !c.on_host);
+    let (groups, t2) = if about_processes {
+        query(&a.clickhouse, &groups_sql(since, &conds, a.top), INVENTORY)?
+    } else {
+        (Vec::new(), Duration::ZERO)
+    };
+    let matched: Vec<&serde_json::Value> = if about_processes {
+        let with: std::collections::BTreeSet<&str> =
+            groups.iter().filter_map(|g| g["host"].as_str()).collect();
+        hosts
+            .iter()
+            .filter(|h| h["host"].as_str().is_some_and(|n| with.contains(n)))
+            .collect()
+    } else {
+        hosts.iter().collect()
+    };
+    let processes: u64 = groups.iter().filter_map(|g| g["processes"].as_u64()).sum();
+    if a.json {
+        let doc = serde_json::json!({
+            "since": jitterscope_model::time::rfc3339(since),
+            "conditions": a.conditions,
+            "hosts": matched,
+            "groups": groups,
+            "processes": processes,
+            "query_ms": (t1 + t2).as_secs_f64() * 1e3,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(());
+    }
+    if !about_processes {
+        println!(
+            "{:<24} {:<16} {:<8} {:>5} {:>10} {:>9}  OS",
+            "HOST", "KERNEL", "CGROUPS", "CPUS", "MEMORY", "PROCESSES"
+        );
+        for h in &matched {
+            println!(
+                "{:<24} {:<16} {:<8} {:>5} {:>7.1} GiB {:>9}  {}",
+                h["host"].as_str().unwrap_or(""),
+                h["kernel"].as_str().unwrap_or(""),
+                h["cgroup_layout"].as_str().unwrap_or(""),
+                h["cpus"].as_u64().unwrap_or(0),
+                h["memory_bytes"].as_f64().unwrap_or(0.0) / (1u64 << 30) as f64,
+                h["processes"].as_u64().unwrap_or(0),
+                h["os"].as_str().unwrap_or(""),
+            );
+        }
+        println!(
+            "{} hosts with an inventory since {}",
+            matched.len(),
+            jitterscope_model::time::rfc3339(since)
+        );
+        return Ok(());
+    }
+    println!(
+        "{:<20} {:>5} {:<16} {:<28} {:<34} SETTINGS",
+        "HOST", "PROCS", "COMM", "CONTAINER/CGROUP", "LIBRARIES"
+    );
+    for g in &groups {
+        let s = |k: &str| g[k].as_str().unwrap_or("").to_string();
+        let libs: Vec<String> = [
+            "jemalloc", "tcmalloc", "mimalloc", "softokn", "python", "glibc",
+        ]
+        .iter()
+        .filter_map(|l| {
+            g[*l]
+                .as_str()
+                .map(|v| format!("{l} {v}").trim().to_string())
+        })
+        .collect();
+        let mut settings: Vec<String> = g["env_keys"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .zip(g["env_values"].as_array().into_iter().flatten())
+            .map(|(k, v)| format!("{}={}", k.as_str().unwrap_or(""), v.as_str().unwrap_or("")))
+            .collect();
+        if let Some(d) = g["jemalloc_dirty_decay_ms"].as_i64() {
+            settings.push(format!("(dirty_decay_ms {d})"));
+        }
+        if !s("worker_server").is_empty() {
+            let r = s("worker_recycle");
+            settings.push(format!(
+                "{} {}",
+                s("worker_server"),
+                if r.is_empty() {
+                    "without recycling".to_string()
+                } else {
+                    r
+                }
+            ));
+        }
+        let place = if s("container").is_empty() {
+            s("cgroup")
+        } else {
+            s("container")
+        };
+        // The end of a long cgroup path names it; its start is the same for many.
+        let n = place.chars().count();
+        let place = if n > 28 {
+            format!("…{}", place.chars().skip(n - 27).collect::<String>())
+        } else {
+            place
+        };
+        println!(
+            "{:<20} {:>5} {:<16} {:<28} {:<34} {}",
+            s("host"),
+            g["processes"].as_u64().unwrap_or(0),
+            s("comm"),
+            place,
+            libs.join(", "),
+            settings.join(" ")
+        );
+    }
+    println!(
+        "{processes} processes in {} groups on {} hosts match (of {} hosts with an inventory since {})",
+        groups.len(),
+        matched.len(),
+        query(&a.clickhouse, &hosts_sql(since, &[]), HOSTS)?.0.len(),
+        jitterscope_model::time::rfc3339(since)
+    );
     Ok(())
 }
 

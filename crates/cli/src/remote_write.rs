@@ -64,6 +64,13 @@ pub struct RemoteWriteArgs {
     /// A file whose content is the ClickHouse user's password.
     #[arg(long, value_name = "FILE", requires = "clickhouse_user")]
     pub clickhouse_password_file: Option<PathBuf>,
+    /// How often the host inventory is taken for ClickHouse (kernel, cgroup layout, and each
+    /// process's libraries with versions, allocator and NSS settings, container); it is pushed
+    /// at start and whenever it changed, into jitterscope_hosts and jitterscope_inventory
+    /// (`jitterscope fleet inventory` queries them). A process is counted once it has lived
+    /// 10 s or one interval, whichever is shorter. 0s: no inventory.
+    #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    pub clickhouse_inventory_every: Duration,
 }
 
 fn parse_label(s: &str) -> Result<(String, String), String> {
@@ -113,6 +120,10 @@ impl RemoteWriteArgs {
         if self.clickhouse_retain < Duration::from_secs(86_400) {
             bail!("--clickhouse-retain is at least 1d (ClickHouse keeps episodes by the day)");
         }
+        let every = self.clickhouse_inventory_every;
+        if !every.is_zero() && every < Duration::from_secs(1) {
+            bail!("--clickhouse-inventory-every is at least 1s (or 0s: no inventory)");
+        }
         Ok(())
     }
 
@@ -143,6 +154,12 @@ impl RemoteWriteArgs {
             dir: dir.to_path_buf(),
             flush: Duration::from_secs(5),
             user,
+            inventory_every: (!self.clickhouse_inventory_every.is_zero())
+                .then_some(self.clickhouse_inventory_every),
+            inventory_min_age: self
+                .clickhouse_inventory_every
+                .min(jitterscope_fleet::inventory::MIN_AGE),
+            version: crate::VERSION.to_string(),
         };
         let log = Box::new(|msg: &str| crate::logline::emit(crate::logline::Level::Warn, msg));
         // A URL that cannot work is said once and recording goes on, as for remote write: a

@@ -59,6 +59,8 @@ impl ClickHouse {
             .arg(format!("--tmp_path={d}/tmp/"))
             .arg(format!("--http_port={}", self.http))
             .arg(format!("--tcp_port={}", self.tcp))
+            // Its default (9009) would be shared by two servers started at once.
+            .arg(format!("--interserver_http_port={}", free_port()))
             .arg("--listen_host=127.0.0.1")
             .arg(format!("--logger.log={d}/server.log"))
             .arg(format!("--logger.errorlog={d}/error.log"))
@@ -357,4 +359,200 @@ fn urls_that_cannot_work_are_said_once_and_recording_goes_on() {
         .unwrap();
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(text(&o.stderr).lines().count(), 1, "{}", text(&o.stderr));
+}
+
+/// Debian's jemalloc, preloaded into a program that was not linked with it (as seed 5's
+/// services were started).
+const JEMALLOC: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+
+/// A long-running program: `env` pairs, then the command.
+fn program(env: &[(&str, &str)], argv: &[&str]) -> ChildGuard {
+    let mut c = Command::new(argv[0]);
+    c.args(&argv[1..])
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    ChildGuard::new(c.spawn().unwrap())
+}
+
+/// A Python interpreter that loads NSS's softokn (Debian's libsoftokn3, as a TLS client
+/// does) and stays up.
+fn nss_user(env: &[(&str, &str)]) -> ChildGuard {
+    program(
+        env,
+        &[
+            "python3",
+            "-c",
+            "import ctypes, time; ctypes.CDLL('libsoftokn3.so'); time.sleep(120)",
+        ],
+    )
+}
+
+/// The pids of the groups `fleet inventory` returns for `conds` on `host`.
+fn inventory_pids(url: &str, host: &str, conds: &[&str]) -> BTreeSet<u64> {
+    let mut args = vec!["inventory", "--clickhouse", url];
+    args.extend(conds);
+    let v = fleet(&args);
+    v["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| g["host"] == host)
+        .flat_map(|g| g["pids"].as_array().unwrap().clone())
+        .map(|p| p.as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn the_inventory_answers_the_seeds_questions_across_hosts() {
+    const T: &str = "the_inventory_answers_the_seeds_questions_across_hosts";
+    for (need, why) in [
+        (
+            SERVER,
+            "clickhouse-server is not installed (scripts/setup.sh --test)",
+        ),
+        (
+            JEMALLOC,
+            "libjemalloc2 is not installed (scripts/setup.sh --test)",
+        ),
+        (
+            "/usr/lib/x86_64-linux-gnu/libsoftokn3.so",
+            "libnss3 is not installed (scripts/setup.sh --test)",
+        ),
+    ] {
+        if !Path::new(need).exists() {
+            return skip(T, why);
+        }
+    }
+    if !jitterscope_testkit::is_root() {
+        return skip(T, "other processes' environments are readable by root only");
+    }
+    let _g = common::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut ch = ClickHouse::new(&tmp.path().join("ch"));
+    let url = ch.url();
+    // Seed 5's service: jemalloc 5.x purging at once. Case 1's: NSS softokn without the
+    // cache setting, next to one with it.
+    let purging = program(
+        &[
+            ("LD_PRELOAD", JEMALLOC),
+            ("MALLOC_CONF", "dirty_decay_ms:0"),
+        ],
+        &["sleep", "120"],
+    );
+    let decaying = program(&[("LD_PRELOAD", JEMALLOC)], &["sleep", "120"]);
+    let cached = nss_user(&[("NSS_SDB_USE_CACHE", "yes")]);
+    std::thread::sleep(Duration::from_secs(3));
+    // Host "a" starts while ClickHouse is down: its first inventory waits and is sent when
+    // it answers. The unguarded NSS user starts during the recording: a change, so a second
+    // inventory.
+    let a = ChildGuard::new(
+        recorder_cmd(&tmp.path().join("a"))
+            .args([
+                "--duration",
+                "25s",
+                "--fleet-host",
+                "a",
+                "--clickhouse",
+                &url,
+            ])
+            .args(["--clickhouse-inventory-every", "2s"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let unguarded = nss_user(&[]);
+    std::thread::sleep(Duration::from_secs(6));
+    ch.start();
+    let o = a.into_inner().wait_with_output().unwrap();
+    assert!(o.status.success(), "record a: {}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("accepts again"),
+        "{}",
+        text(&o.stderr)
+    );
+    let (purging_pid, decaying_pid) = (purging.pid() as u64, decaying.pid() as u64);
+    let (cached_pid, unguarded_pid) = (cached.pid() as u64, unguarded.pid() as u64);
+    // Host "b" records after those programs are gone.
+    drop((purging, decaying, cached, unguarded));
+    let b = recorder_cmd(&tmp.path().join("b"))
+        .args([
+            "--duration",
+            "4s",
+            "--fleet-host",
+            "b",
+            "--clickhouse",
+            &url,
+        ])
+        .output()
+        .unwrap();
+    assert!(b.status.success(), "record b: {}", text(&b.stderr));
+
+    // Seed 5: which hosts run jemalloc 5.x with immediate decay.
+    let seed5 = ["jemalloc~5.", "jemalloc_dirty_decay_ms=0"];
+    assert_eq!(
+        inventory_pids(&url, "a", &seed5),
+        BTreeSet::from([purging_pid])
+    );
+    assert!(inventory_pids(&url, "b", &seed5).is_empty());
+    // Without MALLOC_CONF the default decay (10 s) is what the other one runs.
+    let default = inventory_pids(&url, "a", &["jemalloc", "jemalloc_dirty_decay_ms=10000"]);
+    assert!(
+        default.contains(&decaying_pid) && !default.contains(&purging_pid),
+        "{default:?}"
+    );
+    // Case 1: which processes load NSS softokn without NSS_SDB_USE_CACHE.
+    let case1 = inventory_pids(&url, "a", &["softokn", "!NSS_SDB_USE_CACHE"]);
+    assert_eq!(
+        case1,
+        BTreeSet::from([unguarded_pid]),
+        "the one started mid-run"
+    );
+    let all_nss = inventory_pids(&url, "a", &["softokn~3."]);
+    assert_eq!(all_nss, BTreeSet::from([cached_pid, unguarded_pid]));
+    assert!(inventory_pids(&url, "b", &["softokn"]).is_empty());
+
+    // The host documents: both hosts, with this machine's kernel.
+    let hosts = fleet(&["inventory", "--clickhouse", &url]);
+    let names: Vec<&str> = hosts["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["host"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["a", "b"], "{hosts}");
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    assert_eq!(hosts["hosts"][0]["kernel"], kernel.trim(), "{hosts}");
+    let table = cmd()
+        .args(["fleet", "inventory", "--clickhouse", &url])
+        .args(seed5)
+        .output()
+        .unwrap();
+    let table = text(&table.stdout);
+    assert!(
+        table.lines().any(|l| l.starts_with("a ")
+            && l.contains("jemalloc 5.")
+            && l.contains("MALLOC_CONF=dirty_decay_ms:0")),
+        "{table}"
+    );
+    // Documents went only when something changed: the start, and the NSS user's arrival
+    // (which only counts once it has lived an interval), not one every 2 s.
+    let docs = ch
+        .query("SELECT uniqExact(taken_ns) FROM jitterscope_hosts WHERE host = 'a'")
+        .unwrap();
+    let docs: u32 = docs.parse().unwrap();
+    assert!((2..=5).contains(&docs), "{docs} inventories of a");
+    // A condition that cannot be read is one line and exit 2 or 1, not a query.
+    let bad = cmd()
+        .args(["fleet", "inventory", "--clickhouse", &url, "jemalloc<5"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert_eq!(
+        text(&bad.stderr).lines().count(),
+        1,
+        "{}",
+        text(&bad.stderr)
+    );
 }

@@ -24,6 +24,8 @@ use std::time::{Duration, Instant};
 use jitterscope_model::signals::{Mark, MarkState};
 use jitterscope_model::stored::SampleReader;
 
+use crate::inventory::{Document, Scanner, HOSTS, INVENTORY};
+
 /// The episodes table.
 pub const EPISODES: &str = "jitterscope_episodes";
 /// The findings table: the diagnosis of each closed episode.
@@ -50,6 +52,12 @@ pub struct Config {
     pub flush: Duration,
     /// `X-ClickHouse-User` and `X-ClickHouse-Key`.
     pub user: Option<(String, String)>,
+    /// How often the host inventory is taken (pushed when it changed); `None`: not taken.
+    pub inventory_every: Option<Duration>,
+    /// Processes younger than this are left out of the inventory.
+    pub inventory_min_age: Duration,
+    /// The recorder's version, in the hosts table.
+    pub version: String,
 }
 
 /// ClickHouse over HTTP: one statement per request.
@@ -168,14 +176,43 @@ impl Engine {
             ),
             b"",
         )?;
+        // One row per inventory document, and one per group of alike processes in it.
+        self.run(
+            &format!(
+                "CREATE TABLE IF NOT EXISTS {HOSTS} (\
+                 host String, taken_ns Int64, kernel String, os String, cgroup_layout String, \
+                 cpus UInt32, memory_bytes UInt64, processes UInt32, groups UInt32, \
+                 jitterscope_version String, \
+                 date Date MATERIALIZED toDate(intDiv(taken_ns, 1000000000))\
+                 ) ENGINE = ReplacingMergeTree PARTITION BY date \
+                 ORDER BY (host, taken_ns){ttl_clause}"
+            ),
+            b"",
+        )?;
+        self.run(
+            &format!(
+                "CREATE TABLE IF NOT EXISTS {INVENTORY} (\
+                 host String, taken_ns Int64, group_key String, comm String, exe String, \
+                 cgroup String, container String, processes UInt32, pids Array(UInt32), \
+                 glibc Nullable(String), jemalloc Nullable(String), tcmalloc Nullable(String), \
+                 mimalloc Nullable(String), softokn Nullable(String), python Nullable(String), \
+                 jemalloc_dirty_decay_ms Nullable(Int64), \
+                 env_keys Array(String), env_values Array(String), \
+                 worker_server String, worker_recycle String, \
+                 date Date MATERIALIZED toDate(intDiv(taken_ns, 1000000000))\
+                 ) ENGINE = ReplacingMergeTree PARTITION BY date \
+                 ORDER BY (host, taken_ns, group_key){ttl_clause}"
+            ),
+            b"",
+        )?;
         Ok(ttl)
     }
 
-    /// Drops the daily partitions of the episodes table older than `retain_days` before
+    /// Drops the daily partitions of every table older than `retain_days` before
     /// `now_ns` (for servers without TTL); how many.
     pub fn drop_expired(&self, retain_days: u32, now_ns: i64) -> Result<usize, String> {
         let mut dropped = 0;
-        for table in [EPISODES, FINDINGS] {
+        for table in [EPISODES, FINDINGS, HOSTS, INVENTORY] {
             dropped += self.drop_expired_of(table, retain_days, now_ns)?;
         }
         Ok(dropped)
@@ -198,7 +235,7 @@ impl Engine {
             if day.len() == 8 && day < cutoff.replace('-', "") {
                 self.run(
                     &format!(
-                        "ALTER TABLE {EPISODES} DROP PARTITION '{}'",
+                        "ALTER TABLE {table} DROP PARTITION '{}'",
                         p.replace('\'', "")
                     ),
                     b"",
@@ -214,6 +251,11 @@ impl Engine {
 pub fn civil_day(ts_ns: i64) -> String {
     let t = jitterscope_model::time::rfc3339(ts_ns);
     t.get(..10).unwrap_or(&t).to_string()
+}
+
+/// A string literal for ClickHouse SQL.
+pub fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
 }
 
 /// Percent-encodes a query parameter.
@@ -331,33 +373,68 @@ impl Said {
     }
 }
 
+/// The inventory's state between rounds.
+struct Inventory {
+    scanner: Scanner,
+    every: Duration,
+    last_scan: Option<Instant>,
+    /// The key of the last document the engine accepted, and when.
+    sent: Option<(u64, Instant)>,
+    /// The newest document not sent yet: one taken while the engine was down replaces the
+    /// one before it.
+    pending: Option<Document>,
+}
+
+/// A document unchanged for this long is sent again, so that retention never drops a live
+/// host's inventory and `fleet inventory --since 1d` finds every host that records.
+const INVENTORY_REFRESH: Duration = Duration::from_secs(6 * 3600);
+
+/// What a round carries over to the next.
+struct State {
+    cursor: Option<i64>,
+    ttl: Option<bool>,
+    last_retention: Option<Instant>,
+    inventory: Option<Inventory>,
+}
+
+fn wall_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
+}
+
 fn run(cfg: Config, engine: Engine, stop: Receiver<()>, log: Log) {
-    // Diagnosing an episode reads minutes of the store: at the recorder's own priority
-    // (nice -20) it would take CPU from the workload it watches.
+    // Diagnosing an episode reads minutes of the store, and the inventory walks every
+    // process: at the recorder's own priority (nice -20) they would take CPU from the
+    // workload it watches.
     // SAFETY: setpriority on this thread's own id; no memory is passed.
     unsafe {
         let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
         libc::setpriority(libc::PRIO_PROCESS, tid, 10);
     }
     let mut said = Said::default();
-    let mut cursor = crate::cursor::load(&cfg.dir, CURSOR, &cfg.url);
-    let mut ttl: Option<bool> = None;
-    let mut last_retention: Option<Instant> = None;
-    let mut pause = cfg.flush;
+    let mut state = State {
+        cursor: crate::cursor::load(&cfg.dir, CURSOR, &cfg.url),
+        ttl: None,
+        last_retention: None,
+        inventory: cfg.inventory_every.map(|every| Inventory {
+            scanner: Scanner::new(jitterscope_sources::Root::new("/"))
+                .with_min_age(cfg.inventory_min_age),
+            every,
+            last_scan: None,
+            sent: None,
+            pending: None,
+        }),
+    };
+    // The first round comes at once: the inventory is taken when recording starts.
+    let mut pause = Duration::ZERO;
     let mut backoff = BACKOFF.0;
     loop {
         let stopping = match stop.recv_timeout(pause) {
             Ok(()) | Err(RecvTimeoutError::Disconnected) => true,
             Err(RecvTimeoutError::Timeout) => false,
         };
-        match push(
-            &cfg,
-            &engine,
-            &log,
-            &mut cursor,
-            &mut ttl,
-            &mut last_retention,
-        ) {
+        match push(&cfg, &engine, &log, &mut state) {
             Ok(()) => {
                 said.ok(&log, &cfg.url);
                 pause = cfg.flush;
@@ -375,23 +452,63 @@ fn run(cfg: Config, engine: Engine, stop: Receiver<()>, log: Log) {
     }
 }
 
-/// One round: the schema once, the marks after the cursor, retention hourly.
-fn push(
+/// One round: the schema once, the marks after the cursor, the inventory when due,
+/// retention hourly.
+fn push(cfg: &Config, engine: &Engine, log: &Log, st: &mut State) -> Result<(), String> {
+    // Taken whether or not the engine answers, so an outage sends the newest.
+    if let Some(inv) = st.inventory.as_mut() {
+        if inv.last_scan.is_none_or(|t| t.elapsed() >= inv.every) {
+            inv.last_scan = Some(Instant::now());
+            let doc = inv.scanner.scan(wall_ns());
+            let due = inv
+                .sent
+                .is_none_or(|(key, at)| key != doc.key() || at.elapsed() >= INVENTORY_REFRESH);
+            if due {
+                inv.pending = Some(doc);
+            }
+        }
+    }
+    let has_ttl = match st.ttl {
+        Some(t) => t,
+        None => {
+            let t = engine.create_schema(cfg.retain_days)?;
+            st.ttl = Some(t);
+            t
+        }
+    };
+    push_episodes(cfg, engine, log, &mut st.cursor)?;
+    if let Some(inv) = st.inventory.as_mut() {
+        if let Some(doc) = &inv.pending {
+            engine.run(
+                &format!("INSERT INTO {HOSTS} FORMAT JSONEachRow"),
+                doc.host_row(&cfg.host, &cfg.version).as_bytes(),
+            )?;
+            engine.run(
+                &format!("INSERT INTO {INVENTORY} FORMAT JSONEachRow"),
+                doc.group_rows(&cfg.host).as_bytes(),
+            )?;
+            inv.sent = Some((doc.key(), Instant::now()));
+            inv.pending = None;
+        }
+    }
+    if !has_ttl
+        && st
+            .last_retention
+            .is_none_or(|t| t.elapsed() > Duration::from_secs(3600))
+    {
+        engine.drop_expired(cfg.retain_days, wall_ns())?;
+        st.last_retention = Some(Instant::now());
+    }
+    Ok(())
+}
+
+/// The marks after the cursor, and the findings of the episodes they close.
+fn push_episodes(
     cfg: &Config,
     engine: &Engine,
     log: &Log,
     cursor: &mut Option<i64>,
-    ttl: &mut Option<bool>,
-    last_retention: &mut Option<Instant>,
 ) -> Result<(), String> {
-    let has_ttl = match *ttl {
-        Some(t) => t,
-        None => {
-            let t = engine.create_schema(cfg.retain_days)?;
-            *ttl = Some(t);
-            t
-        }
-    };
     let reader = SampleReader::open(&cfg.dir).map_err(|e| format!("the store: {e}"))?;
     let from = cursor.map_or(i64::MIN, |c| c.saturating_add(1));
     let mut rows = String::new();
@@ -450,13 +567,6 @@ fn push(
             crate::cursor::save(&cfg.dir, CURSOR, &cfg.url, t)
                 .map_err(|e| format!("cannot save the cursor in {}: {e}", cfg.dir.display()))?;
         }
-    }
-    if !has_ttl && last_retention.is_none_or(|t| t.elapsed() > Duration::from_secs(3600)) {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as i64);
-        engine.drop_expired(cfg.retain_days, now)?;
-        *last_retention = Some(Instant::now());
     }
     Ok(())
 }

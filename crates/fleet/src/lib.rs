@@ -5,4 +5,6 @@
 
 pub mod clickhouse;
 pub mod cursor;
+pub mod inventory;
+pub mod inventory_query;
 pub mod remote_write;
