@@ -82,7 +82,8 @@ enum Cmd {
     Serve(serve::ServeArgs),
     /// Check the store for damage (every CRC of every segment and lane) and repair it.
     Store(store::StoreArgs),
-    /// Across hosts: the episodes recorders pushed to ClickHouse (record --clickhouse).
+    /// Across hosts: the episodes, findings and inventories recorders pushed to ClickHouse
+    /// (record --clickhouse).
     Fleet(fleet::FleetArgs),
     /// Check the configuration file and print the effective configuration, or an example file.
     Config(config::ConfigArgs),
