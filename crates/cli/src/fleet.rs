@@ -1,5 +1,6 @@
 //! `jitterscope fleet`: questions across hosts, answered by the engines recorders push to.
 
+use std::io::Write;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
@@ -28,6 +29,35 @@ enum FleetCmd {
     /// host's newest inventory: `fleet inventory 'jemalloc~5.' jemalloc_dirty_decay_ms=0`,
     /// `fleet inventory softokn '!NSS_SDB_USE_CACHE'`.
     Inventory(InventoryArgs),
+    /// The stacks sampled during the episodes of many hosts, merged into one flame graph
+    /// (SVG, or folded stacks): `fleet flame --rule memory.tlb-shootdown --since 1h` is where
+    /// the CPUs of every host with that finding were.
+    Flame(FlameArgs),
+}
+
+#[derive(Args, Debug)]
+struct FlameArgs {
+    /// ClickHouse's HTTP interface, as given to `record --clickhouse` (http://HOST:8123/).
+    #[arg(long, value_name = "URL", env = "JITTERSCOPE_CLICKHOUSE")]
+    clickhouse: String,
+    /// How far back: episodes that ended since then.
+    #[arg(long, default_value = "1h", value_parser = parse_duration, value_name = "DURATION")]
+    since: Duration,
+    /// Only episodes with a finding of this rule (`diagnose --list-rules`).
+    #[arg(long, value_name = "RULE")]
+    rule: Option<String>,
+    /// Only episodes of this kind (`events --list-kinds`).
+    #[arg(long, value_name = "KIND")]
+    kind: Option<String>,
+    /// Only this host.
+    #[arg(long, value_name = "HOST")]
+    host: Option<String>,
+    /// Folded stacks (`comm;root;…;leaf count`, kernel frames `_[k]`) instead of SVG.
+    #[arg(long)]
+    folded: bool,
+    /// Write to this file instead of standard output.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    output: Option<std::path::PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -100,6 +130,7 @@ pub fn run(a: FleetArgs) -> Result<()> {
         FleetCmd::Episodes(e) => episodes(e),
         FleetCmd::Findings(f) => findings(f),
         FleetCmd::Inventory(i) => inventory(i),
+        FleetCmd::Flame(f) => flame(f),
     }
 }
 
@@ -225,6 +256,132 @@ fn findings(a: FindingsArgs) -> Result<()> {
             },
             who
         );
+    }
+    Ok(())
+}
+
+/// Which stacks `fleet flame` merges: the episodes that ended since `since_ns`, of `kind`,
+/// on `host`, with a finding of `rule`.
+fn stacks_where(
+    since_ns: i64,
+    rule: Option<&str>,
+    kind: Option<&str>,
+    host: Option<&str>,
+) -> String {
+    use jitterscope_fleet::clickhouse::FINDINGS;
+    let mut w = format!(
+        "date >= toDate(intDiv({since_ns}, 1000000000)) - 1 AND episode_end_ns >= {since_ns}"
+    );
+    if let Some(k) = kind {
+        w.push_str(&format!(" AND episode_kind = {}", quote(k)));
+    }
+    if let Some(h) = host {
+        w.push_str(&format!(" AND host = {}", quote(h)));
+    }
+    if let Some(r) = rule {
+        w.push_str(&format!(
+            " AND (host, episode_kind, episode_series, episode_start_ns) IN \
+             (SELECT host, episode_kind, episode_series, episode_start_ns FROM {FINDINGS} \
+             WHERE rule_id = {} AND episode_end_ns >= {since_ns})",
+            quote(r)
+        ));
+    }
+    w
+}
+
+fn flame(a: FlameArgs) -> Result<()> {
+    use jitterscope_fleet::clickhouse::STACKS;
+    let now = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX);
+    let since = now - a.since.as_nanos().min(i64::MAX as u128) as i64;
+    let w = stacks_where(
+        since,
+        a.rule.as_deref(),
+        a.kind.as_deref(),
+        a.host.as_deref(),
+    );
+    let (rows, _) = query(
+        &a.clickhouse,
+        &format!(
+            "SELECT stack, sum(samples) AS merged FROM {STACKS} FINAL WHERE {w} \
+             GROUP BY stack ORDER BY merged DESC, stack LIMIT 20000"
+        ),
+        STACKS,
+    )?;
+    let (about, _) = query(
+        &a.clickhouse,
+        &format!(
+            "SELECT uniqExact(host) AS hosts, \
+             uniqExact(host, episode_kind, episode_series, episode_start_ns) AS episodes, \
+             sum(samples) AS all_samples FROM {STACKS} FINAL WHERE {w}"
+        ),
+        STACKS,
+    )?;
+    let what = [
+        a.rule.as_deref().map(|r| format!("rule {r}")),
+        a.kind.as_deref().map(|k| format!("kind {k}")),
+        a.host.as_deref().map(|h| format!("host {h}")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect::<Vec<_>>()
+    .join(", ");
+    if rows.is_empty() {
+        bail!(
+            "no stacks of episodes{} since {} (recorders sample stacks unless --profile-hz 0; \
+             only closed episodes send theirs)",
+            if what.is_empty() {
+                String::new()
+            } else {
+                format!(" ({what})")
+            },
+            jitterscope_model::time::rfc3339(since)
+        );
+    }
+    let lines: Vec<String> = rows
+        .iter()
+        .filter_map(|r| {
+            Some(format!(
+                "{} {}",
+                r["stack"].as_str()?,
+                r["merged"].as_u64()?
+            ))
+        })
+        .collect();
+    let a0 = about.first().cloned().unwrap_or_default();
+    let summary = format!(
+        "{} samples from {} episodes on {} hosts{}",
+        a0["all_samples"].as_u64().unwrap_or(0),
+        a0["episodes"].as_u64().unwrap_or(0),
+        a0["hosts"].as_u64().unwrap_or(0),
+        if what.is_empty() {
+            String::new()
+        } else {
+            format!(" ({what})")
+        }
+    );
+    let mut out: Box<dyn std::io::Write> = match &a.output {
+        Some(p) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(p)
+                .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", p.display()))?,
+        )),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    };
+    let res = if a.folded {
+        lines.iter().try_for_each(|l| writeln!(out, "{l}"))
+    } else {
+        let title = format!(
+            "fleet {} – {}",
+            jitterscope_model::time::rfc3339(since),
+            jitterscope_model::time::rfc3339(now)
+        );
+        jitterscope_profile::window::svg_of_folded(&lines, &title, &summary, &mut out)
+    };
+    match res.and_then(|_| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+        r => r.map_err(|e| anyhow::anyhow!("cannot write the output: {e}"))?,
+    }
+    if let Some(p) = &a.output {
+        eprintln!("jitterscope: wrote {} ({summary})", p.display());
     }
     Ok(())
 }

@@ -163,20 +163,35 @@ fn episodes_of_two_hosts_reach_clickhouse_from_the_stores_and_fleet_ranks_them()
     // the lab would see the lab's cgroup too).
     let (busy, quiet) = (tmp.path().join("busy"), tmp.path().join("quiet"));
     let spawn = |dir: &Path, host: &str, secs: &str| {
-        ChildGuard::new(
+        // The busy host samples stacks (the profiler as shipped), for `fleet flame`.
+        let mut c = if host == "busy" {
+            let mut c = cmd();
+            c.args([
+                "record",
+                "--no-tracers",
+                "--no-mlock",
+                "--nice",
+                "0",
+                "--dir",
+            ])
+            .arg(dir);
+            c
+        } else {
             recorder_cmd(dir)
-                .args([
-                    "--duration",
-                    secs,
-                    "--fleet-host",
-                    host,
-                    "--clickhouse",
-                    &url,
-                ])
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap(),
+        };
+        ChildGuard::new(
+            c.args([
+                "--duration",
+                secs,
+                "--fleet-host",
+                host,
+                "--clickhouse",
+                &url,
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
         )
     };
     let rb = spawn(&busy, "busy", "40s");
@@ -302,6 +317,51 @@ fn episodes_of_two_hosts_reach_clickhouse_from_the_stores_and_fleet_ranks_them()
         "{table}"
     );
 
+    // The stacks of that episode went with it: the lab's spinning worker is where the CPU
+    // of the throttled episodes was.
+    let flame = cmd()
+        .args(["fleet", "flame", "--clickhouse", &url, "--since", "1h"])
+        .args(["--rule", "cpu.cfs-throttling", "--folded"])
+        .output()
+        .unwrap();
+    assert!(flame.status.success(), "{}", text(&flame.stderr));
+    let folded = text(&flame.stdout);
+    let count = |pred: &dyn Fn(&str) -> bool| -> u64 {
+        folded
+            .lines()
+            .filter(|l| pred(l))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+            .sum()
+    };
+    let (fib, total) = (count(&|l| l.starts_with("lab-fibtest;")), count(&|_| true));
+    assert!(
+        total > 0 && fib * 2 > total,
+        "lab-fibtest has {fib} of {total} samples:\n{folded}"
+    );
+    let svg = tmp.path().join("fleet.svg");
+    let o = cmd()
+        .args([
+            "fleet",
+            "flame",
+            "--clickhouse",
+            &url,
+            "--kind",
+            "throttling",
+            "-o",
+        ])
+        .arg(&svg)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(std::fs::read_to_string(&svg)
+        .unwrap()
+        .contains("lab-fibtest"));
+    let none = cmd()
+        .args(["fleet", "flame", "--clickhouse", &url, "--host", "quiet"])
+        .output()
+        .unwrap();
+    assert_eq!(none.status.code(), Some(1), "the quiet host sent no stacks");
+
     // A second push of the same marks (a crash between the insert and the cursor's save)
     // does not make a second episode.
     std::fs::remove_file(busy.join("clickhouse.json")).unwrap();
@@ -326,6 +386,16 @@ fn episodes_of_two_hosts_reach_clickhouse_from_the_stores_and_fleet_ranks_them()
     assert_eq!(
         again["findings"][0]["episodes"], rows[0]["episodes"],
         "a diagnosis sent again replaces its rows: {again}"
+    );
+    let refolded = cmd()
+        .args(["fleet", "flame", "--clickhouse", &url, "--since", "1h"])
+        .args(["--rule", "cpu.cfs-throttling", "--folded"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        text(&refolded.stdout),
+        folded,
+        "stacks sent again replace their rows"
     );
 }
 

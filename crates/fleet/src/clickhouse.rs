@@ -30,6 +30,12 @@ use crate::inventory::{Document, Scanner, HOSTS, INVENTORY};
 pub const EPISODES: &str = "jitterscope_episodes";
 /// The findings table: the diagnosis of each closed episode.
 pub const FINDINGS: &str = "jitterscope_findings";
+/// The stack samples of each closed episode: one row per folded stack.
+pub const STACKS: &str = "jitterscope_stacks";
+/// Stacks kept per episode, the most sampled first; the rest are one `[other stacks]` row.
+const STACKS_PER_EPISODE: usize = 500;
+/// The longest stretch of an episode whose stacks are sent: its last ten minutes.
+const STACK_WINDOW_NS: i64 = 600 * 1_000_000_000;
 /// How far around a closed episode its diagnosis looks (the window's edges).
 const MARGIN_NS: i64 = 10 * 1_000_000_000;
 /// The cursor file's name in the store directory.
@@ -176,6 +182,19 @@ impl Engine {
             ),
             b"",
         )?;
+        // The stacks sampled during each closed episode, named on the host that sampled them.
+        self.run(
+            &format!(
+                "CREATE TABLE IF NOT EXISTS {STACKS} (\
+                 host String, episode_kind String, episode_series String, \
+                 episode_start_ns Int64, episode_end_ns Int64, stack String, samples UInt64, \
+                 hz UInt32, \
+                 date Date MATERIALIZED toDate(intDiv(episode_start_ns, 1000000000))\
+                 ) ENGINE = ReplacingMergeTree PARTITION BY date \
+                 ORDER BY (host, episode_start_ns, episode_kind, episode_series, stack){ttl_clause}"
+            ),
+            b"",
+        )?;
         // One row per inventory document, and one per group of alike processes in it.
         self.run(
             &format!(
@@ -212,7 +231,7 @@ impl Engine {
     /// `now_ns` (for servers without TTL); how many.
     pub fn drop_expired(&self, retain_days: u32, now_ns: i64) -> Result<usize, String> {
         let mut dropped = 0;
-        for table in [EPISODES, FINDINGS, HOSTS, INVENTORY] {
+        for table in [EPISODES, FINDINGS, STACKS, HOSTS, INVENTORY] {
             dropped += self.drop_expired_of(table, retain_days, now_ns)?;
         }
         Ok(dropped)
@@ -320,6 +339,55 @@ pub fn finding_row(host: &str, m: &Mark, rank: usize, f: &jitterscope_diagnose::
         "finding": serde_json::to_string(f).unwrap_or_default(),
     })
     .to_string()
+}
+
+/// The stacks sampled during the closed episode `m` (its seconds, at most its last
+/// [`STACK_WINDOW_NS`]; idle left out), named on this host, as `JSONEachRow` rows of the
+/// stacks table; empty when the profiler was off.
+pub fn stack_rows(dir: &std::path::Path, host: &str, m: &Mark) -> Result<String, String> {
+    use jitterscope_profile::window::{read_store, Filter};
+    let from = m.from_ns.max(m.to_ns - STACK_WINDOW_NS);
+    // A slice belongs to the second it ends in: the episode's first second included.
+    let filter = Filter {
+        skip_idle: true,
+        ..Filter::default()
+    };
+    let (w, _, _) = read_store(dir, from - 1, m.to_ns, &filter).map_err(|e| e.to_string())?;
+    if w.slices == 0 {
+        return Ok(String::new());
+    }
+    let named = w.resolve(&mut jitterscope_profile::system::FileSymbolizer::new());
+    let hz = named.hz;
+    let mut lines: Vec<(String, u64)> = named
+        .folded()
+        .into_iter()
+        .filter_map(|l| {
+            let (stack, n) = l.rsplit_once(' ')?;
+            Some((stack.to_string(), n.parse().ok()?))
+        })
+        .collect();
+    lines.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let rest: u64 = lines.iter().skip(STACKS_PER_EPISODE).map(|l| l.1).sum();
+    lines.truncate(STACKS_PER_EPISODE);
+    if rest > 0 {
+        lines.push(("[other stacks]".into(), rest));
+    }
+    let mut out = String::new();
+    for (stack, samples) in lines {
+        let row = serde_json::json!({
+            "host": host,
+            "episode_kind": m.kind,
+            "episode_series": m.series,
+            "episode_start_ns": m.from_ns,
+            "episode_end_ns": m.to_ns,
+            "stack": stack,
+            "samples": samples,
+            "hz": hz,
+        });
+        out.push_str(&row.to_string());
+        out.push('\n');
+    }
+    Ok(out)
 }
 
 /// How one push went, for the log.
@@ -535,6 +603,7 @@ fn push_episodes(
     }
     // Each closed episode diagnosed, as `jitterscope diagnose --event` would.
     let mut found = String::new();
+    let mut stacks = String::new();
     for m in &closed {
         match jitterscope_diagnose::diagnose(
             &cfg.dir,
@@ -554,11 +623,24 @@ fn push_episodes(
                 m.kind, m.series
             )),
         }
+        match stack_rows(&cfg.dir, &cfg.host, m) {
+            Ok(rows) => stacks.push_str(&rows),
+            Err(e) => log(&format!(
+                "clickhouse: cannot read the stacks of the {} episode on {}: {e}",
+                m.kind, m.series
+            )),
+        }
     }
     if !found.is_empty() {
         engine.run(
             &format!("INSERT INTO {FINDINGS} FORMAT JSONEachRow"),
             found.as_bytes(),
+        )?;
+    }
+    if !stacks.is_empty() {
+        engine.run(
+            &format!("INSERT INTO {STACKS} FORMAT JSONEachRow"),
+            stacks.as_bytes(),
         )?;
     }
     if let Some(t) = upto {

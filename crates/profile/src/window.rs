@@ -361,16 +361,26 @@ impl Named {
     /// orange, user frames red/yellow (inferno's "java" palette, which keys on the `_[k]`
     /// suffix).
     pub fn svg(&self, title: &str, subtitle: &str, w: impl std::io::Write) -> std::io::Result<()> {
-        use inferno::flamegraph::{color, from_lines, Options};
-        let lines = self.folded();
-        let mut o = Options::default();
-        o.title = title.to_string();
-        o.subtitle = Some(subtitle.to_string());
-        o.count_name = "samples".into();
-        o.colors = color::Palette::Multi(color::MultiPalette::Java);
-        o.hash = true;
-        from_lines(&mut o, lines.iter().map(|l| l.as_str()), w)
+        svg_of_folded(&self.folded(), title, subtitle, w)
     }
+}
+
+/// Writes folded stacks (`comm;root;…;leaf count`) as the interactive SVG flame graph of
+/// [`Named::svg`]: also for stacks merged elsewhere (`fleet flame`, across hosts).
+pub fn svg_of_folded(
+    lines: &[String],
+    title: &str,
+    subtitle: &str,
+    w: impl std::io::Write,
+) -> std::io::Result<()> {
+    use inferno::flamegraph::{color, from_lines, Options};
+    let mut o = Options::default();
+    o.title = title.to_string();
+    o.subtitle = Some(subtitle.to_string());
+    o.count_name = "samples".into();
+    o.colors = color::Palette::Multi(color::MultiPalette::Java);
+    o.hash = true;
+    from_lines(&mut o, lines.iter().map(|l| l.as_str()), w)
 }
 
 /// Folded-format separators inside a name would split it into frames or columns.
