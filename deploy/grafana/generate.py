@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Writes the Grafana dashboards in this directory from the panel lists below.
+"""Writes the Grafana dashboards in this directory from the panel lists below: three over the
+remote-write series (Prometheus data source) and, in clickhouse/, one over the episodes,
+findings, stacks and inventory `record --clickhouse` pushes (ClickHouse data source).
 
     python3 deploy/grafana/generate.py
 
@@ -164,8 +166,140 @@ def dashboard(d):
             "templating": {"list": templating}, "panels": panels, "annotations": {"list": []}}
 
 
+# The episodes dashboard reads the tables `record --clickhouse` fills, through Grafana's
+# ClickHouse data source (grafana-clickhouse-datasource). Its macros: $__fromTime and
+# $__toTime are the range as DateTime; ${host:singlequote} the chosen hosts, quoted.
+CH = {"type": "grafana-clickhouse-datasource", "uid": "${datasource}"}
+HOSTS_IN = "host IN (${host:singlequote})"
+IN_RANGE = "toDateTime(intDiv({col}, 1000000000)) BETWEEN $__fromTime AND $__toTime"
+NEWEST = ("(host, taken_ns) IN (SELECT host, max(taken_ns) FROM jitterscope_hosts "
+          f"WHERE {HOSTS_IN} GROUP BY host)")
+LIBRARIES = ["glibc", "jemalloc", "tcmalloc", "mimalloc", "softokn", "python"]
+
+
+def sql_panel(title, sql, desc, kind="table", w=24):
+    return {"type": kind, "title": title, "description": desc, "sql": " ".join(sql.split()),
+            "w": w}
+
+
+EPISODES = {
+    "uid": "jitterscope-episodes",
+    "title": "jitterscope: episodes, causes and inventory across hosts",
+    "panels": [
+        sql_panel("Episodes started per minute, by kind", f"""
+            SELECT toStartOfMinute(toDateTime(intDiv(start_ns, 1000000000))) AS t, kind,
+                   count() AS started
+            FROM (SELECT host, kind, series, start_ns FROM jitterscope_episodes
+                  WHERE {HOSTS_IN} GROUP BY host, kind, series, start_ns)
+            WHERE {IN_RANGE.format(col="start_ns")}
+            GROUP BY t, kind ORDER BY t""",
+            "Each episode once (its open and close rows are one), by the minute it started.",
+            kind="timeseries"),
+        sql_panel("Hosts by time in episode", f"""
+            SELECT host, count() AS episodes,
+                   sum(greatest(1, (last_end - start_ns) / 1e9)) AS seconds_in_episode,
+                   sum(is_open) AS still_open, groupUniqArray(kind) AS kinds
+            FROM (SELECT host, kind, series, start_ns, argMax(end_ns, version) AS last_end,
+                         argMax(open, version) AS is_open
+                  FROM jitterscope_episodes WHERE {HOSTS_IN}
+                  GROUP BY host, kind, series, start_ns)
+            WHERE {IN_RANGE.format(col="last_end")} OR is_open = 1
+            GROUP BY host ORDER BY seconds_in_episode DESC LIMIT 50""",
+            "As `jitterscope fleet episodes`: the hosts that spent the most time in episodes."),
+        sql_panel("Root causes and culprits", f"""
+            SELECT host, rule_id, count() AS explained, max(root) AS root_cause,
+                   max(confidence) AS best_confidence,
+                   groupUniqArrayIf(culprit_comm, culprit_comm != '') AS culprits,
+                   groupUniqArrayIf(container, container != '') AS containers
+            FROM jitterscope_findings FINAL
+            WHERE {HOSTS_IN} AND {IN_RANGE.format(col="episode_end_ns")}
+            GROUP BY host, rule_id
+            ORDER BY root_cause DESC, explained DESC LIMIT 100""",
+            "As `jitterscope fleet findings`: each host's diagnosed causes, root causes first."),
+        sql_panel("Latest findings and what to change", f"""
+            SELECT toDateTime(intDiv(episode_end_ns, 1000000000)) AS ended, host, rule_id,
+                   title, culprit_comm, remediation[1] AS first_remedy
+            FROM jitterscope_findings FINAL
+            WHERE {HOSTS_IN} AND {IN_RANGE.format(col="episode_end_ns")} AND root = 1
+            ORDER BY ended DESC LIMIT 50""",
+            "The root causes of the closed episodes, newest first, with their first remediation."),
+        sql_panel("Where the CPUs were during episodes", f"""
+            SELECT splitByChar(';', stack)[1] AS process,
+                   arrayElement(splitByChar(';', stack), -1) AS leaf_frame,
+                   sum(samples) AS stack_samples
+            FROM jitterscope_stacks FINAL
+            WHERE {HOSTS_IN} AND {IN_RANGE.format(col="episode_end_ns")}
+            GROUP BY process, leaf_frame ORDER BY stack_samples DESC LIMIT 30""",
+            "The stacks sampled during episodes, by process and leaf function; `jitterscope fleet "
+            "flame` draws them as one flame graph."),
+        sql_panel("Hosts", f"""
+            SELECT host, kernel, os, cgroup_layout, cpus, memory_bytes, processes,
+                   jitterscope_version
+            FROM jitterscope_hosts FINAL WHERE {NEWEST} ORDER BY host""",
+            "Each host's newest inventory."),
+        sql_panel("Library versions across hosts", " UNION ALL ".join(f"""
+            SELECT '{lib}' AS library, assumeNotNull({lib}) AS library_version,
+                   uniqExact(host) AS hosts, sum(processes) AS process_count
+            FROM jitterscope_inventory FINAL WHERE {NEWEST} AND isNotNull({lib})
+            GROUP BY library_version""" for lib in LIBRARIES),
+            "The libraries the seeds' mechanisms live in, and how many hosts and processes map "
+            "each version."),
+        sql_panel("jemalloc 5.x purging at once (seed 5)", f"""
+            SELECT host, comm, exe, container, processes, jemalloc, jemalloc_dirty_decay_ms,
+                   env_values[indexOf(env_keys, 'MALLOC_CONF')] AS malloc_conf
+            FROM jitterscope_inventory FINAL
+            WHERE {NEWEST} AND startsWith(jemalloc, '5.') AND jemalloc_dirty_decay_ms = 0
+            ORDER BY host""",
+            "Processes whose jemalloc returns freed pages at once (madvise on every purge: "
+            "TLB-shootdown storms); the fix is a decay such as dirty_decay_ms:10000 or -1."),
+        sql_panel("NSS softokn without NSS_SDB_USE_CACHE (case 1)", f"""
+            SELECT host, comm, exe, container, processes, softokn
+            FROM jitterscope_inventory FINAL
+            WHERE {NEWEST} AND isNotNull(softokn) AND NOT has(env_keys, 'NSS_SDB_USE_CACHE')
+            ORDER BY host""",
+            "Processes that load NSS softokn and will probe non-existent files on every database "
+            "open (negative dentries); the fix is NSS_SDB_USE_CACHE=yes."),
+    ],
+}
+
+
+def sql_dashboard(d):
+    panels = []
+    x = y = 0
+    for i, p in enumerate(d["panels"]):
+        w = p["w"]
+        if x + w > 24:
+            x, y = 0, y + 8
+        # format 0: time series; 1: table.
+        target = {"refId": "A", "datasource": CH, "queryType": "sql", "editorType": "sql",
+                  "format": 0 if p["type"] == "timeseries" else 1, "rawSql": p["sql"]}
+        panels.append({"id": i + 1, "type": p["type"], "title": p["title"],
+                       "description": p["description"], "datasource": CH,
+                       "gridPos": {"h": 8, "w": w, "x": x, "y": y},
+                       "fieldConfig": {"defaults": {}, "overrides": []},
+                       "options": {}, "targets": [target]})
+        x += w
+    q = "SELECT DISTINCT host FROM jitterscope_hosts ORDER BY host"
+    templating = [
+        {"name": "datasource", "label": "ClickHouse", "type": "datasource",
+         "query": "grafana-clickhouse-datasource", "current": {}},
+        {"name": "host", "label": "host", "type": "query", "datasource": CH,
+         "definition": q, "query": q, "refresh": 2, "multi": True, "includeAll": True,
+         "current": {"text": "All", "value": "$__all"}, "sort": 1},
+    ]
+    return {"uid": d["uid"], "title": d["title"], "tags": ["jitterscope"], "editable": True,
+            "schemaVersion": 39, "version": 1, "refresh": "1m",
+            "time": {"from": "now-24h", "to": "now"}, "timezone": "",
+            "templating": {"list": templating}, "panels": panels, "annotations": {"list": []}}
+
+
 if __name__ == "__main__":
     for name, d in [("host-overview", HOST), ("cgroup-throttling", CGROUPS), ("reclaim", RECLAIM)]:
         with open(os.path.join(HERE, f"{name}.json"), "w") as f:
             json.dump(dashboard(d), f, indent=2)
             f.write("\n")
+    # Apart from the Prometheus ones: another data source, and another test runs it.
+    os.makedirs(os.path.join(HERE, "clickhouse"), exist_ok=True)
+    with open(os.path.join(HERE, "clickhouse", "episodes.json"), "w") as f:
+        json.dump(sql_dashboard(EPISODES), f, indent=2)
+        f.write("\n")

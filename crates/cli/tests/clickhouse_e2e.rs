@@ -99,6 +99,58 @@ impl ClickHouse {
     }
 }
 
+/// Runs the queries of the ClickHouse dashboard (`deploy/grafana/clickhouse/episodes.json`)
+/// as Grafana's ClickHouse data source would, for `host` over the last hour: its variable,
+/// and the panels that read the inventory tables (`inventory`) or the others. Each must parse
+/// and return rows. How many ran.
+fn dashboard_returns_data(ch: &ClickHouse, host: &str, inventory: bool) -> usize {
+    let file =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/grafana/clickhouse/episodes.json");
+    let d: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    // The data source's macros, expanded as it expands them.
+    let fill = |q: &str| {
+        q.replace("${host:singlequote}", &format!("'{host}'"))
+            .replace("$__fromTime", &format!("toDateTime({})", now - 3600))
+            .replace("$__toTime", &format!("toDateTime({})", now + 60))
+    };
+    let mut sqls: Vec<(String, String)> = d["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["type"] == "query")
+        .map(|v| {
+            (
+                format!("variable {}", v["name"]),
+                v["query"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    for p in d["panels"].as_array().unwrap() {
+        for t in p["targets"].as_array().unwrap() {
+            let sql = t["rawSql"].as_str().unwrap();
+            let reads_inventory = sql.contains("jitterscope_hosts");
+            if reads_inventory == inventory {
+                sqls.push((p["title"].as_str().unwrap().to_string(), sql.to_string()));
+            }
+        }
+    }
+    let mut failed = Vec::new();
+    for (what, sql) in &sqls {
+        match ch.query(&format!("{} FORMAT JSONEachRow", fill(sql))) {
+            Some(rows) if !rows.is_empty() => {}
+            Some(_) => failed.push(format!("{what}: no rows")),
+            None => failed.push(format!("{what}: refused: {}", fill(sql))),
+        }
+    }
+    assert!(failed.is_empty(), "dashboard queries: {failed:#?}");
+    sqls.len()
+}
+
 /// The episode marks a store holds: (kind, series, start, open).
 fn stored_marks(dir: &Path) -> BTreeSet<(String, String, i64, bool)> {
     SampleReader::open(dir)
@@ -356,6 +408,8 @@ fn episodes_of_two_hosts_reach_clickhouse_from_the_stores_and_fleet_ranks_them()
     assert!(std::fs::read_to_string(&svg)
         .unwrap()
         .contains("lab-fibtest"));
+    let n = dashboard_returns_data(&ch, "busy", false);
+    eprintln!("{n} queries of the ClickHouse dashboard return data");
     let none = cmd()
         .args(["fleet", "flame", "--clickhouse", &url, "--host", "quiet"])
         .output()
@@ -613,6 +667,8 @@ fn the_inventory_answers_the_seeds_questions_across_hosts() {
         .unwrap();
     let docs: u32 = docs.parse().unwrap();
     assert!((2..=5).contains(&docs), "{docs} inventories of a");
+    let n = dashboard_returns_data(&ch, "a", true);
+    eprintln!("{n} inventory queries of the ClickHouse dashboard return data");
     // A condition that cannot be read is one line and exit 2 or 1, not a query.
     let bad = cmd()
         .args(["fleet", "inventory", "--clickhouse", &url, "jemalloc<5"])
