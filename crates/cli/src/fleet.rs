@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
-use jitterscope_fleet::clickhouse::{quote, Engine, EPISODES, FINDINGS};
+use jitterscope_fleet::query::{Fleet, Span};
 
 use crate::timearg::parse_duration;
 
@@ -134,83 +134,20 @@ pub fn run(a: FleetArgs) -> Result<()> {
     }
 }
 
-/// The query behind `fleet episodes`: each episode once (its newest row: the close when it
-/// has closed), clipped to the window, summed per host.
-fn episodes_sql(since_ns: i64, now_ns: i64, kind: Option<&str>, top: usize) -> String {
-    let kind = kind
-        .map(|k| format!(" AND kind = {}", quote(k)))
-        .unwrap_or_default();
-    // An episode's seconds: from its start (or the window's) to its last up second, at
-    // least one; an open one runs to now.
-    format!(
-        "SELECT host, count() AS episodes, \
-         sum(greatest(1.0, (if(is_open = 1, toInt64({now_ns}), last_end) - greatest(start_ns, toInt64({since_ns}))) / 1e9)) AS seconds, \
-         sum(is_open) AS open, groupUniqArray(kind) AS kinds, max(last_peak) AS worst_peak \
-         FROM (SELECT host, kind, series, start_ns, argMax(end_ns, version) AS last_end, \
-         argMax(open, version) AS is_open, argMax(peak, version) AS last_peak \
-         FROM {EPISODES} WHERE date >= toDate(intDiv({since_ns}, 1000000000)) - 1{kind} \
-         GROUP BY host, kind, series, start_ns) \
-         WHERE (last_end >= {since_ns} OR is_open = 1) \
-         GROUP BY host ORDER BY seconds DESC, episodes DESC, host LIMIT {top}"
-    )
-}
-
-/// The query behind `fleet findings`: per host and rule, the closed episodes it explained,
-/// whether it was a root cause in any, its best confidence and its culprits.
-fn findings_sql(since_ns: i64, rule: Option<&str>, top: usize) -> String {
-    let rule = rule
-        .map(|r| format!(" AND rule_id = {}", quote(r)))
-        .unwrap_or_default();
-    format!(
-        "SELECT host, rule_id, count() AS episodes, max(root) AS root_cause, \
-         max(mechanism) AS is_mechanism, max(confidence) AS best_confidence, \
-         groupUniqArrayIf(culprit_comm, culprit_comm != '') AS culprits, \
-         groupUniqArrayIf(culprit_cgroup, culprit_cgroup != '') AS cgroups, \
-         groupUniqArrayIf(container, container != '') AS containers, \
-         groupUniqArrayIf(concat(library, ' ', library_version), library != '') AS libraries, \
-         argMax(title, confidence) AS example_title, max(episode_end_ns) AS last_ns \
-         FROM {FINDINGS} FINAL \
-         WHERE date >= toDate(intDiv({since_ns}, 1000000000)) - 1 \
-         AND episode_end_ns >= {since_ns}{rule} \
-         GROUP BY host, rule_id \
-         ORDER BY root_cause DESC, is_mechanism DESC, episodes DESC, best_confidence DESC, host \
-         LIMIT {top}"
-    )
-}
-
-/// The engine of `url`, and the rows of `sql`, with a missing table said as such.
-fn query(url: &str, sql: &str, table: &str) -> Result<(Vec<serde_json::Value>, Duration)> {
-    let engine = Engine::new(url, None, Duration::from_secs(30))
-        .map_err(|e| anyhow::anyhow!("--clickhouse {e}"))?;
-    let t0 = std::time::Instant::now();
-    match engine.rows(sql) {
-        Ok(r) => Ok((r, t0.elapsed())),
-        Err(e) if e.contains("UNKNOWN_TABLE") || e.contains("doesn't exist") => {
-            bail!("{url}: no {table} table: no recorder has pushed there yet (record --clickhouse)")
-        }
-        Err(e) => bail!("{e}"),
-    }
+/// The fleet's ClickHouse, and the window of a question.
+fn fleet(url: &str, since: Duration) -> Result<(Fleet, Span)> {
+    Ok((Fleet::new(url, Duration::from_secs(30))?, Span::last(since)))
 }
 
 fn findings(a: FindingsArgs) -> Result<()> {
-    let now = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX);
-    let since = now - a.since.as_nanos().min(i64::MAX as u128) as i64;
-    let (rows, took) = query(
-        &a.clickhouse,
-        &findings_sql(since, a.rule.as_deref(), a.top),
-        FINDINGS,
-    )?;
+    let (f, span) = fleet(&a.clickhouse, a.since)?;
+    let doc = f.findings(span, a.rule.as_deref(), a.top)?;
     if a.json {
-        let doc = serde_json::json!({
-            "since": jitterscope_model::time::rfc3339(since),
-            "until": jitterscope_model::time::rfc3339(now),
-            "rule": a.rule,
-            "findings": rows,
-            "query_ms": took.as_secs_f64() * 1e3,
-        });
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
     }
+    let rows = doc["findings"].as_array().cloned().unwrap_or_default();
+    let since = span.since_ns;
     if rows.is_empty() {
         println!(
             "no findings since {}",
@@ -260,61 +197,15 @@ fn findings(a: FindingsArgs) -> Result<()> {
     Ok(())
 }
 
-/// Which stacks `fleet flame` merges: the episodes that ended since `since_ns`, of `kind`,
-/// on `host`, with a finding of `rule`.
-fn stacks_where(
-    since_ns: i64,
-    rule: Option<&str>,
-    kind: Option<&str>,
-    host: Option<&str>,
-) -> String {
-    use jitterscope_fleet::clickhouse::FINDINGS;
-    let mut w = format!(
-        "date >= toDate(intDiv({since_ns}, 1000000000)) - 1 AND episode_end_ns >= {since_ns}"
-    );
-    if let Some(k) = kind {
-        w.push_str(&format!(" AND episode_kind = {}", quote(k)));
-    }
-    if let Some(h) = host {
-        w.push_str(&format!(" AND host = {}", quote(h)));
-    }
-    if let Some(r) = rule {
-        w.push_str(&format!(
-            " AND (host, episode_kind, episode_series, episode_start_ns) IN \
-             (SELECT host, episode_kind, episode_series, episode_start_ns FROM {FINDINGS} \
-             WHERE rule_id = {} AND episode_end_ns >= {since_ns})",
-            quote(r)
-        ));
-    }
-    w
-}
-
 fn flame(a: FlameArgs) -> Result<()> {
-    use jitterscope_fleet::clickhouse::STACKS;
-    let now = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX);
-    let since = now - a.since.as_nanos().min(i64::MAX as u128) as i64;
-    let w = stacks_where(
-        since,
+    let (f, span) = fleet(&a.clickhouse, a.since)?;
+    let since = span.since_ns;
+    let now = span.now_ns;
+    let merged = f.flame(
+        span,
         a.rule.as_deref(),
         a.kind.as_deref(),
         a.host.as_deref(),
-    );
-    let (rows, _) = query(
-        &a.clickhouse,
-        &format!(
-            "SELECT stack, sum(samples) AS merged FROM {STACKS} FINAL WHERE {w} \
-             GROUP BY stack ORDER BY merged DESC, stack LIMIT 20000"
-        ),
-        STACKS,
-    )?;
-    let (about, _) = query(
-        &a.clickhouse,
-        &format!(
-            "SELECT uniqExact(host) AS hosts, \
-             uniqExact(host, episode_kind, episode_series, episode_start_ns) AS episodes, \
-             sum(samples) AS all_samples FROM {STACKS} FINAL WHERE {w}"
-        ),
-        STACKS,
     )?;
     let what = [
         a.rule.as_deref().map(|r| format!("rule {r}")),
@@ -325,7 +216,7 @@ fn flame(a: FlameArgs) -> Result<()> {
     .flatten()
     .collect::<Vec<_>>()
     .join(", ");
-    if rows.is_empty() {
+    if merged.stacks.is_empty() {
         bail!(
             "no stacks of episodes{} since {} (recorders sample stacks unless --profile-hz 0; \
              only closed episodes send theirs)",
@@ -337,22 +228,16 @@ fn flame(a: FlameArgs) -> Result<()> {
             jitterscope_model::time::rfc3339(since)
         );
     }
-    let lines: Vec<String> = rows
+    let lines: Vec<String> = merged
+        .stacks
         .iter()
-        .filter_map(|r| {
-            Some(format!(
-                "{} {}",
-                r["stack"].as_str()?,
-                r["merged"].as_u64()?
-            ))
-        })
+        .map(|(stack, n)| format!("{stack} {n}"))
         .collect();
-    let a0 = about.first().cloned().unwrap_or_default();
     let summary = format!(
         "{} samples from {} episodes on {} hosts{}",
-        a0["all_samples"].as_u64().unwrap_or(0),
-        a0["episodes"].as_u64().unwrap_or(0),
-        a0["hosts"].as_u64().unwrap_or(0),
+        merged.samples,
+        merged.episodes,
+        merged.hosts,
         if what.is_empty() {
             String::new()
         } else {
@@ -387,46 +272,17 @@ fn flame(a: FlameArgs) -> Result<()> {
 }
 
 fn inventory(a: InventoryArgs) -> Result<()> {
-    use jitterscope_fleet::inventory::{HOSTS, INVENTORY};
-    use jitterscope_fleet::inventory_query::{groups_sql, hosts_sql, parse};
-    let conds = a
-        .conditions
-        .iter()
-        .map(|c| parse(c))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let now = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX);
-    let since = now - a.since.as_nanos().min(i64::MAX as u128) as i64;
-    let (hosts, t1) = query(&a.clickhouse, &hosts_sql(since, &conds), HOSTS)?;
-    let about_processes = conds.iter().any(|c| !c.on_host);
-    let (groups, t2) = if about_processes {
-        query(&a.clickhouse, &groups_sql(since, &conds, a.top), INVENTORY)?
-    } else {
-        (Vec::new(), Duration::ZERO)
-    };
-    let matched: Vec<&serde_json::Value> = if about_processes {
-        let with: std::collections::BTreeSet<&str> =
-            groups.iter().filter_map(|g| g["host"].as_str()).collect();
-        hosts
-            .iter()
-            .filter(|h| h["host"].as_str().is_some_and(|n| with.contains(n)))
-            .collect()
-    } else {
-        hosts.iter().collect()
-    };
-    let processes: u64 = groups.iter().filter_map(|g| g["processes"].as_u64()).sum();
+    let (f, span) = fleet(&a.clickhouse, a.since)?;
+    let since = span.since_ns;
+    let doc = f.inventory(span, &a.conditions, a.top)?;
     if a.json {
-        let doc = serde_json::json!({
-            "since": jitterscope_model::time::rfc3339(since),
-            "conditions": a.conditions,
-            "hosts": matched,
-            "groups": groups,
-            "processes": processes,
-            "query_ms": (t1 + t2).as_secs_f64() * 1e3,
-        });
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
     }
+    let list = |k: &str| doc[k].as_array().cloned().unwrap_or_default();
+    let (matched, groups) = (list("hosts"), list("groups"));
+    let about_processes = doc["about_processes"] == true;
+    let processes = doc["processes"].as_u64().unwrap_or(0);
     if !about_processes {
         println!(
             "{:<24} {:<16} {:<8} {:>5} {:>10} {:>9}  OS",
@@ -515,31 +371,21 @@ fn inventory(a: InventoryArgs) -> Result<()> {
         "{processes} processes in {} groups on {} hosts match (of {} hosts with an inventory since {})",
         groups.len(),
         matched.len(),
-        query(&a.clickhouse, &hosts_sql(since, &[]), HOSTS)?.0.len(),
+        doc["hosts_with_inventory"].as_u64().unwrap_or(0),
         jitterscope_model::time::rfc3339(since)
     );
     Ok(())
 }
 
 fn episodes(a: EpisodesArgs) -> Result<()> {
-    let now = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX);
-    let since = now - a.since.as_nanos().min(i64::MAX as u128) as i64;
-    let (rows, took) = query(
-        &a.clickhouse,
-        &episodes_sql(since, now, a.kind.as_deref(), a.top),
-        EPISODES,
-    )?;
+    let (f, span) = fleet(&a.clickhouse, a.since)?;
+    let doc = f.episodes(span, a.kind.as_deref(), a.top)?;
     if a.json {
-        let doc = serde_json::json!({
-            "since": jitterscope_model::time::rfc3339(since),
-            "until": jitterscope_model::time::rfc3339(now),
-            "kind": a.kind,
-            "hosts": rows,
-            "query_ms": took.as_secs_f64() * 1e3,
-        });
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
     }
+    let rows = doc["hosts"].as_array().cloned().unwrap_or_default();
+    let since = span.since_ns;
     if rows.is_empty() {
         println!(
             "no episodes since {}{}",
@@ -570,16 +416,4 @@ fn episodes(a: EpisodesArgs) -> Result<()> {
         );
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn kinds_are_quoted() {
-        assert_eq!(quote("a'b\\"), "'a\\'b\\\\'");
-        let sql = episodes_sql(1, 2, Some("x' OR 1=1 --"), 5);
-        assert!(sql.contains("kind = 'x\\' OR 1=1 --'"), "{sql}");
-    }
 }

@@ -7,4 +7,5 @@ pub mod clickhouse;
 pub mod cursor;
 pub mod inventory;
 pub mod inventory_query;
+pub mod query;
 pub mod remote_write;
