@@ -24,6 +24,10 @@ pub struct ServeArgs {
     /// loopback.
     #[arg(long)]
     auth_token_file: Option<PathBuf>,
+    /// The ClickHouse that recorders push to (`record --clickhouse`): /fleet then shows the
+    /// hosts' episodes, causes, inventory and a merged flame graph.
+    #[arg(long, value_name = "URL")]
+    clickhouse: Option<String>,
     /// Processes exposed on /metrics: this many busiest by CPU plus this many largest by RSS
     /// (the set `record --remote-write` sends).
     #[arg(long, default_value_t = 20)]
@@ -83,6 +87,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
             ("version".into(), env!("CARGO_PKG_VERSION").into()),
             ("revision".into(), env!("JITTERSCOPE_REVISION").into()),
         ],
+        clickhouse: a.clickhouse,
     };
     crate::signals::install();
     jitterscope_web::run(cfg, &crate::signals::STOP)

@@ -151,6 +151,65 @@ fn dashboard_returns_data(ch: &ClickHouse, host: &str, inventory: bool) -> usize
     sqls.len()
 }
 
+/// `serve --clickhouse`'s fleet page, loaded by headless Chromium: every section drawn, with
+/// the busy host's episode, its cause and culprit, and the lab's worker in the merged flame
+/// graph; the API beside it answers as `fleet … --json` does.
+fn fleet_page_shows_it(store: &Path, url: &str) {
+    let (_srv, addr) = common::serve(store, &["--clickhouse", url]);
+    let api = |path: &str| -> serde_json::Value {
+        let (st, body) = common::http_get(addr, path);
+        assert_eq!(st, 200, "{path}: {body}");
+        serde_json::from_str(&body).unwrap()
+    };
+    let e = api("/api/v1/fleet/episodes?since=1h");
+    assert_eq!(e["hosts"][0]["host"], "busy", "{e}");
+    let f = api("/api/v1/fleet/flame?since=1h&rule=cpu.cfs-throttling");
+    assert!(f["samples"].as_u64().unwrap() > 0, "{f}");
+    let (st, body) = common::http_get(addr, "/api/v1/fleet/inventory?q=nosuchfield");
+    assert_eq!(st, 400, "{body}");
+    if jitterscope_testkit::which("chromium", &[]).is_none() {
+        return skip(
+            "episodes_of_two_hosts_reach_clickhouse_from_the_stores_and_fleet_ranks_them",
+            "chromium is not installed: the fleet page was not loaded in a browser",
+        );
+    }
+    let o = Command::new("timeout")
+        .args([
+            "120",
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+        ])
+        .args(["--disable-dev-shm-usage", "--no-first-run"])
+        .args([
+            "--virtual-time-budget=20000",
+            "--window-size=1400,1700",
+            "--dump-dom",
+        ])
+        .arg(format!(
+            "http://{addr}/fleet?since=1h&rule=cpu.cfs-throttling"
+        ))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let dom = text(&o.stdout);
+    for want in [
+        "data-episodes=\"ready\"",
+        "data-causes=\"ready\"",
+        "data-inventory=\"ready\"",
+        "data-fleet-flame=\"ready\"",
+        "<td>busy</td>",
+        "<td>cpu.cfs-throttling</td>",
+        "class=\"partition d3-flame-graph\"",
+        "lab-fibtest",
+    ] {
+        assert!(dom.contains(want), "the fleet page lacks {want:?}");
+    }
+    assert!(!dom.contains("class=\"error\""), "an error is shown");
+}
+
 /// The episode marks a store holds: (kind, series, start, open).
 fn stored_marks(dir: &Path) -> BTreeSet<(String, String, i64, bool)> {
     SampleReader::open(dir)
@@ -410,6 +469,7 @@ fn episodes_of_two_hosts_reach_clickhouse_from_the_stores_and_fleet_ranks_them()
         .contains("lab-fibtest"));
     let n = dashboard_returns_data(&ch, "busy", false);
     eprintln!("{n} queries of the ClickHouse dashboard return data");
+    fleet_page_shows_it(&busy, &url);
     let none = cmd()
         .args(["fleet", "flame", "--clickhouse", &url, "--host", "quiet"])
         .output()

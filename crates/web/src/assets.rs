@@ -14,6 +14,11 @@ const FILES: &[(&str, &str, &[u8])] = &[
         include_bytes!("../assets/app.js"),
     ),
     (
+        "fleet.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../assets/fleet.js"),
+    ),
+    (
         "app.css",
         "text/css; charset=utf-8",
         include_bytes!("../assets/app.css"),
@@ -46,12 +51,22 @@ const FILES: &[(&str, &str, &[u8])] = &[
 ];
 
 const INDEX: &str = include_str!("../assets/index.html");
+const FLEET: &str = include_str!("../assets/fleet.html");
 
 /// The OpenAPI description of `/api/v1`.
 pub const OPENAPI: &str = include_str!("../assets/openapi.json");
 
 /// `GET /`.
 pub async fn index() -> Response {
+    page(INDEX)
+}
+
+/// `GET /fleet`: across hosts (`serve --clickhouse`).
+pub async fn fleet() -> Response {
+    page(FLEET)
+}
+
+fn page(html: &'static str) -> Response {
     (
         [
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
@@ -61,7 +76,7 @@ pub async fn index() -> Response {
                 "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:",
             ),
         ],
-        INDEX,
+        html,
     )
         .into_response()
 }

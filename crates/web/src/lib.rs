@@ -4,6 +4,8 @@
 //! - [`api`]: the JSON handlers (metrics, range, series, events, findings, flame graph).
 //! - [`prom`]: `/metrics`: base units, counters, peaks between scrapes, histograms.
 //! - [`assets`]: the UI, embedded at build time.
+//! - [`fleet`]: `/fleet` and `/api/v1/fleet/…` over the ClickHouse recorders push to
+//!   (`serve --clickhouse`).
 //!
 //! Access: without a token the server binds only loopback addresses and also refuses any
 //! request whose peer is not loopback. Binding anything else needs a token, which every
@@ -14,6 +16,7 @@
 pub mod api;
 pub mod assets;
 pub mod charts;
+pub mod fleet;
 pub mod limits;
 pub mod prom;
 
@@ -46,6 +49,8 @@ pub struct Config {
     pub metrics_max_age: Duration,
     /// `jitterscope_build_info`'s labels (version, revision).
     pub build: Vec<(String, String)>,
+    /// The ClickHouse recorders push to (`record --clickhouse`): the fleet page asks it.
+    pub clickhouse: Option<String>,
 }
 
 /// Shared by the handlers.
@@ -205,6 +210,11 @@ pub fn router(st: Arc<AppState>) -> Router {
         .route("/api/v1/events", get(api::events))
         .route("/api/v1/findings", get(api::findings))
         .route("/api/v1/flame", get(api::flame))
+        .route("/fleet", get(assets::fleet))
+        .route("/api/v1/fleet/episodes", get(fleet::episodes))
+        .route("/api/v1/fleet/findings", get(fleet::findings))
+        .route("/api/v1/fleet/inventory", get(fleet::inventory))
+        .route("/api/v1/fleet/flame", get(fleet::flame))
         .layer(axum::middleware::from_fn_with_state(st.clone(), access))
         .with_state(st)
 }
@@ -332,6 +342,7 @@ mod tests {
             token: None,
             top_processes: 20,
             metrics_max_age: Duration::from_secs(60),
+            clickhouse: None,
             build: Vec::new(),
         };
         assert!(check(&cfg)
@@ -358,6 +369,7 @@ mod tests {
             token: None,
             top_processes: 20,
             metrics_max_age: Duration::from_secs(60),
+            clickhouse: None,
             build: Vec::new(),
         };
         let e = check(&cfg).unwrap_err().to_string();

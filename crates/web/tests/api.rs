@@ -22,6 +22,7 @@ fn start(ip: IpAddr, dir: PathBuf, token: Option<&str>, max_age: Duration) -> So
         token: token.map(str::to_string),
         top_processes: 3,
         metrics_max_age: max_age,
+        clickhouse: None,
         build: Vec::new(),
     };
     jitterscope_web::check(&cfg).unwrap();
@@ -300,6 +301,30 @@ fn bad_requests_get_one_line_errors() {
 }
 
 #[test]
+fn the_fleet_api_says_it_has_no_fleet_without_clickhouse() {
+    let a = fixture_server();
+    for path in [
+        "/api/v1/fleet/episodes",
+        "/api/v1/fleet/findings?since=1d",
+        "/api/v1/fleet/inventory?q=softokn",
+        "/api/v1/fleet/flame?rule=x",
+    ] {
+        let (st, v) = get_json(a, path);
+        assert_eq!(st, 404, "{path}");
+        assert!(
+            v["error"]
+                .as_str()
+                .unwrap()
+                .contains("without --clickhouse"),
+            "{path}: {v}"
+        );
+    }
+    let (st, _, body) = request(a, "GET", "/fleet", &[]);
+    assert_eq!(st, 200);
+    assert!(String::from_utf8_lossy(&body).contains("/assets/fleet.js"));
+}
+
+#[test]
 fn openapi_documents_every_route() {
     let a = fixture_server();
     let (st, doc) = get_json(a, "/api/v1/openapi.json");
@@ -460,6 +485,7 @@ fn non_loopback_clients_need_the_token() {
         token: None,
         top_processes: 3,
         metrics_max_age: Duration::ZERO,
+        clickhouse: None,
         build: Vec::new(),
     };
     assert!(jitterscope_web::check(&cfg).is_err());

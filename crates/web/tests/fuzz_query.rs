@@ -22,6 +22,7 @@ fn state() -> Arc<AppState> {
         token: None,
         top_processes: 3,
         metrics_max_age: Duration::ZERO,
+        clickhouse: None,
         build: Vec::new(),
     })
     .unwrap()

@@ -1,0 +1,217 @@
+//! `serve --clickhouse URL`: the fleet page (`/fleet`) and its API (`/api/v1/fleet/…`), the
+//! same questions `jitterscope fleet` asks ([`jitterscope_fleet::query`]), answered with the
+//! same JSON documents. Each runs on the heavy pool: a query of a remote engine blocks.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::Json;
+use jitterscope_fleet::query::{Fleet, QueryError, Span};
+use jitterscope_model::cancel::Token;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::api::{ApiError, Node};
+use crate::AppState;
+
+/// Parameters of the fleet API.
+#[derive(Debug, Deserialize)]
+pub struct FleetQuery {
+    /// How far back: `90s`, `15m`, `1h`, `1d`, `2w`.
+    pub since: Option<String>,
+    pub kind: Option<String>,
+    pub rule: Option<String>,
+    pub host: Option<String>,
+    /// `fleet inventory`'s conditions, separated by spaces.
+    pub q: Option<String>,
+    pub top: Option<usize>,
+}
+
+/// `90s`, `15m`, `1h`, `1d` or `2w`.
+pub fn parse_since(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let bad = || format!("since {s:?} is not a duration such as 90s, 15m, 1h, 1d or 2w");
+    let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?);
+    let n: u64 = n.parse().map_err(|_| bad())?;
+    let secs = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        "w" => 7 * 86_400,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(secs)
+        .filter(|&v| v > 0 && v <= 400 * 86_400)
+        .map(Duration::from_secs)
+        .ok_or_else(bad)
+}
+
+fn fail(e: QueryError) -> ApiError {
+    match e {
+        QueryError::Bad(m) => ApiError::new(StatusCode::BAD_REQUEST, m),
+        QueryError::Engine(m) => ApiError::new(StatusCode::BAD_GATEWAY, m),
+    }
+}
+
+/// Runs `f` over the fleet's engine on the heavy pool, for the window the query asks.
+async fn ask<T: Send + 'static>(
+    st: &AppState,
+    q: Result<Query<FleetQuery>, QueryRejection>,
+    default_since: &str,
+    f: impl FnOnce(&Fleet, Span, FleetQuery) -> Result<T, QueryError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let Some(url) = st.cfg.clickhouse.clone() else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "serve was started without --clickhouse: no fleet to ask".into(),
+        ));
+    };
+    let Query(q) = q.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let since = parse_since(q.since.as_deref().unwrap_or(default_since))
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))?;
+    st.heavy
+        .run(Token::new(), move || {
+            let fleet = Fleet::new(&url, Duration::from_secs(20)).map_err(fail)?;
+            f(&fleet, Span::last(since), q).map_err(fail)
+        })
+        .await
+}
+
+/// `GET /api/v1/fleet/episodes`: as `jitterscope fleet episodes --json`.
+pub async fn episodes(
+    State(st): State<Arc<AppState>>,
+    q: Result<Query<FleetQuery>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    ask(&st, q, "1h", |f, span, q| {
+        f.episodes(span, q.kind.as_deref(), q.top.unwrap_or(50))
+    })
+    .await
+    .map(Json)
+}
+
+/// `GET /api/v1/fleet/findings`: as `jitterscope fleet findings --json`.
+pub async fn findings(
+    State(st): State<Arc<AppState>>,
+    q: Result<Query<FleetQuery>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    ask(&st, q, "1d", |f, span, q| {
+        f.findings(span, q.rule.as_deref(), q.top.unwrap_or(100))
+    })
+    .await
+    .map(Json)
+}
+
+/// `GET /api/v1/fleet/inventory?q=…`: as `jitterscope fleet inventory --json`.
+pub async fn inventory(
+    State(st): State<Arc<AppState>>,
+    q: Result<Query<FleetQuery>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    ask(&st, q, "1d", |f, span, q| {
+        let conds: Vec<String> =
+            q.q.as_deref()
+                .unwrap_or("")
+                .split_whitespace()
+                .map(str::to_string)
+                .collect();
+        f.inventory(span, &conds, q.top.unwrap_or(200))
+    })
+    .await
+    .map(Json)
+}
+
+/// `GET /api/v1/fleet/flame`: the merged stacks of the fleet's episodes as d3-flame-graph's
+/// tree (root `all`, then process names, then frames root first).
+pub async fn flame(
+    State(st): State<Arc<AppState>>,
+    q: Result<Query<FleetQuery>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    ask(&st, q, "1h", |f, span, q| {
+        let m = f.flame(
+            span,
+            q.rule.as_deref(),
+            q.kind.as_deref(),
+            q.host.as_deref(),
+        )?;
+        Ok(json!({
+            "samples": m.samples,
+            "episodes": m.episodes,
+            "hosts": m.hosts,
+            "tree": tree(&m.stacks),
+        }))
+    })
+    .await
+    .map(Json)
+}
+
+/// Folded stacks (`comm;root;…;leaf`, kernel frames `_[k]`) as a tree; kernel frames get
+/// ` [k]`, as the single-host flame graph names them.
+pub fn tree(stacks: &[(String, u64)]) -> Node {
+    #[derive(Default)]
+    struct T {
+        value: u64,
+        kids: std::collections::BTreeMap<String, T>,
+    }
+    let mut root = T::default();
+    for (stack, n) in stacks {
+        root.value += n;
+        let mut t = &mut root;
+        for f in stack.split(';') {
+            let name = match f.strip_suffix("_[k]") {
+                Some(k) => format!("{k} [k]"),
+                None => f.to_string(),
+            };
+            t = t.kids.entry(name).or_default();
+            t.value += n;
+        }
+    }
+    fn conv(name: String, t: T) -> Node {
+        let mut children: Vec<Node> = t.kids.into_iter().map(|(k, v)| conv(k, v)).collect();
+        children.sort_by(|a, b| b.value.cmp(&a.value).then(a.name.cmp(&b.name)));
+        Node {
+            name,
+            value: t.value,
+            children,
+        }
+    }
+    conv("all".into(), root)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn since_takes_the_usual_units() {
+        assert_eq!(parse_since("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_since("2w"), Ok(Duration::from_secs(14 * 86_400)));
+        for bad in [
+            "",
+            "1",
+            "h",
+            "1y",
+            "0h",
+            "-1h",
+            "99999999999999999999d",
+            "1000d",
+        ] {
+            assert!(parse_since(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn folded_stacks_become_a_tree() {
+        let t = tree(&[
+            ("app;main;work".into(), 3),
+            ("app;main;sys_read_[k]".into(), 1),
+            ("other;x".into(), 2),
+        ]);
+        assert_eq!(t.value, 6);
+        assert_eq!(t.children[0].name, "app");
+        assert_eq!(t.children[0].children[0].children.len(), 2);
+        assert_eq!(t.children[0].children[0].children[1].name, "sys_read [k]");
+    }
+}
