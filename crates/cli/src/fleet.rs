@@ -37,9 +37,8 @@ enum FleetCmd {
 
 #[derive(Args, Debug)]
 struct FlameArgs {
-    /// ClickHouse's HTTP interface, as given to `record --clickhouse` (http://HOST:8123/).
-    #[arg(long, value_name = "URL", env = "JITTERSCOPE_CLICKHOUSE")]
-    clickhouse: String,
+    #[command(flatten)]
+    ch: Engine,
     /// How far back: episodes that ended since then.
     #[arg(long, default_value = "1h", value_parser = parse_duration, value_name = "DURATION")]
     since: Duration,
@@ -71,9 +70,8 @@ struct InventoryArgs {
     /// memory_bytes. Without any: every host's summary.
     #[arg(value_name = "CONDITION")]
     conditions: Vec<String>,
-    /// ClickHouse's HTTP interface, as given to `record --clickhouse` (http://HOST:8123/).
-    #[arg(long, value_name = "URL", env = "JITTERSCOPE_CLICKHOUSE")]
-    clickhouse: String,
+    #[command(flatten)]
+    ch: Engine,
     /// Hosts whose newest inventory was taken since then (a recorder sends it again every
     /// 6 h when nothing changed).
     #[arg(long, default_value = "1d", value_parser = parse_duration, value_name = "DURATION")]
@@ -88,9 +86,8 @@ struct InventoryArgs {
 
 #[derive(Args, Debug)]
 struct FindingsArgs {
-    /// ClickHouse's HTTP interface, as given to `record --clickhouse` (http://HOST:8123/).
-    #[arg(long, value_name = "URL", env = "JITTERSCOPE_CLICKHOUSE")]
-    clickhouse: String,
+    #[command(flatten)]
+    ch: Engine,
     /// How far back: episodes that ended since then.
     #[arg(long, default_value = "1d", value_parser = parse_duration, value_name = "DURATION")]
     since: Duration,
@@ -107,9 +104,8 @@ struct FindingsArgs {
 
 #[derive(Args, Debug)]
 struct EpisodesArgs {
-    /// ClickHouse's HTTP interface, as given to `record --clickhouse` (http://HOST:8123/).
-    #[arg(long, value_name = "URL", env = "JITTERSCOPE_CLICKHOUSE")]
-    clickhouse: String,
+    #[command(flatten)]
+    ch: Engine,
     /// How far back: episodes that were going on at any time since then.
     #[arg(long, default_value = "1h", value_parser = parse_duration, value_name = "DURATION")]
     since: Duration,
@@ -134,13 +130,37 @@ pub fn run(a: FleetArgs) -> Result<()> {
     }
 }
 
+/// Where the fleet's ClickHouse is, and as whom to ask it.
+#[derive(Args, Debug)]
+struct Engine {
+    /// ClickHouse's HTTP interface, as given to `record --clickhouse` (http://HOST:8123/).
+    #[arg(long, value_name = "URL", env = "JITTERSCOPE_CLICKHOUSE")]
+    clickhouse: String,
+    /// ClickHouse user (with --clickhouse-password-file) [default: ClickHouse's default user].
+    #[arg(long, value_name = "USER", requires = "clickhouse_password_file")]
+    clickhouse_user: Option<String>,
+    /// A file whose content is the ClickHouse user's password.
+    #[arg(long, value_name = "FILE", requires = "clickhouse_user")]
+    clickhouse_password_file: Option<std::path::PathBuf>,
+}
+
 /// The fleet's ClickHouse, and the window of a question.
-fn fleet(url: &str, since: Duration) -> Result<(Fleet, Span)> {
-    Ok((Fleet::new(url, Duration::from_secs(30))?, Span::last(since)))
+fn fleet(e: &Engine, since: Duration) -> Result<(Fleet, Span)> {
+    let user = match (&e.clickhouse_user, &e.clickhouse_password_file) {
+        (Some(u), Some(f)) => Some((
+            u.clone(),
+            crate::remote_write::secret(f, "--clickhouse-password-file")?,
+        )),
+        _ => None,
+    };
+    Ok((
+        Fleet::new(&e.clickhouse, user, Duration::from_secs(30))?,
+        Span::last(since),
+    ))
 }
 
 fn findings(a: FindingsArgs) -> Result<()> {
-    let (f, span) = fleet(&a.clickhouse, a.since)?;
+    let (f, span) = fleet(&a.ch, a.since)?;
     let doc = f.findings(span, a.rule.as_deref(), a.top)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&doc)?);
@@ -198,7 +218,7 @@ fn findings(a: FindingsArgs) -> Result<()> {
 }
 
 fn flame(a: FlameArgs) -> Result<()> {
-    let (f, span) = fleet(&a.clickhouse, a.since)?;
+    let (f, span) = fleet(&a.ch, a.since)?;
     let since = span.since_ns;
     let now = span.now_ns;
     let merged = f.flame(
@@ -272,7 +292,7 @@ fn flame(a: FlameArgs) -> Result<()> {
 }
 
 fn inventory(a: InventoryArgs) -> Result<()> {
-    let (f, span) = fleet(&a.clickhouse, a.since)?;
+    let (f, span) = fleet(&a.ch, a.since)?;
     let since = span.since_ns;
     let doc = f.inventory(span, &a.conditions, a.top)?;
     if a.json {
@@ -378,7 +398,7 @@ fn inventory(a: InventoryArgs) -> Result<()> {
 }
 
 fn episodes(a: EpisodesArgs) -> Result<()> {
-    let (f, span) = fleet(&a.clickhouse, a.since)?;
+    let (f, span) = fleet(&a.ch, a.since)?;
     let doc = f.episodes(span, a.kind.as_deref(), a.top)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&doc)?);

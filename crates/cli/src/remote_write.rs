@@ -93,7 +93,7 @@ fn parse_label(s: &str) -> Result<(String, String), String> {
 
 /// A secret from a file: its content less surrounding white space (a trailing newline, or
 /// `\r\n` from an editor, would make an invalid header).
-fn secret(path: &Path, what: &str) -> Result<String> {
+pub fn secret(path: &Path, what: &str) -> Result<String> {
     let s = std::fs::read_to_string(path)
         .with_context(|| format!("{what} {}: cannot read", path.display()))?;
     let s = s.trim();

@@ -28,6 +28,12 @@ pub struct ServeArgs {
     /// hosts' episodes, causes, inventory and a merged flame graph.
     #[arg(long, value_name = "URL")]
     clickhouse: Option<String>,
+    /// ClickHouse user (with --clickhouse-password-file) [default: ClickHouse's default user].
+    #[arg(long, value_name = "USER", requires = "clickhouse_password_file")]
+    clickhouse_user: Option<String>,
+    /// A file whose content is the ClickHouse user's password.
+    #[arg(long, value_name = "FILE", requires = "clickhouse_user")]
+    clickhouse_password_file: Option<PathBuf>,
     /// Processes exposed on /metrics: this many busiest by CPU plus this many largest by RSS
     /// (the set `record --remote-write` sends).
     #[arg(long, default_value_t = 20)]
@@ -77,6 +83,13 @@ pub fn run(a: ServeArgs) -> Result<()> {
         }
         None => None,
     };
+    let clickhouse_user = match (&a.clickhouse_user, &a.clickhouse_password_file) {
+        (Some(u), Some(f)) => Some((
+            u.clone(),
+            crate::remote_write::secret(f, "--clickhouse-password-file")?,
+        )),
+        _ => None,
+    };
     let cfg = jitterscope_web::Config {
         listen: a.listen,
         dir: crate::store_dir(a.dir),
@@ -88,6 +101,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
             ("revision".into(), env!("JITTERSCOPE_REVISION").into()),
         ],
         clickhouse: a.clickhouse,
+        clickhouse_user,
     };
     crate::signals::install();
     jitterscope_web::run(cfg, &crate::signals::STOP)

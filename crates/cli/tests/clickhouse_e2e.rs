@@ -18,6 +18,8 @@ use jitterscope_model::stored::SampleReader;
 use jitterscope_testkit::skip;
 
 const SERVER: &str = "/usr/sbin/clickhouse-server";
+/// The one user of the credentials test's server, and its password.
+const USER: (&str, &str) = ("pusher", "s3cret-pusher-pass");
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -33,6 +35,8 @@ struct ClickHouse {
     tcp: u16,
     dir: PathBuf,
     child: Option<ChildGuard>,
+    /// A users file of its own in place of the package's (one user with a password).
+    users: Option<PathBuf>,
 }
 
 impl ClickHouse {
@@ -42,6 +46,7 @@ impl ClickHouse {
             tcp: free_port(),
             dir: dir.to_path_buf(),
             child: None,
+            users: None,
         }
     }
 
@@ -52,9 +57,13 @@ impl ClickHouse {
     fn start(&mut self) {
         let d = self.dir.display();
         std::fs::create_dir_all(self.dir.join("tmp")).unwrap();
-        let child = Command::new(SERVER)
-            .arg("--config-file=/etc/clickhouse-server/config.xml")
-            .arg("--")
+        let mut c = Command::new(SERVER);
+        c.arg("--config-file=/etc/clickhouse-server/config.xml")
+            .arg("--");
+        if let Some(u) = &self.users {
+            c.arg(format!("--users_config={}", u.display()));
+        }
+        let child = c
             .arg(format!("--path={d}/"))
             .arg(format!("--tmp_path={d}/tmp/"))
             .arg(format!("--http_port={}", self.http))
@@ -70,7 +79,7 @@ impl ClickHouse {
             .expect("clickhouse-server starts");
         self.child = Some(ChildGuard::new(child));
         let deadline = Instant::now() + Duration::from_secs(60);
-        while self.query("SELECT 1").as_deref() != Some("1") {
+        while self.query_as("SELECT 1", &self.ready_user()).as_deref() != Some("1") {
             assert!(
                 Instant::now() < deadline,
                 "clickhouse-server did not answer in 60 s: {}",
@@ -80,18 +89,30 @@ impl ClickHouse {
         }
     }
 
+    /// Whom to ask whether it is up: the users file's user where it has one.
+    fn ready_user(&self) -> Option<(&'static str, &'static str)> {
+        self.users.as_ref().map(|_| (USER.0, USER.1))
+    }
+
     fn query(&self, sql: &str) -> Option<String> {
+        self.query_as(sql, &None)
+    }
+
+    fn query_as(&self, sql: &str, user: &Option<(&str, &str)>) -> Option<String> {
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .timeout_global(Some(Duration::from_secs(10)))
             .build()
             .into();
-        let mut r = agent
-            .post(&format!(
-                "{}?output_format_json_quote_64bit_integers=0",
-                self.url()
-            ))
-            .send(sql)
-            .ok()?;
+        let mut req = agent.post(&format!(
+            "{}?output_format_json_quote_64bit_integers=0",
+            self.url()
+        ));
+        if let Some((u, p)) = user {
+            req = req
+                .header("X-ClickHouse-User", *u)
+                .header("X-ClickHouse-Key", *p);
+        }
+        let mut r = req.send(sql).ok()?;
         r.body_mut()
             .read_to_string()
             .ok()
@@ -741,4 +762,99 @@ fn the_inventory_answers_the_seeds_questions_across_hosts() {
         "{}",
         text(&bad.stderr)
     );
+}
+
+#[test]
+fn credentials_are_sent_and_a_wrong_password_is_said_once() {
+    const T: &str = "credentials_are_sent_and_a_wrong_password_is_said_once";
+    if !Path::new(SERVER).exists() {
+        return skip(
+            T,
+            "clickhouse-server is not installed (scripts/setup.sh --test)",
+        );
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    // A server whose only user has a password: the default user does not exist.
+    let users = tmp.path().join("users.xml");
+    std::fs::write(
+        &users,
+        format!(
+            "<?xml version=\"1.0\"?><yandex><profiles><default/></profiles>\
+             <quotas><default/></quotas><users><{u}><password>{p}</password>\
+             <networks><ip>127.0.0.1</ip></networks><profile>default</profile>\
+             <quota>default</quota></{u}></users></yandex>",
+            u = USER.0,
+            p = USER.1
+        ),
+    )
+    .unwrap();
+    let mut ch = ClickHouse::new(&tmp.path().join("ch"));
+    ch.users = Some(users);
+    ch.start();
+    let url = ch.url();
+    let (good, bad) = (tmp.path().join("good"), tmp.path().join("bad"));
+    std::fs::write(&good, format!("{}\n", USER.1)).unwrap();
+    std::fs::write(&bad, "not-the-password").unwrap();
+    let record = |dir: &str, password: &Path| {
+        let o = recorder_cmd(&tmp.path().join(dir))
+            .args([
+                "--duration",
+                "6s",
+                "--fleet-host",
+                dir,
+                "--clickhouse",
+                &url,
+            ])
+            .args(["--clickhouse-user", USER.0, "--clickhouse-password-file"])
+            .arg(password)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        text(&o.stderr)
+    };
+    // The right password: the tables are made and the inventory arrives under that user.
+    let said = record("right", &good);
+    assert!(
+        !said.contains("kept in the store"),
+        "a failure was said: {said}"
+    );
+    let n = ch
+        .query_as(
+            "SELECT count() FROM jitterscope_hosts WHERE host = 'right'",
+            &Some(USER),
+        )
+        .unwrap();
+    assert_eq!(n, "1", "{said}");
+    // A wrong one: said once, naming the refusal; recording goes on.
+    let said = record("wrong", &bad);
+    let refusals: Vec<&str> = said
+        .lines()
+        .filter(|l| l.contains("Wrong password"))
+        .collect();
+    assert_eq!(refusals.len(), 1, "{said}");
+    eprintln!("{}", refusals[0]);
+    assert!(SampleReader::open(&tmp.path().join("wrong"))
+        .unwrap()
+        .store()
+        .latest_ts()
+        .unwrap()
+        .is_some());
+    // `fleet` asks with the same credentials, and says a refusal in one line.
+    let o = cmd()
+        .args(["fleet", "inventory", "--clickhouse", &url, "--json"])
+        .args(["--clickhouse-user", USER.0, "--clickhouse-password-file"])
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["hosts"][0]["host"], "right", "{v}");
+    let o = cmd()
+        .args(["fleet", "episodes", "--clickhouse", &url])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let e = text(&o.stderr);
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert!(e.contains("Unknown user default"), "{e}");
 }

@@ -75,9 +75,9 @@ pub struct Fleet {
 }
 
 impl Fleet {
-    /// `url` as given to `record --clickhouse`.
-    pub fn new(url: &str, timeout: Duration) -> Result<Fleet> {
-        let engine = Engine::new(url, None, timeout)
+    /// `url` as given to `record --clickhouse`; `user`: a user and its password.
+    pub fn new(url: &str, user: Option<(String, String)>, timeout: Duration) -> Result<Fleet> {
+        let engine = Engine::new(url, user, timeout)
             .map_err(|e| QueryError::Bad(format!("--clickhouse {e}")))?;
         Ok(Fleet {
             engine,

@@ -64,6 +64,7 @@ async fn ask<T: Send + 'static>(
     default_since: &str,
     f: impl FnOnce(&Fleet, Span, FleetQuery) -> Result<T, QueryError> + Send + 'static,
 ) -> Result<T, ApiError> {
+    let user = st.cfg.clickhouse_user.clone();
     let Some(url) = st.cfg.clickhouse.clone() else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -75,7 +76,7 @@ async fn ask<T: Send + 'static>(
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))?;
     st.heavy
         .run(Token::new(), move || {
-            let fleet = Fleet::new(&url, Duration::from_secs(20)).map_err(fail)?;
+            let fleet = Fleet::new(&url, user, Duration::from_secs(20)).map_err(fail)?;
             f(&fleet, Span::last(since), q).map_err(fail)
         })
         .await

@@ -51,6 +51,8 @@ pub struct Config {
     pub build: Vec<(String, String)>,
     /// The ClickHouse recorders push to (`record --clickhouse`): the fleet page asks it.
     pub clickhouse: Option<String>,
+    /// Its user and password, when not the default user.
+    pub clickhouse_user: Option<(String, String)>,
 }
 
 /// Shared by the handlers.
@@ -343,6 +345,7 @@ mod tests {
             top_processes: 20,
             metrics_max_age: Duration::from_secs(60),
             clickhouse: None,
+            clickhouse_user: None,
             build: Vec::new(),
         };
         assert!(check(&cfg)
@@ -370,6 +373,7 @@ mod tests {
             top_processes: 20,
             metrics_max_age: Duration::from_secs(60),
             clickhouse: None,
+            clickhouse_user: None,
             build: Vec::new(),
         };
         let e = check(&cfg).unwrap_err().to_string();

@@ -23,6 +23,7 @@ fn start(ip: IpAddr, dir: PathBuf, token: Option<&str>, max_age: Duration) -> So
         top_processes: 3,
         metrics_max_age: max_age,
         clickhouse: None,
+        clickhouse_user: None,
         build: Vec::new(),
     };
     jitterscope_web::check(&cfg).unwrap();
@@ -486,6 +487,7 @@ fn non_loopback_clients_need_the_token() {
         top_processes: 3,
         metrics_max_age: Duration::ZERO,
         clickhouse: None,
+        clickhouse_user: None,
         build: Vec::new(),
     };
     assert!(jitterscope_web::check(&cfg).is_err());

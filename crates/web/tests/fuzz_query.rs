@@ -23,6 +23,7 @@ fn state() -> Arc<AppState> {
         top_processes: 3,
         metrics_max_age: Duration::ZERO,
         clickhouse: None,
+        clickhouse_user: None,
         build: Vec::new(),
     })
     .unwrap()
