@@ -833,7 +833,7 @@ fn credentials_are_sent_and_a_wrong_password_is_said_once() {
         .collect();
     assert_eq!(refusals.len(), 1, "{said}");
     eprintln!("{}", refusals[0]);
-    assert!(SampleReader::open(&tmp.path().join("wrong"))
+    assert!(SampleReader::open(tmp.path().join("wrong"))
         .unwrap()
         .store()
         .latest_ts()
