@@ -112,6 +112,9 @@ struct EpisodesArgs {
     /// Only episodes of this kind (`events --list-kinds` shows them; `cpu.throttle`...).
     #[arg(long, value_name = "KIND")]
     kind: Option<String>,
+    /// Only episodes diagnosed with a finding of this rule (`diagnose --list-rules`).
+    #[arg(long, value_name = "RULE")]
+    rule: Option<String>,
     /// Hosts shown, the worst first.
     #[arg(long, default_value_t = 50, value_name = "N")]
     top: usize,
@@ -399,7 +402,7 @@ fn inventory(a: InventoryArgs) -> Result<()> {
 
 fn episodes(a: EpisodesArgs) -> Result<()> {
     let (f, span) = fleet(&a.ch, a.since)?;
-    let doc = f.episodes(span, a.kind.as_deref(), a.top)?;
+    let doc = f.episodes(span, a.kind.as_deref(), a.rule.as_deref(), a.top)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());

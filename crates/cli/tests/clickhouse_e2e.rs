@@ -392,6 +392,16 @@ fn episodes_of_two_hosts_reach_clickhouse_from_the_stores_and_fleet_ranks_them()
         .map(|h| h["host"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["busy"], "{throttled}");
+    // By the rule that explained them, once the diagnosis is there (checked below).
+    let by_rule = || {
+        fleet(&[
+            "episodes",
+            "--clickhouse",
+            &url,
+            "--rule",
+            "cpu.cfs-throttling",
+        ])
+    };
     eprintln!(
         "{} marks of busy, {} of quiet in ClickHouse; fleet episodes took {} ms",
         want.len(),
@@ -427,6 +437,15 @@ fn episodes_of_two_hosts_reach_clickhouse_from_the_stores_and_fleet_ranks_them()
     }
     let rows = found["findings"].as_array().unwrap();
     assert!(!rows.is_empty(), "no cpu.cfs-throttling finding: {found}");
+    let r = by_rule();
+    assert_eq!(r["hosts"][0]["host"], "busy", "{r}");
+    assert_eq!(r["hosts"].as_array().unwrap().len(), 1, "{r}");
+    assert!(
+        fleet(&["episodes", "--clickhouse", &url, "--rule", "nope"])["hosts"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(rows[0]["host"], "busy", "{found}");
     assert_eq!(rows[0]["root_cause"], 1, "a root cause: {found}");
     assert!(

@@ -100,16 +100,24 @@ impl Fleet {
         }
     }
 
-    /// Hosts ranked by time in episode, then by episodes.
-    pub fn episodes(&self, span: Span, kind: Option<&str>, top: usize) -> Result<Value> {
+    /// Hosts ranked by time in episode, then by episodes: of `kind`, with a finding of
+    /// `rule`.
+    pub fn episodes(
+        &self,
+        span: Span,
+        kind: Option<&str>,
+        rule: Option<&str>,
+        top: usize,
+    ) -> Result<Value> {
         let (rows, took) = self.rows(
-            &episodes_sql(span.since_ns, span.now_ns, kind, top),
+            &episodes_sql(span.since_ns, span.now_ns, kind, rule, top),
             EPISODES,
         )?;
         Ok(json!({
             "since": span.since(),
             "until": span.until(),
             "kind": kind,
+            "rule": rule,
             "hosts": rows,
             "query_ms": took.as_secs_f64() * 1e3,
         }))
@@ -211,10 +219,25 @@ impl Fleet {
 
 /// The query behind `fleet episodes`: each episode once (its newest row: the close when it
 /// has closed), clipped to the window, summed per host.
-fn episodes_sql(since_ns: i64, now_ns: i64, kind: Option<&str>, top: usize) -> String {
-    let kind = kind
+fn episodes_sql(
+    since_ns: i64,
+    now_ns: i64,
+    kind: Option<&str>,
+    rule: Option<&str>,
+    top: usize,
+) -> String {
+    let mut kind = kind
         .map(|k| format!(" AND kind = {}", quote(k)))
         .unwrap_or_default();
+    // Episodes one of whose findings is of the rule (so only closed, diagnosed ones).
+    if let Some(r) = rule {
+        kind.push_str(&format!(
+            " AND (host, kind, series, start_ns) IN (SELECT host, episode_kind, \
+             episode_series, episode_start_ns FROM {FINDINGS} WHERE rule_id = {} \
+             AND episode_end_ns >= {since_ns})",
+            quote(r)
+        ));
+    }
     // An episode's seconds: from its start (or the window's) to its last up second, at
     // least one; an open one runs to now.
     format!(
@@ -287,7 +310,8 @@ mod tests {
 
     #[test]
     fn kinds_are_quoted() {
-        let sql = episodes_sql(1, 2, Some("x' OR 1=1 --"), 5);
+        let sql = episodes_sql(1, 2, Some("x' OR 1=1 --"), Some("r"), 5);
+        assert!(sql.contains("rule_id = 'r'"), "{sql}");
         assert!(sql.contains("kind = 'x\\' OR 1=1 --'"), "{sql}");
         let w = stacks_where(1, Some("r'"), None, Some("h'"));
         assert!(

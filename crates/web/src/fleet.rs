@@ -88,7 +88,12 @@ pub async fn episodes(
     q: Result<Query<FleetQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     ask(&st, q, "1h", |f, span, q| {
-        f.episodes(span, q.kind.as_deref(), q.top.unwrap_or(50))
+        f.episodes(
+            span,
+            q.kind.as_deref(),
+            q.rule.as_deref(),
+            q.top.unwrap_or(50),
+        )
     })
     .await
     .map(Json)
