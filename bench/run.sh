@@ -3,7 +3,8 @@
 # and on a busy one (bench/busy.sh, with below when installed), a saturation run,
 # a read-back test on a synthesized 24 h store, the BPF tracers' overhead (bench/tracers.sh) and
 # the stack sampler's against `perf record` (bench/profile.sh) and remote write's cost
-# (bench/fleet.sh), fleet queries over ClickHouse (bench/fleet_query.sh). Writes docs/BENCHMARKS.md.
+# (bench/fleet.sh), fleet queries over ClickHouse (bench/fleet_query.sh), the ClickHouse pusher's
+# cost (bench/fleet_pusher.sh). Writes docs/BENCHMARKS.md.
 #
 #   sudo make bench                      # or:
 #   sudo JITTERSCOPE=target/release/jitterscope bash bench/run.sh
@@ -25,6 +26,7 @@
 #   PROFILE_*       the stack sampler section, see bench/profile.sh
 #   FLEET_*         remote write's cost and recovery, see bench/fleet.sh
 #   FLEETQ_*        fleet episodes over ClickHouse, see bench/fleet_query.sh
+#   FLEETP_*        the ClickHouse pusher's cost, see bench/fleet_pusher.sh
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -266,6 +268,9 @@ JITTERSCOPE=$JITTERSCOPE FLEETQ_OUT="$TMP/fleetq.md" FLEETQ_TARGETS="$TMP/fleetq
     bash "$HERE/fleet_query.sh"
 FLEET_SECTION+=$'\n\n'$(cat "$TMP/fleetq.md")
 FLEET_TARGET_ROWS+=$'\n'$(cat "$TMP/fleetq-targets.md" 2>/dev/null || true)
+say "the ClickHouse pusher side by side (bench/fleet_pusher.sh)"
+JITTERSCOPE=$JITTERSCOPE FLEETP_OUT="$TMP/fleetp.md" bash "$HERE/fleet_pusher.sh"
+FLEET_SECTION+=$'\n\n'$(cat "$TMP/fleetp.md")
 
 # ---------------------------------------------------------------------------------------------
 # 3. Saturation: memory-limited cgroup thrashing with stress-ng --vm, plus stress-ng --cpu
