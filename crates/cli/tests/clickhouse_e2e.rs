@@ -242,6 +242,20 @@ fn stored_marks(dir: &Path) -> BTreeSet<(String, String, i64, bool)> {
         .collect()
 }
 
+/// `stored` as ClickHouse should hold it once the recorder stopped: each episode the store
+/// leaves open is closed too (by the pusher, when its recorder stopped).
+fn closed_at_stop(
+    stored: &BTreeSet<(String, String, i64, bool)>,
+) -> BTreeSet<(String, String, i64, bool)> {
+    let mut all = stored.clone();
+    for (k, s, t, open) in stored {
+        if *open {
+            all.insert((k.clone(), s.clone(), *t, false));
+        }
+    }
+    all
+}
+
 /// The rows ClickHouse holds for `host`, each version once.
 fn pushed_marks(ch: &ClickHouse, host: &str) -> BTreeSet<(String, String, i64, bool)> {
     let out = ch
@@ -356,12 +370,20 @@ fn episodes_of_two_hosts_reach_clickhouse_from_the_stores_and_fleet_ranks_them()
         "the lab's throttling episode is in the store: {want:?}"
     );
     let mut got = pushed_marks(&ch, "busy");
-    while got != want && back.elapsed() < Duration::from_secs(30) {
+    while got != closed_at_stop(&want) && back.elapsed() < Duration::from_secs(30) {
         std::thread::sleep(Duration::from_millis(500));
         got = pushed_marks(&ch, "busy");
     }
-    assert_eq!(got, want, "busy: ClickHouse against the store");
-    assert_eq!(pushed_marks(&ch, "quiet"), stored_marks(&quiet), "quiet");
+    assert_eq!(
+        got,
+        closed_at_stop(&want),
+        "busy: ClickHouse against the store"
+    );
+    assert_eq!(
+        pushed_marks(&ch, "quiet"),
+        closed_at_stop(&stored_marks(&quiet)),
+        "quiet"
+    );
 
     // `fleet episodes` ranks the busy host first and finds the throttling by kind.
     let all = fleet(&["episodes", "--clickhouse", &url, "--since", "1h"]);
@@ -555,6 +577,7 @@ fn episodes_of_two_hosts_reach_clickhouse_from_the_stores_and_fleet_ranks_them()
 
 #[test]
 fn urls_that_cannot_work_are_said_once_and_recording_goes_on() {
+    let _g = common::serial();
     let tmp = tempfile::tempdir().unwrap();
     let dead = format!("http://127.0.0.1:{}/", free_port());
     for (url, want) in [
@@ -667,14 +690,13 @@ fn the_inventory_answers_the_seeds_questions_across_hosts() {
     let decaying = program(&[("LD_PRELOAD", JEMALLOC)], &["sleep", "120"]);
     let cached = nss_user(&[("NSS_SDB_USE_CACHE", "yes")]);
     std::thread::sleep(Duration::from_secs(3));
-    // Host "a" starts while ClickHouse is down: its first inventory waits and is sent when
-    // it answers. The unguarded NSS user starts during the recording: a change, so a second
-    // inventory.
+    // Host "a" starts while ClickHouse is down: its inventory waits and is sent when it
+    // answers. The unguarded NSS user starts after that: a change, so a second inventory.
     let a = ChildGuard::new(
         recorder_cmd(&tmp.path().join("a"))
             .args([
                 "--duration",
-                "25s",
+                "30s",
                 "--fleet-host",
                 "a",
                 "--clickhouse",
@@ -686,9 +708,19 @@ fn the_inventory_answers_the_seeds_questions_across_hosts() {
             .spawn()
             .unwrap(),
     );
-    let unguarded = nss_user(&[]);
     std::thread::sleep(Duration::from_secs(6));
     ch.start();
+    let sent = || {
+        ch.query("SELECT count() FROM jitterscope_hosts WHERE host = 'a'")
+            .and_then(|n| n.parse::<u32>().ok())
+            .unwrap_or(0)
+    };
+    let t0 = Instant::now();
+    while sent() == 0 && t0.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert_eq!(sent(), 1, "the inventory taken while ClickHouse was down");
+    let unguarded = nss_user(&[]);
     let o = a.into_inner().wait_with_output().unwrap();
     assert!(o.status.success(), "record a: {}", text(&o.stderr));
     assert!(
@@ -792,6 +824,8 @@ fn credentials_are_sent_and_a_wrong_password_is_said_once() {
             "clickhouse-server is not installed (scripts/setup.sh --test)",
         );
     }
+    // Alone: the inventory test counts the documents other tests' processes would change.
+    let _g = common::serial();
     let tmp = tempfile::tempdir().unwrap();
     // A server whose only user has a password: the default user does not exist.
     let users = tmp.path().join("users.xml");
@@ -876,4 +910,113 @@ fn credentials_are_sent_and_a_wrong_password_is_said_once() {
     let e = text(&o.stderr);
     assert_eq!(e.lines().count(), 1, "{e}");
     assert!(e.contains("Unknown user default"), "{e}");
+}
+
+/// The newest row of each episode of `host`: (kind, series, start, end, open).
+fn newest_rows(ch: &ClickHouse, host: &str) -> Vec<(String, String, i64, i64, bool)> {
+    let out = ch
+        .query(&format!(
+            "SELECT kind, series, start_ns, argMax(end_ns, version) AS e, \
+             argMax(open, version) AS o FROM jitterscope_episodes WHERE host = '{host}' \
+             GROUP BY kind, series, start_ns ORDER BY start_ns FORMAT JSONEachRow"
+        ))
+        .unwrap_or_default();
+    out.lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                v["kind"].as_str().unwrap().to_string(),
+                v["series"].as_str().unwrap().to_string(),
+                v["start_ns"].as_i64().unwrap(),
+                v["e"].as_i64().unwrap(),
+                v["o"] == 1,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn episodes_a_stopped_or_killed_recorder_left_open_are_closed() {
+    const T: &str = "episodes_a_stopped_or_killed_recorder_left_open_are_closed";
+    if !Path::new(SERVER).exists() {
+        return skip(
+            T,
+            "clickhouse-server is not installed (scripts/setup.sh --test)",
+        );
+    }
+    if !jitterscope_testkit::is_root() {
+        return skip(T, "the lab scenario needs root (cgroups)");
+    }
+    let _g = common::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut ch = ClickHouse::new(&tmp.path().join("ch"));
+    ch.start();
+    let url = ch.url();
+    let dir = tmp.path().join("store");
+    let lab = ChildGuard::new(
+        cmd()
+            .args(["lab", "run", "cfs-throttle", "--duration", "40s"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let recorder = |secs: &str| {
+        recorder_cmd(&dir)
+            .args([
+                "--duration",
+                secs,
+                "--fleet-host",
+                "h",
+                "--clickhouse",
+                &url,
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    // Killed while the cgroup is throttled: the episode stays open in ClickHouse...
+    let mut first = ChildGuard::new(recorder("60s"));
+    let t0 = Instant::now();
+    let throttling_open = || {
+        newest_rows(&ch, "h")
+            .into_iter()
+            .find(|r| r.0 == "throttling" && r.1.contains("cfs-throttle") && r.4)
+    };
+    while throttling_open().is_none() && t0.elapsed() < Duration::from_secs(25) {
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let killed = throttling_open().expect("the throttling episode was pushed open");
+    std::thread::sleep(Duration::from_secs(6));
+    first.signal(libc::SIGKILL);
+    first.wait_timeout(Duration::from_secs(10));
+    assert!(throttling_open().is_some());
+    // ...until the next run closes it, at the last sample the killed run took.
+    let last_killed = SampleReader::open(&dir)
+        .unwrap()
+        .store()
+        .latest_ts()
+        .unwrap()
+        .unwrap();
+    let second = recorder("8s").wait_with_output().unwrap();
+    assert!(second.status.success(), "{}", text(&second.stderr));
+    drop(lab);
+    let rows = newest_rows(&ch, "h");
+    let closed = rows
+        .iter()
+        .find(|r| (r.0.as_str(), r.1.as_str(), r.2) == (&killed.0[..], &killed.1[..], killed.2))
+        .unwrap();
+    assert!(!closed.4, "{rows:?}");
+    assert_eq!(
+        closed.3, last_killed,
+        "closed at the killed run's last sample"
+    );
+    assert!(closed.3 - closed.2 >= 5_000_000_000, "{closed:?}");
+    // And the second run, stopped cleanly, left nothing open either.
+    assert!(rows.iter().all(|r| !r.4), "{rows:?}");
+    // The store keeps what its detector wrote: the killed run's episode has no end mark.
+    let stored = stored_marks(&dir);
+    assert!(stored.contains(&(killed.0.clone(), killed.1.clone(), killed.2, true)));
+    assert!(!stored.contains(&(killed.0, killed.1, killed.2, false)));
 }

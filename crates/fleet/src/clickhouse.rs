@@ -459,10 +459,22 @@ const INVENTORY_REFRESH: Duration = Duration::from_secs(6 * 3600);
 
 /// What a round carries over to the next.
 struct State {
+    /// When this recorder started pushing: an episode of this host still open in the engine
+    /// and started before then was left open by a recorder that stopped or crashed.
+    started_ns: i64,
+    /// Whether those have been closed.
+    stale_closed: bool,
+    /// The store's newest sample when this run started: the previous run's last.
+    previous_last_ns: Option<i64>,
     cursor: Option<i64>,
     ttl: Option<bool>,
     last_retention: Option<Instant>,
     inventory: Option<Inventory>,
+}
+
+/// The time of the store's newest sample.
+fn latest(dir: &std::path::Path) -> Option<i64> {
+    SampleReader::open(dir).ok()?.store().latest_ts().ok()?
 }
 
 fn wall_ns() -> i64 {
@@ -482,6 +494,9 @@ fn run(cfg: Config, engine: Engine, stop: Receiver<()>, log: Log) {
     }
     let mut said = Said::default();
     let mut state = State {
+        started_ns: wall_ns(),
+        stale_closed: false,
+        previous_last_ns: latest(&cfg.dir),
         cursor: crate::cursor::load(&cfg.dir, CURSOR, &cfg.url),
         ttl: None,
         last_retention: None,
@@ -515,6 +530,12 @@ fn run(cfg: Config, engine: Engine, stop: Receiver<()>, log: Log) {
             }
         }
         if stopping {
+            // The detector stops with the recorder: what it left open ends here, or the
+            // fleet would count it as going on until a restart.
+            if let Err(e) = close_open(&engine, &cfg.host, i64::MAX, latest(&cfg.dir)) {
+                // The same refusal as the round's is not said twice.
+                said.fail(&log, &e);
+            }
             return;
         }
     }
@@ -545,6 +566,11 @@ fn push(cfg: &Config, engine: &Engine, log: &Log, st: &mut State) -> Result<(), 
         }
     };
     push_episodes(cfg, engine, log, &mut st.cursor)?;
+    // After the backlog, whose marks may open episodes the previous run never closed.
+    if !st.stale_closed {
+        close_open(engine, &cfg.host, st.started_ns, st.previous_last_ns)?;
+        st.stale_closed = true;
+    }
     if let Some(inv) = st.inventory.as_mut() {
         if let Some(doc) = &inv.pending {
             engine.run(
@@ -568,6 +594,52 @@ fn push(cfg: &Config, engine: &Engine, log: &Log, st: &mut State) -> Result<(), 
         st.last_retention = Some(Instant::now());
     }
     Ok(())
+}
+
+/// Closes the episodes of `host` still open in the engine that started before `before_ns`,
+/// at `last_ns` (the last sample their recorder took; their own last second if earlier or
+/// unknown): their recorder stopped (or crashed) while they went on, and a new run's
+/// detector starts afresh. The store is left as it is. How many.
+pub fn close_open(
+    engine: &Engine,
+    host: &str,
+    before_ns: i64,
+    last_ns: Option<i64>,
+) -> Result<usize, String> {
+    let open = engine.rows(&format!(
+        "SELECT kind, series, start_ns, argMax(end_ns, version) AS last_end, \
+         argMax(peak, version) AS last_peak, argMax(baseline, version) AS last_baseline, \
+         argMax(threshold, version) AS last_threshold, argMax(open, version) AS is_open \
+         FROM {EPISODES} WHERE host = {h} AND start_ns < {before_ns} \
+         GROUP BY kind, series, start_ns HAVING is_open = 1",
+        h = quote(host)
+    ))?;
+    let mut rows = String::new();
+    for r in &open {
+        let end = r["last_end"]
+            .as_i64()
+            .unwrap_or(0)
+            .max(last_ns.unwrap_or(i64::MIN));
+        let m = Mark {
+            kind: r["kind"].as_str().unwrap_or("").to_string(),
+            series: r["series"].as_str().unwrap_or("").to_string(),
+            state: MarkState::End,
+            from_ns: r["start_ns"].as_i64().unwrap_or(0),
+            to_ns: end,
+            peak: r["last_peak"].as_f64().unwrap_or(0.0),
+            baseline: r["last_baseline"].as_f64().unwrap_or(0.0),
+            threshold: r["last_threshold"].as_f64().unwrap_or(0.0),
+        };
+        rows.push_str(&row(host, &m));
+        rows.push('\n');
+    }
+    if !rows.is_empty() {
+        engine.run(
+            &format!("INSERT INTO {EPISODES} FORMAT JSONEachRow"),
+            rows.as_bytes(),
+        )?;
+    }
+    Ok(open.len())
 }
 
 /// The marks after the cursor, and the findings of the episodes they close.
