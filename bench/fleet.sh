@@ -59,14 +59,8 @@ vm_start() {
 }
 vm_start
 
-# ticks of utime+stime of a process, or of one thread
-ticks() { awk '{print $14 + $15}' "$1" 2>/dev/null || echo 0; }
-thread_of() { # pid name -> stat file of the thread
-  for t in /proc/"$1"/task/*; do
-    [ "$(cat "$t/comm" 2>/dev/null)" = "$2" ] && { echo "$t/stat"; return; }
-  done
-}
-rss_kib() { awk '/^VmRSS/ {print $2}' /proc/"$1"/status; }
+# shellcheck source=bench/proc.sh
+. "$HERE/proc.sh"
 
 "$JITTERSCOPE" record --dir "$TMP/without" 2>"$TMP/without.log" &
 A=$!
@@ -78,14 +72,12 @@ PIDS+=("$B")
 sleep 5
 SENDER=$(thread_of "$B" remote-write)
 [ -n "$SENDER" ] || { echo "no remote-write thread in the recorder: $(cat "$TMP/with.log")" >&2; exit 1; }
-HZ=$(getconf CLK_TCK)
 a0=$(ticks /proc/$A/stat) b0=$(ticks /proc/$B/stat) s0=$(ticks "$SENDER") t0=$(date +%s.%N)
 FROM=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 sleep "$WINDOW"
 a1=$(ticks /proc/$A/stat) b1=$(ticks /proc/$B/stat) s1=$(ticks "$SENDER") t1=$(date +%s.%N)
 TO=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 RSS_A=$(rss_kib $A) RSS_B=$(rss_kib $B)
-pct() { python3 -c "print(f'{($2-$1)/$HZ/($4-$3)*100:.3f}')" ; }
 CPU_A=$(pct "$a0" "$a1" "$t0" "$t1")
 CPU_B=$(pct "$b0" "$b1" "$t0" "$t1")
 CPU_S=$(pct "$s0" "$s1" "$t0" "$t1")

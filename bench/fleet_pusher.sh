@@ -58,13 +58,8 @@ q() { curl -sf "$URL" --data-binary "$1"; }
 for _ in $(seq 240); do [ "$(q 'SELECT 1' 2>/dev/null)" = 1 ] && break; sleep 0.25; done
 [ "$(q 'SELECT 1')" = 1 ] || { echo "clickhouse-server did not start: $(tail -3 "$TMP/ch/error.log")" >&2; exit 1; }
 
-ticks() { awk '{print $14 + $15}' "$1" 2>/dev/null || echo 0; }
-thread_of() {
-  for t in /proc/"$1"/task/*; do
-    [ "$(cat "$t/comm" 2>/dev/null)" = "$2" ] && { echo "$t/stat"; return; }
-  done
-}
-rss_kib() { awk '/^VmRSS/ {print $2}' /proc/"$1"/status; }
+# shellcheck source=bench/proc.sh
+. "$HERE/proc.sh"
 
 "$JITTERSCOPE" record --dir "$TMP/without" 2>"$TMP/without.log" &
 A=$!
@@ -75,14 +70,12 @@ PIDS+=("$B")
 sleep 3
 PUSHER=$(thread_of "$B" clickhouse)
 [ -n "$PUSHER" ] || { echo "no clickhouse thread in the recorder: $(cat "$TMP/with.log")" >&2; exit 1; }
-HZ=$(getconf CLK_TCK)
 a0=$(ticks /proc/$A/stat) b0=$(ticks /proc/$B/stat) p0=$(ticks "$PUSHER") t0=$(date +%s.%N)
 sleep 10
 "$JITTERSCOPE" lab run cfs-throttle --duration 20s >"$TMP/lab.log" 2>&1 || true
 sleep $((WINDOW - 30 > 0 ? WINDOW - 30 : 0))
 a1=$(ticks /proc/$A/stat) b1=$(ticks /proc/$B/stat) p1=$(ticks "$PUSHER") t1=$(date +%s.%N)
 RSS_A=$(rss_kib $A) RSS_B=$(rss_kib $B)
-pct() { python3 -c "print(f'{($2-$1)/$HZ/($4-$3)*100:.3f}')" ; }
 CPU_A=$(pct "$a0" "$a1" "$t0" "$t1")
 CPU_B=$(pct "$b0" "$b1" "$t0" "$t1")
 CPU_P=$(pct "$p0" "$p1" "$t0" "$t1")

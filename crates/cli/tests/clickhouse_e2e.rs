@@ -21,6 +21,23 @@ const SERVER: &str = "/usr/sbin/clickhouse-server";
 /// The one user of the credentials test's server, and its password.
 const USER: (&str, &str) = ("pusher", "s3cret-pusher-pass");
 
+/// Says SKIPPED (and why) for a test that cannot run here: without clickhouse-server, or
+/// (`lab`) without the root the lab scenario's cgroups need.
+fn cannot_run(test: &str, lab: bool) -> bool {
+    if !Path::new(SERVER).exists() {
+        skip(
+            test,
+            "clickhouse-server is not installed (scripts/setup.sh --test)",
+        );
+        return true;
+    }
+    if lab && !jitterscope_testkit::is_root() {
+        skip(test, "the lab scenario needs root (cgroups)");
+        return true;
+    }
+    false
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -291,14 +308,8 @@ fn fleet(args: &[&str]) -> serde_json::Value {
 #[test]
 fn episodes_of_two_hosts_reach_clickhouse_from_the_stores_and_fleet_ranks_them() {
     const T: &str = "episodes_of_two_hosts_reach_clickhouse_from_the_stores_and_fleet_ranks_them";
-    if !Path::new(SERVER).exists() {
-        return skip(
-            T,
-            "clickhouse-server is not installed (scripts/setup.sh --test)",
-        );
-    }
-    if !jitterscope_testkit::is_root() {
-        return skip(T, "the lab scenario needs root (cgroups)");
+    if cannot_run(T, true) {
+        return;
     }
     let _g = common::serial();
     let tmp = tempfile::tempdir().unwrap();
@@ -818,11 +829,8 @@ fn the_inventory_answers_the_seeds_questions_across_hosts() {
 #[test]
 fn credentials_are_sent_and_a_wrong_password_is_said_once() {
     const T: &str = "credentials_are_sent_and_a_wrong_password_is_said_once";
-    if !Path::new(SERVER).exists() {
-        return skip(
-            T,
-            "clickhouse-server is not installed (scripts/setup.sh --test)",
-        );
+    if cannot_run(T, false) {
+        return;
     }
     // Alone: the inventory test counts the documents other tests' processes would change.
     let _g = common::serial();
@@ -938,14 +946,8 @@ fn newest_rows(ch: &ClickHouse, host: &str) -> Vec<(String, String, i64, i64, bo
 #[test]
 fn episodes_a_stopped_or_killed_recorder_left_open_are_closed() {
     const T: &str = "episodes_a_stopped_or_killed_recorder_left_open_are_closed";
-    if !Path::new(SERVER).exists() {
-        return skip(
-            T,
-            "clickhouse-server is not installed (scripts/setup.sh --test)",
-        );
-    }
-    if !jitterscope_testkit::is_root() {
-        return skip(T, "the lab scenario needs root (cgroups)");
+    if cannot_run(T, true) {
+        return;
     }
     let _g = common::serial();
     let tmp = tempfile::tempdir().unwrap();

@@ -541,24 +541,36 @@ pub struct Node {
 /// The named stacks as a tree: root `all`, then process names, then frames root first.
 /// Kernel frames carry `[k]` as in folded stacks.
 pub fn tree(named: &Named) -> Node {
+    tree_of(named.stacks.iter().map(|s| {
+        let frames = s.frames.iter().map(|f| {
+            if f.space == jitterscope_profile::window::Space::Kernel {
+                format!("{} [k]", f.name)
+            } else {
+                f.name.to_string()
+            }
+        });
+        (
+            std::iter::once(s.comm.to_string()).chain(frames).collect(),
+            s.count,
+        )
+    }))
+}
+
+/// Paths from the root (process name, then frames) with their samples, as d3-flame-graph's
+/// tree under `all`; children the largest first.
+pub fn tree_of(stacks: impl IntoIterator<Item = (Vec<String>, u64)>) -> Node {
     #[derive(Default)]
     struct T {
         value: u64,
         kids: BTreeMap<String, T>,
     }
     let mut root = T::default();
-    for s in &named.stacks {
-        root.value += s.count;
-        let mut n = root.kids.entry(s.comm.to_string()).or_default();
-        n.value += s.count;
-        for f in &s.frames {
-            let name = if f.space == jitterscope_profile::window::Space::Kernel {
-                format!("{} [k]", f.name)
-            } else {
-                f.name.to_string()
-            };
+    for (path, count) in stacks {
+        root.value += count;
+        let mut n = &mut root;
+        for name in path {
             n = n.kids.entry(name).or_default();
-            n.value += s.count;
+            n.value += count;
         }
     }
     fn conv(name: String, t: T) -> Node {

@@ -156,34 +156,16 @@ pub async fn flame(
 /// Folded stacks (`comm;root;…;leaf`, kernel frames `_[k]`) as a tree; kernel frames get
 /// ` [k]`, as the single-host flame graph names them.
 pub fn tree(stacks: &[(String, u64)]) -> Node {
-    #[derive(Default)]
-    struct T {
-        value: u64,
-        kids: std::collections::BTreeMap<String, T>,
-    }
-    let mut root = T::default();
-    for (stack, n) in stacks {
-        root.value += n;
-        let mut t = &mut root;
-        for f in stack.split(';') {
-            let name = match f.strip_suffix("_[k]") {
+    crate::api::tree_of(stacks.iter().map(|(stack, n)| {
+        let path = stack
+            .split(';')
+            .map(|f| match f.strip_suffix("_[k]") {
                 Some(k) => format!("{k} [k]"),
                 None => f.to_string(),
-            };
-            t = t.kids.entry(name).or_default();
-            t.value += n;
-        }
-    }
-    fn conv(name: String, t: T) -> Node {
-        let mut children: Vec<Node> = t.kids.into_iter().map(|(k, v)| conv(k, v)).collect();
-        children.sort_by(|a, b| b.value.cmp(&a.value).then(a.name.cmp(&b.name)));
-        Node {
-            name,
-            value: t.value,
-            children,
-        }
-    }
-    conv("all".into(), root)
+            })
+            .collect();
+        (path, *n)
+    }))
 }
 
 #[cfg(test)]
