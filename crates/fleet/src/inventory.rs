@@ -54,6 +54,10 @@ pub const SETTINGS: &[&str] = &[
     "GUNICORN_CMD_ARGS",
 ];
 
+/// Library files whose version is kept between scans (a host maps a few dozen; more means
+/// upgrades replaced them, and the cache starts again).
+const MAX_VERSIONS: usize = 512;
+
 /// A process younger than this is not in the inventory (see the module's comment).
 pub const MIN_AGE: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -289,6 +293,14 @@ impl Scanner {
             }
         }
         self.procs = alive;
+        // The recorder runs for months while containers come and go: keep the names of the
+        // cgroups still in use, and the versions of at most a few hundred library files.
+        let live: std::collections::HashSet<&str> =
+            doc.groups.keys().map(|g| g.cgroup.as_str()).collect();
+        self.labels.retain(|cg, _| live.contains(cg.as_str()));
+        if self.versions.len() > MAX_VERSIONS {
+            self.versions.clear();
+        }
         doc
     }
 
@@ -745,6 +757,15 @@ mod tests {
         );
         let host: serde_json::Value = serde_json::from_str(&doc.host_row("h", "v")).unwrap();
         assert_eq!(host["processes"], 3);
+    }
+
+    #[test]
+    fn names_of_cgroups_gone_are_not_kept() {
+        let mut s = Scanner::new(Root::new(FIXTURE)).with_min_age(std::time::Duration::ZERO);
+        s.labels.insert("/gone.scope".into(), "x".into());
+        let doc = s.scan(1);
+        assert!(!s.labels.contains_key("/gone.scope"));
+        assert!(doc.groups.keys().all(|g| s.labels.contains_key(&g.cgroup)));
     }
 
     #[test]
