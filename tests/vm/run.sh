@@ -7,6 +7,7 @@
 #   bash tests/vm/run.sh                  # the whole matrix (make test-vm)
 #   JSVM_KERNELS=6.1 JSVM_LAYOUTS=v2 bash tests/vm/run.sh      # one cell
 #   JSVM_SCENARIOS=cfs-throttle bash tests/vm/run.sh           # fewer lab scenarios
+#   JSVM_KERNELS=5.10 JSVM_IPI=only bash tests/vm/run.sh       # only the -ipi cell (JSVM_IPI=0: none)
 #   JSVM_KERNELS=5.10 JSVM_LAYOUTS=v2 JSVM_DEBUG='jitterscope tracers --check' bash tests/vm/run.sh
 #                                  # a command instead of the checks; output in out/<cell>/debug.log
 #
@@ -28,7 +29,7 @@ run_cell() {
   cell="$kernel-$layout${variant:+-$variant}"
   in=$VM/in/$cell
   out=$VM/out/$cell
-  rm -rf "$in" "$out"
+  rm -rf "$in" "$out" "$VM/out/$cell.failed"
   mkdir -p "$in" "$out"
   cp "$BIN" "$in/jitterscope"
   cp "$ROOT/tests/vm/guest.py" "$in/guest.py"
@@ -74,6 +75,20 @@ EOF
       log "$cell: kernel panic during boot (under TCG); booting again"
       continue
     fi
+    # Under multi-threaded TCG (the -ipi cell only) a vCPU now and then keeps executing a stale
+    # translation of code the kernel has just live-patched, when a symptom attaches the madvise
+    # tracer's syscall tracepoint during the storm: both vCPUs then sit in soft lockups until
+    # the guest times out (5.10, one CI run in about ten; never reproduced in six boots on
+    # purpose). The same attach runs under single-threaded TCG in every other cell, which
+    # would catch a kernel lockup of jitterscope's own making, so this boot alone is retried;
+    # the failed boot's console is kept beside the cell's as console.attempt-N.log.
+    if [ "$variant" = ipi ] && [ $rc = 124 ] && grep -aq "soft lockup" "$out/console.log" \
+        && [ "$attempt" -lt 3 ]; then
+      mkdir -p "$VM/out/$cell.failed"
+      cp "$out/console.log" "$VM/out/$cell.failed/console.attempt-$attempt.log"
+      log "$cell: soft lockups under multi-threaded TCG; booting again"
+      continue
+    fi
     break
   done
   return 0
@@ -85,10 +100,11 @@ for k in $KERNELS; do
   ird=$(initramfs "$kdir")
   for l in $LAYOUTS; do
     case $l in v1|v2) ;; *) die "unknown layout $l (v1 or v2)" ;; esac
+    [ "${JSVM_IPI:-1}" = only ] && continue
     run_cell "$k" "$l" "$kdir" "$ird"
     cells+=("$k-$l")
   done
-  if [ -z "${JSVM_DEBUG:-}" ] && [[ " $LAYOUTS " == *" v2 "* ]] && [ "${JSVM_IPI:-1}" = 1 ]; then
+  if [ -z "${JSVM_DEBUG:-}" ] && [[ " $LAYOUTS " == *" v2 "* ]] && [ "${JSVM_IPI:-1}" != 0 ]; then
     run_cell "$k" v2 "$kdir" "$ird" ipi
     cells+=("$k-v2-ipi")
   fi
