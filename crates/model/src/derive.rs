@@ -5,7 +5,10 @@
 //! sample, not the wall clock, which can jump.
 
 use std::cell::OnceCell;
-use std::collections::HashMap;
+// Fx rather than SipHash: these maps are built once per sample and probed once per process,
+// and SipHash was 6% of a one-minute dump of a busy host (perf); keys are pids, start times and
+// cgroup paths from the recording, not attacker-chosen.
+use rustc_hash::FxHashMap as HashMap;
 
 use jitterscope_sources::process::Process;
 
