@@ -34,8 +34,12 @@ run_cell() {
   cp "$BIN" "$in/jitterscope"
   cp "$ROOT/tests/vm/guest.py" "$in/guest.py"
   local scenarios=${JSVM_SCENARIOS:-} lab_only="" tcg=${JSVM_TCG_THREAD:-single}
+  # The -ipi boot takes 35-50 s; a hung one is cut at 5 minutes, so that its retries below
+  # (at most three boots) stay well inside CI's time.
+  local GUEST_TIMEOUT=$GUEST_TIMEOUT
   if [ "$variant" = ipi ]; then
     scenarios=${JSVM_IPI_SCENARIOS:-tlb-shootdown} lab_only=1 tcg=multi
+    [ "$GUEST_TIMEOUT" -gt 300 ] && GUEST_TIMEOUT=300
   fi
   python3 - "$in/config.json" "$kernel" "$layout" "$rel" "$scenarios" "${JSVM_DEBUG:-}" "$lab_only" <<'EOF'
 import json, sys
