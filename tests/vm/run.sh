@@ -79,13 +79,13 @@ EOF
       log "$cell: kernel panic during boot (under TCG); booting again"
       continue
     fi
-    # Under multi-threaded TCG (the -ipi cell only) a vCPU now and then keeps executing a stale
-    # translation of code the kernel has just live-patched, when a symptom attaches the madvise
-    # tracer's syscall tracepoint during the storm: both vCPUs then sit in soft lockups until
-    # the guest times out (5.10, one CI run in about ten; never reproduced in six boots on
-    # purpose). The same attach runs under single-threaded TCG in every other cell, which
-    # would catch a kernel lockup of jitterscope's own making, so this boot alone is retried;
-    # the failed boot's console is kept beside the cell's as console.attempt-N.log.
+    # Under multi-threaded TCG (the -ipi cell only) both vCPUs now and then sit in soft lockups
+    # until the guest times out (5.10, once in CI; never in six boots on purpose). The likely
+    # cause is the race with live code patching described above, here when a symptom attaches
+    # the madvise tracer's syscall tracepoint (5.10 has no madvise_flush) during the storm. The
+    # same attach runs under single-threaded TCG in every other cell, which would catch a
+    # lockup of jitterscope's own making, so this boot alone is retried; each failed boot's
+    # console is kept as $VM/out/<cell>.failed/console.attempt-N.log.
     if [ "$variant" = ipi ] && [ $rc = 124 ] && grep -aq "soft lockup" "$out/console.log" \
         && [ "$attempt" -lt 3 ]; then
       mkdir -p "$VM/out/$cell.failed"
