@@ -1,9 +1,11 @@
-//! TLB flushes by reason per process, and shootdown IPIs by sender (tlb.bpf.c).
+//! TLB flushes by reason per process (task switches host-wide), and shootdown IPIs by sender
+//! (tlb.bpf.c).
 
 use std::path::Path;
 
 use jitterscope_model::tracers::{Tlb, TlbProc, Tracers};
 use libbpf_rs::skel::SkelBuilder;
+use libbpf_rs::{MapCore, MapFlags};
 
 use crate::delta::{Deltas, Layout};
 use crate::env::{has_tracepoint, Kallsyms};
@@ -41,6 +43,7 @@ pub(crate) struct TlbTracer {
     procs_batch: crate::batch::Batch,
     ipis: Result<&'static str, &'static str>,
     dropped: u64,
+    task_switch: u64,
 }
 
 /// The record fields the programs read.
@@ -108,6 +111,7 @@ pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<TlbTracer, String> {
         procs_batch: Default::default(),
         ipis,
         dropped: 0,
+        task_switch: 0,
     })
 }
 
@@ -151,6 +155,18 @@ impl Tracer for TlbTracer {
             bss.js_gen += 1;
             t.dropped = since(bss.dropped, &mut self.dropped);
         }
+        if let Ok(Some(cpus)) = self
+            .skel
+            .maps
+            .task_switch_flushes
+            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+        {
+            let total = cpus
+                .iter()
+                .filter_map(|v| Some(u64::from_ne_bytes(v.get(..8)?.try_into().ok()?)))
+                .fold(0u64, u64::wrapping_add);
+            t.task_switch = since(total, &mut self.task_switch);
+        }
         for e in drain_procs(
             &self.skel.maps.tlb_procs,
             &mut self.procs_batch,
@@ -162,7 +178,8 @@ impl Tracer for TlbTracer {
                 pid: e.pid,
                 comm: e.comm,
                 cgroup: env.cpu_cgroups.path(e.cgroup_id),
-                task_switch: d[4],
+                // d[4], flushes on task switch, is 0: they are counted host-wide.
+                task_switch: 0,
                 remote_shootdown: d[5],
                 local_shootdown: d[6],
                 local_mm_shootdown: d[7],

@@ -739,6 +739,39 @@ fn tlb_shootdown_ipis_are_attributed_to_the_sender() {
     );
 }
 
+/// Switching to another process's address space is traced as a flush on task switch (reason 0)
+/// whether or not it flushed. Those are counted host-wide (a process gets no entry of its own for
+/// them: on a busy host they made five in six of the tracer's entries).
+#[test]
+fn task_switch_flushes_are_counted_host_wide() {
+    const TEST: &str = "task_switch_flushes_are_counted_host_wide";
+    let _serial = serial();
+    if !is_root() {
+        return skip(TEST, "needs root to load BPF programs");
+    }
+    let mut s = match Session::start(&[tracer("tlb")]) {
+        Ok(s) => s,
+        Err(e) => return skip(TEST, &e),
+    };
+    s.read();
+    // Each child is a new address space switched to at least once.
+    for _ in 0..20 {
+        std::process::Command::new("true")
+            .status()
+            .expect("runs true");
+    }
+    let ts = [s.read(), s.read()];
+    let switches: u64 = ts
+        .iter()
+        .filter_map(|t| t.tlb.as_ref())
+        .map(|t| t.task_switch)
+        .sum();
+    assert!(
+        switches >= 20,
+        "{switches} flushes on task switch for 20 new processes"
+    );
+}
+
 /// A child moved into a memory cgroup limited to 32 MiB reads a 128 MiB file that is not in the
 /// page cache: its page cache must be reclaimed from the cgroup over and over while it reads, so
 /// the child stalls in memcg reclaim, and those stalls, the pages they got back and their

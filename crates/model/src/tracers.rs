@@ -157,7 +157,8 @@ pub struct TlbProc {
     pub comm: String,
     /// CPU cgroup path.
     pub cgroup: String,
-    /// Reason 0: flush on task switch.
+    /// Reason 0: flush on task switch. Only in stores written before these were counted
+    /// host-wide ([`Tlb::task_switch`]); 0 since.
     #[serde(skip_serializing_if = "is_zero")]
     pub task_switch: u64,
     /// Reason 1: remote shootdown (this CPU flushed because another asked).
@@ -191,10 +192,9 @@ pub struct TlbProc {
 }
 
 impl TlbProc {
-    /// Flushes of every reason.
+    /// Flushes of every reason but a task switch (which older stores counted per process too).
     pub fn flushes(&self) -> u64 {
-        self.task_switch
-            + self.remote_shootdown
+        self.remote_shootdown
             + self.local_shootdown
             + self.local_mm_shootdown
             + self.remote_send_ipi
@@ -213,6 +213,20 @@ pub struct Tlb {
     pub ipis_attributed: bool,
     /// Events not recorded.
     pub dropped: u64,
+    /// Flushes on task switch (reason 0), all CPUs. Stores written before they were counted
+    /// host-wide have them per process instead.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub task_switch: u64,
+}
+
+impl Tlb {
+    /// Flushes on task switch, all CPUs, in stores of either kind.
+    pub fn task_switches(&self) -> u64 {
+        if self.task_switch > 0 {
+            return self.task_switch;
+        }
+        self.procs.iter().map(|p| p.task_switch).sum()
+    }
 }
 
 /// madvise() calls of one process.
@@ -570,6 +584,32 @@ mod tests {
         );
         assert_eq!(path_pattern("/é1/ü"), "/é*/ü");
         assert_eq!(path_pattern(""), "");
+    }
+
+    #[test]
+    fn task_switch_flushes_are_host_wide_in_stores_of_either_kind() {
+        let proc_ = |pid, task_switch, remote_shootdown| TlbProc {
+            pid,
+            task_switch,
+            remote_shootdown,
+            ..Default::default()
+        };
+        // Written before: per process, and part of each process's flushes.
+        let old = Tlb {
+            procs: vec![proc_(1, 5, 0), proc_(2, 7, 2)],
+            ..Default::default()
+        };
+        assert_eq!(old.task_switches(), 12);
+        // Written now: host-wide, processes only for their other flushes.
+        let new = Tlb {
+            procs: vec![proc_(2, 0, 2)],
+            task_switch: 12,
+            ..Default::default()
+        };
+        assert_eq!(new.task_switches(), 12);
+        // A process's flushes mean the same in both.
+        assert_eq!(old.procs[1].flushes(), new.procs[0].flushes());
+        assert_eq!(Tlb::default().task_switches(), 0);
     }
 
     #[test]

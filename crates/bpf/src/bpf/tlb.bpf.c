@@ -7,7 +7,7 @@
 
 struct js_tlb_proc {
 	struct js_proc_head head;
-	u64 flushes[TLB_REASONS];
+	u64 flushes[TLB_REASONS]; /* [0], task switch, stays 0: counted in task_switch_flushes */
 	/* Sum of pages of ranged flushes; a full flush (pages = -1) counts in full_flushes. */
 	u64 pages;
 	u64 full_flushes;
@@ -22,6 +22,18 @@ struct {
 	__type(value, struct js_tlb_proc);
 } tlb_procs SEC(".maps");
 
+/* Flushes on task switch (reason 0), host-wide, per CPU. They follow context switches: on a busy
+ * host nearly every process that ran has some, and counting them per process made five in six of
+ * this map's entries exist for them alone, each one read, copied and stored every second. No rule
+ * reads them per process, so they are counted here and a process gets an entry only for a
+ * shootdown or a flush it asked for. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u64);
+} task_switch_flushes SEC(".maps");
+
 /* Address of flush_tlb_func (from kallsyms), set by user space; 0 = IPIs not attributed. */
 const volatile u64 flush_tlb_func_addr = 0;
 u64 dropped = 0;
@@ -30,10 +42,17 @@ static const struct js_tlb_proc zero_proc;
 
 static __always_inline int on_flush(int reason, unsigned long pages)
 {
+	if (reason == 0) {
+		u32 zero = 0;
+		u64 *n = bpf_map_lookup_elem(&task_switch_flushes, &zero);
+		if (n)
+			__sync_fetch_and_add(n, 1);
+		return 0;
+	}
 	struct js_tlb_proc *p = js_proc_entry(&tlb_procs, &zero_proc, cpu_cgrp_id, &dropped);
 	if (!p)
 		return 0;
-	u32 r = reason < 0 ? 0 : (u32)reason;
+	u32 r = reason < 0 ? TLB_REASONS - 1 : (u32)reason;
 	if (r >= TLB_REASONS)
 		r = TLB_REASONS - 1;
 	__sync_fetch_and_add(&p->flushes[r], 1);

@@ -245,15 +245,15 @@ metrics! {
     SHRINKER_TIME_PCT = ("shrinker.<function>.time_pct", Percent, Rate, "Time spent in this shrinker, % of the interval summed over CPUs", |cx, out| shrinker(cx, out, |s, k| Some(pct(s.latency.sum_ns, k)))),
     SHRINKER_MAX_USEC = ("shrinker.<function>.max_usec", Microseconds, Gauge, "Longest call of this shrinker in the interval", |cx, out| shrinker(cx, out, |s, _| max_us(&s.latency))),
     TLB_SHOOTDOWN_IPIS_SENT_PER_S = ("tlb.shootdown_ipis_sent_per_s", PerSecond, Rate, "TLB-shootdown requests sent to other CPUs per second, all processes (flush_tlb_func queued by csd:csd_queue_cpu, or ipi:ipi_send_cpumask on 6.3-6.5; before 6.3 the flushes that sent IPIs, one per flush whatever the number of CPUs)", |cx, out| host(cx, out, |t, k| t.tlb.as_ref().filter(|t| t.ipis_attributed).map(|x| x.procs.iter().map(|p| p.ipis_sent).sum::<u64>() as f64 * k))),
-    TLB_PROC_FLUSHES_PER_S = ("tlb.proc.<pid>.<comm>.flushes_per_s", PerSecond, Rate, "TLB flushes per second in this process's context, every reason (tlb:tlb_flush)", |cx, out| per_proc(cx, out, tlb_proc, tlb_id, |s, k| Some(s.flushes() as f64 * k))),
-    TLB_PROC_TASK_SWITCH_PER_S = ("tlb.proc.<pid>.<comm>.task_switch_per_s", PerSecond, Rate, "TLB flushes on task switch per second (reason 0)", |cx, out| per_proc(cx, out, tlb_proc, tlb_id, |s, k| Some(s.task_switch as f64 * k))),
+    TLB_TASK_SWITCH_PER_S = ("tlb.task_switch_per_s", PerSecond, Rate, "Switches to another address space per second, all CPUs (tlb:tlb_flush reason 0, traced at each switch whether or not it flushed the TLB)", |cx, out| host(cx, out, |t, k| t.tlb.as_ref().map(|x| x.task_switches() as f64 * k))),
+    TLB_PROC_FLUSHES_PER_S = ("tlb.proc.<pid>.<comm>.flushes_per_s", PerSecond, Rate, "TLB flushes per second in this process's context, every reason but a task switch (tlb:tlb_flush): shootdowns it asked for or received", |cx, out| per_proc(cx, out, tlb_proc, tlb_id, |s, k| Some(s.flushes() as f64 * k))),
     TLB_PROC_REMOTE_SHOOTDOWN_PER_S = ("tlb.proc.<pid>.<comm>.remote_shootdown_per_s", PerSecond, Rate, "Flushes done because another CPU asked, per second (reason 1)", |cx, out| per_proc(cx, out, tlb_proc, tlb_id, |s, k| Some(s.remote_shootdown as f64 * k))),
     TLB_PROC_LOCAL_SHOOTDOWN_PER_S = ("tlb.proc.<pid>.<comm>.local_shootdown_per_s", PerSecond, Rate, "Local shootdowns per second (reason 2)", |cx, out| per_proc(cx, out, tlb_proc, tlb_id, |s, k| Some(s.local_shootdown as f64 * k))),
     TLB_PROC_LOCAL_MM_SHOOTDOWN_PER_S = ("tlb.proc.<pid>.<comm>.local_mm_shootdown_per_s", PerSecond, Rate, "Local mm shootdowns per second (reason 3)", |cx, out| per_proc(cx, out, tlb_proc, tlb_id, |s, k| Some(s.local_mm_shootdown as f64 * k))),
     TLB_PROC_REMOTE_SEND_IPI_PER_S = ("tlb.proc.<pid>.<comm>.remote_send_ipi_per_s", PerSecond, Rate, "Flushes that sent IPIs to other CPUs per second (reason 4)", |cx, out| per_proc(cx, out, tlb_proc, tlb_id, |s, k| Some(s.remote_send_ipi as f64 * k))),
     TLB_PROC_SHOOTDOWN_IPIS_SENT_PER_S = ("tlb.proc.<pid>.<comm>.shootdown_ipis_sent_per_s", PerSecond, Rate, "TLB-shootdown IPIs this process sent per second (before 6.3: its flushes that sent IPIs, one per flush)", |cx, out| per_proc(cx, out, tlb_proc, tlb_id, |s, k| Some(s.ipis_sent as f64 * k))),
     TLB_PROC_SHOOTDOWN_IPI_CPUS_PER_S = ("tlb.proc.<pid>.<comm>.shootdown_ipi_cpus_per_s", PerSecond, Rate, "CPUs interrupted by this process's TLB shootdowns per second", |cx, out| per_proc(cx, out, tlb_proc, tlb_id, |s, k| Some(s.ipi_targets as f64 * k))),
-    TLB_CGROUP_FLUSHES_PER_S = ("tlb.cgroup.<cgroup>.flushes_per_s", PerSecond, Rate, "TLB flushes per second in the context of this CPU cgroup's processes, every reason", |cx, out| by_cgroup(cx, out, tlb_proc, |s| &s.cgroup, TlbProc::flushes)),
+    TLB_CGROUP_FLUSHES_PER_S = ("tlb.cgroup.<cgroup>.flushes_per_s", PerSecond, Rate, "TLB flushes per second in the context of this CPU cgroup's processes, every reason but a task switch", |cx, out| by_cgroup(cx, out, tlb_proc, |s| &s.cgroup, TlbProc::flushes)),
     TLB_CGROUP_SHOOTDOWN_IPIS_SENT_PER_S = ("tlb.cgroup.<cgroup>.shootdown_ipis_sent_per_s", PerSecond, Rate, "TLB-shootdown requests this CPU cgroup's processes sent to other CPUs per second", |cx, out| by_cgroup(cx, out, tlb_proc, |s| &s.cgroup, |s| s.ipis_sent)),
     MADVISE_CGROUP_DONTNEED_PER_S = ("madvise.cgroup.<cgroup>.dontneed_per_s", PerSecond, Rate, "madvise(MADV_DONTNEED) calls of this CPU cgroup's processes per second", |cx, out| by_cgroup(cx, out, madv_proc, |s| &s.cgroup, |s| s.dontneed_calls)),
     LOOKUPS_CGROUP_ENOENT_PER_S = ("lookups.cgroup.<cgroup>.enoent_per_s", PerSecond, Rate, "Failed (ENOENT) path look-ups of this CPU cgroup's processes per second", |cx, out| by_cgroup(cx, out, look_proc, |s| &s.cgroup, LookupProc::enoent)),
@@ -335,6 +335,7 @@ mod tests {
                 }],
                 ipis_attributed: true,
                 dropped: 0,
+                task_switch: 2_000,
             }),
             runqlat: Some(Runqlat {
                 host: rq.clone(),
@@ -446,6 +447,7 @@ mod tests {
         );
         assert_eq!(value(&s, "tlb.shootdown_ipis_sent_per_s"), Some(2_000.0));
         assert_eq!(value(&s, "tlb.proc.42.java.flushes_per_s"), Some(200.0));
+        assert_eq!(value(&s, "tlb.task_switch_per_s"), Some(1_000.0));
         assert_eq!(
             value(&s, "tlb.cgroup./docker/abc.shootdown_ipis_sent_per_s"),
             Some(2_000.0)
