@@ -180,27 +180,35 @@ fn write_csv(
     sample: &Sample,
     prev: Option<&Sample>,
 ) -> Result<()> {
+    const CHUNK: usize = 1 << 16;
     let t = rfc3339(sample.ts_ns);
-    let mut line = String::with_capacity(256);
+    // Lines gather here and go out in chunks larger than the BufWriter's buffer, which passes
+    // such writes straight through: each byte is copied once, not into a line and then again
+    // into the writer's buffer (2.5% of a one-minute dump's instructions, callgrind).
+    let mut lines = String::with_capacity(CHUNK + 512);
     let mut err = Ok(());
     sel.for_each(sample, prev, |def, _, series, value| {
         // Pushed, not `write!`: this closure runs for every value of every sample.
-        line.clear();
-        line.push_str(&t);
-        line.push(',');
-        line.push_str(&csv_field(series));
-        line.push(',');
+        lines.push_str(&t);
+        lines.push(',');
+        lines.push_str(&csv_field(series));
+        lines.push(',');
         if let Some(v) = value {
-            write_num(&mut line, v);
+            write_num(&mut lines, v);
         }
-        line.push(',');
-        line.push_str(def.unit.as_str());
-        line.push('\n');
-        if err.is_ok() {
-            err = out.write_all(line.as_bytes());
+        lines.push(',');
+        lines.push_str(def.unit.as_str());
+        lines.push('\n');
+        if lines.len() >= CHUNK {
+            if err.is_ok() {
+                err = out.write_all(lines.as_bytes());
+            }
+            lines.clear();
         }
     });
-    Ok(err?)
+    err?;
+    out.write_all(lines.as_bytes())?;
+    Ok(())
 }
 
 fn write_json(
