@@ -27,6 +27,12 @@ const LAYOUT: Layout = Layout {
     named_gen: Some(3),
 };
 const _: () = assert!(std::mem::size_of::<types::js_tlb_proc>() == LAYOUT.words * 8);
+/// task_switch_flushes: one counter per CPU.
+const ONE_COUNTER: Layout = Layout {
+    words: 1,
+    keep: &[],
+    named_gen: None,
+};
 
 pub(crate) static DEF: TracerDef = TracerDef {
     name: "tlb",
@@ -161,10 +167,7 @@ impl Tracer for TlbTracer {
             .task_switch_flushes
             .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
         {
-            let total = cpus
-                .iter()
-                .filter_map(|v| Some(u64::from_ne_bytes(v.get(..8)?.try_into().ok()?)))
-                .fold(0u64, u64::wrapping_add);
+            let total = crate::delta::sum_cpus(cpus.iter().map(Vec::as_slice), ONE_COUNTER)[0];
             t.task_switch = since(total, &mut self.task_switch);
         }
         for e in drain_procs(
