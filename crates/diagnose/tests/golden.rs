@@ -123,6 +123,24 @@ fn shrinker_scale() {
     assert!(evidence(f, "super_cache_scan.calls_per_s").value >= 200.0);
 }
 
+/// The same scenario on a host whose dentry cache held 1.5M entries (as after a big build: CI
+/// met it in a fresh clone). The first drop_caches round frees them, 1.5M objects in about a
+/// second, and must not hide the walk over every memcg, in which most calls free nothing.
+#[test]
+fn shrinker_scale_after_a_full_dentry_cache() {
+    let r = run("shrinker-scale-full-dcache");
+    let f = first(&r, "memory.shrinker-cost");
+    assert!(f.title.contains("super_cache_scan"), "{}", f.title);
+    assert!(evidence(f, "memory cgroups").value >= 200.0);
+    assert!(evidence(f, "super_cache_scan.freed_per_s").value >= 1_000_000.0);
+    let wasted = evidence(f, "super_cache_scan.zero_freed_per_s").value;
+    let calls = evidence(f, "super_cache_scan.calls_per_s").value;
+    assert!(
+        wasted >= 0.5 * calls,
+        "{wasted} of {calls} calls freed nothing"
+    );
+}
+
 /// The same scenario recorded in the kernel matrix's 6.1 guest with cgroup v2 only
 /// (tests/vm, kept by tests/vm/capture-fixtures.sh): there its rounds write memory.reclaim,
 /// which the reclaim tracer sees as memcg reclaim stalls of the writer. They must not outrank
