@@ -240,12 +240,25 @@ const TRIGGER_BURST: Duration = Duration::from_millis(300);
 struct WindowState {
     /// Attached (by the collector): windows open.
     armed: bool,
+    /// Attachments so far. A detach and the next attach can both come before the windows'
+    /// thread looks (the census detaches and a symptom attaches again; under load the thread
+    /// may not run in between): the count still tells it that the tracer was attached anew.
+    arms: u64,
     /// The tracer is gone: close and end.
     stop: bool,
     /// Window time since the last read, ns, by kind (regular, triggered), closed windows.
     done_ns: [u64; 2],
     /// The open window: its kind and since when (its time so far is added at each read).
     open: Option<(usize, Instant)>,
+}
+
+impl WindowState {
+    fn arm(&mut self, on: bool) {
+        self.armed = on;
+        if on {
+            self.arms += 1;
+        }
+    }
 }
 
 struct Shared {
@@ -320,7 +333,7 @@ impl Windows {
     }
 
     fn arm(&self, on: bool) {
-        self.lock().armed = on;
+        self.lock().arm(on);
         self.shared.wake.notify_all();
     }
 
@@ -426,16 +439,19 @@ fn run_windows(shared: &Shared, prog: &OwnedFd, kind: &KindCell) {
     let mut link: Option<OwnedFd> = None;
     let mut open: Option<usize> = None;
     let mut last_neg: Option<u64> = None;
-    // The regular window of the current period: [base_at, base_at + BASE_WINDOW).
+    // The regular window of the current period opens at base_at, or at the first look after
+    // it when this thread woke late (a loaded host), and stays open until base_until.
     let mut period = Instant::now();
     let mut base_at = period + base_offset();
+    let mut base_until: Option<Instant> = None;
     let mut budget = TRIGGER_BURST.as_secs_f64();
     let mut hot_until: Option<Instant> = None;
     let mut last_tick = Instant::now();
+    let mut seen_arms = 0u64;
     loop {
-        let (armed, stop) = {
+        let (armed, stop, arms) = {
             let st = lock();
-            (st.armed, st.stop)
+            (st.armed, st.stop, st.arms)
         };
         if stop || !armed {
             // Close the window (its time counts) and wait to be armed again.
@@ -456,12 +472,18 @@ fn run_windows(shared: &Shared, prog: &OwnedFd, kind: &KindCell) {
                     .wait_while(lock(), |s| !s.armed && !s.stop)
                     .unwrap_or_else(std::sync::PoisonError::into_inner),
             );
+            continue;
+        }
+        if arms != seen_arms {
+            // Attached anew (whether or not this thread saw the detach): a regular window
+            // within a second from now, and the trigger's rate from fresh looks.
+            seen_arms = arms;
             last_neg = None;
             hot_until = None;
             period = Instant::now();
             base_at = period + base_offset();
+            base_until = None;
             last_tick = period;
-            continue;
         }
         let now = Instant::now();
         budget = (budget + now.duration_since(last_tick).as_secs_f64() * TRIGGER_SHARE)
@@ -470,6 +492,11 @@ fn run_windows(shared: &Shared, prog: &OwnedFd, kind: &KindCell) {
         if now >= period + BASE_EVERY {
             period = now;
             base_at = now + base_offset();
+        }
+        // A base_until before base_at is the previous period's window; skipping this period's
+        // because the thread woke after its 20 ms would leave the second unsampled.
+        if now >= base_at && base_until.is_none_or(|u| u < base_at) {
+            base_until = Some(now + BASE_WINDOW);
         }
         // Negative dentries created since the last look at the trigger's rate or faster keep a
         // triggered window open until three looks after they stop: on a loaded host the
@@ -485,7 +512,7 @@ fn run_windows(shared: &Shared, prog: &OwnedFd, kind: &KindCell) {
         let triggered = hot_until.is_some_and(|h| now <= h) && budget > 0.0;
         let want = if triggered {
             Some(1)
-        } else if now >= base_at && now < base_at + BASE_WINDOW {
+        } else if base_until.is_some_and(|u| now < u) {
             Some(0)
         } else {
             None
@@ -725,6 +752,56 @@ mod tests {
         n[..path.len()].copy_from_slice(path.as_bytes());
         v.extend_from_slice(&n);
         v
+    }
+
+    /// A detach and an attach that both come before the windows' thread looks (CI's loaded
+    /// host: a_reattached_tracer_names_processes_again saw no event after its reattach) still
+    /// open a regular window within a second of the attach, as after a detach it saw.
+    #[test]
+    fn a_window_opens_within_a_second_of_an_attach_the_thread_did_not_see_coming() {
+        let test = "a_window_opens_within_a_second_of_an_attach_the_thread_did_not_see_coming";
+        if !jitterscope_testkit::is_root() {
+            jitterscope_testkit::skip(test, "needs root to load BPF programs");
+            return;
+        }
+        let mut env = Env::new(&jitterscope_sources::Root::new("/"));
+        let tracefs = match env.tracefs.clone() {
+            Ok(t) => t,
+            Err(e) => return jitterscope_testkit::skip(test, &e),
+        };
+        let t = match load(&mut env, &tracefs) {
+            Ok(t) => t,
+            Err(e) => return jitterscope_testkit::skip(test, &format!("lookups: {e}")),
+        };
+        let Some(w) = &t.windows else {
+            return jitterscope_testkit::skip(test, "no windowed program (not x86-64)");
+        };
+        let regular_within = |limit: Duration| {
+            let t0 = Instant::now();
+            while t0.elapsed() < limit {
+                if w.take_times().iter().sum::<u64>() > 0 && w.lock().open.is_none() {
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            false
+        };
+        assert!(regular_within(3 * BASE_EVERY), "a first window");
+        // Three rounds: without the fix, the thread keeps its period and the next window
+        // comes 0-1 s after the period's end, past the limit in about half the rounds.
+        for round in 0..3 {
+            {
+                let mut st = w.lock();
+                st.arm(false);
+                st.arm(true);
+            }
+            w.shared.wake.notify_all();
+            w.take_times();
+            assert!(
+                regular_within(BASE_EVERY + Duration::from_millis(250)),
+                "round {round}: no window within a second of the attach"
+            );
+        }
     }
 
     #[test]
