@@ -18,14 +18,16 @@ fn each<'a, 'c>(
 
 fn proc_rate(cx: &Ctx, out: &mut Emit, f: fn(&Process) -> Option<u64>, k: f64) {
     for (c, p) in each(cx) {
-        let pid = c.stat.pid.to_string();
+        let mut pid = itoa::Buffer::new();
+        let pid = pid.format(c.stat.pid);
         rate(cx, out, &[&pid, &c.stat.comm], f(c), p.and_then(f), k);
     }
 }
 
 fn proc_gauge(cx: &Ctx, out: &mut Emit, f: fn(&Process, &Ctx) -> Option<f64>) {
     for (c, _) in each(cx) {
-        let pid = c.stat.pid.to_string();
+        let mut pid = itoa::Buffer::new();
+        let pid = pid.format(c.stat.pid);
         gauge(out, &[&pid, &c.stat.comm], f(c, cx));
     }
 }
@@ -36,7 +38,8 @@ fn proc_gauge(cx: &Ctx, out: &mut Emit, f: fn(&Process, &Ctx) -> Option<f64>) {
 fn mem_gauge(cx: &Ctx, out: &mut Emit, f: fn(&Process, &Ctx) -> Option<f64>) {
     for (c, _) in each(cx) {
         if !c.stat.exited() {
-            let pid = c.stat.pid.to_string();
+            let mut pid = itoa::Buffer::new();
+        let pid = pid.format(c.stat.pid);
             gauge(out, &[&pid, &c.stat.comm], f(c, cx));
         }
     }
@@ -58,7 +61,8 @@ fn io_rate(cx: &Ctx, out: &mut Emit, f: fn(&Process) -> Option<u64>, own: bool) 
         if reaped(c, p) == own {
             continue;
         }
-        let pid = c.stat.pid.to_string();
+        let mut pid = itoa::Buffer::new();
+        let pid = pid.format(c.stat.pid);
         rate(cx, out, &[&pid, &c.stat.comm], f(c), f(p), 1.0);
     }
 }
@@ -71,7 +75,8 @@ fn ended(cx: &Ctx, out: &mut Emit, f: fn(&Process) -> Option<f64>) {
         return;
     };
     let mut emit = |p: &Process| {
-        let pid = p.stat.pid.to_string();
+        let mut pid = itoa::Buffer::new();
+        let pid = pid.format(p.stat.pid);
         gauge(out, &[&pid, &p.stat.comm], f(p));
     };
     // Once per exit: at the first sample that sees it, or later when the value only became

@@ -15,11 +15,13 @@ fn tr<'a>(cx: &Ctx<'a>) -> Option<(&'a Tracers, f64)> {
     (k > 0.0).then_some((t, k))
 }
 
-fn pid_label(pid: u32) -> String {
+/// A process entry's pid label, formatted in `buf`: no allocation, as it is built for every
+/// tracer series of every sample read.
+fn pid_label(pid: u32, buf: &mut itoa::Buffer) -> &str {
     if pid == OTHER_PID {
-        "other".into()
+        "other"
     } else {
-        pid.to_string()
+        buf.format(pid)
     }
 }
 
@@ -49,12 +51,13 @@ fn per_proc_by<T>(
 ) {
     let Some((t, k)) = tr(cx) else { return };
     let Some(entries) = list(t) else { return };
+    let mut buf = itoa::Buffer::new();
     let mut pids: Vec<u32> = entries.iter().map(|e| id(e).0).collect();
     pids.sort_unstable();
     if pids.windows(2).all(|w| w[0] != w[1]) {
         for e in entries {
             let (pid, comm) = id(e);
-            gauge(out, &[&pid_label(pid), comm], f(e, k));
+            gauge(out, &[pid_label(pid, &mut buf), comm], f(e, k));
         }
         return;
     }
@@ -78,7 +81,7 @@ fn per_proc_by<T>(
         }
     }
     for (pid, comm, v) in rows {
-        gauge(out, &[&pid_label(pid), comm], v);
+        gauge(out, &[pid_label(pid, &mut buf), comm], v);
     }
 }
 
