@@ -26,6 +26,7 @@ pub struct Ctx<'a> {
     pub dt_s: f64,
     prev_procs: OnceCell<HashMap<(u32, u64), &'a Process>>,
     prev_cgroups: OnceCell<HashMap<&'a str, &'a Cgroup>>,
+    cur_procs: OnceCell<rustc_hash::FxHashSet<(u32, u64)>>,
 }
 
 /// Gaps longer than this break rate computation: after a recorder restart or a paused store, a
@@ -48,6 +49,7 @@ impl<'a> Ctx<'a> {
             dt_s,
             prev_procs: OnceCell::new(),
             prev_cgroups: OnceCell::new(),
+            cur_procs: OnceCell::new(),
         }
     }
 
@@ -103,6 +105,21 @@ impl<'a> Ctx<'a> {
             })
             .get(path)
             .copied()
+    }
+
+    /// Whether the current sample holds the process (by pid and start time). Built once per
+    /// sample: both exit metrics ask it for every process of the previous sample.
+    pub fn has_process(&self, pid: u32, starttime: u64) -> bool {
+        self.cur_procs
+            .get_or_init(|| {
+                self.cur
+                    .processes
+                    .iter()
+                    .flatten()
+                    .map(|p| (p.stat.pid, p.stat.starttime_ticks))
+                    .collect()
+            })
+            .contains(&(pid, starttime))
     }
 
     /// USER_HZ of the recording host (ticks per second in /proc/stat and /proc/<pid>/stat).

@@ -20,7 +20,7 @@ fn proc_rate(cx: &Ctx, out: &mut Emit, f: fn(&Process) -> Option<u64>, k: f64) {
     for (c, p) in each(cx) {
         let mut pid = itoa::Buffer::new();
         let pid = pid.format(c.stat.pid);
-        rate(cx, out, &[&pid, &c.stat.comm], f(c), p.and_then(f), k);
+        rate(cx, out, &[pid, &c.stat.comm], f(c), p.and_then(f), k);
     }
 }
 
@@ -28,7 +28,7 @@ fn proc_gauge(cx: &Ctx, out: &mut Emit, f: fn(&Process, &Ctx) -> Option<f64>) {
     for (c, _) in each(cx) {
         let mut pid = itoa::Buffer::new();
         let pid = pid.format(c.stat.pid);
-        gauge(out, &[&pid, &c.stat.comm], f(c, cx));
+        gauge(out, &[pid, &c.stat.comm], f(c, cx));
     }
 }
 
@@ -39,8 +39,8 @@ fn mem_gauge(cx: &Ctx, out: &mut Emit, f: fn(&Process, &Ctx) -> Option<f64>) {
     for (c, _) in each(cx) {
         if !c.stat.exited() {
             let mut pid = itoa::Buffer::new();
-        let pid = pid.format(c.stat.pid);
-            gauge(out, &[&pid, &c.stat.comm], f(c, cx));
+            let pid = pid.format(c.stat.pid);
+            gauge(out, &[pid, &c.stat.comm], f(c, cx));
         }
     }
 }
@@ -63,7 +63,7 @@ fn io_rate(cx: &Ctx, out: &mut Emit, f: fn(&Process) -> Option<u64>, own: bool) 
         }
         let mut pid = itoa::Buffer::new();
         let pid = pid.format(c.stat.pid);
-        rate(cx, out, &[&pid, &c.stat.comm], f(c), f(p), 1.0);
+        rate(cx, out, &[pid, &c.stat.comm], f(c), f(p), 1.0);
     }
 }
 
@@ -77,7 +77,7 @@ fn ended(cx: &Ctx, out: &mut Emit, f: fn(&Process) -> Option<f64>) {
     let mut emit = |p: &Process| {
         let mut pid = itoa::Buffer::new();
         let pid = pid.format(p.stat.pid);
-        gauge(out, &[&pid, &p.stat.comm], f(p));
+        gauge(out, &[pid, &p.stat.comm], f(p));
     };
     // Once per exit: at the first sample that sees it, or later when the value only became
     // known then (seen exiting, then as a zombie).
@@ -89,12 +89,8 @@ fn ended(cx: &Ctx, out: &mut Emit, f: fn(&Process) -> Option<f64>) {
             emit(c);
         }
     }
-    let now: std::collections::HashSet<(u32, u64)> = cur
-        .iter()
-        .map(|c| (c.stat.pid, c.stat.starttime_ticks))
-        .collect();
     for p in prev.processes.iter().flatten() {
-        if !p.stat.exited() && !now.contains(&(p.stat.pid, p.stat.starttime_ticks)) {
+        if !p.stat.exited() && !cx.has_process(p.stat.pid, p.stat.starttime_ticks) {
             emit(p);
         }
     }
