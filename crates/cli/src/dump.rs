@@ -100,7 +100,7 @@ fn dump(a: DumpArgs) -> Result<()> {
         SampleReader::open(&dir).with_context(|| format!("cannot open store {}", dir.display()))?;
     // Prepared once: which metrics the globs may reach, and which patterns each must check.
     let sel = Selection::new(all(), &select);
-    let mut pairs = reader.pairs(from, to, sel.parts())?;
+    let mut pairs = reader.pairs(from, to, sel.parts())?.read_ahead();
     let mut om: Vec<(Option<i64>, SeriesValue)> = Vec::new();
     // OpenMetrics: who owns each cgroup the selected series name, as last recorded.
     let mut owners: std::collections::BTreeMap<String, (jitterscope_sources::cgroup::Cgroup, i64)> =

@@ -260,7 +260,11 @@ impl SampleReader {
     /// earlier for the first), for rates.
     pub fn pairs(&self, from: i64, to: i64, parts: Parts) -> Result<Pairs, StoreError> {
         Ok(Pairs {
-            samples: self.samples(from.saturating_sub(PREV_LOOKBACK_NS), to, parts)?,
+            samples: Source::Here(Box::new(self.samples(
+                from.saturating_sub(PREV_LOOKBACK_NS),
+                to,
+                parts,
+            )?)),
             from,
             cur: None,
             prev: None,
@@ -400,10 +404,18 @@ impl Iterator for Samples {
 
 /// Each sample of a range with the one before it.
 pub struct Pairs {
-    samples: Samples,
+    samples: Source,
     from: i64,
     cur: Option<Sample>,
     prev: Option<Sample>,
+}
+
+/// Where a [`Pairs`] gets its samples.
+enum Source {
+    /// Decoded by the caller's thread, as it asks.
+    Here(Box<Samples>),
+    /// Decoded ahead by a thread of its own.
+    Ahead(Ahead),
 }
 
 impl Pairs {
@@ -411,7 +423,12 @@ impl Pairs {
     #[allow(clippy::should_implement_trait)] // lends its samples: not an Iterator
     pub fn next(&mut self) -> Option<(&Sample, Option<&Sample>)> {
         loop {
-            let s = self.samples.next()?;
+            let s = match &mut self.samples {
+                Source::Here(s) => s.next()?,
+                Source::Ahead(a) => a.next()?,
+            };
+            // The sample two back is dropped here, on the caller's thread: freeing is part of
+            // the work that cannot overlap anyway.
             self.prev = self.cur.replace(s);
             if self.cur.as_ref().is_some_and(|c| c.ts_ns >= self.from) {
                 return Some((self.cur.as_ref()?, self.prev.as_ref()));
@@ -419,9 +436,97 @@ impl Pairs {
         }
     }
 
-    /// What was skipped so far.
+    /// Decodes the samples on a thread of its own, a few ahead of the caller, so that
+    /// decompressing and decoding (a quarter of a one-minute `dump` of a busy host) overlap
+    /// with what the caller does with each. For a caller that reads a whole range; the same
+    /// pairs as without, in the same order. Stays on the caller's thread if none can start.
+    pub fn read_ahead(mut self) -> Self {
+        if let Source::Here(samples) = self.samples {
+            self.samples = match Ahead::start(samples) {
+                Ok(a) => Source::Ahead(a),
+                Err(samples) => Source::Here(samples),
+            };
+        }
+        self
+    }
+
+    /// What was skipped so far (read ahead: as of the last sample handed out, and complete
+    /// once [`next`](Pairs::next) has returned `None`).
     pub fn damage(&self) -> Damage {
-        self.samples.damage()
+        match &self.samples {
+            Source::Here(s) => s.damage(),
+            Source::Ahead(a) => a.damage.clone(),
+        }
+    }
+}
+
+/// What the read-ahead thread sends: each sample with the damage seen up to it.
+type Ahead1 = (Option<Sample>, Damage);
+
+/// Samples decoded by a thread of their own into a short queue.
+struct Ahead {
+    rx: Option<std::sync::mpsc::Receiver<Ahead1>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    damage: Damage,
+}
+
+impl Ahead {
+    /// Samples held decoded ahead of the caller: enough to ride out an uneven sample (a big
+    /// process table), few enough that memory stays a handful of samples.
+    const QUEUE: usize = 4;
+
+    fn start(samples: Box<Samples>) -> Result<Ahead, Box<Samples>> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Ahead1>(Self::QUEUE);
+        // The thread takes the samples only once it runs, so a failed spawn gives them back.
+        let (give, take) = std::sync::mpsc::channel::<Box<Samples>>();
+        let spawned = std::thread::Builder::new()
+            .name("read-ahead".into())
+            .spawn(move || {
+                let Ok(mut samples) = take.recv() else { return };
+                loop {
+                    let s = samples.next();
+                    let end = s.is_none();
+                    // Damage is cheap to clone while nothing is damaged, which is the rule;
+                    // sent with every sample so that the caller's view is never behind.
+                    if tx.send((s, samples.damage())).is_err() || end {
+                        return;
+                    }
+                }
+            });
+        match spawned {
+            Ok(thread) => {
+                if let Err(e) = give.send(samples) {
+                    // The thread is gone (it cannot be: it waits for this). Read here.
+                    let _ = thread.join();
+                    return Err(e.0);
+                }
+                Ok(Ahead {
+                    rx: Some(rx),
+                    thread: Some(thread),
+                    damage: Damage::default(),
+                })
+            }
+            Err(_) => Err(samples),
+        }
+    }
+
+    fn next(&mut self) -> Option<Sample> {
+        let (s, d) = self.rx.as_ref()?.recv().ok()?;
+        self.damage = d;
+        if s.is_none() {
+            self.rx = None;
+        }
+        s
+    }
+}
+
+impl Drop for Ahead {
+    fn drop(&mut self) {
+        // The thread ends at its next send once nobody receives.
+        self.rx = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 
@@ -527,29 +632,51 @@ mod tests {
         dir
     }
 
+    /// A reader that stops early (`dump | head`) ends the thread decoding ahead of it, which
+    /// may be waiting to hand over a sample: dropping the pairs returns.
+    #[test]
+    fn pairs_read_ahead_and_dropped_early_end_their_thread() {
+        let dir = store(40);
+        let r = SampleReader::open(dir.path()).unwrap();
+        let mut p = r.pairs(0, i64::MAX, Parts::ALL).unwrap().read_ahead();
+        assert_eq!(p.next().map(|(c, _)| c.ts_ns), Some(1_000_000_000));
+        // Let the thread fill its queue and block on the next send.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        drop(p);
+    }
+
     #[test]
     fn pairs_carry_the_sample_before_and_count_what_does_not_decode() {
         let dir = store(10);
         let r = SampleReader::open(dir.path()).unwrap();
-        let mut p = r.pairs(3_000_000_000, 20_000_000_000, Parts::ALL).unwrap();
-        let mut seen = Vec::new();
-        while let Some((cur, prev)) = p.next() {
-            seen.push((
-                cur.ts_ns / 1_000_000_000,
-                prev.map(|p| p.ts_ns / 1_000_000_000),
-            ));
-        }
-        assert_eq!(seen.first(), Some(&(3, Some(2))));
-        assert_eq!(seen.last(), Some(&(10, Some(9))));
-        assert_eq!(seen.len(), 8);
-        assert_eq!(
-            p.damage(),
-            Damage {
-                undecodable: 1,
-                ..Default::default()
+        // The same whether the caller decodes or a thread decodes ahead of it.
+        for ahead in [false, true] {
+            let mut p = r.pairs(3_000_000_000, 20_000_000_000, Parts::ALL).unwrap();
+            if ahead {
+                p = p.read_ahead();
             }
-        );
-        assert!(p.damage().note().unwrap().contains("1 undecodable"));
+            let mut seen = Vec::new();
+            while let Some((cur, prev)) = p.next() {
+                seen.push((
+                    cur.ts_ns / 1_000_000_000,
+                    prev.map(|p| p.ts_ns / 1_000_000_000),
+                ));
+            }
+            assert_eq!(seen.first(), Some(&(3, Some(2))), "ahead: {ahead}");
+            assert_eq!(seen.last(), Some(&(10, Some(9))), "ahead: {ahead}");
+            assert_eq!(seen.len(), 8, "ahead: {ahead}");
+            assert_eq!(
+                p.damage(),
+                Damage {
+                    undecodable: 1,
+                    ..Default::default()
+                },
+                "ahead: {ahead}"
+            );
+            assert!(p.damage().note().unwrap().contains("1 undecodable"));
+            // Nothing more once the range has ended.
+            assert!(p.next().is_none());
+        }
         // The newest record does not decode: the newest that does stands in.
         let (latest, dmg) = r.latest_pair(Parts::NONE).unwrap();
         let (cur, prev) = latest.expect("a pair");
