@@ -427,9 +427,10 @@ impl Pairs {
                 Source::Here(s) => s.next()?,
                 Source::Ahead(a) => a.next()?,
             };
-            // The sample two back is dropped here, on the caller's thread: freeing is part of
-            // the work that cannot overlap anyway.
-            self.prev = self.cur.replace(s);
+            let gone = std::mem::replace(&mut self.prev, self.cur.replace(s));
+            if let (Source::Ahead(a), Some(g)) = (&self.samples, gone) {
+                a.recycle(g);
+            }
             if self.cur.as_ref().is_some_and(|c| c.ts_ns >= self.from) {
                 return Some((self.cur.as_ref()?, self.prev.as_ref()));
             }
@@ -466,6 +467,7 @@ type Ahead1 = (Option<Sample>, Damage);
 /// Samples decoded by a thread of their own into a short queue.
 struct Ahead {
     rx: Option<std::sync::mpsc::Receiver<Ahead1>>,
+    used: std::sync::mpsc::Sender<Sample>,
     thread: Option<std::thread::JoinHandle<()>>,
     damage: Damage,
 }
@@ -479,11 +481,17 @@ impl Ahead {
         let (tx, rx) = std::sync::mpsc::sync_channel::<Ahead1>(Self::QUEUE);
         // The thread takes the samples only once it runs, so a failed spawn gives them back.
         let (give, take) = std::sync::mpsc::channel::<Box<Samples>>();
+        let (used, done) = std::sync::mpsc::channel::<Sample>();
         let spawned = std::thread::Builder::new()
             .name("read-ahead".into())
             .spawn(move || {
                 let Ok(mut samples) = take.recv() else { return };
                 loop {
+                    // Freed by the thread whose allocator arena holds them: freeing into
+                    // another thread's arena made the caller's side slower.
+                    while let Ok(x) = done.try_recv() {
+                        drop(x);
+                    }
                     let s = samples.next();
                     let end = s.is_none();
                     // Damage is cheap to clone while nothing is damaged, which is the rule;
@@ -502,12 +510,19 @@ impl Ahead {
                 }
                 Ok(Ahead {
                     rx: Some(rx),
+                    used,
                     thread: Some(thread),
                     damage: Damage::default(),
                 })
             }
             Err(_) => Err(samples),
         }
+    }
+
+    /// Hands a sample the caller is done with back to be freed by the thread.
+    fn recycle(&self, s: Sample) {
+        // Once the thread has ended, the sample is dropped here.
+        let _ = self.used.send(s);
     }
 
     fn next(&mut self) -> Option<Sample> {
