@@ -53,6 +53,18 @@ pub fn scope<R>(token: &Token, f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// The tokens of the scopes this thread is in, for a thread it starts to read on its behalf
+/// (see [`adopt`]).
+pub fn inherited() -> Vec<Token> {
+    CURRENT.with(|c| c.borrow().clone())
+}
+
+/// Puts this thread, for the rest of its life, in the scopes of `tokens` (from [`inherited`] on
+/// the thread it reads for), so that cancelling that read stops this thread's part of it too.
+pub fn adopt(tokens: Vec<Token>) {
+    CURRENT.with(|c| c.borrow_mut().extend(tokens));
+}
+
 /// Whether the read running on this thread was cancelled.
 pub fn cancelled() -> bool {
     CURRENT.with(|c| c.borrow().iter().any(Token::is_cancelled))

@@ -482,9 +482,12 @@ impl Ahead {
         // The thread takes the samples only once it runs, so a failed spawn gives them back.
         let (give, take) = std::sync::mpsc::channel::<Box<Samples>>();
         let (used, done) = std::sync::mpsc::channel::<Sample>();
+        // A read cancelled on the caller's thread (serve's time limit) stops the decoding too.
+        let tokens = crate::cancel::inherited();
         let spawned = std::thread::Builder::new()
             .name("read-ahead".into())
             .spawn(move || {
+                crate::cancel::adopt(tokens);
                 let Ok(mut samples) = take.recv() else { return };
                 loop {
                     // Freed by the thread whose allocator arena holds them: freeing into
@@ -645,6 +648,28 @@ mod tests {
             .unwrap();
         w.close().unwrap();
         dir
+    }
+
+    /// A read cancelled on the caller's thread ends the decoding thread's part too: the caller
+    /// gets no more samples.
+    #[test]
+    fn pairs_read_ahead_in_a_cancelled_scope_end() {
+        let dir = store(40);
+        let r = SampleReader::open(dir.path()).unwrap();
+        let token = crate::cancel::Token::new();
+        let n = crate::cancel::scope(&token, || {
+            let mut p = r.pairs(0, i64::MAX, Parts::ALL).unwrap().read_ahead();
+            let mut n = 0;
+            while p.next().is_some() {
+                n += 1;
+                if n == 2 {
+                    token.cancel();
+                }
+            }
+            n
+        });
+        // The queue may hold a few decoded before the cancel: no more than those.
+        assert!(n < 2 + Ahead::QUEUE + 2, "{n} samples after the cancel");
     }
 
     /// A reader that stops early (`dump | head`) ends the thread decoding ahead of it, which
