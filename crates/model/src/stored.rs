@@ -462,11 +462,11 @@ impl Pairs {
 }
 
 /// What the read-ahead thread sends: each sample with the damage seen up to it.
-type Ahead1 = (Option<Sample>, Damage);
+type Handed = (Option<Sample>, Damage);
 
 /// Samples decoded by a thread of their own into a short queue.
 struct Ahead {
-    rx: Option<std::sync::mpsc::Receiver<Ahead1>>,
+    rx: Option<std::sync::mpsc::Receiver<Handed>>,
     used: std::sync::mpsc::Sender<Sample>,
     thread: Option<std::thread::JoinHandle<()>>,
     damage: Damage,
@@ -478,7 +478,7 @@ impl Ahead {
     const QUEUE: usize = 4;
 
     fn start(samples: Box<Samples>) -> Result<Ahead, Box<Samples>> {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Ahead1>(Self::QUEUE);
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Handed>(Self::QUEUE);
         // The thread takes the samples only once it runs, so a failed spawn gives them back.
         let (give, take) = std::sync::mpsc::channel::<Box<Samples>>();
         let (used, done) = std::sync::mpsc::channel::<Sample>();
