@@ -776,7 +776,7 @@ mod tests {
         let Some(w) = &t.windows else {
             return jitterscope_testkit::skip(test, "no windowed program (not x86-64)");
         };
-        let regular_within = |limit: Duration| {
+        let window_within = |limit: Duration| {
             let t0 = Instant::now();
             while t0.elapsed() < limit {
                 if w.take_times().iter().sum::<u64>() > 0 && w.lock().open.is_none() {
@@ -786,7 +786,7 @@ mod tests {
             }
             false
         };
-        assert!(regular_within(3 * BASE_EVERY), "a first window");
+        assert!(window_within(3 * BASE_EVERY), "a first window");
         // Three rounds: without the fix, the thread keeps its period and the next window
         // comes 0-1 s after the period's end, past the limit in about half the rounds.
         for round in 0..3 {
@@ -798,7 +798,7 @@ mod tests {
             w.shared.wake.notify_all();
             w.take_times();
             assert!(
-                regular_within(BASE_EVERY + Duration::from_millis(250)),
+                window_within(BASE_EVERY + Duration::from_millis(250)),
                 "round {round}: no window within a second of the attach"
             );
         }

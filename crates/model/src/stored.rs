@@ -451,8 +451,8 @@ impl Pairs {
         self
     }
 
-    /// What was skipped so far (read ahead: as of the last sample handed out, and complete
-    /// once [`next`](Pairs::next) has returned `None`).
+    /// What was skipped so far (read ahead: known only once [`next`](Pairs::next) has returned
+    /// `None`, which is when every caller asks).
     pub fn damage(&self) -> Damage {
         match &self.samples {
             Source::Here(s) => s.damage(),
@@ -461,8 +461,14 @@ impl Pairs {
     }
 }
 
-/// What the read-ahead thread sends: each sample with the damage seen up to it.
-type Handed = (Option<Sample>, Damage);
+/// What the read-ahead thread sends: each sample, then what the read skipped.
+// Every item but the last is a Sample: boxing it would allocate per sample to shrink the one
+// End.
+#[allow(clippy::large_enum_variant)]
+enum Handed {
+    Sample(Sample),
+    End(Damage),
+}
 
 /// Samples decoded by a thread of their own into a short queue.
 struct Ahead {
@@ -495,11 +501,12 @@ impl Ahead {
                     while let Ok(x) = done.try_recv() {
                         drop(x);
                     }
-                    let s = samples.next();
-                    let end = s.is_none();
-                    // Damage is cheap to clone while nothing is damaged, which is the rule;
-                    // sent with every sample so that the caller's view is never behind.
-                    if tx.send((s, samples.damage())).is_err() || end {
+                    let handed = match samples.next() {
+                        Some(s) => Handed::Sample(s),
+                        None => Handed::End(samples.damage()),
+                    };
+                    let end = matches!(handed, Handed::End(_));
+                    if tx.send(handed).is_err() || end {
                         return;
                     }
                 }
@@ -529,12 +536,14 @@ impl Ahead {
     }
 
     fn next(&mut self) -> Option<Sample> {
-        let (s, d) = self.rx.as_ref()?.recv().ok()?;
-        self.damage = d;
-        if s.is_none() {
-            self.rx = None;
+        match self.rx.as_ref()?.recv().ok()? {
+            Handed::Sample(s) => Some(s),
+            Handed::End(d) => {
+                self.damage = d;
+                self.rx = None;
+                None
+            }
         }
-        s
     }
 }
 
