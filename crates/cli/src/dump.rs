@@ -166,8 +166,12 @@ fn finish(mut out: impl Write) -> Result<()> {
     }
 }
 
+fn needs_quotes(s: &str) -> bool {
+    s.bytes().any(|b| matches!(b, b',' | b'"' | b'\n' | b'\r'))
+}
+
 fn csv_field(s: &str) -> std::borrow::Cow<'_, str> {
-    if s.bytes().any(|b| matches!(b, b',' | b'"' | b'\n' | b'\r')) {
+    if needs_quotes(s) {
         format!("\"{}\"", s.replace('"', "\"\"")).into()
     } else {
         s.into()
@@ -187,11 +191,20 @@ fn write_csv(
     // into the writer's buffer (2.5% of a one-minute dump's instructions, callgrind).
     let mut lines = String::with_capacity(CHUNK + 512);
     let mut err = Ok(());
-    sel.for_each(sample, prev, |def, _, series, value| {
+    let mut quoted = String::new();
+    sel.for_each_parts(sample, prev, |def, name, value| {
         // Pushed, not `write!`: this closure runs for every value of every sample.
         lines.push_str(&t);
         lines.push(',');
-        lines.push_str(&csv_field(series));
+        // Metric templates need no quoting (a test says so), so only placeholder values are
+        // looked at, and the name goes straight into the line.
+        if name.labels.iter().any(|l| needs_quotes(l)) {
+            quoted.clear();
+            name.write_to(&mut quoted);
+            lines.push_str(&csv_field(&quoted));
+        } else {
+            name.write_to(&mut lines);
+        }
         lines.push(',');
         if let Some(v) = value {
             write_num(&mut lines, v);
@@ -261,5 +274,15 @@ mod tests {
     #[test]
     fn csv_fields() {
         assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        assert_eq!(csv_field("plain"), "plain");
+    }
+
+    /// The CSV writer checks only placeholder values for characters that need quoting.
+    #[test]
+    fn no_metric_template_needs_quoting() {
+        for d in all() {
+            assert!(!needs_quotes(d.name), "{} would need quoting", d.name);
+        }
     }
 }

@@ -378,27 +378,80 @@ impl Selection {
         prev: Option<&Sample>,
         mut f: impl FnMut(&'static MetricDef, &[&str], &str, Option<f64>),
     ) {
+        self.walk(cur, prev, |def, parts, name, built, value| {
+            if !built {
+                name.clear();
+                parts.write_to(name);
+            }
+            f(def, parts.labels, name, value)
+        })
+    }
+
+    /// Like [`for_each`](Selection::for_each), handing each series' name in pieces: a writer
+    /// that copies the name into its output anyway saves building it first (a quarter of a
+    /// one-minute CSV dump's main thread, callgrind).
+    pub fn for_each_parts(
+        &self,
+        cur: &Sample,
+        prev: Option<&Sample>,
+        mut f: impl FnMut(&'static MetricDef, NameParts<'_>, Option<f64>),
+    ) {
+        self.walk(cur, prev, |def, parts, _, _, value| f(def, parts, value))
+    }
+
+    /// Hands `f` each selected series with a name buffer, and whether the series' name is in
+    /// it already (built to match a glob).
+    fn walk(
+        &self,
+        cur: &Sample,
+        prev: Option<&Sample>,
+        mut f: impl FnMut(&'static MetricDef, NameParts<'_>, &mut String, bool, Option<f64>),
+    ) {
         let cx = Ctx::new(cur, prev);
         let mut name = String::with_capacity(128);
         for e in &self.entries {
             let def = e.def;
             let mut emit = |labels: &[&str], value: Option<f64>| {
-                if let Keep::Labels(sel) = &e.keep {
-                    if !sel.iter().any(|s| s.matches(def, labels)) {
-                        return;
-                    }
-                }
-                name.clear();
-                crate::registry::write_series_name(&e.literals, labels, &mut name);
-                let keep = match &e.keep {
-                    Keep::Names(c) => c.iter().any(|&i| self.pats[i].matches(&name)),
-                    _ => true,
+                let parts = NameParts {
+                    literals: &e.literals,
+                    labels,
                 };
-                if keep {
-                    f(def, labels, &name, value);
-                }
+                let built = match &e.keep {
+                    Keep::All => false,
+                    Keep::Labels(sel) => {
+                        if !sel.iter().any(|s| s.matches(def, labels)) {
+                            return;
+                        }
+                        false
+                    }
+                    Keep::Names(c) => {
+                        name.clear();
+                        parts.write_to(&mut name);
+                        if !c.iter().any(|&i| self.pats[i].matches(&name)) {
+                            return;
+                        }
+                        true
+                    }
+                };
+                f(def, parts, &mut name, built, value);
             };
             (def.eval)(&cx, &mut emit);
         }
+    }
+}
+
+/// A series name in pieces: its metric template's literal text, with the placeholder values
+/// between (`["proc.", ".", ".rss_bytes"]` around `["42", "bash"]`).
+#[derive(Clone, Copy, Debug)]
+pub struct NameParts<'a> {
+    literals: &'a [&'static str],
+    /// The placeholder values, in template order.
+    pub labels: &'a [&'a str],
+}
+
+impl NameParts<'_> {
+    /// Appends the name to `out`.
+    pub fn write_to(&self, out: &mut String) {
+        crate::registry::write_series_name(self.literals, self.labels, out);
     }
 }
