@@ -9,7 +9,7 @@ use clap::{Args, ValueEnum};
 use jitterscope_model::derive::{Selection, SeriesValue};
 use jitterscope_model::glob::Pattern;
 use jitterscope_model::openmetrics::{self, write_num};
-use jitterscope_model::registry::all;
+use jitterscope_model::registry::{all, MetricDef};
 use jitterscope_model::stored::SampleReader;
 use jitterscope_model::time::rfc3339;
 use jitterscope_model::Sample;
@@ -192,26 +192,40 @@ fn write_csv(
     let mut lines = String::with_capacity(CHUNK + 512);
     let mut err = Ok(());
     let mut quoted = String::new();
+    // The text every line of a metric starts with ("<time>,<name up to its first placeholder
+    // value>") and ends with (",<unit>\n"), made once per metric and sample.
+    let mut metric: Option<&'static MetricDef> = None;
+    let (mut head, mut tail) = (String::new(), String::new());
     sel.for_each_parts(sample, prev, |def, name, value| {
-        // Pushed, not `write!`: this closure runs for every value of every sample.
-        lines.push_str(&t);
-        lines.push(',');
-        // Metric templates need no quoting (a test says so), so only placeholder values are
-        // looked at, and the name goes straight into the line.
+        if !metric.is_some_and(|m| std::ptr::eq(m, def)) {
+            metric = Some(def);
+            head.clear();
+            head.push_str(&t);
+            head.push(',');
+            head.push_str(name.head());
+            tail.clear();
+            tail.push(',');
+            tail.push_str(def.unit.as_str());
+            tail.push('\n');
+        }
+        // Pushed, not `write!`: this closure runs for every value of every sample. Metric
+        // templates need no quoting (a test says so), so only placeholder values are looked
+        // at, and the name goes straight into the line.
         if name.labels.iter().any(|l| needs_quotes(l)) {
             quoted.clear();
             name.write_to(&mut quoted);
+            lines.push_str(&t);
+            lines.push(',');
             lines.push_str(&csv_field(&quoted));
         } else {
-            name.write_to(&mut lines);
+            lines.push_str(&head);
+            name.write_rest(&mut lines);
         }
         lines.push(',');
         if let Some(v) = value {
             write_num(&mut lines, v);
         }
-        lines.push(',');
-        lines.push_str(def.unit.as_str());
-        lines.push('\n');
+        lines.push_str(&tail);
         if lines.len() >= CHUNK {
             if err.is_ok() {
                 err = out.write_all(lines.as_bytes());

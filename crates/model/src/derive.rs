@@ -454,4 +454,15 @@ impl NameParts<'_> {
     pub fn write_to(&self, out: &mut String) {
         crate::registry::write_series_name(self.literals, self.labels, out);
     }
+
+    /// The name's text before its first placeholder value (all of it when it has none): the
+    /// same for every series of the metric.
+    pub fn head(&self) -> &'static str {
+        self.literals.first().copied().unwrap_or_default()
+    }
+
+    /// Appends the name after its [`head`](NameParts::head).
+    pub fn write_rest(&self, out: &mut String) {
+        crate::registry::write_series_rest(self.literals, self.labels, out);
+    }
 }

@@ -324,10 +324,18 @@ impl MetricDef {
 /// Appends the series name made of template `literals` (see [`MetricDef::literals`]) and
 /// placeholder values `labels` to `out`.
 pub fn write_series_name(literals: &[&str], labels: &[&str], out: &mut String) {
-    for (i, lit) in literals.iter().enumerate() {
-        out.push_str(lit);
-        if i + 1 < literals.len() {
-            out.push_str(labels.get(i).copied().unwrap_or(""));
+    out.push_str(literals.first().copied().unwrap_or_default());
+    write_series_rest(literals, labels, out);
+}
+
+/// Like [`write_series_name`], leaving out the first literal.
+pub fn write_series_rest(literals: &[&str], labels: &[&str], out: &mut String) {
+    for (i, lit) in literals.iter().enumerate().skip(1) {
+        out.push_str(labels.get(i - 1).copied().unwrap_or_default());
+        // Most separators are one character ("."), which needs no call to copy.
+        match lit.as_bytes() {
+            &[b] => out.push(char::from(b)),
+            _ => out.push_str(lit),
         }
     }
 }
