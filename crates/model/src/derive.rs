@@ -342,33 +342,9 @@ impl Selection {
         pre: impl Fn(&'static MetricDef, &[&str]) -> bool,
         mut f: impl FnMut(&'static MetricDef, &[&str], Option<f64>),
     ) {
-        let cx = Ctx::new(cur, prev);
-        let mut name = String::new();
-        for e in &self.entries {
-            let def = e.def;
-            let mut emit = |labels: &[&str], value: Option<f64>| {
-                if !pre(def, labels) {
-                    return;
-                }
-                match &e.keep {
-                    Keep::All => {}
-                    Keep::Labels(sel) => {
-                        if !sel.iter().any(|s| s.matches(def, labels)) {
-                            return;
-                        }
-                    }
-                    Keep::Names(c) => {
-                        name.clear();
-                        crate::registry::write_series_name(&e.literals, labels, &mut name);
-                        if !c.iter().any(|&i| self.pats[i].matches(&name)) {
-                            return;
-                        }
-                    }
-                }
-                f(def, labels, value);
-            };
-            (def.eval)(&cx, &mut emit);
-        }
+        self.walk(cur, prev, pre, |def, parts, _, _, value| {
+            f(def, parts.labels, value)
+        })
     }
 
     /// Evaluates the selected series of `cur` (against `prev`) and hands each to `f`.
@@ -378,13 +354,18 @@ impl Selection {
         prev: Option<&Sample>,
         mut f: impl FnMut(&'static MetricDef, &[&str], &str, Option<f64>),
     ) {
-        self.walk(cur, prev, |def, parts, name, built, value| {
-            if !built {
-                name.clear();
-                parts.write_to(name);
-            }
-            f(def, parts.labels, name, value)
-        })
+        self.walk(
+            cur,
+            prev,
+            |_, _| true,
+            |def, parts, name, built, value| {
+                if !built {
+                    name.clear();
+                    parts.write_to(name);
+                }
+                f(def, parts.labels, name, value)
+            },
+        )
     }
 
     /// Like [`for_each`](Selection::for_each), handing each series' name in pieces: a writer
@@ -396,15 +377,22 @@ impl Selection {
         prev: Option<&Sample>,
         mut f: impl FnMut(&'static MetricDef, NameParts<'_>, Option<f64>),
     ) {
-        self.walk(cur, prev, |def, parts, _, _, value| f(def, parts, value))
+        self.walk(
+            cur,
+            prev,
+            |_, _| true,
+            |def, parts, _, _, value| f(def, parts, value),
+        )
     }
 
-    /// Hands `f` each selected series with a name buffer, and whether the series' name is in
-    /// it already (built to match a glob).
+    /// Hands `f` each selected series that `pre` accepts (by its placeholder values, before any
+    /// name is built), with a name buffer and whether the series' name is in it already (built
+    /// to match a glob).
     fn walk(
         &self,
         cur: &Sample,
         prev: Option<&Sample>,
+        pre: impl Fn(&'static MetricDef, &[&str]) -> bool,
         mut f: impl FnMut(&'static MetricDef, NameParts<'_>, &mut String, bool, Option<f64>),
     ) {
         let cx = Ctx::new(cur, prev);
@@ -412,6 +400,9 @@ impl Selection {
         for e in &self.entries {
             let def = e.def;
             let mut emit = |labels: &[&str], value: Option<f64>| {
+                if !pre(def, labels) {
+                    return;
+                }
                 let parts = NameParts {
                     literals: &e.literals,
                     labels,

@@ -329,7 +329,7 @@ pub fn write_series_name(literals: &[&str], labels: &[&str], out: &mut String) {
 }
 
 /// Like [`write_series_name`], leaving out the first literal.
-pub fn write_series_rest(literals: &[&str], labels: &[&str], out: &mut String) {
+pub(crate) fn write_series_rest(literals: &[&str], labels: &[&str], out: &mut String) {
     for (i, lit) in literals.iter().enumerate().skip(1) {
         out.push_str(labels.get(i - 1).copied().unwrap_or_default());
         // Most separators are one character ("."), which needs no call to copy.
