@@ -253,18 +253,22 @@ impl SampleReader {
             range,
             parts,
             damage: Damage::default(),
+            lead: None,
+            next_up: None,
         })
     }
 
     /// Each sample of `[from, to]` with the one before it (from up to [`PREV_LOOKBACK_NS`]
-    /// earlier for the first), for rates.
+    /// earlier for the first), for rates. Of the records before `from`, only the newest that
+    /// decodes is decoded; those older than it are not read into the damage either.
     pub fn pairs(&self, from: i64, to: i64, parts: Parts) -> Result<Pairs, StoreError> {
+        let mut samples = self.samples(from.saturating_sub(PREV_LOOKBACK_NS), to, parts)?;
+        samples.lead = Some(Lead {
+            from,
+            held: Vec::new(),
+        });
         Ok(Pairs {
-            samples: Source::Here(Box::new(self.samples(
-                from.saturating_sub(PREV_LOOKBACK_NS),
-                to,
-                parts,
-            )?)),
+            samples: Source::Here(Box::new(samples)),
             from,
             cur: None,
             prev: None,
@@ -339,17 +343,54 @@ pub struct Samples {
     range: Range,
     parts: Parts,
     damage: Damage,
+    lead: Option<Lead>,
+    /// A sample decoded while the lead was resolved, handed out after the lead's.
+    next_up: Option<Sample>,
+}
+
+/// The records before a pair read's first sample, of which only the newest that decodes is
+/// wanted (as that sample's `prev`). They are held undecoded until a record at or after `from`
+/// (or the range's end) shows which is newest: decoding a sample is most of a read's work, and
+/// at one-second samples the lookback holds five of them.
+struct Lead {
+    from: i64,
+    held: Vec<Record>,
 }
 
 impl Samples {
     /// The next record that decodes, with the parts `choose` picks from its time.
     pub fn next_with(&mut self, choose: impl Fn(i64) -> Parts) -> Option<Sample> {
+        if let Some(s) = self.next_up.take() {
+            return Some(s);
+        }
         loop {
             if crate::cancel::cancelled() {
                 return None;
             }
-            match self.range.next()? {
+            let Some(got) = self.range.next() else {
+                // Only records before `from`: the newest that decodes is all the caller needs.
+                let held = self.lead.take()?.held;
+                return self.newest_of(held, &choose);
+            };
+            match got {
                 Ok(rec) => {
+                    if let Some(lead) = self.lead.as_mut() {
+                        if rec.ts_ns < lead.from {
+                            lead.held.push(rec);
+                            continue;
+                        }
+                        let held = self.lead.take().map(|l| l.held).unwrap_or_default();
+                        let before = self.newest_of(held, &choose);
+                        let s = decode(&rec, choose(rec.ts_ns), &mut self.damage);
+                        match before {
+                            Some(b) => {
+                                self.next_up = s;
+                                return Some(b);
+                            }
+                            None if s.is_some() => return s,
+                            None => continue,
+                        }
+                    }
                     if let Some(s) = decode(&rec, choose(rec.ts_ns), &mut self.damage) {
                         return Some(s);
                     }
@@ -358,6 +399,14 @@ impl Samples {
                 Err(e) => self.damage.unreadable(e),
             }
         }
+    }
+
+    /// The newest of `held` (in read order) that decodes; those newer than it that do not
+    /// decode are counted, older ones are outside the read and never looked at.
+    fn newest_of(&mut self, held: Vec<Record>, choose: &impl Fn(i64) -> Parts) -> Option<Sample> {
+        held.iter()
+            .rev()
+            .find_map(|rec| decode(rec, choose(rec.ts_ns), &mut self.damage))
     }
 
     /// What was skipped so far, the store's own findings included.
@@ -743,6 +792,68 @@ mod tests {
         );
         assert!(d.is_empty());
         assert_eq!(r.signals(0, i64::MAX).unwrap().count(), 10);
+    }
+
+    /// Of the records before a pair read's first sample, only the newest that decodes is
+    /// decoded: one that does not decode after it is counted and stood in for, older ones are
+    /// outside the read and not counted.
+    #[test]
+    fn pairs_decode_only_the_newest_sample_before_their_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = StoreConfig::new(dir.path());
+        c.retain = std::time::Duration::from_secs(100 * 365 * 86400);
+        let mut w = Writer::open(c).unwrap();
+        let mut enc = Encoder::new();
+        let s = 1_000_000_000;
+        for (t, good) in [
+            (s, true),
+            (3 * s / 2, false),
+            (2 * s, true),
+            (5 * s / 2, false),
+            (3 * s, true),
+            (4 * s, true),
+        ] {
+            if good {
+                let mut x = Sample {
+                    ts_ns: t,
+                    mono_ns: t as u64,
+                    ..Default::default()
+                };
+                let e = enc.encode(&mut x, &SignalRecord::default()).unwrap();
+                w.append_lanes(t, e.main, &e.lanes).unwrap();
+            } else {
+                w.append(t, &[77, 1, 2]).unwrap();
+            }
+        }
+        w.close().unwrap();
+        let r = SampleReader::open(dir.path()).unwrap();
+        for ahead in [false, true] {
+            let seen = |from: i64| {
+                let mut p = r.pairs(from, 10 * s, Parts::ALL).unwrap();
+                if ahead {
+                    p = p.read_ahead();
+                }
+                let mut seen = Vec::new();
+                while let Some((cur, prev)) = p.next() {
+                    seen.push((cur.ts_ns, prev.map(|p| p.ts_ns)));
+                }
+                (seen, p.damage().undecodable)
+            };
+            assert_eq!(
+                seen(3 * s),
+                (vec![(3 * s, Some(2 * s)), (4 * s, Some(3 * s))], 1),
+                "ahead: {ahead}"
+            );
+            // Nothing decodes between 2.2 s and 3 s: the sample at 2 s is the one before.
+            let (pairs, bad) = seen(2 * s + s / 5);
+            assert_eq!(pairs[0], (3 * s, Some(2 * s)), "ahead: {ahead}");
+            assert_eq!(bad, 1, "ahead: {ahead}");
+            // Past the last record: no pair, and nothing counted.
+            assert_eq!(seen(9 * s), (vec![], 0), "ahead: {ahead}");
+            // All of the store, the first sample without one before it.
+            assert_eq!(seen(0).0[0], (s, None), "ahead: {ahead}");
+            assert_eq!(seen(0).1, 2, "ahead: {ahead}");
+        }
     }
 
     #[test]
