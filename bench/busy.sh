@@ -86,6 +86,9 @@ start_load() {
     LOAD+=($!)
 }
 forks() { awk '/^processes / {print $2}' /proc/stat; }
+# Counted by the shell's own glob: `ls` fails (and pipefail with it) when a listed process exits
+# before it is looked at, which a fork/exec churn makes likely.
+nprocs() { local p=(/proc/[0-9]*); echo "${#p[@]}"; }
 
 if [ "${1:-}" = load ]; then
     start_load
@@ -164,12 +167,12 @@ sleep "$WARMUP"
 for t in "${TOOLS[@]}"; do
     kill -0 "${PID[$t]}" 2>/dev/null || { tail -5 "$TMP/$t.log" >&2; die "$t exited early"; }
 done
-PROCS0=$(ls -d /proc/[0-9]* 2>/dev/null | wc -l); F0=$(forks); W0=$EPOCHREALTIME
+PROCS0=$(nprocs); F0=$(forks); W0=$EPOCHREALTIME
 for t in "${TOOLS[@]}"; do T0[$t]=$EPOCHREALTIME; K0[$t]=$(tree_ticks "${PID[$t]}"); done
 say "measuring ${WINDOW}s: ${TOOLS[*]}"
 sleep "$WINDOW"
 for t in "${TOOLS[@]}"; do T1[$t]=$EPOCHREALTIME; K1[$t]=$(tree_ticks "${PID[$t]}"); done
-F1=$(forks); W1=$EPOCHREALTIME; PROCS1=$(ls -d /proc/[0-9]* 2>/dev/null | wc -l)
+F1=$(forks); W1=$EPOCHREALTIME; PROCS1=$(nprocs)
 for t in "${TOOLS[@]}"; do
     if [[ $t == js* ]]; then kill -INT "${PID[$t]}" 2>/dev/null || true; else kill -TERM "${PID[$t]}" 2>/dev/null || true; fi
 done

@@ -32,6 +32,8 @@ SECONDS_REC=${DIAG_SECONDS:-60}
 RUNS=${DIAG_RUNS:-5}
 
 say() { printf '[diagnose bench %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+# The shell's own glob: `ls` fails (and pipefail with it) when a listed process exits first.
+nprocs() { local p=(/proc/[0-9]*); echo "${#p[@]}"; }
 section() { cat >"$OUT"; }
 
 if [ "$(id -u)" != 0 ]; then
@@ -60,14 +62,14 @@ else
     case $SYNTH in /*) ;; *) SYNTH=$REPO/$SYNTH ;; esac
 fi
 
-have=$(ls -d /proc/[0-9]* | wc -l)
+have=$(nprocs)
 extra=${DIAG_PROCS:-$((500 > have ? 500 - have : 0))}
 say "starting $extra sleeping processes ($have running)"
 for _ in $(seq "$extra"); do
     sleep 3600 &
     SLEEPERS+=($!)
 done
-procs=$(ls -d /proc/[0-9]* | wc -l)
+procs=$(nprocs)
 say "recording ${SECONDS_REC} s with $procs processes"
 "$JITTERSCOPE" record --dir "$TMP/src" --duration "${SECONDS_REC}s" 2>"$TMP/record.log" &
 REC=$!
