@@ -28,6 +28,7 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+. "$HERE/proc.sh"
 REPO=$(dirname "$HERE")
 JITTERSCOPE=${JITTERSCOPE:-target/release/jitterscope}
 case $JITTERSCOPE in /*) ;; *) JITTERSCOPE=$REPO/$JITTERSCOPE ;; esac
@@ -86,9 +87,6 @@ start_load() {
     LOAD+=($!)
 }
 forks() { awk '/^processes / {print $2}' /proc/stat; }
-# Counted by the shell's own glob: `ls` fails (and pipefail with it) when a listed process exits
-# before it is looked at, which a fork/exec churn makes likely.
-nprocs() { local p=(/proc/[0-9]*); echo "${#p[@]}"; }
 
 if [ "${1:-}" = load ]; then
     start_load

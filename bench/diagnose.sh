@@ -23,6 +23,7 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+. "$HERE/proc.sh"
 REPO=$(dirname "$HERE")
 JITTERSCOPE=${JITTERSCOPE:-target/release/jitterscope}
 case $JITTERSCOPE in /*) ;; *) JITTERSCOPE=$REPO/$JITTERSCOPE ;; esac
@@ -32,8 +33,6 @@ SECONDS_REC=${DIAG_SECONDS:-60}
 RUNS=${DIAG_RUNS:-5}
 
 say() { printf '[diagnose bench %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
-# The shell's own glob: `ls` fails (and pipefail with it) when a listed process exits first.
-nprocs() { local p=(/proc/[0-9]*); echo "${#p[@]}"; }
 section() { cat >"$OUT"; }
 
 if [ "$(id -u)" != 0 ]; then

@@ -1,5 +1,5 @@
-# Sourced by the side-by-side benches (fleet.sh, fleet_pusher.sh): a process's or thread's CPU
-# and memory from /proc.
+# Sourced by the benches: a process's or thread's CPU and memory from /proc, and how many
+# processes the host has.
 
 # ticks of utime+stime of a process, or of one thread (its stat file)
 ticks() { awk '{print $14 + $15}' "$1" 2>/dev/null || echo 0; }
@@ -13,3 +13,7 @@ thread_of() {
 rss_kib() { awk '/^VmRSS/ {print $2}' /proc/"$1"/status; }
 # ticks0 ticks1 t0 t1 -> % of one core between the two readings
 pct() { python3 -c "print(f'{($2-$1)/$(getconf CLK_TCK)/($4-$3)*100:.3f}')"; }
+# the number of processes now. Counted by the shell's own glob: `ls /proc/[0-9]* | wc -l` fails
+# (and pipefail with it) when a listed process exits before ls looks at it, which a fork/exec
+# churn makes likely.
+nprocs() { local p=(/proc/[0-9]*); echo "${#p[@]}"; }

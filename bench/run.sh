@@ -30,6 +30,7 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+. "$HERE/proc.sh"
 REPO=$(dirname "$HERE")
 JITTERSCOPE=${JITTERSCOPE:-target/release/jitterscope}
 BENCH_SECONDS=${BENCH_SECONDS:-60}
@@ -153,8 +154,6 @@ bytes_of() { find "$1" -type f -printf '%s\n' 2>/dev/null | awk '{s += $1} END {
 calc() { awk "BEGIN { printf \"%s\", $* }"; }
 f2() { awk -v x="$1" 'BEGIN { printf "%.2f", x }'; }
 f3() { awk -v x="$1" 'BEGIN { printf "%.3f", x }'; }
-# The shell's own glob: `ls` fails (and pipefail with it) when a listed process exits first.
-nprocs() { local p=(/proc/[0-9]*); echo "${#p[@]}"; }
 HZ=$(getconf CLK_TCK)
 # host /proc/stat cpu line: user nice system idle iowait irq softirq steal
 host_cpu() { awk '/^cpu / {print $2, $3, $4, $5, $6, $7, $8, $9; exit}' /proc/stat; }

@@ -15,6 +15,7 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+. "$HERE/proc.sh"
 REPO=$(dirname "$HERE")
 JITTERSCOPE=${JITTERSCOPE:-target/release/jitterscope}
 case $JITTERSCOPE in /*) ;; *) JITTERSCOPE=$REPO/$JITTERSCOPE ;; esac
@@ -23,8 +24,6 @@ SECONDS_REC=${VIEWS_SECONDS:-30}
 RUNS=${VIEWS_RUNS:-5}
 
 say() { printf '[views bench %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
-# The shell's own glob: `ls` fails (and pipefail with it) when a listed process exits first.
-nprocs() { local p=(/proc/[0-9]*); echo "${#p[@]}"; }
 section() { cat >"$OUT"; }
 
 if [ "$(id -u)" != 0 ]; then
