@@ -374,21 +374,15 @@ impl Samples {
             };
             match got {
                 Ok(rec) => {
-                    if let Some(lead) = self.lead.as_mut() {
-                        if rec.ts_ns < lead.from {
-                            lead.held.push(rec);
-                            continue;
-                        }
-                        let held = self.lead.take().map(|l| l.held).unwrap_or_default();
-                        let before = self.newest_of(held, &choose);
-                        let s = decode(&rec, choose(rec.ts_ns), &mut self.damage);
-                        match before {
-                            Some(b) => {
-                                self.next_up = s;
-                                return Some(b);
-                            }
-                            None if s.is_some() => return s,
-                            None => continue,
+                    if let Some(lead) = self.lead.as_mut().filter(|l| rec.ts_ns < l.from) {
+                        lead.held.push(rec);
+                        continue;
+                    }
+                    // The first record at or after `from`: the one before it goes first.
+                    if let Some(lead) = self.lead.take() {
+                        if let Some(before) = self.newest_of(lead.held, &choose) {
+                            self.next_up = decode(&rec, choose(rec.ts_ns), &mut self.damage);
+                            return Some(before);
                         }
                     }
                     if let Some(s) = decode(&rec, choose(rec.ts_ns), &mut self.damage) {
