@@ -979,6 +979,13 @@ mod tests {
                 }
                 let live_list = table.then_some(&live[..]);
                 let stop = std::sync::atomic::AtomicBool::new(false);
+                // In the map before the first drain, whether or not the counting thread below
+                // gets a CPU before the rounds end (on a loaded two-core host it did not, and
+                // the living were never in the map).
+                for pid in live {
+                    map.update(&pid.to_ne_bytes(), &value(1), MapFlags::ANY)
+                        .expect("a live process's entry");
+                }
                 // The drains' pids per round, checked once the writer has stopped (a failed
                 // assert inside the scope would wait forever for it).
                 let rounds: Vec<Vec<u32>> = std::thread::scope(|t| {
