@@ -1,6 +1,6 @@
 //! [`SystemReader`]: reads the system-wide files under a [`Root`] with one reused buffer.
 
-use crate::io::{read_parse, ReadError, Root};
+use crate::io::{HeldFiles, ReadError, Root};
 
 use super::buddyinfo::{parse_buddyinfo, BuddyInfo};
 use super::dentry::{parse_dentry_state, DentryState, NR_NEGATIVE_SINCE};
@@ -59,6 +59,7 @@ impl PressureResource {
 pub struct SystemReader {
     root: Root,
     buf: Vec<u8>,
+    held: HeldFiles,
     kernel: Option<Option<KernelVersion>>,
 }
 
@@ -68,6 +69,7 @@ impl SystemReader {
         SystemReader {
             root,
             buf: Vec::with_capacity(64 * 1024),
+            held: HeldFiles::default(),
             kernel: None,
         }
     }
@@ -82,7 +84,8 @@ impl SystemReader {
         abs: &str,
         parse: impl FnOnce(&[u8]) -> Result<T, crate::ParseError>,
     ) -> Result<T, ReadError> {
-        read_parse(&self.root.path(abs), &mut self.buf, parse)
+        self.held
+            .read_parse(&self.root.path(abs), &mut self.buf, parse)
     }
 
     /// The kernel version from /proc/sys/kernel/osrelease, read once and cached (it cannot
@@ -170,7 +173,7 @@ impl SystemReader {
     /// /proc/pressure/`resource`.
     pub fn pressure(&mut self, resource: PressureResource) -> Result<Pressure, ReadError> {
         let path = self.root.path("/proc/pressure").join(resource.name());
-        read_parse(&path, &mut self.buf, parse_pressure)
+        self.held.read_parse(&path, &mut self.buf, parse_pressure)
     }
 }
 
