@@ -67,6 +67,11 @@ pub struct RecordArgs {
     /// per interval; 0s: every interval).
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     slabinfo_interval: Duration,
+    /// How often to read a cgroup's settings again: CPU quota, period, burst, shares or weight,
+    /// memory limit, high, low and min (0s: every interval). Counters are read every interval;
+    /// a new or re-created cgroup is read whole at once.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    cgroup_settings_interval: Duration,
     /// BPF tracers to run, comma-separated [default: all].
     #[arg(long, value_delimiter = ',', value_parser = TracerParser, conflicts_with = "no_tracers")]
     tracers: Option<Vec<jitterscope_bpf::Name>>,
@@ -299,6 +304,7 @@ pub fn run(a: RecordArgs) -> Result<()> {
         &root,
         &CollectConfig {
             slabinfo_period: a.slabinfo_interval,
+            cgroup_settings_period: a.cgroup_settings_interval,
         },
     );
     if a.proc_source != ProcSource::Procfs {

@@ -138,12 +138,7 @@ pub fn run_top(a: TopArgs) -> Result<()> {
 
 fn live_source(interval: Duration, no_tracers: bool) -> LiveSource {
     let root = Root::new("/");
-    let mut set = collectors(
-        &root,
-        &CollectConfig {
-            slabinfo_period: Duration::from_secs(10),
-        },
-    );
+    let mut set = collectors(&root, &CollectConfig::default());
     let mut what = "no BPF".to_string();
     if !no_tracers && jitterscope_model::caps::can_trace() {
         let all: Vec<_> = jitterscope_bpf::Name::all().collect();

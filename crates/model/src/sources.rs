@@ -1,7 +1,7 @@
 //! The one list of every source the recorder collects. A new source is a module in
 //! `jitterscope-sources`, a field in [`Sample`], and one line here.
 
-use jitterscope_sources::cgroup::{CgroupReader, CgroupVersion};
+use jitterscope_sources::cgroup::{CgroupReader, CgroupReaderConfig, CgroupVersion};
 use jitterscope_sources::process::{default_fd_budget, ProcessReader};
 use jitterscope_sources::system::kmsg::KmsgReader;
 use jitterscope_sources::system::{PressureResource, SystemReader};
@@ -77,7 +77,7 @@ pub fn collectors(root: &Root, cfg: &CollectConfig) -> CollectorSet {
         SystemCollector::boxed(root, "netdev", SystemReader::net_dev, |s, v| {
             s.netdev = Some(v)
         }),
-        Box::new(CgroupCollector::new(root)),
+        Box::new(CgroupCollector::new(root, cfg.cgroup_settings_period)),
         Box::new(ProcessCollector::new(root)),
         Box::new(KmsgCollector::new(root)),
     ])
@@ -88,6 +88,9 @@ pub fn collectors(root: &Root, cfg: &CollectConfig) -> CollectorSet {
 pub struct CollectConfig {
     /// How often /proc/slabinfo is read (at most once per interval).
     pub slabinfo_period: Duration,
+    /// How often a cgroup's settings (CPU quota, period, burst, shares or weight; memory
+    /// limit, high, low, min) are read again; counters are read every interval.
+    pub cgroup_settings_period: Duration,
 }
 
 /// Default [`CollectConfig::slabinfo_period`]: 10 s. Each read of /proc/slabinfo walks every
@@ -97,10 +100,18 @@ pub struct CollectConfig {
 /// stays visible through meminfo (Slab, SReclaimable) and the dentry count through dentry-state.
 pub const DEFAULT_SLABINFO_PERIOD: Duration = Duration::from_secs(10);
 
+/// Default [`CollectConfig::cgroup_settings_period`]: 10 s. Settings are 5 of the 12 files of
+/// a v1 cgroup and 7 of the 17 of a v2 one, and they change only when someone changes them. A
+/// cgroup is read whole when it first appears and every interval for its first period (a
+/// runtime writes the limits after creating the directory), and again when its directory is
+/// replaced; a change to a long-lived cgroup's limit shows within the period.
+pub const DEFAULT_CGROUP_SETTINGS_PERIOD: Duration = Duration::from_secs(10);
+
 impl Default for CollectConfig {
     fn default() -> Self {
         CollectConfig {
             slabinfo_period: DEFAULT_SLABINFO_PERIOD,
+            cgroup_settings_period: DEFAULT_CGROUP_SETTINGS_PERIOD,
         }
     }
 }
@@ -111,15 +122,18 @@ pub struct CgroupCollector {
     root: Root,
     reader: Option<CgroupReader>,
     retry_in: u32,
+    settings_period: Duration,
 }
 
 impl CgroupCollector {
-    /// A collector of the cgroup hierarchies mounted under `root`.
-    pub fn new(root: &Root) -> Self {
+    /// A collector of the cgroup hierarchies mounted under `root`, reading each cgroup's
+    /// settings every `settings_period` (`ZERO`: every interval).
+    pub fn new(root: &Root, settings_period: Duration) -> Self {
         CgroupCollector {
             root: root.clone(),
             reader: None,
             retry_in: 0,
+            settings_period,
         }
     }
 }
@@ -135,7 +149,12 @@ impl Collector for CgroupCollector {
                 self.retry_in -= 1;
                 return;
             }
-            self.reader = notes.handle("cgroups", sample, CgroupReader::new(self.root.clone()));
+            let config = CgroupReaderConfig {
+                settings_period: self.settings_period,
+                ..CgroupReaderConfig::default()
+            };
+            let reader = CgroupReader::with_config(self.root.clone(), config);
+            self.reader = notes.handle("cgroups", sample, reader);
             match &self.reader {
                 None => self.retry_in = 60,
                 Some(r) => {
@@ -158,7 +177,8 @@ impl Collector for CgroupCollector {
         let Some(r) = self.reader.as_mut() else {
             return;
         };
-        let cgs = r.read();
+        // Half an interval of slack, as for the collectors' own periods.
+        let cgs = r.read_at(sample.mono_ns, sample.interval_ns / 2);
         let w = r.last_walk();
         if w.skipped_limit > 0 || w.skipped_depth > 0 {
             let (l, d) = (w.skipped_limit, w.skipped_depth);

@@ -340,6 +340,7 @@ fn slow_sources_are_collected_at_their_own_period() {
     let root = Root::new(format!("{FX}/host"));
     let cfg = CollectConfig {
         slabinfo_period: std::time::Duration::from_secs(5),
+        ..CollectConfig::default()
     };
     let mut set = collectors(&root, &cfg);
     let mut notes = Notes::default();

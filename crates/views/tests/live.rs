@@ -17,12 +17,7 @@ fn parse(_: &str) -> Result<i64, String> {
 #[test]
 fn direct_collection_keeps_history_and_detects_online() {
     let root = Root::new("/");
-    let set = collectors(
-        &root,
-        &CollectConfig {
-            slabinfo_period: Duration::from_secs(10),
-        },
-    );
+    let set = collectors(&root, &CollectConfig::default());
     let mut src = LiveSource::new(
         set,
         HostInfo::read(&root),

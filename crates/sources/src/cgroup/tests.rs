@@ -407,6 +407,7 @@ fn walk_bounds_are_counted() {
     let cfg = CgroupReaderConfig {
         max_depth: 3,
         max_cgroups: 100,
+        ..CgroupReaderConfig::default()
     };
     let mut r = CgroupReader::with_config(Root::new(t.path()), cfg).unwrap();
     let cgs = r.read();
@@ -417,6 +418,7 @@ fn walk_bounds_are_counted() {
     let cfg = CgroupReaderConfig {
         max_depth: 32,
         max_cgroups: 3,
+        ..CgroupReaderConfig::default()
     };
     let mut r = CgroupReader::with_config(Root::new(t.path()), cfg).unwrap();
     let cgs = r.read();
@@ -513,4 +515,189 @@ fn pod_cgroup_namespace_paths_come_out_as_the_hosts() {
     let self_inside = read("self_cgroup");
     let own = parse_proc_pid_cgroup(&self_inside).unwrap();
     assert_eq!(ns.resolve(&own).v2.unwrap(), own_host);
+}
+
+/// A cgroup's files as a v1 (cpu and memory hierarchies) or v2 tree has them, with a CFS quota
+/// and a memory limit, and a usage counter.
+fn write_cgroup(r: &Path, v1: bool, rel: &str, quota_us: u64, limit: u64, usage_ns: u64) {
+    if v1 {
+        let (cpu, mem) = (
+            format!("sys/fs/cgroup/cpu{rel}"),
+            format!("sys/fs/cgroup/memory{rel}"),
+        );
+        write(
+            r,
+            &format!("{cpu}/cpu.stat"),
+            "nr_periods 0\nnr_throttled 0\nthrottled_time 0\n",
+        );
+        write(
+            r,
+            &format!("{cpu}/cpu.cfs_quota_us"),
+            &format!("{quota_us}\n"),
+        );
+        write(r, &format!("{cpu}/cpu.cfs_period_us"), "100000\n");
+        write(r, &format!("{cpu}/cpu.shares"), "1024\n");
+        write(r, &format!("{cpu}/cpuacct.usage"), &format!("{usage_ns}\n"));
+        write(r, &format!("{mem}/memory.usage_in_bytes"), "4096\n");
+        write(
+            r,
+            &format!("{mem}/memory.limit_in_bytes"),
+            &format!("{limit}\n"),
+        );
+    } else {
+        let d = format!("sys/fs/cgroup{rel}");
+        let usec = usage_ns / 1000;
+        write(r, &format!("{d}/cpu.stat"), &format!("usage_usec {usec}\n"));
+        write(r, &format!("{d}/cpu.max"), &format!("{quota_us} 100000\n"));
+        write(r, &format!("{d}/cpu.weight"), "100\n");
+        write(r, &format!("{d}/memory.current"), "4096\n");
+        write(r, &format!("{d}/memory.max"), &format!("{limit}\n"));
+        write(r, &format!("{d}/memory.high"), "max\n");
+    }
+}
+
+fn settings_tree(v1: bool) -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    let r = t.path();
+    let mountinfo = if v1 {
+        "32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu,cpuacct\n\
+         35 31 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"
+    } else {
+        "24 23 0:22 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate\n"
+    };
+    write(r, "proc/self/mountinfo", mountinfo);
+    if v1 {
+        write(r, "sys/fs/cgroup/cpu/cpuacct.usage", "10\n");
+        write(r, "sys/fs/cgroup/memory/memory.usage_in_bytes", "4096\n");
+    } else {
+        write(r, "sys/fs/cgroup/cgroup.controllers", "cpu memory\n");
+        write(r, "sys/fs/cgroup/cgroup.subtree_control", "cpu memory\n");
+        write(r, "sys/fs/cgroup/cpu.stat", "usage_usec 10\n");
+    }
+    for i in 0..8 {
+        write_cgroup(r, v1, &format!("/other{i}"), 50_000, 1 << 30, 0);
+    }
+    write_cgroup(r, v1, "/svc", 20_000, 1 << 20, 0);
+    t
+}
+
+/// Settings are read every `settings_period` and carried in between, while counters are read
+/// every walk; a cgroup seen for the first time, or created again at its path, has its
+/// settings read at once (and every walk for a period, for the runtime that writes its limits
+/// after creating it); a host's cgroups do not all come due at the same walk.
+#[test]
+fn settings_are_read_at_their_own_period_and_new_cgroups_at_once() {
+    const S: u64 = 1_000_000_000;
+    for v1 in [true, false] {
+        let t = settings_tree(v1);
+        let r = t.path();
+        let cfg = CgroupReaderConfig {
+            settings_period: std::time::Duration::from_secs(10),
+            ..CgroupReaderConfig::default()
+        };
+        let mut reader = CgroupReader::with_config(Root::new(r), cfg).unwrap();
+        let dirs = |reader: &CgroupReader| reader.last_walk().dirs_read;
+        let quota = |cgs: &[Cgroup], p: &str| find(cgs, p).cpu.as_ref().unwrap().quota_us;
+        let limit = |cgs: &[Cgroup], p: &str| find(cgs, p).memory.as_ref().unwrap().limit_bytes;
+        let usage = |cgs: &[Cgroup], p: &str| find(cgs, p).cpu.as_ref().unwrap().usage_ns;
+
+        let mut steady_reads = Vec::new();
+        let mut changed_seen_at = None;
+        for sec in 0..40u64 {
+            // Wake-ups a little early or late must not shift the cadence.
+            let now = 100 * S + sec * S - if sec % 2 == 0 { 3_000_000 } else { 0 };
+            if sec == 25 {
+                write_cgroup(r, v1, "/svc", 30_000, 2 << 20, sec * 1000);
+            } else {
+                write_cgroup(
+                    r,
+                    v1,
+                    "/svc",
+                    if changed_seen_at.is_some() || sec > 25 {
+                        30_000
+                    } else {
+                        20_000
+                    },
+                    if sec > 25 { 2 << 20 } else { 1 << 20 },
+                    sec * 1000,
+                );
+            }
+            let cgs = reader.read_at(now, S / 2);
+            assert_eq!(usage(&cgs, "/svc"), Some(sec * 1000), "counters every walk");
+            let read = reader.last_walk().settings_read;
+            if sec < 10 {
+                assert_eq!(read, dirs(&reader), "young cgroups are read every walk");
+                assert_eq!(quota(&cgs, "/svc"), Some(20_000));
+            }
+            if (20..40).contains(&sec) {
+                steady_reads.push(read);
+            }
+            if sec >= 25 && changed_seen_at.is_none() {
+                if quota(&cgs, "/svc") == Some(30_000) {
+                    assert_eq!(
+                        limit(&cgs, "/svc"),
+                        Some(2 << 20),
+                        "one cgroup's settings together"
+                    );
+                    changed_seen_at = Some(sec);
+                } else {
+                    assert_eq!(
+                        limit(&cgs, "/svc"),
+                        Some(1 << 20),
+                        "carried until read again"
+                    );
+                }
+            }
+        }
+        let n = dirs(&reader);
+        let seen = changed_seen_at.expect("the new quota appears");
+        assert!(
+            (25..=35).contains(&seen),
+            "within a period of the change: {seen}"
+        );
+        assert_eq!(
+            steady_reads.iter().sum::<usize>(),
+            2 * n,
+            "each cgroup twice in 20 s: {steady_reads:?}"
+        );
+        assert!(
+            steady_reads.iter().all(|&k| k < n),
+            "spread over the period: {steady_reads:?}"
+        );
+
+        // A new cgroup, and one created again at its path with other limits: read at once.
+        let svc_dirs: Vec<_> = if v1 {
+            vec!["sys/fs/cgroup/cpu/svc", "sys/fs/cgroup/memory/svc"]
+        } else {
+            vec!["sys/fs/cgroup/svc"]
+        };
+        for d in &svc_dirs {
+            // Renamed away before the new one exists, so the two cannot share an inode.
+            std::fs::rename(r.join(d), r.join(format!("{d}.old"))).unwrap();
+        }
+        write_cgroup(r, v1, "/svc", 70_000, 7 << 20, 1);
+        for d in &svc_dirs {
+            std::fs::remove_dir_all(r.join(format!("{d}.old"))).unwrap();
+        }
+        write_cgroup(r, v1, "/fresh", 40_000, 4 << 20, 1);
+        let now = 140 * S;
+        let cgs = reader.read_at(now, S / 2);
+        assert_eq!(
+            quota(&cgs, "/svc"),
+            Some(70_000),
+            "created again: read at once"
+        );
+        assert_eq!(limit(&cgs, "/svc"), Some(7 << 20));
+        assert_eq!(quota(&cgs, "/fresh"), Some(40_000), "new: read at once");
+        // The runtime writes the limits after creating the directory.
+        write_cgroup(r, v1, "/fresh", 45_000, 5 << 20, 2);
+        let cgs = reader.read_at(now + S, S / 2);
+        assert_eq!(
+            quota(&cgs, "/fresh"),
+            Some(45_000),
+            "young: read every walk"
+        );
+        assert_eq!(limit(&cgs, "/fresh"), Some(5 << 20));
+        assert!(reader.last_walk().read_errors == 0);
+    }
 }
