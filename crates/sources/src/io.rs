@@ -134,7 +134,7 @@ pub fn read_into(path: &Path, buf: &mut Vec<u8>) -> Result<(), ReadError> {
 /// asks for the file size first (statx + lseek), two wasted syscalls per file on procfs and
 /// cgroupfs where the size is 0, and zero-filling the buffer before each read showed up as 3%
 /// of the recorder's CPU; the cgroup walk alone reads ~6 files per cgroup every second.
-fn fill(f: &std::fs::File, buf: &mut Vec<u8>, from_start: bool) -> std::io::Result<()> {
+pub(crate) fn fill(f: &std::fs::File, buf: &mut Vec<u8>, from_start: bool) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
     let fd = f.as_raw_fd();
     loop {

@@ -11,6 +11,7 @@
 //! says which version it came from ([`CpuStats::usage_source`], [`CpuStats::throttle_source`]),
 //! because v2's µs values multiplied to ns are not ns-precise.
 
+mod dirfd;
 mod identity;
 mod mount;
 mod names;

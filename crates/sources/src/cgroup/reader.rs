@@ -10,7 +10,9 @@
 //!   `io.stat` once found absent (kernels before 5.x have none there);
 //! - files that repeat what another file already says are not read (v1 `memory.memsw.*`:
 //!   swap is the `swap` key of `memory.stat` when swap accounting is on);
-//! - one file buffer and one path buffer are reused for the whole walk;
+//! - one file buffer and one path buffer are reused for the whole walk; each directory is
+//!   opened once, relative to its parent, and its files relative to it, and it is listed only
+//!   when cgroupfs's link count says it has subdirectories ([`dirfd`]);
 //! - a cgroup removed between listing and reading (every file missing) is skipped and counted,
 //!   never an error for the walk; other per-file errors leave the field `None` and are counted;
 //! - settings (quota, period, burst, shares/weight, memory limits and protections: 5 of a v1
@@ -23,17 +25,20 @@
 //! ns-precise and belongs to the hierarchy that enforces the quota.
 
 use std::collections::HashMap;
-use std::os::unix::fs::DirEntryExt;
+use std::ffi::{CStr, CString, OsStr};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use super::dirfd;
 use super::mount::{discover, CgroupVersion, Hierarchy};
 use super::parse::{
     parse_cfs_quota, parse_cpu_max, parse_cpu_stat, parse_cpuacct_stat, parse_io_stat, parse_keyed,
     parse_max_or_u64, parse_oom_control, parse_single, parse_v1_limit, CpuMax, CpuStatFile,
 };
 use super::{identify, Cgroup, CgroupPressure, CpuStats, IoStats, MemoryStats};
-use crate::io::{fields, read_parse, ParseError, ReadError, Root};
+use crate::io::{fields, ParseError, ReadError, Root};
 use crate::system::pressure::parse_pressure;
 
 /// Bounds of one walk.
@@ -133,6 +138,9 @@ struct Plan {
     v2_io_root: bool,
     /// Settings last read, by cgroup path (relative to the mount, as `Walk::rel`).
     settings: HashMap<String, Held>,
+    /// The mount is cgroupfs, whose directory link counts say whether a directory has
+    /// subdirectories ([`dirfd::is_leaf`]); elsewhere (a recorded tree) every one is listed.
+    leaf_by_nlink: bool,
 }
 
 /// A cgroup's settings: the files that say what it may use rather than what it used. They
@@ -219,6 +227,7 @@ impl Plan {
             v2_swap: true,
             v2_io_root: true,
             settings: HashMap::new(),
+            leaf_by_nlink: dirfd::open_dir(&dir).is_ok_and(|d| dirfd::on_cgroupfs(d.as_fd())),
             ctl,
             dir,
             hierarchy,
@@ -334,8 +343,19 @@ impl CgroupReader {
             rel.clear();
             rel.push_str(&plan.hierarchy.mount_root);
             let ctl = plan.ctl;
+            let fd = match dirfd::open_dir(&dir) {
+                Ok(fd) => fd,
+                Err(_) => {
+                    // As a directory whose files are all missing: the mount went away.
+                    self.stats.dirs_read += 1;
+                    self.stats.vanished += 1;
+                    continue;
+                }
+            };
             let mut w = Walk {
                 plan,
+                fd: Some(fd),
+                kids: Vec::new(),
                 clock,
                 buf: &mut self.buf,
                 stats: &mut self.stats,
@@ -383,6 +403,10 @@ struct Clock {
 /// State of one hierarchy's walk.
 struct Walk<'a> {
     plan: &'a mut Plan,
+    /// The directory being read (`dir`), opened.
+    fd: Option<OwnedFd>,
+    /// Spare list of subdirectories, for the next directory listed.
+    kids: Vec<(CString, u64)>,
     clock: Clock,
     buf: &'a mut Vec<u8>,
     stats: &'a mut WalkStats,
@@ -398,8 +422,8 @@ struct Walk<'a> {
 }
 
 impl Walk<'_> {
-    /// Reads the directory at `self.dir` (cgroup path `self.rel`, inode `ino`; 0 for the
-    /// hierarchy's root) with controllers `ctl`, then its children.
+    /// Reads the directory at `self.dir` (open as `self.fd`; cgroup path `self.rel`, inode
+    /// `ino`, 0 for the hierarchy's root) with controllers `ctl`, then its children.
     fn visit(&mut self, depth: usize, ctl: Ctl, ino: u64) {
         self.visited += 1;
         self.stats.dirs_read += 1;
@@ -415,14 +439,19 @@ impl Walk<'_> {
         }
         self.out.push(rec);
 
-        let Ok(entries) = std::fs::read_dir(&*self.dir) else {
+        let Some(fd) = self.fd.as_ref() else {
             return;
         };
+        if self.plan.leaf_by_nlink && dirfd::is_leaf(fd.as_fd()) {
+            return;
+        }
+        let mut kids = std::mem::take(&mut self.kids);
+        if dirfd::subdirs(fd.as_fd(), &mut kids).is_err() {
+            self.kids = kids;
+            return;
+        }
         let mut child_ctl = None;
-        for e in entries.flatten() {
-            if !e.file_type().is_ok_and(|t| t.is_dir()) {
-                continue;
-            }
+        for (name, child_ino) in kids.drain(..) {
             if depth + 1 > self.config.max_depth {
                 self.stats.skipped_depth += 1;
                 continue;
@@ -432,17 +461,44 @@ impl Walk<'_> {
                 continue;
             }
             let ctl = *child_ctl.get_or_insert_with(|| self.children_ctl(ctl));
-            let name = e.file_name();
-            let child_ino = e.ino();
-            let rel_len = self.rel.len();
-            if !self.rel.ends_with('/') {
-                self.rel.push('/');
+            let os_name = OsStr::from_bytes(name.to_bytes());
+            self.dir.push(os_name);
+            let opened = match self.fd.as_ref() {
+                Some(fd) => dirfd::open_subdir(fd.as_fd(), &name),
+                None => Err(std::io::ErrorKind::NotFound.into()),
+            };
+            match opened {
+                Ok(child) => {
+                    let rel_len = self.rel.len();
+                    if !self.rel.ends_with('/') {
+                        self.rel.push('/');
+                    }
+                    self.rel.push_str(&os_name.to_string_lossy());
+                    let parent = self.fd.replace(child);
+                    self.visit(depth + 1, ctl, child_ino);
+                    self.fd = parent;
+                    self.rel.truncate(rel_len);
+                }
+                Err(source) => {
+                    self.visited += 1;
+                    self.stats.dirs_read += 1;
+                    let e = ReadError::Io {
+                        path: self.dir.clone(),
+                        source,
+                    };
+                    if e.is_missing() {
+                        // Removed after it was listed.
+                        self.stats.vanished += 1;
+                    } else {
+                        self.stats.read_errors += 1;
+                        self.stats.first_error.get_or_insert(e);
+                    }
+                }
             }
-            self.rel.push_str(&name.to_string_lossy());
-            self.dir.push(&name);
-            self.visit(depth + 1, ctl, child_ino);
             self.dir.pop();
-            self.rel.truncate(rel_len);
+        }
+        if self.kids.capacity() < kids.capacity() {
+            self.kids = kids;
         }
     }
 
@@ -452,7 +508,9 @@ impl Walk<'_> {
             CgroupVersion::V1 => ctl,
             CgroupVersion::V2 => {
                 let enabled = self
-                    .get("cgroup.subtree_control", |b| Ok(Ctl::from_names(fields(b))))
+                    .get(c"cgroup.subtree_control", |b| {
+                        Ok(Ctl::from_names(fields(b)))
+                    })
                     .unwrap_or_default();
                 Ctl(enabled.0 & self.plan.ctl.0)
             }
@@ -463,12 +521,24 @@ impl Walk<'_> {
     /// any other failure → `None` and counted.
     fn get<T>(
         &mut self,
-        name: &str,
+        name: &CStr,
         parse: impl FnOnce(&[u8]) -> Result<T, ParseError>,
     ) -> Option<T> {
-        self.dir.push(name);
-        let r = read_parse(self.dir, self.buf, parse);
-        self.dir.pop();
+        let read = match self.fd.as_ref() {
+            Some(fd) => dirfd::read_file(fd.as_fd(), name, self.buf),
+            None => Err(std::io::ErrorKind::NotFound.into()),
+        };
+        let path = || self.dir.join(OsStr::from_bytes(name.to_bytes()));
+        let r = match read {
+            Ok(()) => parse(self.buf).map_err(|source| ReadError::Parse {
+                path: path(),
+                source,
+            }),
+            Err(source) => Err(ReadError::Io {
+                path: path(),
+                source,
+            }),
+        };
         self.last_missing = false;
         match r {
             Ok(v) => {
@@ -543,15 +613,15 @@ impl Walk<'_> {
     fn read_settings_v1(&mut self, ctl: Ctl) -> Settings {
         let mut s = Settings::default();
         if ctl.has(Ctl::CPU) {
-            s.quota = self.get("cpu.cfs_quota_us", parse_cfs_quota);
-            s.period = self.get("cpu.cfs_period_us", parse_single);
+            s.quota = self.get(c"cpu.cfs_quota_us", parse_cfs_quota);
+            s.period = self.get(c"cpu.cfs_period_us", parse_single);
             if self.plan.v1_burst {
-                s.burst = self.get("cpu.cfs_burst_us", parse_single);
+                s.burst = self.get(c"cpu.cfs_burst_us", parse_single);
             }
-            s.shares = self.get("cpu.shares", parse_single);
+            s.shares = self.get(c"cpu.shares", parse_single);
         }
         if ctl.has(Ctl::MEMORY) {
-            s.limit = self.get("memory.limit_in_bytes", parse_v1_limit);
+            s.limit = self.get(c"memory.limit_in_bytes", parse_v1_limit);
         }
         s
     }
@@ -563,18 +633,18 @@ impl Walk<'_> {
             return s;
         }
         if ctl.has(Ctl::CPU) {
-            s.cpu_max = self.get("cpu.max", parse_cpu_max);
+            s.cpu_max = self.get(c"cpu.max", parse_cpu_max);
             if s.cpu_max.is_some() && self.plan.v2_burst {
-                s.burst = self.get("cpu.max.burst", parse_single);
+                s.burst = self.get(c"cpu.max.burst", parse_single);
                 self.plan.v2_burst = !self.last_missing;
             }
-            s.weight = self.get("cpu.weight", parse_single);
+            s.weight = self.get(c"cpu.weight", parse_single);
         }
         if ctl.has(Ctl::MEMORY) {
-            s.limit = self.get("memory.max", parse_max_or_u64);
-            s.high = self.get("memory.high", parse_max_or_u64);
-            s.low = self.get("memory.low", parse_protection);
-            s.min = self.get("memory.min", parse_protection);
+            s.limit = self.get(c"memory.max", parse_max_or_u64);
+            s.high = self.get(c"memory.high", parse_max_or_u64);
+            s.low = self.get(c"memory.low", parse_protection);
+            s.min = self.get(c"memory.min", parse_protection);
         }
         s
     }
@@ -588,7 +658,7 @@ impl Walk<'_> {
         let mut cpu = CpuStats::default();
         let mut any_cpu = false;
         if ctl.has(Ctl::CPU) {
-            if let Some(s) = self.get("cpu.stat", parse_cpu_stat) {
+            if let Some(s) = self.get(c"cpu.stat", parse_cpu_stat) {
                 set_throttling(&mut cpu, &s, CgroupVersion::V1);
                 any_cpu = true;
             }
@@ -605,11 +675,11 @@ impl Walk<'_> {
             any_cpu |= cpu.period_us.is_some() || cpu.shares.is_some();
         }
         if ctl.has(Ctl::CPUACCT) {
-            cpu.usage_ns = self.get("cpuacct.usage", parse_single);
+            cpu.usage_ns = self.get(c"cpuacct.usage", parse_single);
             if cpu.usage_ns.is_some() {
                 cpu.usage_source = Some(CgroupVersion::V1);
             }
-            if let Some(s) = self.get("cpuacct.stat", parse_cpuacct_stat) {
+            if let Some(s) = self.get(c"cpuacct.stat", parse_cpuacct_stat) {
                 cpu.user_ticks = Some(s.user_ticks);
                 cpu.system_ticks = Some(s.system_ticks);
             }
@@ -621,14 +691,14 @@ impl Walk<'_> {
         if ctl.has(Ctl::MEMORY) {
             let before = self.found;
             let mut m = MemoryStats {
-                usage_bytes: self.get("memory.usage_in_bytes", parse_single),
+                usage_bytes: self.get(c"memory.usage_in_bytes", parse_single),
                 limit_bytes: set.limit.flatten(),
-                failcnt: self.get("memory.failcnt", parse_single),
-                stat: self.get("memory.stat", parse_keyed).unwrap_or_default(),
+                failcnt: self.get(c"memory.failcnt", parse_single),
+                stat: self.get(c"memory.stat", parse_keyed).unwrap_or_default(),
                 ..MemoryStats::default()
             };
             if self.plan.v1_oom_control {
-                if let Some(o) = self.get("memory.oom_control", parse_oom_control) {
+                if let Some(o) = self.get(c"memory.oom_control", parse_oom_control) {
                     m.oom_kill = o.oom_kill;
                     m.under_oom = Some(o.under_oom);
                 }
@@ -649,7 +719,7 @@ impl Walk<'_> {
         let mut cpu = CpuStats::default();
         let mut any_cpu = false;
         // cpu.stat's usage keys exist in every cgroup, with or without the cpu controller.
-        if let Some(s) = self.get("cpu.stat", parse_cpu_stat) {
+        if let Some(s) = self.get(c"cpu.stat", parse_cpu_stat) {
             if let Some(u) = s.usage_usec {
                 cpu.usage_ns = Some(u.saturating_mul(1000));
                 cpu.usage_source = Some(CgroupVersion::V2);
@@ -675,8 +745,8 @@ impl Walk<'_> {
         if ctl.has(Ctl::MEMORY) {
             let before = self.found;
             let mut m = MemoryStats {
-                usage_bytes: self.get("memory.current", parse_single),
-                stat: self.get("memory.stat", parse_keyed).unwrap_or_default(),
+                usage_bytes: self.get(c"memory.current", parse_single),
+                stat: self.get(c"memory.stat", parse_keyed).unwrap_or_default(),
                 limit_bytes: set.limit.flatten(),
                 high_bytes: set.high.flatten(),
                 low_bytes: set.low,
@@ -684,9 +754,9 @@ impl Walk<'_> {
                 ..MemoryStats::default()
             };
             if !is_root {
-                m.events = self.get("memory.events", parse_keyed).unwrap_or_default();
+                m.events = self.get(c"memory.events", parse_keyed).unwrap_or_default();
                 if self.plan.v2_swap && m.usage_bytes.is_some() {
-                    m.swap_bytes = self.get("memory.swap.current", parse_single);
+                    m.swap_bytes = self.get(c"memory.swap.current", parse_single);
                     self.plan.v2_swap = !self.last_missing;
                 }
             }
@@ -695,16 +765,16 @@ impl Walk<'_> {
             }
         }
         if ctl.has(Ctl::PIDS) && !is_root {
-            rec.pids_current = self.get("pids.current", parse_single);
+            rec.pids_current = self.get(c"pids.current", parse_single);
         }
         if ctl.has(Ctl::IO) {
             rec.io = self.read_io_stat(is_root);
         }
         if self.plan.v2_pressure {
             rec.pressure = CgroupPressure {
-                cpu: self.get("cpu.pressure", parse_pressure),
-                memory: self.get("memory.pressure", parse_pressure),
-                io: self.get("io.pressure", parse_pressure),
+                cpu: self.get(c"cpu.pressure", parse_pressure),
+                memory: self.get(c"memory.pressure", parse_pressure),
+                io: self.get(c"io.pressure", parse_pressure),
             };
         }
         rec
@@ -719,7 +789,7 @@ impl Walk<'_> {
         if is_root && !self.plan.v2_io_root {
             return None;
         }
-        let io = self.get("io.stat", |b| parse_io_stat(b).map(|d| IoStats::sum(&d)));
+        let io = self.get(c"io.stat", |b| parse_io_stat(b).map(|d| IoStats::sum(&d)));
         if is_root && self.last_missing {
             self.plan.v2_io_root = false;
         }

@@ -701,3 +701,99 @@ fn settings_are_read_at_their_own_period_and_new_cgroups_at_once() {
         assert!(reader.last_walk().read_errors == 0);
     }
 }
+
+/// Removes the directories it holds, deepest first, whatever the test did.
+struct RmDirs(Vec<std::path::PathBuf>);
+
+impl Drop for RmDirs {
+    fn drop(&mut self) {
+        for d in self.0.iter().rev() {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+}
+
+/// On the host's own cgroupfs: a nested cgroup is found below a parent that a link count says
+/// has children (leaves are not listed, so a wrong count would hide it), and a cgroup removed
+/// and created again at its path with another quota is read at once, not a settings period
+/// later (kernfs gives the new directory a new inode number).
+#[test]
+fn live_nested_and_recreated_cgroups_are_read() {
+    const NAME: &str = "live_nested_and_recreated_cgroups_are_read";
+    if !jitterscope_testkit::is_root() {
+        return jitterscope_testkit::skip(NAME, "creating cgroups needs root");
+    }
+    let probe = CgroupReader::new(Root::default());
+    // A hierarchy where cpu.cfs_quota_us (v1) or cpu.max (v2, cpu enabled for the root's
+    // children) exists below the root.
+    let found = probe.ok().and_then(|r| {
+        r.hierarchies().find_map(|h| {
+            let dir = std::path::PathBuf::from(&h.mount_point);
+            let quota_file = match h.version {
+                CgroupVersion::V1 if h.controllers.iter().any(|c| c == "cpu") => "cpu.cfs_quota_us",
+                CgroupVersion::V2
+                    if std::fs::read_to_string(dir.join("cgroup.subtree_control"))
+                        .is_ok_and(|s| s.split_whitespace().any(|c| c == "cpu")) =>
+                {
+                    "cpu.max"
+                }
+                _ => return None,
+            };
+            Some((dir, quota_file, h.version))
+        })
+    });
+    let Some((mount, quota_file, version)) = found else {
+        return jitterscope_testkit::skip(NAME, "no cgroup hierarchy with the cpu controller");
+    };
+    let top = format!("jitterscope-test-{}", std::process::id());
+    let (a, b) = (mount.join(&top).join("a"), mount.join(&top).join("a/b"));
+    let mut dirs = RmDirs(Vec::new());
+    for d in [mount.join(&top), a.clone(), b.clone()] {
+        std::fs::create_dir(&d).unwrap();
+        dirs.0.push(d);
+    }
+    let set_quota = |us: u64| {
+        let v = match version {
+            CgroupVersion::V1 => us.to_string(),
+            CgroupVersion::V2 => format!("{us} 100000"),
+        };
+        std::fs::write(b.join(quota_file), v).unwrap();
+    };
+    set_quota(20_000);
+    let cfg = CgroupReaderConfig {
+        settings_period: std::time::Duration::from_secs(10),
+        ..CgroupReaderConfig::default()
+    };
+    let mut r = CgroupReader::with_config(Root::default(), cfg).unwrap();
+    let path = format!("/{top}/a/b");
+    let quota = |cgs: &[Cgroup]| {
+        cgs.iter()
+            .find(|c| c.path == path)
+            .map(|c| c.cpu.as_ref().and_then(|c| c.quota_us))
+    };
+    const S: u64 = 1_000_000_000;
+    let cgs = r.read_at(100 * S, S / 2);
+    assert_eq!(
+        quota(&cgs),
+        Some(Some(20_000)),
+        "the nested cgroup is found"
+    );
+    // Past its first period, so only a new directory explains a read at once.
+    let cgs = r.read_at(120 * S, S / 2);
+    assert_eq!(quota(&cgs), Some(Some(20_000)));
+    std::fs::remove_dir(&b).unwrap();
+    std::fs::create_dir(&b).unwrap();
+    set_quota(30_000);
+    let cgs = r.read_at(121 * S, S / 2);
+    assert_eq!(
+        quota(&cgs),
+        Some(Some(30_000)),
+        "created again: read at once"
+    );
+    assert_eq!(
+        r.last_walk().read_errors,
+        0,
+        "{:?}",
+        r.last_walk().first_error
+    );
+}
