@@ -272,10 +272,15 @@ pub const CODEC_MSGPACK_NAMED_V2: u8 = 2;
 /// detail lanes number their codecs apart: a detail lane's 3 is [`CODEC_COLUMNS`].)
 pub const CODEC_MSGPACK_NAMED: u8 = 3;
 
-/// Codec byte of the detail lanes this build writes: the process table by column (see the
-/// `columns` module). A build that reads only codecs 1 and 2 keeps the sample's host data and
-/// reads it without processes.
+/// Codec byte of the detail lanes written before [`CODEC_COLUMNS_US`]: the process table by
+/// column (see the `columns` module), schedstat's times in ns (still read). A build that reads
+/// only codecs 1 and 2 keeps the sample's host data and reads it without processes.
 pub const CODEC_COLUMNS: u8 = 3;
+
+/// Codec byte of the detail lanes this build writes: as [`CODEC_COLUMNS`], with schedstat's run
+/// and wait time kept to the µs (see the `columns` module). A build that reads only codecs up
+/// to 3 reads the sample without processes.
+pub const CODEC_COLUMNS_US: u8 = 4;
 
 /// Errors decoding a payload.
 #[derive(Debug, thiserror::Error)]
@@ -284,7 +289,7 @@ pub enum CodecError {
     #[error("empty payload")]
     Empty,
     /// A codec this build does not know (written by a much newer recorder).
-    #[error("unknown payload codec {0}; this build reads codecs {CODEC_MSGPACK_NAMED_V1} to {CODEC_MSGPACK_NAMED} (main) and {CODEC_MSGPACK_NAMED_V2} to {CODEC_COLUMNS} (detail)")]
+    #[error("unknown payload codec {0}; this build reads codecs {CODEC_MSGPACK_NAMED_V1} to {CODEC_MSGPACK_NAMED} (main) and {CODEC_MSGPACK_NAMED_V2} to {CODEC_COLUMNS_US} (detail)")]
     UnknownCodec(u8),
     /// The MessagePack did not decode into a sample.
     #[error("undecodable sample: {0}")]
@@ -335,7 +340,7 @@ struct Detail<P> {
     processes: Option<P>,
 }
 
-/// What the recorder puts in a record's detail lane with codec 3: the process table by
+/// What the recorder puts in a record's detail lane with codecs 3 and 4: the process table by
 /// column. A message of its own, so that more tables can join it.
 #[derive(Clone, PartialEq, prost::Message)]
 struct DetailColumns {
@@ -343,16 +348,16 @@ struct DetailColumns {
     processes: Option<columns::Table>,
 }
 
-/// Encodes a process table as a detail-lane payload of `codec` ([`CODEC_COLUMNS`], or
-/// [`CODEC_MSGPACK_NAMED_V2`] as builds before it wrote, for comparisons and tests) into `out`
-/// (cleared first).
+/// Encodes a process table as a detail-lane payload of `codec` ([`CODEC_COLUMNS_US`], or
+/// [`CODEC_COLUMNS`] or [`CODEC_MSGPACK_NAMED_V2`] as builds before it wrote, for comparisons
+/// and tests) into `out` (cleared first).
 pub fn encode_detail(procs: &[Process], codec: u8, out: &mut Vec<u8>) -> Result<(), CodecError> {
     out.clear();
     out.push(codec);
     match codec {
-        CODEC_COLUMNS => {
+        CODEC_COLUMNS | CODEC_COLUMNS_US => {
             let d = DetailColumns {
-                processes: Some(columns::Table::of(procs)),
+                processes: Some(columns::Table::of(procs, codec == CODEC_COLUMNS_US)),
             };
             prost::Message::encode(&d, out)?;
         }
@@ -387,7 +392,7 @@ pub fn encode_lanes(
     sample.processes = processes;
     r?;
     if let Some(p) = &sample.processes {
-        encode_detail(p, CODEC_COLUMNS, detail)?;
+        encode_detail(p, CODEC_COLUMNS_US, detail)?;
     }
     Ok(())
 }
@@ -412,9 +417,10 @@ pub fn decode_lanes(
 pub fn decode_detail(payload: &[u8]) -> Result<Option<Vec<Process>>, CodecError> {
     match payload.split_first() {
         None => Err(CodecError::Empty),
-        Some((&CODEC_COLUMNS, rest)) => {
+        Some((&c @ (CODEC_COLUMNS | CODEC_COLUMNS_US), rest)) => {
             let d = <DetailColumns as prost::Message>::decode(rest)?;
-            Ok(d.processes.map(|t| t.processes()).transpose()?)
+            let us = c == CODEC_COLUMNS_US;
+            Ok(d.processes.map(|t| t.processes(us)).transpose()?)
         }
         Some((&CODEC_MSGPACK_NAMED_V2, rest)) => {
             let before = WANTED.with(|w| w.replace(Parts::PROCESSES));
@@ -495,16 +501,14 @@ mod tests {
         let (mut main, mut detail) = (Vec::new(), Vec::new());
         encode_lanes(&mut s, &mut main, &mut detail).unwrap();
         assert_eq!(s, sample(), "the sample is left as it was");
-        assert_eq!(detail[0], CODEC_COLUMNS);
-        // A detail written by builds before codec 3 joins its record the same way.
-        let mut v2 = Vec::new();
-        encode_detail(
-            s.processes.as_deref().unwrap(),
-            CODEC_MSGPACK_NAMED_V2,
-            &mut v2,
-        )
-        .unwrap();
-        assert_eq!(decode_lanes(&main, Some(&v2), Parts::ALL).unwrap(), s);
+        assert_eq!(detail[0], CODEC_COLUMNS_US);
+        // Details written by builds before codec 4 join their record the same way.
+        for old in [CODEC_MSGPACK_NAMED_V2, CODEC_COLUMNS] {
+            let mut d = Vec::new();
+            encode_detail(s.processes.as_deref().unwrap(), old, &mut d).unwrap();
+            assert_eq!(d[0], old);
+            assert_eq!(decode_lanes(&main, Some(&d), Parts::ALL).unwrap(), s);
+        }
         assert!(decode(&main).unwrap().processes.is_none());
         assert_eq!(decode_lanes(&main, Some(&detail), Parts::ALL).unwrap(), s);
         let host = decode_lanes(&main, Some(&detail), Parts::CGROUPS).unwrap();

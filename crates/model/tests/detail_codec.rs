@@ -1,5 +1,7 @@
 //! The detail lane's codecs on real process tables: what codec 3 (columns) writes decodes to
-//! exactly the processes recorded, and stores written with codec 2 still read.
+//! exactly the processes recorded, what codec 4 (columns, schedstat's run and wait time to the
+//! µs) writes decodes to them with those two times rounded down to the µs, and stores written
+//! with codec 2 still read.
 //!
 //! `tests/fixtures/store-lanes-v2/` was written by the last build before codec 3
 //! (`jitterscope record --dir tests/fixtures/store-lanes-v2 --root tests/fixtures/host
@@ -10,7 +12,9 @@
 
 use std::time::Duration;
 
-use jitterscope_model::codec::{self, Parts, CODEC_COLUMNS, CODEC_MSGPACK_NAMED_V2};
+use jitterscope_model::codec::{
+    self, Parts, CODEC_COLUMNS, CODEC_COLUMNS_US, CODEC_MSGPACK_NAMED_V2,
+};
 use jitterscope_model::signals::SignalRecord;
 use jitterscope_model::stored::{Encoder, SampleReader};
 use jitterscope_model::Sample;
@@ -31,11 +35,25 @@ fn recorded() -> Vec<Sample> {
     samples
 }
 
-fn round_trip(procs: &[Process]) -> Vec<Process> {
+fn round_trip_with(procs: &[Process], c: u8) -> Vec<Process> {
     let mut b = Vec::new();
-    codec::encode_detail(procs, CODEC_COLUMNS, &mut b).unwrap();
-    assert_eq!(b[0], CODEC_COLUMNS);
+    codec::encode_detail(procs, c, &mut b).unwrap();
+    assert_eq!(b[0], c);
     codec::decode_detail(&b).unwrap().expect("a table")
+}
+
+fn round_trip(procs: &[Process]) -> Vec<Process> {
+    round_trip_with(procs, CODEC_COLUMNS)
+}
+
+/// `procs` as codec 4 keeps them: run and wait time rounded down to the µs.
+fn to_us(procs: &[Process]) -> Vec<Process> {
+    let mut v = procs.to_vec();
+    for s in v.iter_mut().filter_map(|p| p.schedstat.as_mut()) {
+        s.run_ns = s.run_ns / 1000 * 1000;
+        s.wait_ns = s.wait_ns / 1000 * 1000;
+    }
+    v
 }
 
 #[test]
@@ -60,6 +78,7 @@ fn recorded_tables_round_trip_exactly() {
     for s in recorded() {
         let p = s.processes.as_deref().unwrap();
         assert!(round_trip(p) == p, "sample {} differs", s.ts_ns);
+        assert!(round_trip_with(p, CODEC_COLUMNS_US) == to_us(p));
         // And written back as codec 2 by this build, the bytes the old build wrote read the same.
         let mut b = Vec::new();
         codec::encode_detail(p, CODEC_MSGPACK_NAMED_V2, &mut b).unwrap();
@@ -81,7 +100,7 @@ fn recorded_samples_come_back_whole_through_the_store() {
         assert!(e
             .lanes
             .iter()
-            .any(|(_, d)| d.first() == Some(&CODEC_COLUMNS)));
+            .any(|(_, d)| d.first() == Some(&CODEC_COLUMNS_US)));
         w.append_lanes(s.ts_ns, e.main, &e.lanes).unwrap();
     }
     w.close().unwrap();
@@ -91,7 +110,11 @@ fn recorded_samples_come_back_whole_through_the_store() {
     assert!(read.damage().is_empty());
     assert_eq!(back.len(), samples.len());
     for (a, b) in back.iter().zip(&samples) {
-        assert!(a == b, "sample {} differs", b.ts_ns);
+        let b = Sample {
+            processes: b.processes.as_deref().map(to_us),
+            ..b.clone()
+        };
+        assert!(a == &b, "sample {} differs", b.ts_ns);
     }
     // A read that does not want processes does not get them.
     let host: Vec<Sample> = r
@@ -112,5 +135,6 @@ fn this_hosts_table_round_trips_exactly() {
         r.scan(&mut procs, None).unwrap();
         assert!(procs.iter().any(|p| p.stat.pid == std::process::id()));
         assert!(round_trip(&procs) == procs);
+        assert!(round_trip_with(&procs, CODEC_COLUMNS_US) == to_us(&procs));
     }
 }
