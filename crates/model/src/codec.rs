@@ -8,8 +8,9 @@
 //! run of samples together in the store.
 //!
 //! The process table goes to the record's detail lane ([`encode_lanes`]), as its own payload
-//! with its own codec byte: [`CODEC_COLUMNS`] (one array per field, see the `columns` module),
-//! or, in stores written before it, [`CODEC_MSGPACK_NAMED_V2`] (one map per process). There the
+//! with its own codec byte: [`CODEC_COLUMNS_US`] (one array per field, see the `columns`
+//! module), or, in stores written before it, [`CODEC_COLUMNS`] (the same with schedstat's times
+//! in ns) or [`CODEC_MSGPACK_NAMED_V2`] (one map per process). There the
 //! names did cost: repeated for each of a busy host's 600 processes, they made a raw sample
 //! 430 KB that the writer had to serialize and compress and every reader to walk.
 

@@ -2,7 +2,8 @@
 //! (`mechanism: false`).
 //!
 //! **Evidence.** Run-queue wait p99 and maximum (runqlat tracer), per CPU cgroup when
-//! recorded, and the processes that waited most (`proc.<pid>.<comm>.runq_wait_pct`).
+//! recorded, and the processes that waited most (`proc.<pid>.<comm>.runq_wait_pct`, which is
+//! the main thread's wait only: /proc/<pid>/schedstat is the thread-group leader's).
 //!
 //! **Thresholds.** Window mean p99 >= 5 ms and >= 10x the baseline median (when there is a
 //! baseline): a few ms is a lost timeslice, a jump over the host's own normal is queueing.

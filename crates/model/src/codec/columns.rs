@@ -1,4 +1,4 @@
-//! The process table as columns: the detail lane's codec 3.
+//! The process table as columns: the detail lane's codecs 3 and 4.
 //!
 //! Codecs 1 and 2 wrote the process table as one MessagePack map per process, so a busy host's
 //! 600 processes repeated every field name 600 times (about 430 KB a sample before zstd). zstd

@@ -8,6 +8,10 @@
 //! directory is opened once, relative to its parent's descriptor; its files are opened relative
 //! to it (one path component each); and it is listed only when its link count says it has
 //! subdirectories, which kernfs keeps exact (2 + subdirectories).
+//!
+//! Directories are opened `O_PATH`, which needs search permission only, as opening a file by
+//! its full path did; listing one opens it for reading, which needs read permission, as
+//! `read_dir` did.
 
 use std::ffi::{CStr, CString};
 use std::io;
@@ -18,12 +22,12 @@ use std::path::Path;
 const CGROUP_SUPER_MAGIC: u64 = 0x0027_e0eb;
 const CGROUP2_SUPER_MAGIC: u64 = 0x6367_7270;
 
-/// Opens the directory at `path`.
+/// Opens the directory at `path` (`O_PATH`).
 pub(super) fn open_dir(path: &Path) -> io::Result<OwnedFd> {
     use std::os::unix::fs::OpenOptionsExt;
     let f = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_DIRECTORY)
+        .custom_flags(libc::O_DIRECTORY | libc::O_PATH)
         .open(path)?;
     Ok(OwnedFd::from(f))
 }
@@ -39,12 +43,12 @@ fn openat(dir: BorrowedFd<'_>, name: &CStr, flags: libc::c_int) -> io::Result<Ow
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// Opens the subdirectory `name` of `dir` (not following a symbolic link).
+/// Opens the subdirectory `name` of `dir` (`O_PATH`, not following a symbolic link).
 pub(super) fn open_subdir(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<OwnedFd> {
     openat(
         dir,
         name,
-        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+        libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW,
     )
 }
 
@@ -83,25 +87,31 @@ pub(super) fn is_leaf(dir: BorrowedFd<'_>) -> bool {
 /// `fstatat`.
 pub(super) fn subdirs(dir: BorrowedFd<'_>, out: &mut Vec<(CString, u64)>) -> io::Result<()> {
     out.clear();
-    // A duplicate, because closedir closes the descriptor it was given.
-    // SAFETY: plain descriptor duplication.
-    let dup = unsafe { libc::fcntl(dir.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
-    if dup < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `dup` is ours; on success the stream owns it.
-    let stream = unsafe { libc::fdopendir(dup) };
+    // `dir` is an O_PATH descriptor, which cannot be listed: the directory itself is opened
+    // for reading, and the stream owns (and closedir closes) that descriptor.
+    let listing = openat(dir, c".", libc::O_RDONLY | libc::O_DIRECTORY)?;
+    let raw = std::os::fd::IntoRawFd::into_raw_fd(listing);
+    // SAFETY: `raw` is ours; on success the stream owns it.
+    let stream = unsafe { libc::fdopendir(raw) };
     if stream.is_null() {
         let e = io::Error::last_os_error();
-        // SAFETY: the stream did not take `dup`.
-        unsafe { libc::close(dup) };
+        // SAFETY: the stream did not take `raw`.
+        unsafe { libc::close(raw) };
         return Err(e);
     }
+    let mut result = Ok(());
     loop {
+        // readdir returns NULL both at the end and on an error, which only errno tells apart.
+        // SAFETY: errno is this thread's.
+        unsafe { *libc::__errno_location() = 0 };
         // SAFETY: `stream` is open; the entry stays valid until the next readdir/closedir,
         // and its name is copied before either.
         let e = unsafe { libc::readdir64(stream) };
         if e.is_null() {
+            let err = io::Error::last_os_error();
+            if err.raw_os_error().is_some_and(|n| n != 0) {
+                result = Err(err);
+            }
             break;
         }
         let (name, ino, kind) = unsafe {
@@ -138,5 +148,5 @@ pub(super) fn subdirs(dir: BorrowedFd<'_>, out: &mut Vec<(CString, u64)>) -> io:
     }
     // SAFETY: opened above, closed once.
     unsafe { libc::closedir(stream) };
-    Ok(())
+    result
 }

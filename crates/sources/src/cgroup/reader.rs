@@ -170,12 +170,20 @@ struct Settings {
     low: Option<u64>,
     /// v2 `memory.min`.
     min: Option<u64>,
+    /// A memory settings file was there when they were read (read, or failing other than as
+    /// missing), which makes the record's memory part present as any memory file does.
+    memory_found: bool,
 }
 
-impl Settings {
-    fn any_memory(&self) -> bool {
-        self.limit.is_some() || self.high.is_some() || self.low.is_some() || self.min.is_some()
-    }
+/// How long a cgroup counts as new: its settings are read every walk for this long (or the
+/// settings period, if shorter) after it is first seen. Runtimes write a container's limits
+/// within moments of creating its cgroup.
+const YOUNG_NS: u64 = 10_000_000_000;
+
+/// A memory usage above the memory limit held: the limit was raised since it was read (the
+/// kernel keeps usage under the limit in force), and a usage-of-limit over 100% would follow.
+fn over_limit(usage: Option<u64>, held: &Settings) -> bool {
+    matches!((usage, held.limit), (Some(u), Some(Some(l))) if u > l)
 }
 
 /// Settings held for one cgroup directory.
@@ -187,9 +195,9 @@ struct Held {
     ino: u64,
     /// The controllers they were read for (v2: what the parent enables, which can change).
     ctl: Ctl,
-    /// When the directory was first seen. A young cgroup's settings are read every walk for a
-    /// period: runtimes create the directory first and write its limits after, so the first
-    /// read may see the defaults.
+    /// When the directory was first seen. A young cgroup's settings are read every walk for
+    /// [`YOUNG_NS`] (at most a period): runtimes create the directory first and write its
+    /// limits after, so the first read may see the defaults.
     first_seen_ns: u64,
     /// When they are read again.
     due_ns: u64,
@@ -446,8 +454,13 @@ impl Walk<'_> {
             return;
         }
         let mut kids = std::mem::take(&mut self.kids);
-        if dirfd::subdirs(fd.as_fd(), &mut kids).is_err() {
+        if let Err(source) = dirfd::subdirs(fd.as_fd(), &mut kids) {
             self.kids = kids;
+            self.stats.read_errors += 1;
+            let path = self.dir.clone();
+            self.stats
+                .first_error
+                .get_or_insert(ReadError::Io { path, source });
             return;
         }
         let mut child_ctl = None;
@@ -559,11 +572,13 @@ impl Walk<'_> {
         }
     }
 
-    /// This directory's settings: read with `read` when they are due, else the ones held.
+    /// This directory's settings: read with `read` when they are due or `stale` says the ones
+    /// held cannot be right any more, else the ones held.
     fn settings(
         &mut self,
         ino: u64,
         ctl: Ctl,
+        stale: impl FnOnce(&Settings) -> bool,
         read: impl FnOnce(&mut Self) -> Settings,
     ) -> Settings {
         let c = self.clock;
@@ -574,8 +589,10 @@ impl Walk<'_> {
         let due = match self.plan.settings.get_mut(self.rel.as_str()) {
             Some(h) if h.ino == ino && h.ctl == ctl => {
                 h.walk = c.walk;
-                let young = c.now_ns < h.first_seen_ns.saturating_add(c.period_ns);
-                if !young && c.now_ns.saturating_add(c.slack_ns) < h.due_ns {
+                let young_ns = c.period_ns.min(YOUNG_NS);
+                let young = c.now_ns < h.first_seen_ns.saturating_add(young_ns);
+                let due = c.now_ns.saturating_add(c.slack_ns) >= h.due_ns;
+                if !young && !due && !stale(&h.values) {
                     return h.values.clone();
                 }
                 true
@@ -592,9 +609,9 @@ impl Walk<'_> {
                 }
             }
         } else {
-            // First seen (or the same path is a new directory): read whole every walk for a
-            // period, then at a point of the next period that differs from cgroup to cgroup.
-            let first = c.now_ns.saturating_add(c.period_ns);
+            // First seen (or the same path is a new directory): read whole every walk while
+            // young, then at a point of the next period that differs from cgroup to cgroup.
+            let first = c.now_ns.saturating_add(c.period_ns.min(YOUNG_NS));
             self.plan.settings.insert(
                 self.rel.clone(),
                 Held {
@@ -621,7 +638,9 @@ impl Walk<'_> {
             s.shares = self.get(c"cpu.shares", parse_single);
         }
         if ctl.has(Ctl::MEMORY) {
+            let before = self.found;
             s.limit = self.get(c"memory.limit_in_bytes", parse_v1_limit);
+            s.memory_found = self.found > before;
         }
         s
     }
@@ -641,10 +660,12 @@ impl Walk<'_> {
             s.weight = self.get(c"cpu.weight", parse_single);
         }
         if ctl.has(Ctl::MEMORY) {
+            let before = self.found;
             s.limit = self.get(c"memory.max", parse_max_or_u64);
             s.high = self.get(c"memory.high", parse_max_or_u64);
             s.low = self.get(c"memory.low", parse_protection);
             s.min = self.get(c"memory.min", parse_protection);
+            s.memory_found = self.found > before;
         }
         s
     }
@@ -663,7 +684,19 @@ impl Walk<'_> {
                 any_cpu = true;
             }
         }
-        let set = self.settings(ino, ctl, |w| w.read_settings_v1(ctl));
+        // Usage before the settings: above the limit held, the limit was raised.
+        let mem_before = self.found;
+        let usage = match ctl.has(Ctl::MEMORY) {
+            true => self.get(c"memory.usage_in_bytes", parse_single),
+            false => None,
+        };
+        let usage_found = self.found > mem_before;
+        let set = self.settings(
+            ino,
+            ctl,
+            |held| over_limit(usage, held),
+            |w| w.read_settings_v1(ctl),
+        );
         if ctl.has(Ctl::CPU) {
             if let Some(q) = set.quota {
                 cpu.quota_us = q;
@@ -691,7 +724,7 @@ impl Walk<'_> {
         if ctl.has(Ctl::MEMORY) {
             let before = self.found;
             let mut m = MemoryStats {
-                usage_bytes: self.get(c"memory.usage_in_bytes", parse_single),
+                usage_bytes: usage,
                 limit_bytes: set.limit.flatten(),
                 failcnt: self.get(c"memory.failcnt", parse_single),
                 stat: self.get(c"memory.stat", parse_keyed).unwrap_or_default(),
@@ -703,7 +736,7 @@ impl Walk<'_> {
                     m.under_oom = Some(o.under_oom);
                 }
             }
-            if self.found > before || set.any_memory() {
+            if self.found > before || usage_found || set.memory_found {
                 rec.memory = Some(m);
             }
         }
@@ -731,7 +764,19 @@ impl Walk<'_> {
             }
             any_cpu = true;
         }
-        let set = self.settings(ino, ctl, |w| w.read_settings_v2(ctl, is_root));
+        // Usage before the settings: above the limit held, the limit was raised.
+        let mem_before = self.found;
+        let usage = match ctl.has(Ctl::MEMORY) {
+            true => self.get(c"memory.current", parse_single),
+            false => None,
+        };
+        let usage_found = self.found > mem_before;
+        let set = self.settings(
+            ino,
+            ctl,
+            |held| over_limit(usage, held),
+            |w| w.read_settings_v2(ctl, is_root),
+        );
         if let Some(m) = &set.cpu_max {
             cpu.quota_us = m.quota_us;
             cpu.period_us = Some(m.period_us);
@@ -745,7 +790,7 @@ impl Walk<'_> {
         if ctl.has(Ctl::MEMORY) {
             let before = self.found;
             let mut m = MemoryStats {
-                usage_bytes: self.get(c"memory.current", parse_single),
+                usage_bytes: usage,
                 stat: self.get(c"memory.stat", parse_keyed).unwrap_or_default(),
                 limit_bytes: set.limit.flatten(),
                 high_bytes: set.high.flatten(),
@@ -760,7 +805,7 @@ impl Walk<'_> {
                     self.plan.v2_swap = !self.last_missing;
                 }
             }
-            if self.found > before || set.any_memory() {
+            if self.found > before || usage_found || set.memory_found {
                 rec.memory = Some(m);
             }
         }
