@@ -627,6 +627,26 @@ impl Walk<'_> {
         values
     }
 
+    /// The memory usage (file `usage_file`, where the memory controller is on), whether that
+    /// file was there, and the settings. Usage is read first: above the limit held, the limit
+    /// was raised since, and the settings are read again.
+    fn usage_and_settings(
+        &mut self,
+        ino: u64,
+        ctl: Ctl,
+        usage_file: &CStr,
+        read: impl FnOnce(&mut Self) -> Settings,
+    ) -> (Option<u64>, bool, Settings) {
+        let before = self.found;
+        let usage = match ctl.has(Ctl::MEMORY) {
+            true => self.get(usage_file, parse_single),
+            false => None,
+        };
+        let found = self.found > before;
+        let set = self.settings(ino, ctl, |held| over_limit(usage, held), read);
+        (usage, found, set)
+    }
+
     fn read_settings_v1(&mut self, ctl: Ctl) -> Settings {
         let mut s = Settings::default();
         if ctl.has(Ctl::CPU) {
@@ -684,19 +704,10 @@ impl Walk<'_> {
                 any_cpu = true;
             }
         }
-        // Usage before the settings: above the limit held, the limit was raised.
-        let mem_before = self.found;
-        let usage = match ctl.has(Ctl::MEMORY) {
-            true => self.get(c"memory.usage_in_bytes", parse_single),
-            false => None,
-        };
-        let usage_found = self.found > mem_before;
-        let set = self.settings(
-            ino,
-            ctl,
-            |held| over_limit(usage, held),
-            |w| w.read_settings_v1(ctl),
-        );
+        let (usage, usage_found, set) =
+            self.usage_and_settings(ino, ctl, c"memory.usage_in_bytes", |w| {
+                w.read_settings_v1(ctl)
+            });
         if ctl.has(Ctl::CPU) {
             if let Some(q) = set.quota {
                 cpu.quota_us = q;
@@ -764,19 +775,9 @@ impl Walk<'_> {
             }
             any_cpu = true;
         }
-        // Usage before the settings: above the limit held, the limit was raised.
-        let mem_before = self.found;
-        let usage = match ctl.has(Ctl::MEMORY) {
-            true => self.get(c"memory.current", parse_single),
-            false => None,
-        };
-        let usage_found = self.found > mem_before;
-        let set = self.settings(
-            ino,
-            ctl,
-            |held| over_limit(usage, held),
-            |w| w.read_settings_v2(ctl, is_root),
-        );
+        let (usage, usage_found, set) = self.usage_and_settings(ino, ctl, c"memory.current", |w| {
+            w.read_settings_v2(ctl, is_root)
+        });
         if let Some(m) = &set.cpu_max {
             cpu.quota_us = m.quota_us;
             cpu.period_us = Some(m.period_us);
