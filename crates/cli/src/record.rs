@@ -545,6 +545,8 @@ fn write_loop(
     let mut paused_since: Option<Instant> = None;
     while let Ok(mut sample) = rx.recv() {
         shared.queued.fetch_sub(1, Ordering::Relaxed);
+        // What the detection and the remote-write sender see is what the store will hold.
+        jitterscope_model::codec::round_as_stored(&mut sample);
         let signals = online.step(&sample, prev.as_deref());
         for m in &signals.marks {
             log(&mark_line(m));

@@ -379,6 +379,19 @@ pub fn encode_detail(procs: &[Process], codec: u8, out: &mut Vec<u8>) -> Result<
     Ok(())
 }
 
+/// Rounds what the store keeps at a coarser precision than collected (detail codec
+/// [`CODEC_COLUMNS_US`]: schedstat's run and wait time, down to the µs), so that a sample used
+/// in memory as well as stored (the recorder's online detection, remote write) holds exactly
+/// what a read of the store gives back.
+pub fn round_as_stored(sample: &mut Sample) {
+    for p in sample.processes.iter_mut().flatten() {
+        if let Some(s) = p.schedstat.as_mut() {
+            s.run_ns = s.run_ns / 1000 * 1000;
+            s.wait_ns = s.wait_ns / 1000 * 1000;
+        }
+    }
+}
+
 /// Encodes a sample for the store's two lanes: `main` gets everything but the process table,
 /// `detail` the process table (cleared, and left empty when the sample has none). The sample's
 /// processes are moved out for the encoding and put back.
@@ -494,6 +507,29 @@ mod tests {
         let only = decode_parts(&b, Parts::CGROUPS).unwrap();
         assert!(only.processes.is_none());
         assert_eq!(only.cgroups, s.cgroups);
+    }
+
+    #[test]
+    fn a_sample_rounded_as_stored_reads_back_exactly() {
+        let mut s = sample();
+        let mut p = s.processes.as_ref().unwrap()[0].clone();
+        p.schedstat = Some(jitterscope_sources::process::PidSchedstat {
+            run_ns: 1_234_567_891,
+            wait_ns: 999,
+            timeslices: 3,
+        });
+        s.processes = Some(vec![p]);
+        let (mut main, mut detail) = (Vec::new(), Vec::new());
+        encode_lanes(&mut s, &mut main, &mut detail).unwrap();
+        assert_ne!(decode_lanes(&main, Some(&detail), Parts::ALL).unwrap(), s);
+        round_as_stored(&mut s);
+        let st = s.processes.as_ref().unwrap()[0].schedstat.clone().unwrap();
+        assert_eq!(
+            (st.run_ns, st.wait_ns, st.timeslices),
+            (1_234_567_000, 0, 3)
+        );
+        encode_lanes(&mut s, &mut main, &mut detail).unwrap();
+        assert_eq!(decode_lanes(&main, Some(&detail), Parts::ALL).unwrap(), s);
     }
 
     #[test]
