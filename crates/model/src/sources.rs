@@ -102,9 +102,10 @@ pub const DEFAULT_SLABINFO_PERIOD: Duration = Duration::from_secs(10);
 
 /// Default [`CollectConfig::cgroup_settings_period`]: 10 s. Settings are 5 of the 12 files of
 /// a v1 cgroup and 7 of the 17 of a v2 one, and they change only when someone changes them. A
-/// cgroup is read whole when it first appears and every interval for its first period (a
+/// cgroup is read whole when it first appears and every interval for its first 10 s (a
 /// runtime writes the limits after creating the directory), and again when its directory is
-/// replaced; a change to a long-lived cgroup's limit shows within the period.
+/// replaced, its controllers change or its memory usage is over the limit held; a change to a
+/// long-lived cgroup's limit shows within the period.
 pub const DEFAULT_CGROUP_SETTINGS_PERIOD: Duration = Duration::from_secs(10);
 
 impl Default for CollectConfig {
