@@ -215,6 +215,20 @@ pub struct Started {
     pub map_bytes: u64,
 }
 
+/// Set by [`classic_tracepoints_only`].
+static CLASSIC_ONLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// For tests: the tlb tracer loads its classic-tracepoint programs, as on a kernel that refuses
+/// BTF-typed and raw tracepoints, so that the fallback runs on kernels that never need it.
+#[doc(hidden)]
+pub fn classic_tracepoints_only(on: bool) {
+    CLASSIC_ONLY.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn classic_only() -> bool {
+    CLASSIC_ONLY.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The names of the tracers that started.
 pub fn running(started: &[Started]) -> Vec<&'static str> {
     started

@@ -47,7 +47,9 @@ pub(crate) struct TlbTracer {
     skel: TlbSkel<'static>,
     procs: Deltas<u32>,
     procs_batch: crate::batch::Batch,
-    ipis: Result<&'static str, &'static str>,
+    ipis: Ipis,
+    /// BTF-typed tracepoints (else the classic ones).
+    btf: bool,
     dropped: u64,
     task_switch: u64,
 }
@@ -76,12 +78,41 @@ pub(crate) fn records() -> Vec<Record> {
     ]
 }
 
+type Loaded = (TlbSkel<'static>, Vec<libbpf_rs::Link>);
+
+fn open_and_load(env: &Env, btf: bool, flush: u64, ipis: Ipis) -> Result<Loaded, String> {
+    let mut open = open_skel!(TlbSkelBuilder, env);
+    let ro = open
+        .maps
+        .rodata_data
+        .as_deref_mut()
+        .ok_or("the BPF object has no read-only data")?;
+    ro.flush_tlb_func_addr = flush;
+    let p = &mut open.progs;
+    p.btf_tlb_flush.set_autoload(btf);
+    p.tlb_flush.set_autoload(!btf);
+    let csd = ipis == Ok("csd:csd_queue_cpu");
+    p.btf_csd_queue_cpu.set_autoload(btf && csd);
+    p.csd_queue_cpu.set_autoload(!btf && csd);
+    let cpumask = ipis == Ok("ipi:ipi_send_cpumask");
+    p.btf_ipi_send_cpumask.set_autoload(btf && cpumask);
+    p.ipi_send_cpumask.set_autoload(!btf && cpumask);
+    load_and_attach(
+        open,
+        |s| create_other(&s.maps.tlb_procs),
+        "tlb:tlb_flush",
+        true,
+    )
+}
+
+/// Which event names the function a cross-CPU call runs, or why none does.
+type Ipis = Result<&'static str, &'static str>;
+
 pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<TlbTracer, String> {
     need_tracepoints(tracefs, &[("tlb", "tlb_flush")])?;
-    check(tracefs, &records())?;
     let flush = Kallsyms::address_of("flush_tlb_func");
-    // Which event names the function a cross-CPU call runs: csd:csd_queue_cpu from 6.6 (the
-    // IPI events then report only the generic handler), ipi:ipi_send_cpumask on 6.3–6.5.
+    // csd:csd_queue_cpu from 6.6 (the IPI events then report only the generic handler),
+    // ipi:ipi_send_cpumask on 6.3–6.5.
     let ipis = if flush.is_none() {
         Err("flush_tlb_func is not in /proc/kallsyms (or kptr_restrict hides it)")
     } else if has_tracepoint(tracefs, "csd", "csd_queue_cpu") {
@@ -91,31 +122,32 @@ pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<TlbTracer, String> {
     } else {
         Err("neither csd:csd_queue_cpu nor ipi:ipi_send_cpumask exists (kernel < 6.3)")
     };
-    let mut open = open_skel!(TlbSkelBuilder, env);
-    let ro = open
-        .maps
-        .rodata_data
-        .as_deref_mut()
-        .ok_or("the BPF object has no read-only data")?;
-    ro.flush_tlb_func_addr = flush.unwrap_or(0);
-    open.progs
-        .csd_queue_cpu
-        .set_autoload(ipis == Ok("csd:csd_queue_cpu"));
-    open.progs
-        .ipi_send_cpumask
-        .set_autoload(ipis == Ok("ipi:ipi_send_cpumask"));
-    let (skel, links) = load_and_attach(
-        open,
-        |s| create_other(&s.maps.tlb_procs),
-        "tlb:tlb_flush",
-        true,
-    )?;
+    let flush = flush.unwrap_or(0);
+    // BTF-typed and raw tracepoints first (5.5+): tlb_flush fires at every flush on the host, and
+    // they skip the perf trace buffer that a classic one fills per event (a third of the
+    // tracer's cost per flush here, see tlb.bpf.c). Classic tracepoints where the kernel refuses
+    // them; the first refusal is kept as the reason.
+    let first = if crate::classic_only() {
+        Err("not tried (classic tracepoints only)".to_string())
+    } else {
+        open_and_load(env, true, flush, ipis)
+    };
+    let (skel, links, btf) = match first {
+        Ok((s, l)) => (s, l, true),
+        Err(btf_err) => {
+            check(tracefs, &records()).map_err(|e| format!("tp_btf: {btf_err}; classic: {e}"))?;
+            let (s, l) = open_and_load(env, false, flush, ipis)
+                .map_err(|e| format!("tp_btf: {btf_err}; classic: {e}"))?;
+            (s, l, false)
+        }
+    };
     Ok(TlbTracer {
         links,
         skel,
         procs: Deltas::new(LAYOUT),
         procs_batch: Default::default(),
         ipis,
+        btf,
         dropped: 0,
         task_switch: 0,
     })
@@ -127,12 +159,17 @@ impl Tracer for TlbTracer {
     }
 
     fn how(&self) -> String {
+        let kind = if self.btf {
+            "BTF-typed and raw"
+        } else {
+            "classic"
+        };
         match self.ipis {
             Ok(ev) => format!(
-                "tracepoints tlb:tlb_flush, {ev} with flush_tlb_func (shootdowns attributed to the sender)"
+                "{kind} tracepoints tlb:tlb_flush, {ev} with flush_tlb_func (shootdowns attributed to the sender)"
             ),
             Err(why) => format!(
-                "tracepoint tlb:tlb_flush; shootdown senders from their own TLB_REMOTE_SEND_IPI flushes (fallback: one per flush, not per target CPU; {why})"
+                "{kind} tracepoint tlb:tlb_flush; shootdown senders from their own TLB_REMOTE_SEND_IPI flushes (fallback: one per flush, not per target CPU; {why})"
             ),
         }
     }

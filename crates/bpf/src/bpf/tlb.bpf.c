@@ -52,15 +52,77 @@ static __always_inline int on_flush(int reason, unsigned long pages)
 	struct js_tlb_proc *p = js_proc_entry(&tlb_procs, &zero_proc, cpu_cgrp_id, &dropped);
 	if (!p)
 		return 0;
-	u32 r = reason < 0 ? TLB_REASONS - 1 : (u32)reason;
+	/* A negative reason is a huge u32 and goes to the last slot with the unknown ones. The
+	 * bound is checked on the index itself, so that the verifier sees it (with the BTF-typed
+	 * program's 64-bit argument, clang otherwise bounded a copy). */
+	u32 r = (u32)reason;
 	if (r >= TLB_REASONS)
 		r = TLB_REASONS - 1;
+	barrier_var(r);
+	if (r >= TLB_REASONS)
+		return 0;
 	__sync_fetch_and_add(&p->flushes[r], 1);
 	if (pages == (unsigned long)-1)
 		__sync_fetch_and_add(&p->full_flushes, 1);
 	else
 		__sync_fetch_and_add(&p->pages, pages);
 	return 0;
+}
+
+/* tlb_flush fires at every flush on the host. The BTF-typed tracepoint is called with the event's
+ * arguments; the classic one (the fallback, below) goes through the perf trace buffer first, its
+ * record filled and the caller's registers fetched on every event. A madvise(DONTNEED) loop with
+ * one flush per 1.85 us iteration, on a 2-CPU VM, 5 interleaved runs each: +211 ns per flush with
+ * the classic program, +139 ns with this one, about +100 ns with a program that only counts in a
+ * per-CPU array (the rest is the per-process hash lookup). */
+SEC("tp_btf/tlb_flush")
+int BPF_PROG(btf_tlb_flush, int reason, unsigned long pages)
+{
+	return on_flush(reason, pages);
+}
+
+static __always_inline int ipi_sent(u64 targets)
+{
+	struct js_tlb_proc *p = js_proc_entry(&tlb_procs, &zero_proc, cpu_cgrp_id, &dropped);
+	if (!p)
+		return 0;
+	__sync_fetch_and_add(&p->ipis_sent, 1);
+	__sync_fetch_and_add(&p->ipi_targets, targets);
+	return 0;
+}
+
+/* A raw tracepoint, as cheap: the BTF-typed one refuses to read a function pointer argument
+ * ("invalid bpf_context access" on 6.18). */
+SEC("raw_tp/csd_queue_cpu")
+int BPF_PROG(btf_csd_queue_cpu, unsigned int cpu, unsigned long callsite, void *func, void *csd)
+{
+	if (!flush_tlb_func_addr || (u64)func != flush_tlb_func_addr)
+		return 0;
+	return ipi_sent(1);
+}
+
+/* Its size is the kernel's (NR_CPUS bits), relocated from the kernel's BTF. */
+struct cpumask {
+	unsigned long bits[1];
+} __attribute__((preserve_access_index));
+
+SEC("tp_btf/ipi_send_cpumask")
+int BPF_PROG(btf_ipi_send_cpumask, struct cpumask *mask, unsigned long callsite, void *callback)
+{
+	if (!flush_tlb_func_addr || (u64)callback != flush_tlb_func_addr)
+		return 0;
+	/* Up to 512 CPUs, and no further than the kernel's cpumask (NR_CPUS bits) reaches. */
+	u32 words = bpf_core_type_size(struct cpumask) / 8;
+	u64 targets = 0;
+	for (u32 i = 0; i < 8; i++) {
+		u64 word = 0;
+		if (i >= words)
+			break;
+		if (bpf_probe_read_kernel(&word, sizeof(word), (void *)mask + i * 8))
+			break;
+		targets += __builtin_popcountll(word);
+	}
+	return ipi_sent(targets);
 }
 
 struct tlb_flush_args {
@@ -91,12 +153,7 @@ int csd_queue_cpu(struct csd_queue_cpu_args *ctx)
 {
 	if (!flush_tlb_func_addr || (u64)ctx->func != flush_tlb_func_addr)
 		return 0;
-	struct js_tlb_proc *p = js_proc_entry(&tlb_procs, &zero_proc, cpu_cgrp_id, &dropped);
-	if (!p)
-		return 0;
-	__sync_fetch_and_add(&p->ipis_sent, 1);
-	__sync_fetch_and_add(&p->ipi_targets, 1);
-	return 0;
+	return ipi_sent(1);
 }
 
 /* 6.3–6.5: the IPI event itself names flush_tlb_func and carries the whole target mask. */
@@ -112,9 +169,6 @@ int ipi_send_cpumask(struct ipi_send_cpumask_args *ctx)
 {
 	if (!flush_tlb_func_addr || (u64)ctx->callback != flush_tlb_func_addr)
 		return 0;
-	struct js_tlb_proc *p = js_proc_entry(&tlb_procs, &zero_proc, cpu_cgrp_id, &dropped);
-	if (!p)
-		return 0;
 	u32 off = ctx->cpumask_loc & 0xffff;
 	u32 len = ctx->cpumask_loc >> 16;
 	u64 targets = 0;
@@ -127,7 +181,5 @@ int ipi_send_cpumask(struct ipi_send_cpumask_args *ctx)
 			break;
 		targets += __builtin_popcountll(word);
 	}
-	__sync_fetch_and_add(&p->ipis_sent, 1);
-	__sync_fetch_and_add(&p->ipi_targets, targets);
-	return 0;
+	return ipi_sent(targets);
 }
