@@ -215,18 +215,19 @@ pub struct Started {
     pub map_bytes: u64,
 }
 
-/// Set by [`classic_tracepoints_only`].
-static CLASSIC_ONLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Set by [`fallbacks_only`].
+static FALLBACKS_ONLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// For tests: the tlb tracer loads its classic-tracepoint programs, as on a kernel that refuses
-/// BTF-typed and raw tracepoints, so that the fallback runs on kernels that never need it.
+/// For tests: tracers load what older kernels get, so that it runs on kernels that never need
+/// it: tlb its classic-tracepoint programs (as where BTF-typed and raw tracepoints are refused),
+/// runqlat its wake-up hash map (as before task storage in tracing programs, 5.13).
 #[doc(hidden)]
-pub fn classic_tracepoints_only(on: bool) {
-    CLASSIC_ONLY.store(on, std::sync::atomic::Ordering::Relaxed);
+pub fn fallbacks_only(on: bool) {
+    FALLBACKS_ONLY.store(on, std::sync::atomic::Ordering::Relaxed);
 }
 
-fn classic_only() -> bool {
-    CLASSIC_ONLY.load(std::sync::atomic::Ordering::Relaxed)
+fn fallbacks_forced() -> bool {
+    FALLBACKS_ONLY.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// The names of the tracers that started.

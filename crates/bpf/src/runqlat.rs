@@ -44,6 +44,8 @@ pub(crate) struct RunqlatTracer {
     links: Vec<libbpf_rs::Link>,
     skel: RunqlatSkel<'static>,
     mode: Mode,
+    /// Wake-up times in task storage (else in the wakeup_ts hash map).
+    storage: bool,
     host: Deltas<u32>,
     cgroups: Deltas<u32>,
     cgroups_batch: crate::batch::Batch,
@@ -63,9 +65,24 @@ enum Mode {
     Classic,
 }
 
-fn open_and_load(env: &Env, mode: Mode) -> Result<Loaded, String> {
+fn open_and_load(env: &Env, mode: Mode, storage: bool) -> Result<Loaded, String> {
     let btf = mode != Mode::Classic;
     let mut open = open_skel!(RunqlatSkelBuilder, env);
+    open.maps
+        .rodata_data
+        .as_deref_mut()
+        .ok_or("the BPF object has no read-only data")?
+        .use_task_storage = storage;
+    // Only the store in use is created: a kernel before 5.11 has no task storage maps at all,
+    // and the hash map is 16,384 preallocated entries.
+    open.maps
+        .wakeup_at
+        .set_autocreate(storage)
+        .map_err(|e| e.to_string())?;
+    open.maps
+        .wakeup_ts
+        .set_autocreate(!storage)
+        .map_err(|e| e.to_string())?;
     let p = &mut open.progs;
     for prog in [&mut p.btf_wakeup, &mut p.btf_wakeup_new] {
         prog.set_autoload(btf);
@@ -107,14 +124,28 @@ pub(crate) fn load(env: &mut Env, tracefs: Option<&Path>) -> Result<RunqlatTrace
     // BTF-typed tracepoints see the woken task and so its cgroup; the classic ones see only
     // pids, so they are the fallback that keeps the host histogram.
     // The first refusal is kept as the reason: the second is the same kernel saying no again.
-    let first = open_and_load(env, Mode::Btf);
-    let first = match first {
-        Err(e) => open_and_load(env, Mode::BtfStateFromTask)
-            .map(|s| (s, Mode::BtfStateFromTask))
-            .map_err(|_| e),
-        Ok(s) => Ok((s, Mode::Btf)),
-    };
-    let ((skel, links), mode) = match first {
+    // Task storage (5.13+ in tracing programs) before the hash map, and sched_switch's
+    // prev_state argument (5.18+) before reading the state from the task.
+    let mut first = Err(String::new());
+    for (mode, storage) in [
+        (Mode::Btf, true),
+        (Mode::BtfStateFromTask, true),
+        (Mode::Btf, false),
+        (Mode::BtfStateFromTask, false),
+    ] {
+        if storage && crate::fallbacks_forced() {
+            continue;
+        }
+        match open_and_load(env, mode, storage) {
+            Ok(s) => {
+                first = Ok((s, mode, storage));
+                break;
+            }
+            Err(e) if first.as_ref().is_err_and(String::is_empty) => first = Err(e),
+            Err(_) => {}
+        }
+    }
+    let ((skel, links), mode, storage) = match first {
         Ok(s) => s,
         Err(btf_err) => {
             let Some(tracefs) = tracefs else {
@@ -132,15 +163,16 @@ pub(crate) fn load(env: &mut Env, tracefs: Option<&Path>) -> Result<RunqlatTrace
             )
             .map_err(|e| format!("tp_btf: {btf_err}; classic: {e}"))?;
             check(tracefs, &records()).map_err(|e| format!("tp_btf: {btf_err}; classic: {e}"))?;
-            let s = open_and_load(env, Mode::Classic)
+            let s = open_and_load(env, Mode::Classic, false)
                 .map_err(|e| format!("tp_btf: {btf_err}; classic: {e}"))?;
-            (s, Mode::Classic)
+            (s, Mode::Classic, false)
         }
     };
     Ok(RunqlatTracer {
         links,
         skel,
         mode,
+        storage,
         host: Deltas::new(HOST),
         cgroups: Deltas::new(LAYOUT),
         cgroups_batch: Default::default(),
@@ -154,9 +186,14 @@ impl Tracer for RunqlatTracer {
     }
 
     fn how(&self) -> String {
+        let store = if self.storage {
+            "wake-up times in task storage"
+        } else {
+            "wake-up times in a hash map"
+        };
         match self.mode {
-            Mode::Btf => "BTF-typed tracepoints sched_wakeup, sched_wakeup_new, sched_switch (host and per cgroup)".into(),
-            Mode::BtfStateFromTask => "BTF-typed tracepoints sched_wakeup, sched_wakeup_new, sched_switch without prev_state (before 5.18: the state read from the task) (host and per cgroup)".into(),
+            Mode::Btf => format!("BTF-typed tracepoints sched_wakeup, sched_wakeup_new, sched_switch (host and per cgroup; {store})"),
+            Mode::BtfStateFromTask => format!("BTF-typed tracepoints sched_wakeup, sched_wakeup_new, sched_switch without prev_state (before 5.18: the state read from the task) (host and per cgroup; {store})"),
             Mode::Classic => "classic tracepoints sched:sched_wakeup/_new/switch (fallback: host histogram only, no per-cgroup latency)".into(),
         }
     }

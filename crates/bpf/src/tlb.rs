@@ -127,8 +127,8 @@ pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<TlbTracer, String> {
     // they skip the perf trace buffer that a classic one fills per event (a third of the
     // tracer's cost per flush here, see tlb.bpf.c). Classic tracepoints where the kernel refuses
     // them; the first refusal is kept as the reason.
-    let first = if crate::classic_only() {
-        Err("not tried (classic tracepoints only)".to_string())
+    let first = if crate::fallbacks_forced() {
+        Err("not tried (fallbacks only)".to_string())
     } else {
         open_and_load(env, true, flush, ipis)
     };

@@ -727,9 +727,9 @@ fn shootdowns_charged_to_the_sender(test: &str, classic: bool) {
     const PER_THREAD: u64 = 5_000;
     const PAGES: usize = 16;
     let _serial = serial();
-    jitterscope_bpf::classic_tracepoints_only(classic);
+    jitterscope_bpf::fallbacks_only(classic);
     let setup = storm_setup(test, &[tracer("tlb")]);
-    jitterscope_bpf::classic_tracepoints_only(false);
+    jitterscope_bpf::fallbacks_only(false);
     let Some((mut s, cpus)) = setup else {
         return;
     };
@@ -1362,7 +1362,29 @@ fn madvise_is_told_from_other_flushes_by_the_calling_syscall() {
 /// the hogs' own cgroup holds exactly those waits.
 #[test]
 fn pinned_cpu_hogs_raise_run_queue_latency() {
-    const TEST: &str = "pinned_cpu_hogs_raise_run_queue_latency";
+    hogs_raise_run_queue_latency("pinned_cpu_hogs_raise_run_queue_latency", false);
+}
+
+/// The same with the wake-up times in the hash map, as kernels before 5.13 keep them (none of
+/// the kernels tested here is refused task storage, so the hash map is forced).
+#[test]
+fn run_queue_latency_with_wakeups_in_the_hash_map() {
+    hogs_raise_run_queue_latency("run_queue_latency_with_wakeups_in_the_hash_map", true);
+}
+
+/// Whether the running kernel is `major.minor` or later.
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let (a, b) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (a, b) >= (major, minor)
+}
+
+fn hogs_raise_run_queue_latency(test: &str, hash_map: bool) {
+    #[allow(non_snake_case)]
+    let TEST = test;
     let _serial = serial();
     if !is_root() {
         return skip(TEST, "needs root to load BPF programs");
@@ -1385,10 +1407,21 @@ fn pinned_cpu_hogs_raise_run_queue_latency() {
             None
         }
     };
-    let mut s = match Session::start(&[tracer("runqlat")]) {
+    jitterscope_bpf::fallbacks_only(hash_map);
+    let started = Session::start(&[tracer("runqlat")]);
+    jitterscope_bpf::fallbacks_only(false);
+    let mut s = match started {
         Ok(s) => s,
         Err(e) => return skip(TEST, &e),
     };
+    let how = s.how("runqlat").to_string();
+    println!("runqlat: {how}");
+    // Every kernel tested with BTF (5.10 and later) runs the BTF-typed programs; from 5.13 they
+    // keep wake-up times in task storage unless the hash map is forced.
+    if how.contains("BTF-typed") && kernel_at_least(5, 13) {
+        let want = if hash_map { "hash map" } else { "task storage" };
+        assert!(how.contains(want), "runqlat runs as: {how}");
+    }
 
     std::thread::sleep(Duration::from_millis(500));
     let quiet = s.read();

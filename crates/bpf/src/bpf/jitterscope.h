@@ -39,7 +39,12 @@ enum bpf_map_type {
 	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
 	BPF_MAP_TYPE_LRU_HASH = 9,
 	BPF_MAP_TYPE_RINGBUF = 27,
+	BPF_MAP_TYPE_TASK_STORAGE = 29,
 };
+
+/* Map flags and the local-storage lookup's flag (include/uapi/linux/bpf.h). */
+#define BPF_F_NO_PREALLOC (1U << 0)
+#define BPF_LOCAL_STORAGE_GET_F_CREATE (1ULL << 0)
 
 enum {
 	BPF_ANY = 0,
@@ -176,6 +181,19 @@ static __always_inline u64 js_task_cgroup(struct task_struct *t, int subsys)
 		return BPF_CORE_READ(t, cgroups, subsys[bpf_core_enum_value(enum cgroup_subsys_id, cpu_cgrp_id)], cgroup, kn, id);
 	}
 	return BPF_CORE_READ(t, cgroups, dfl_cgrp, kn, id);
+}
+
+/* js_task_cgroup(t, cpu_cgrp_id) for a task pointer a BTF-typed program was given: read
+ * directly, each hop a plain load the verifier guards, instead of one bpf_probe_read_kernel call
+ * per hop. */
+static __always_inline u64 js_task_cgroup_btf(struct task_struct *t)
+{
+	if (js_cgroup_v1) {
+		if (!bpf_core_enum_value_exists(enum cgroup_subsys_id, cpu_cgrp_id))
+			return 0;
+		return t->cgroups->subsys[bpf_core_enum_value(enum cgroup_subsys_id, cpu_cgrp_id)]->cgroup->kn->id;
+	}
+	return t->cgroups->dfl_cgrp->kn->id;
 }
 
 static __always_inline u64 js_current_cgroup(int subsys)
