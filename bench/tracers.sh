@@ -22,9 +22,10 @@
 #   TRACER_SCALE_NOTE what it stands for (the census at one interval in two, 1s, scaled to its
 #                     default of one in sixty: 2/60; the cost is linear in the time attached)
 #   TRACER_LABEL      what the "with" side is, for the section title and the targets rows
-#   TRACER_WORKLOADS  comma-separated subset of madvise,malloc,stat,reclaim (default all four)
+#   TRACER_WORKLOADS  comma-separated subset of madvise,malloc,stat,reclaim,switch (default all five)
 #   TRACER_STATS=0    skip the pass that reads each tracer's in-kernel run time (bpf_stats)
-#   MADVISE_OPS, MALLOC_OPS, STAT_CALLS, RECLAIM_MB, RECLAIM_PASSES, RECLAIM_LIMIT, RECLAIM_DIR
+#   MADVISE_OPS, MALLOC_OPS, STAT_CALLS, RECLAIM_MB, RECLAIM_PASSES, RECLAIM_LIMIT, RECLAIM_DIR,
+#   SWITCH_OPS
 #                     the fixed work (defaults below)
 #   BENCH_KEEP=1      keep the temporary directory
 #
@@ -39,7 +40,7 @@ REPO=$(dirname "$HERE")
 JITTERSCOPE=${JITTERSCOPE:-target/release/jitterscope}
 REPS=${TRACER_REPS:-5}
 TRACER_SET=${TRACER_SET:-}
-WORKLOADS=${TRACER_WORKLOADS:-madvise,malloc,stat,reclaim}
+WORKLOADS=${TRACER_WORKLOADS:-madvise,malloc,stat,reclaim,switch}
 TRACER_STATS=${TRACER_STATS:-1}
 OUT=${TRACER_OUT:-/dev/stdout}
 TARGETS_OUT=${TRACER_TARGETS:-/dev/null}
@@ -48,6 +49,9 @@ MADVISE_OPS=${MADVISE_OPS:-160}           # stress-ng --madvise 2: ~16k madvise 
 MALLOC_OPS=${MALLOC_OPS:-1200000}         # stress-ng --malloc 2 --malloc-pthreads 2 --malloc-max 1024
 STAT_CALLS=${STAT_CALLS:-6000000}         # per process, 2 processes: stat() failing with ENOENT
 RECLAIM_MB=${RECLAIM_MB:-512}             # per reader, 2 readers
+# The worst case for the scheduler tracepoints: every message between two processes on one CPU
+# is a wake-up and a context switch (~1.5 us each here), and runqlat runs at both.
+SWITCH_OPS=${SWITCH_OPS:-1500000}         # stress-ng --switch 1 on CPU 0
 RECLAIM_PASSES=${RECLAIM_PASSES:-3}       # reads of each reader's file
 RECLAIM_LIMIT=${RECLAIM_LIMIT:-64M}       # memory limit of the readers' cgroup
 RECLAIM_DIR=${RECLAIM_DIR:-/var/tmp}      # a disk file system (not tmpfs) for the readers' files
@@ -77,7 +81,7 @@ BIN_MTIME=$(date -u -r "$JITTERSCOPE" '+%Y-%m-%d %H:%M UTC')
 
 IFS=, read -r -a WL <<<"$WORKLOADS"
 for w in "${WL[@]}"; do
-    case $w in madvise|malloc|stat|reclaim) ;; *) die "unknown workload '$w' (madvise, malloc, stat, reclaim)" ;; esac
+    case $w in madvise|malloc|stat|reclaim|switch) ;; *) die "unknown workload '$w' (madvise, malloc, stat, reclaim, switch)" ;; esac
 done
 wants() { case ",$WORKLOADS," in *",$1,"*) return 0 ;; esac; return 1; }
 
@@ -182,6 +186,7 @@ declare -A WORK=(
     [madvise]="\`stress-ng --madvise 2 --madvise-ops $MADVISE_OPS\` (madvise with every advice, msync)"
     [malloc]="\`stress-ng --malloc 2 --malloc-pthreads 2 --malloc-max 1024 --malloc-ops $MALLOC_OPS\` (glibc's per-thread arenas trim with madvise(MADV_DONTNEED): ~16 madvise calls per op, futex)"
     [stat]="2 × $STAT_CALLS \`stat()\` of missing names (perl loop, 1000 names, ENOENT)"
+    [switch]="\`stress-ng --switch 1 --switch-ops $SWITCH_OPS --taskset 0\` (two processes on one CPU passing messages through a pipe: a wake-up and a context switch per message)"
     [reclaim]="2 readers × $RECLAIM_PASSES reads of a ${RECLAIM_MB} MiB file in a ${RECLAIM_LIMIT} memory cgroup (page cache reclaimed constantly)"
 )
 
@@ -191,6 +196,7 @@ start_workload() { # name; sets WL_PID
         # --malloc-max 1024 keeps the heap at a steady size: with the default (65536 live
         # allocations per worker) the cost per op grows through the run and the runtime varies 2x.
         malloc) stress-ng --temp-path "$TMP/stress" --malloc 2 --malloc-pthreads 2 --malloc-max 1024 --malloc-ops "$MALLOC_OPS" ;;
+        switch) stress-ng --temp-path "$TMP/stress" --switch 1 --switch-ops "$SWITCH_OPS" --taskset 0 ;;
         stat)
             for _ in 1 2; do
                 perl -e 'my ($d, $n) = @ARGV; for my $i (1 .. $n) { stat("$d/missing-" . ($i % 1000)) }' \

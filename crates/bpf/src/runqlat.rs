@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use jitterscope_model::tracers::{RunqCgroup, Runqlat, Tracers};
+use jitterscope_model::tracers::{Hist, RunqCgroup, Runqlat, Tracers};
 use libbpf_rs::skel::SkelBuilder;
 use libbpf_rs::{MapCore, MapFlags};
 
@@ -233,6 +233,14 @@ impl Tracer for RunqlatTracer {
                 cgroup,
                 latency: hist(&d[1..], gen),
             });
+        }
+        // The BTF-typed programs charge every wait to a cgroup only (the overflow entry
+        // included): the host's histogram is their sum.
+        if self.mode != Mode::Classic {
+            t.host = Hist::default();
+            for c in &t.cgroups {
+                t.host.merge(&c.latency);
+            }
         }
         out.runqlat = Some(t);
     }

@@ -39,6 +39,19 @@ pub struct Hist {
 }
 
 impl Hist {
+    /// Adds `other`'s events: counts slot by slot, and the larger maximum.
+    pub fn merge(&mut self, other: &Hist) {
+        if self.slots.len() < other.slots.len() {
+            self.slots.resize(other.slots.len(), 0);
+        }
+        for (a, b) in self.slots.iter_mut().zip(&other.slots) {
+            *a = a.saturating_add(*b);
+        }
+        self.count = self.count.saturating_add(other.count);
+        self.sum_ns = self.sum_ns.saturating_add(other.sum_ns);
+        self.max_ns = self.max_ns.max(other.max_ns);
+    }
+
     /// The latency below which a fraction `q` (0–1) of the events fall, in microseconds, read
     /// from the histogram: the upper edge of the slot holding that rank, capped at the maximum
     /// seen. `None` for an empty histogram.
@@ -560,6 +573,30 @@ fn digits_pattern(path: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn merged_histograms_add_their_events_and_keep_the_larger_maximum() {
+        let mut host = Hist::default();
+        let a = Hist {
+            slots: vec![1, 0, 2],
+            count: 3,
+            sum_ns: 9_000,
+            max_ns: 5_000,
+        };
+        let b = Hist {
+            slots: vec![0, 4, 0, 0, 1],
+            count: 5,
+            sum_ns: 40_000,
+            max_ns: 17_000,
+        };
+        host.merge(&a);
+        host.merge(&b);
+        assert_eq!(host.slots, vec![1, 4, 2, 0, 1]);
+        assert_eq!((host.count, host.sum_ns, host.max_ns), (8, 49_000, 17_000));
+        assert_eq!(host.quantile_us(0.5), Some(4.0));
+        host.merge(&Hist::default());
+        assert_eq!(host.count, 8, "an empty histogram adds nothing");
+    }
 
     #[test]
     fn pattern_collapses_numbers_and_hex() {
