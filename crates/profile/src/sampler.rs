@@ -321,8 +321,13 @@ pub fn event(
 /// with each other: a process that mapped a library on one CPU and ran it on another, or exited
 /// on another, must be seen in the order it happened (perf sorts the same way).
 pub fn apply<R: Resolver>(mut events: Vec<(u64, Event)>, agg: &mut Aggregator<R>) {
+    apply_drained(&mut events, agg);
+}
+
+/// [`apply`], leaving `events` empty with its allocation, for the next drain.
+pub fn apply_drained<R: Resolver>(events: &mut Vec<(u64, Event)>, agg: &mut Aggregator<R>) {
     events.sort_by_key(|(t, _)| *t);
-    for (t, e) in events {
+    for (t, e) in events.drain(..) {
         match e {
             Event::Sample(s, stack) => agg.add_with_stack(t, s, stack.as_deref()),
             Event::Mmap(pid, m) => agg.mmap(pid, m),
@@ -532,20 +537,19 @@ impl ProfileCollector {
                     resolver.enable_python(fds);
                 }
                 let mut agg = Aggregator::new(hz, start, resolver);
-                let mut last_events = 0;
+                // Kept from one drain to the next: allocated anew each time (hundreds of
+                // events), it was one of the large allocations that made glibc consolidate
+                // its free lists on every drain.
+                let mut events = Vec::new();
                 loop {
                     let req = req_rx.recv_timeout(DRAIN_EVERY);
                     // The interpreter records first: each is written before its perf sample,
                     // so every sample drained below finds its record already read.
                     agg.resolver().drain_python(monotonic_ns());
-                    // Room for as many as the last drain held: grown from empty, the vector
-                    // was reallocated and copied as it filled, on every drain.
-                    let mut events = Vec::with_capacity(last_events);
                     for r in rings.iter_mut() {
                         drain(r, &mut events);
                     }
-                    last_events = events.len();
-                    apply(events, &mut agg);
+                    apply_drained(&mut events, &mut agg);
                     let new = std::mem::take(&mut agg.resolver().notes);
                     if !new.is_empty() {
                         if let Ok(mut n) = said.lock() {
