@@ -122,10 +122,11 @@ pub(crate) fn records() -> Vec<Record> {
 
 pub(crate) fn load(env: &mut Env, tracefs: Option<&Path>) -> Result<RunqlatTracer, String> {
     // BTF-typed tracepoints see the woken task and so its cgroup; the classic ones see only
-    // pids, so they are the fallback that keeps the host histogram.
-    // The first refusal is kept as the reason: the second is the same kernel saying no again.
-    // Task storage (5.13+ in tracing programs) before the hash map, and sched_switch's
-    // prev_state argument (5.18+) before reading the state from the task.
+    // pids, so they are the fallback that keeps the host histogram. Task storage (5.13+ in
+    // tracing programs) before the hash map, and sched_switch's prev_state argument (5.18+)
+    // before reading the state from the task. When all are refused, the reason given is the
+    // first hash-map attempt's: every kernel before 5.13 refuses task storage, which says
+    // nothing of why the rest failed.
     let mut first = Err(String::new());
     for (mode, storage) in [
         (Mode::Btf, true),
@@ -141,7 +142,7 @@ pub(crate) fn load(env: &mut Env, tracefs: Option<&Path>) -> Result<RunqlatTrace
                 first = Ok((s, mode, storage));
                 break;
             }
-            Err(e) if first.as_ref().is_err_and(String::is_empty) => first = Err(e),
+            Err(e) if !storage && first.as_ref().is_err_and(String::is_empty) => first = Err(e),
             Err(_) => {}
         }
     }
@@ -211,12 +212,19 @@ impl Tracer for RunqlatTracer {
         let mut t = Runqlat::default();
         let (gen, dropped) = begin_read!(self.skel, self.dropped);
         t.dropped = dropped;
-        if let Ok(Some(v)) = self
-            .skel
-            .maps
-            .runq_host
-            .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
-        {
+        // Only the classic programs fill the host histogram; the BTF-typed ones' is the sum of
+        // the cgroups' (below).
+        let host = match self.mode {
+            Mode::Classic => self
+                .skel
+                .maps
+                .runq_host
+                .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)
+                .ok()
+                .flatten(),
+            _ => None,
+        };
+        if let Some(v) = host {
             if let Some(d) = self.host.update(0, words(&v, HOST.words)) {
                 t.host = hist(&d, gen);
             }

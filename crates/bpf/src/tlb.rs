@@ -88,6 +88,9 @@ fn open_and_load(env: &Env, btf: bool, flush: u64, ipis: Ipis) -> Result<Loaded,
         .as_deref_mut()
         .ok_or("the BPF object has no read-only data")?;
     ro.flush_tlb_func_addr = flush;
+    ro.cpu_words = libbpf_rs::num_possible_cpus()
+        .map_or(1, |n| n.div_ceil(64))
+        .clamp(1, 8) as u32;
     let p = &mut open.progs;
     p.btf_tlb_flush.set_autoload(btf);
     p.tlb_flush.set_autoload(!btf);
@@ -159,10 +162,10 @@ impl Tracer for TlbTracer {
     }
 
     fn how(&self) -> String {
-        let kind = if self.btf {
-            "BTF-typed and raw"
-        } else {
-            "classic"
+        let kind = match (self.btf, self.ipis) {
+            (false, _) => "classic",
+            (true, Ok("csd:csd_queue_cpu")) => "BTF-typed and raw",
+            (true, _) => "BTF-typed",
         };
         match self.ipis {
             Ok(ev) => format!(

@@ -549,7 +549,12 @@ impl ProfileCollector {
                     for r in rings.iter_mut() {
                         drain(r, &mut events);
                     }
+                    let held = events.len();
                     apply_drained(&mut events, &mut agg);
+                    // A burst's room is given back once drains are small again.
+                    if events.capacity() > 4 * held.max(256) {
+                        events.shrink_to(2 * held);
+                    }
                     let new = std::mem::take(&mut agg.resolver().notes);
                     if !new.is_empty() {
                         if let Ok(mut n) = said.lock() {

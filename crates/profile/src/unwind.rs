@@ -41,14 +41,15 @@ pub const DEFAULT_STACK_BYTES: u32 = 8192;
 
 thread_local! {
     /// Stack copies of dropped [`UserStack`]s, for the next samples of this thread. A copy is
-    /// up to 8 KiB; allocated and freed once per sample, each made glibc consolidate its free
+    /// 8 KiB by default; allocated and freed once per sample, each made glibc consolidate its free
     /// lists (malloc_consolidate), which with the other allocations of the profiler thread
     /// was a third of its time on a busy host.
     static SPARE_COPIES: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Spare copies kept per thread, 512 KiB at most: a drain (every 250 ms) of a 2-CPU host
-/// sampled at 99 Hz holds about 50 samples; a larger host allocates the rest as before.
+/// Spare copies kept per thread: 64 of the configured stack size (`--profile-stack`; 512 KiB
+/// at the default 8 KiB). A drain (every 250 ms) of a 2-CPU host sampled at 99 Hz holds about
+/// 50 samples; a larger host allocates the rest as before.
 const SPARES: usize = 64;
 
 impl Drop for UserStack {

@@ -77,10 +77,14 @@ static __always_inline void mark_task(struct task_struct *p)
 		__sync_fetch_and_add(&dropped, 1);
 }
 
-/* When the task switched in was marked runnable (0: not marked), forgetting the mark. */
+/* When the task switched in was marked runnable (0: not marked), forgetting the mark. With task
+ * storage the hash map is not created, so that path must be dead code for the verifier whatever
+ * it knows of `next`: before 6.5 it does not take a BTF-typed argument for non-NULL. */
 static __always_inline u64 take_mark(u32 pid, struct task_struct *next)
 {
-	if (next && use_task_storage) {
+	if (use_task_storage) {
+		if (!next)
+			return 0;
 		u64 *at = bpf_task_storage_get(&wakeup_at, next, 0, 0);
 		if (!at)
 			return 0;

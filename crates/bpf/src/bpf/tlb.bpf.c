@@ -106,17 +106,21 @@ struct cpumask {
 	unsigned long bits[1];
 } __attribute__((preserve_access_index));
 
+/* Words of a cpumask that hold possible CPUs, set by user space. With CONFIG_CPUMASK_OFFSTACK
+ * (distribution kernels) a mask is allocated only that long, not NR_CPUS bits. */
+const volatile u32 cpu_words = 1;
+
 SEC("tp_btf/ipi_send_cpumask")
 int BPF_PROG(btf_ipi_send_cpumask, struct cpumask *mask, unsigned long callsite, void *callback)
 {
 	if (!flush_tlb_func_addr || (u64)callback != flush_tlb_func_addr)
 		return 0;
-	/* Up to 512 CPUs, and no further than the kernel's cpumask (NR_CPUS bits) reaches. */
+	/* Up to 512 CPUs, no further than the possible CPUs and the kernel's cpumask reach. */
 	u32 words = bpf_core_type_size(struct cpumask) / 8;
 	u64 targets = 0;
 	for (u32 i = 0; i < 8; i++) {
 		u64 word = 0;
-		if (i >= words)
+		if (i >= words || i >= cpu_words)
 			break;
 		if (bpf_probe_read_kernel(&word, sizeof(word), (void *)mask + i * 8))
 			break;
