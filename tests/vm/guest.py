@@ -241,7 +241,11 @@ def series_present(dump_lines, name):
 def check_collectors():
     store = "/var/tmp/jsvm-rec"
     subprocess.run(["rm", "-rf", store])
-    rec = subprocess.Popen([JS, "record", "--dir", store, "--duration", "16s"],
+    # The on-demand tracers attached throughout: runqlat otherwise waits for threads waiting
+    # for a CPU, which the probe's cgroup may never make, and its cell checks the per-cgroup
+    # histogram on this kernel, not the demand.
+    rec = subprocess.Popen([JS, "record", "--dir", store, "--duration", "16s",
+                            "--on-demand-tracers", "always"],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     time.sleep(2)
     probe, (cpu, mem, io) = start_probe()

@@ -43,6 +43,10 @@ pub(crate) struct TracerDef {
     pub what: &'static str,
     /// The symptom that attaches it when it runs on demand (None: always attached).
     pub demand: Option<Demand>,
+    /// With a demand: attached while its symptom cannot be measured (the signal has no value),
+    /// rather than detached. For a tracer whose evidence matters more than its cost when
+    /// nothing says it is not needed (runqlat).
+    pub unmeasured_attaches: bool,
     /// Loads it (and attaches it unless it waits for its demand).
     pub load: fn(&mut Env, Tracefs) -> LoadResult,
     /// The tracepoint record fields its programs read.
@@ -346,6 +350,7 @@ impl Symptoms {
         p.host.clone_from(&cur.host);
         p.interrupts.clone_from(&cur.interrupts);
         p.dentry.clone_from(&cur.dentry);
+        p.process_scan.clone_from(&cur.process_scan);
         rates
     }
 }
@@ -384,7 +389,7 @@ impl TracerCollector {
 
     /// Like [`TracerCollector::start`], but the tracers that have a [`Demand`] are loaded
     /// without being attached, and attach only while their symptom lasts (the recorder's
-    /// default; `record --syscall-tracers always` uses `start`).
+    /// default; `record --on-demand-tracers always` uses `start`).
     pub fn start_on_demand(root: &Root, names: &[Name]) -> (Self, Vec<Started>) {
         Self::start_with(root, names, true)
     }
@@ -502,7 +507,12 @@ impl TracerCollector {
             let Some(signal) = s.name.demand() else {
                 continue;
             };
-            if rates.next().flatten().is_some_and(|r| r >= signal.floor) {
+            let rate = rates.next().flatten();
+            let hot = match rate {
+                Some(r) => r >= signal.floor,
+                None => s.name.def().unmeasured_attaches,
+            };
+            if hot {
                 s.last_hot_ns = now;
                 // A census look that found the symptom stays, held by the symptom now.
                 s.census = false;
@@ -1234,12 +1244,20 @@ mod tests {
     }
 
     #[test]
-    fn demands_are_episode_signals() {
-        use jitterscope_model::signals::SIGNALS;
+    fn demands_are_catalogued_signals() {
+        use jitterscope_model::signals::{DEMAND_ONLY, SIGNALS};
         for n in Name::all() {
             if let Some(d) = n.demand() {
-                assert!(SIGNALS.contains(&d), "{}: {}", n.as_str(), d.kind);
+                assert!(
+                    SIGNALS.contains(&d) || DEMAND_ONLY.contains(&d),
+                    "{}: {}",
+                    n.as_str(),
+                    d.kind
+                );
             }
+        }
+        for d in DEMAND_ONLY {
+            assert!(!SIGNALS.contains(d), "{} is both", d.kind);
         }
     }
 

@@ -65,6 +65,7 @@ pub(crate) static DEF: TracerDef = TracerDef {
     name: "lookups",
     what: "stat/access/open failing with ENOENT per process, sampled names",
     demand: Some(&signals::NEGATIVE_DENTRIES),
+    unmeasured_attaches: false,
     load: |env, tracefs| Ok(Box::new(load(env, tracefs?)?)),
     records,
 };

@@ -34,6 +34,7 @@ pub(crate) static DEF: TracerDef = TracerDef {
     // come with every exec and exit (a shell script makes thousands a second) and disturb no
     // other CPU.
     demand: Some(&signals::TLB_STORM),
+    unmeasured_attaches: false,
     load: |env, tracefs| Ok(Box::new(load(env, tracefs?)?)),
     records,
 };

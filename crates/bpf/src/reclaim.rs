@@ -42,6 +42,7 @@ pub(crate) static DEF: TracerDef = TracerDef {
     name: "reclaim",
     what: "direct/memcg reclaim stalls per process and cgroup, kswapd wake-ups",
     demand: None,
+    unmeasured_attaches: false,
     load: |env, tracefs| Ok(Box::new(load(env, tracefs?)?)),
     records,
 };

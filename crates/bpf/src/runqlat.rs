@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use jitterscope_model::signals;
 use jitterscope_model::tracers::{Hist, RunqCgroup, Runqlat, Tracers};
 use libbpf_rs::skel::SkelBuilder;
 use libbpf_rs::{MapCore, MapFlags};
@@ -34,7 +35,11 @@ const HOST: Layout = Layout {
 pub(crate) static DEF: TracerDef = TracerDef {
     name: "runqlat",
     what: "run-queue latency histograms, host and per CPU cgroup",
-    demand: None,
+    // Its programs run at every wake-up and switch; they are worth that only while threads
+    // wait for a CPU. Where the task iterator is missing the mean wait is unknown, and it stays
+    // attached.
+    demand: Some(&signals::RUNQ_WAIT),
+    unmeasured_attaches: true,
     // BTF-typed tracepoints need no tracefs: only the classic fallback does.
     load: |env, tracefs| Ok(Box::new(load(env, tracefs.ok())?)),
     records,
@@ -96,7 +101,7 @@ fn open_and_load(env: &Env, mode: Mode, storage: bool) -> Result<Loaded, String>
         open,
         |s| create_other(&s.maps.runq_cgroups),
         "sched tracepoints",
-        true,
+        !env.defer_on_demand,
     )
 }
 
@@ -184,6 +189,10 @@ pub(crate) fn load(env: &mut Env, tracefs: Option<&Path>) -> Result<RunqlatTrace
 impl Tracer for RunqlatTracer {
     fn new_generation(&mut self) {
         crate::next_generation!(self.skel);
+        // Called as it is attached again: marks from before are stale.
+        if let Some(bss) = self.skel.maps.bss_data.as_deref_mut() {
+            bss.marks_since = jitterscope_model::sample::monotonic_ns();
+        }
     }
 
     fn how(&self) -> String {

@@ -35,6 +35,7 @@ pub(crate) static DEF: TracerDef = TracerDef {
     name: "shrinker",
     what: "slab shrinker calls, objects and latency per shrinker",
     demand: None,
+    unmeasured_attaches: false,
     load: |env, tracefs| Ok(Box::new(load(env, tracefs?)?)),
     records,
 };

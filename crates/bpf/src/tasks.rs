@@ -121,6 +121,8 @@ pub fn parse(buf: &[u8], out: &mut Vec<TaskRecord>) -> Result<(), String> {
             stime_ns: t.stime_ns,
             sum_exec_runtime_ns: t.sum_exec_runtime_ns,
             io: t.io,
+            run_delay_ns: t.run_delay_ns,
+            pcount: t.pcount,
         };
         let leader = if t.bits & bits::LEADER != 0 {
             if buf.len() - at < LEADER {
@@ -153,8 +155,6 @@ pub fn parse(buf: &[u8], out: &mut Vec<TaskRecord>) -> Result<(), String> {
                 rss_sum: l.rss_sum,
                 nvcsw: l.nvcsw,
                 nivcsw: l.nivcsw,
-                run_delay_ns: l.run_delay_ns,
-                pcount: l.pcount,
                 blkio_delay_ns: l.blkio_delay_ns,
                 sig_min_flt: l.sig_min_flt,
                 sig_maj_flt: l.sig_maj_flt,

@@ -38,6 +38,7 @@ pub(crate) static DEF: TracerDef = TracerDef {
     name: "tlb",
     what: "TLB flushes by reason per process, shootdown IPIs by sender",
     demand: None,
+    unmeasured_attaches: false,
     load: |env, tracefs| Ok(Box::new(load(env, tracefs?)?)),
     records,
 };

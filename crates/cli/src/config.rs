@@ -121,7 +121,13 @@ fn read(cmd: &Command, path: &Path) -> Result<Values> {
                 .or_else(|| value.span())
                 .map_or(line, |s| line_of(&text, s.start));
             let long = key.replace('_', "-");
-            let Some(arg) = options(sub).find(|a| a.get_long() == Some(long.as_str())) else {
+            // An option's older name (a clap alias) still reads: a config file must not stop
+            // working when an option is renamed.
+            let Some(arg) = options(sub).find(|a| {
+                a.get_long() == Some(long.as_str())
+                    || a.get_all_aliases()
+                        .is_some_and(|al| al.contains(&long.as_str()))
+            }) else {
                 bail!("{p}:{line}: unknown key `{key}` in [{name}] (`jitterscope config example` lists them)");
             };
             let raw = raw_values(arg, value)

@@ -78,14 +78,18 @@ pub struct RecordArgs {
     /// Run no BPF tracer.
     #[arg(long)]
     no_tracers: bool,
-    /// When the syscall tracers (madvise, lookups) are attached: `auto` only while their
-    /// symptom lasts (TLB shootdowns, negative dentries growing; attached they slow every
-    /// system call on the host), `always` for the whole run.
-    #[arg(long, value_enum, default_value_t = SyscallTracers::Auto)]
+    /// When the on-demand tracers are attached: `auto` only while their symptom lasts, `always`
+    /// for the whole run. They are madvise and lookups (attached on TLB shootdowns and growing
+    /// negative dentries: their syscall-tracepoint fallbacks slow every system call on the host)
+    /// and runqlat (attached while threads wait for a CPU, a mean run-queue wait of 20 us per
+    /// timeslice: it runs at every context switch). `--syscall-tracers` is its older name.
+    #[arg(long = "on-demand-tracers", visible_alias = "syscall-tracers", value_enum,
+          default_value_t = SyscallTracers::Auto)]
     syscall_tracers: SyscallTracers,
-    /// With `--syscall-tracers auto`: attach each detached syscall tracer for one interval this
-    /// often, so a process making thousands of failing look-ups or madvise calls is seen even
-    /// when the symptom that attaches the tracer does not show (0s: never).
+    /// With `--on-demand-tracers auto`: attach each detached on-demand tracer for one interval
+    /// this often, so a process making thousands of failing look-ups or madvise calls is seen
+    /// even when the symptom that attaches the tracer does not show, and run-queue latency has
+    /// a baseline (0s: never).
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     census_every: Duration,
     /// Stack samples per second per CPU (kernel and user call chains, all processes); 0 turns
@@ -369,7 +373,7 @@ pub fn run(a: RecordArgs) -> Result<()> {
                     )
                 };
                 log(&format!(
-                    "tracers {}: attached only while their symptom lasts ({}{census}; --syscall-tracers always to keep them on)",
+                    "tracers {}: attached only while their symptom lasts ({}{census}; --on-demand-tracers always to keep them on)",
                     names.join(", "),
                     symptoms.join(", ")
                 ));

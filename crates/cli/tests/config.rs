@@ -200,3 +200,21 @@ fn a_bad_file_is_one_line_naming_file_line_and_key() {
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o.stderr).contains("cannot read the configuration file"));
 }
+
+#[test]
+fn an_option_s_older_name_still_reads() {
+    // `syscall-tracers` was renamed `on-demand-tracers` when runqlat became one of them.
+    let t = tempfile::tempdir().unwrap();
+    let f = write(
+        t.path(),
+        "old.toml",
+        "[record]\nsyscall-tracers = \"always\"\n",
+    );
+    let o = js(&f, &[], &["config", "check"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(
+        effective(&out, "on-demand-tracers").starts_with("on-demand-tracers = \"always\""),
+        "{out}"
+    );
+}

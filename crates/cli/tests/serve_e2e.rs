@@ -179,7 +179,10 @@ fn prometheus_scrapes_a_live_recording() {
     // With its tracers where it can (root), so the run-queue histogram has buckets to show.
     let tracing = jitterscope_testkit::is_root();
     let mut rec = common::traced_recorder_cmd(store.path());
-    if !tracing {
+    if tracing {
+        // runqlat attached throughout: on demand it waits for threads waiting for a CPU.
+        rec.args(["--on-demand-tracers", "always"]);
+    } else {
         rec.arg("--no-tracers");
     }
     let _rec = ChildGuard::new(

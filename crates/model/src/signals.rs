@@ -3,7 +3,7 @@
 //!
 //! [`SIGNALS`] is the one catalogue of watched signals: the series (a metric handle, with label
 //! globs where one instance of a metric is meant), the episode kind it raises and its floor.
-//! Episode detection (`jitterscope_diagnose::events`), the on-demand syscall tracers (whose
+//! Episode detection (`jitterscope_diagnose::events`), the on-demand tracers (whose
 //! symptoms are two of these signals) and the web UI's fast path all read it from here. Besides
 //! them the lane holds the RSS of the [`RSS_TOP`] largest processes of each sample, which leak
 //! trends are detected on.
@@ -135,6 +135,22 @@ pub static NEGATIVE_DENTRIES: Signal = Signal {
     floor: 1000.0,
 };
 
+/// Mean run-queue wait per timeslice, every thread: not an episode signal, the symptom that
+/// attaches the `runqlat` tracer, whose programs run at every wake-up and context switch (+29%
+/// of a context-switch storm's CPU time, measured). Its floor follows from the run-queue rule:
+/// a second whose p99 is at least 5 ms (a log2 upper edge of 8,192 us, so waits of 4,096 us or
+/// more) has at least 1% of its waits that long, so a mean per wait of at least 41 us over the
+/// same waits. 20 us leaves half of that for waits the two count differently (a thread that
+/// exits within the second). Measured on this 2-CPU VM: 0.4 us in a context-switch storm, ~20 us
+/// quiet, ~70 us under bench/busy.sh, 3,450 us with two hogs pinned to one CPU.
+pub static RUNQ_WAIT: Signal = Signal {
+    kind: "runq-wait",
+    what: "mean run-queue wait per timeslice",
+    metric: &cpu::SCHED_WAIT_PER_SLICE_USEC,
+    labels: &[],
+    floor: 20.0,
+};
+
 /// OOM kills on the host. Any kill is an incident: the floor is 0, so one kill in a sample is
 /// an episode.
 pub static OOM_KILL: Signal = Signal {
@@ -144,6 +160,9 @@ pub static OOM_KILL: Signal = Signal {
     labels: &[],
     floor: 0.0,
 };
+
+/// Signals that only attach a tracer, never raise an episode.
+pub static DEMAND_ONLY: &[&Signal] = &[&RUNQ_WAIT];
 
 /// The watched signals.
 pub static SIGNALS: &[&Signal] = &[
@@ -346,7 +365,10 @@ mod tests {
 
     #[test]
     fn kinds_are_unique() {
-        jitterscope_testkit::assert_unique(SIGNALS.iter().map(|s| s.kind), "signal kinds");
+        jitterscope_testkit::assert_unique(
+            SIGNALS.iter().chain(DEMAND_ONLY).map(|s| s.kind),
+            "signal kinds",
+        );
     }
 
     #[test]

@@ -359,6 +359,12 @@ pub struct ProcessScanStats {
     /// The processes came from the BPF task iterator (`crate::tasks`), not from their /proc
     /// files; the carry-forward counts above are then 0.
     pub task_iter: bool,
+    /// Run-queue wait of every thread on the host since the recorder started, ns: each
+    /// thread's `sched_info.run_delay` gained between scans, summed (task iterator only: /proc
+    /// would take a file per thread).
+    pub thread_wait_ns: Option<u64>,
+    /// Timeslices (`sched_info.pcount`) of every thread since the recorder started, as above.
+    pub thread_slices: Option<u64>,
 }
 
 /// A file of one process: kept open when the budget allows, else reopened for each read.

@@ -103,6 +103,10 @@ pub struct TaskThread {
     pub sum_exec_runtime_ns: u64,
     /// `task->ioac`: rchar, wchar, syscr, syscw, read_bytes, write_bytes, cancelled_write_bytes.
     pub io: [u64; 7],
+    /// `sched_info.run_delay`: time this thread spent runnable on a run queue, ns.
+    pub run_delay_ns: u64,
+    /// `sched_info.pcount`: timeslices this thread has run.
+    pub pcount: u64,
 }
 
 /// A thread-group leader's process-wide fields.
@@ -152,10 +156,6 @@ pub struct TaskLeader {
     pub nvcsw: u64,
     /// Involuntary context switches of the leader thread.
     pub nivcsw: u64,
-    /// `sched_info.run_delay` of the leader thread, ns.
-    pub run_delay_ns: u64,
-    /// `sched_info.pcount` of the leader thread.
-    pub pcount: u64,
     /// Block I/O delay (with swap-in before 5.18), ns.
     pub blkio_delay_ns: u64,
     /// Minor faults of the dead threads.
@@ -207,8 +207,6 @@ impl Default for TaskLeader {
             rss_sum: [0; 4],
             nvcsw: 0,
             nivcsw: 0,
-            run_delay_ns: 0,
-            pcount: 0,
             blkio_delay_ns: 0,
             sig_min_flt: 0,
             sig_maj_flt: 0,
@@ -396,6 +394,60 @@ pub struct TaskAssembler {
     pub status_sums: bool,
     /// Resolves /proc/<pid>/cgroup paths when the recorder runs in a cgroup namespace.
     ns: CgroupNs,
+    /// Every thread's run-queue wait at the last scan, for [`ThreadWaits`].
+    waits: ThreadWaits,
+}
+
+/// The host's run-queue wait and timeslices summed over every thread, kept as counters that
+/// only grow. A sum over the live threads would not: a thread that exits takes its wait with
+/// it, and with 50 short processes a second the host's sum fell as often as it rose. So each
+/// thread adds what it gained since the last scan (matched by tid, sorted), and a thread new
+/// since then adds all it has. What a thread gained between its last scan and its exit is not
+/// counted.
+#[derive(Debug, Default)]
+struct ThreadWaits {
+    /// (tid, run_delay_ns, pcount) of the last scan, sorted by tid.
+    last: Vec<(u32, u64, u64)>,
+    next: Vec<(u32, u64, u64)>,
+    wait_ns: u64,
+    slices: u64,
+    /// Whether a scan has set the baseline.
+    started: bool,
+}
+
+impl ThreadWaits {
+    /// Adds one scan's threads; returns the counters, or None when the kernel keeps no
+    /// sched_info (no record has it).
+    fn scan(&mut self, records: &[TaskRecord]) -> Option<(u64, u64)> {
+        self.next.clear();
+        self.next.extend(
+            records
+                .iter()
+                .filter(|r| r.thread.bits & bits::SCHED_INFO != 0)
+                .map(|r| (r.thread.tid, r.thread.run_delay_ns, r.thread.pcount)),
+        );
+        if self.next.is_empty() {
+            return None;
+        }
+        // The iterator walks tasks in pid order: already sorted, which this checks cheaply.
+        self.next.sort_unstable_by_key(|w| w.0);
+        if self.started {
+            let mut last = self.last.iter().peekable();
+            for &(tid, wait, n) in &self.next {
+                while last.next_if(|l| l.0 < tid).is_some() {}
+                let (w0, n0) = match last.peek() {
+                    // The same thread, unless its tid was reused (its counters went back).
+                    Some(l) if l.0 == tid && wait >= l.1 && n >= l.2 => (l.1, l.2),
+                    _ => (0, 0),
+                };
+                self.wait_ns = self.wait_ns.wrapping_add(wait - w0);
+                self.slices = self.slices.wrapping_add(n - n0);
+            }
+        }
+        self.started = true;
+        std::mem::swap(&mut self.last, &mut self.next);
+        Some((self.wait_ns, self.slices))
+    }
 }
 
 impl TaskAssembler {
@@ -416,6 +468,7 @@ impl TaskAssembler {
             max_cmdline: 4096,
             status_sums,
             ns: CgroupNs::for_root(root),
+            waits: ThreadWaits::default(),
         }
     }
 
@@ -456,6 +509,10 @@ impl TaskAssembler {
         }
         stats.listed = out.len() as u64;
         stats.open_fds = self.fds_open;
+        if let Some((wait_ns, slices)) = self.waits.scan(records) {
+            stats.thread_wait_ns = Some(wait_ns);
+            stats.thread_slices = Some(slices);
+        }
         stats
     }
 
@@ -590,8 +647,8 @@ impl TaskAssembler {
         // proc_pid_schedstat(): the leader thread's own.
         let schedstat = (t.bits & bits::SCHED_INFO != 0).then_some(PidSchedstat {
             run_ns: t.sum_exec_runtime_ns,
-            wait_ns: l.run_delay_ns,
-            timeslices: l.pcount,
+            wait_ns: t.run_delay_ns,
+            timeslices: t.pcount,
         });
 
         // The cgroups as the /proc reader reads them.
@@ -776,5 +833,48 @@ mod tests {
         a.assemble(&k, &mut out);
         assert_eq!(out[0].status.as_ref().unwrap().rss_anon_bytes, None);
         assert_eq!(out[0].stat.vsize_bytes, 0);
+    }
+}
+
+#[cfg(test)]
+mod thread_waits {
+    use super::*;
+
+    fn rec(tid: u32, wait: u64, n: u64) -> TaskRecord {
+        TaskRecord {
+            thread: TaskThread {
+                tid,
+                tgid: tid,
+                bits: bits::SCHED_INFO,
+                run_delay_ns: wait,
+                pcount: n,
+                ..Default::default()
+            },
+            leader: None,
+        }
+    }
+
+    #[test]
+    fn every_thread_adds_what_it_gained_and_an_exit_takes_nothing_back() {
+        let mut w = ThreadWaits::default();
+        // The first scan is the baseline.
+        assert_eq!(
+            w.scan(&[rec(1, 1_000, 10), rec(2, 5_000, 50)]),
+            Some((0, 0))
+        );
+        // 1 gains 500 ns in 5 slices, 2 exits (its 5,000 ns stay counted), 3 is new.
+        assert_eq!(
+            w.scan(&[rec(1, 1_500, 15), rec(3, 700, 7)]),
+            Some((1_200, 12))
+        );
+        // 3's tid reused by a thread with less: all of the new one's counts.
+        assert_eq!(
+            w.scan(&[rec(3, 100, 1), rec(1, 1_500, 15)]),
+            Some((1_300, 13))
+        );
+        // A kernel without sched_info: no counters.
+        let mut none = rec(1, 0, 0);
+        none.thread.bits = 0;
+        assert_eq!(w.scan(&[none]), None);
     }
 }

@@ -37,6 +37,12 @@ struct {
 u64 dropped = 0;
 static const struct js_rq_stat zero_stat;
 
+/* The programs are attached on demand (while threads wait for a CPU), and a task woken while
+ * they were detached keeps the mark of its wake-up before that: measured from it, its wait would
+ * span the whole detached time. User space sets this to the monotonic time of each attachment,
+ * and an older mark is not counted. */
+u64 marks_since = 0;
+
 /* 5.13+: the wake-up time is kept in the task itself (task local storage) rather than in
  * wakeup_ts. These programs run at every wake-up and context switch on the host, and the hash
  * map's insert and delete were most of their cost: a pipe ping-pong between two processes on one
@@ -104,7 +110,7 @@ static __always_inline u64 take_mark(u32 pid, struct task_struct *next)
 static __always_inline void on_switch(u32 next_pid, struct task_struct *next)
 {
 	u64 marked = take_mark(next_pid, next);
-	if (!marked)
+	if (!marked || marked < marks_since)
 		return;
 	u64 ns = bpf_ktime_get_ns() - marked;
 	/* With the woken task at hand every wait goes to its cgroup's histogram, and user space

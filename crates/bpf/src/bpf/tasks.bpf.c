@@ -213,6 +213,10 @@ struct js_task_thread {
 	u64 stime_ns;
 	u64 sum_exec_runtime_ns;
 	u64 io[7];	/* rchar, wchar, syscr, syscw, read_bytes, write_bytes, cancelled */
+	/* sched_info: run-queue wait and timeslices of this thread (/proc/<tid>/schedstat). Every
+	 * thread's, for the host's mean wait per timeslice that decides runqlat's attachment. */
+	u64 run_delay_ns;
+	u64 pcount;
 };
 
 struct js_task_leader {
@@ -239,8 +243,6 @@ struct js_task_leader {
 	s64 rss_sum[4];	/* .count plus every CPU's share */
 	u64 nvcsw;
 	u64 nivcsw;
-	u64 run_delay_ns;
-	u64 pcount;
 	u64 blkio_delay_ns;
 	u64 sig_min_flt;
 	u64 sig_maj_flt;
@@ -448,8 +450,11 @@ int js_tasks(struct bpf_iter__task *ctx)
 		th.bits |= JS_T_IO;
 		read_io(th.io, &t->ioac);
 	}
-	if (bpf_core_field_exists(t->sched_info))
+	if (bpf_core_field_exists(t->sched_info)) {
 		th.bits |= JS_T_SCHED_INFO;
+		th.run_delay_ns = t->sched_info.run_delay;
+		th.pcount = t->sched_info.pcount;
+	}
 	bool leader = th.tid == th.tgid;
 	if (!leader) {
 		bpf_seq_write(seq, &th, sizeof(th));
@@ -479,10 +484,6 @@ int js_tasks(struct bpf_iter__task *ctx)
 	l->start_boottime_ns = t->start_boottime;
 	l->nvcsw = t->nvcsw;
 	l->nivcsw = t->nivcsw;
-	if (bpf_core_field_exists(t->sched_info)) {
-		l->run_delay_ns = t->sched_info.run_delay;
-		l->pcount = t->sched_info.pcount;
-	}
 	struct task_delay_info___js *d = t->delays;
 	if (d) {
 		l->blkio_delay_ns = d->blkio_delay;

@@ -62,6 +62,23 @@ fn stat_rate(cx: &Ctx, out: &mut Emit, f: fn(&Stat) -> Option<u64>) {
     rate(cx, out, &[], c, p, 1.0);
 }
 
+/// Mean run-queue wait per timeslice over the interval, every thread's (the task iterator's
+/// sums; absent when processes come from /proc, which has only the leaders').
+fn wait_per_slice_us(cx: &Ctx, out: &mut Emit) {
+    let scan = |s: &crate::sample::Sample| {
+        s.process_scan
+            .as_ref()
+            .and_then(|p| p.thread_wait_ns.zip(p.thread_slices))
+    };
+    let cur = scan(cx.cur);
+    let prev = cx.prev.and_then(scan);
+    let wait = cx.delta(cur.map(|c| c.0), prev.map(|p| p.0));
+    let slices = cx.delta(cur.map(|c| c.1), prev.map(|p| p.1));
+    if let (Some(w), Some(n)) = (wait, slices.filter(|&n| n > 0)) {
+        out(&[], Some(w as f64 / n as f64 / 1000.0));
+    }
+}
+
 fn stat_gauge(cx: &Ctx, out: &mut Emit, f: fn(&Stat) -> Option<u64>) {
     gauge(out, &[], cx.cur.stat.as_ref().and_then(f).map(|v| v as f64));
 }
@@ -105,8 +122,50 @@ metrics! {
     SCHED_FORKS_PER_S = ("sched.forks_per_s", PerSecond, Rate, "Processes and threads created per second (/proc/stat processes)", |cx, out| stat_rate(cx, out, |s| s.forks)),
     SCHED_PROCS_RUNNING = ("sched.procs_running", Count, Gauge, "Runnable tasks right now (/proc/stat procs_running)", |cx, out| stat_gauge(cx, out, |s| s.procs_running)),
     SCHED_PROCS_BLOCKED = ("sched.procs_blocked", Count, Gauge, "Tasks blocked on I/O right now (/proc/stat procs_blocked)", |cx, out| stat_gauge(cx, out, |s| s.procs_blocked)),
+    SCHED_WAIT_PER_SLICE_USEC = ("sched.wait_per_slice_usec", Microseconds, Rate, "Mean run-queue wait per timeslice, every thread of the host (sched_info run_delay over pcount, from the BPF task iterator): what attaches the runqlat tracer", wait_per_slice_us),
     LOAD_AVG1 = ("load.avg1", Ratio, Gauge, "1-minute load average (/proc/loadavg)", |cx, out| gauge(out, &[], cx.cur.loadavg.as_ref().map(|l| l.load1))),
     LOAD_AVG5 = ("load.avg5", Ratio, Gauge, "5-minute load average (/proc/loadavg)", |cx, out| gauge(out, &[], cx.cur.loadavg.as_ref().map(|l| l.load5))),
     LOAD_AVG15 = ("load.avg15", Ratio, Gauge, "15-minute load average (/proc/loadavg)", |cx, out| gauge(out, &[], cx.cur.loadavg.as_ref().map(|l| l.load15))),
     LOAD_THREADS = ("load.threads", Count, Gauge, "Threads on the system (/proc/loadavg)", |cx, out| gauge(out, &[], cx.cur.loadavg.as_ref().map(|l| l.threads as f64))),
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::derive::evaluate;
+    use crate::registry::all;
+    use crate::sample::Sample;
+    use jitterscope_sources::process::ProcessScanStats;
+
+    fn at(s: u64, scan: Option<(u64, u64)>) -> Sample {
+        let mut x = Sample {
+            mono_ns: s * 1_000_000_000,
+            interval_ns: 1_000_000_000,
+            ..Default::default()
+        };
+        x.process_scan = Some(ProcessScanStats {
+            thread_wait_ns: scan.map(|s| s.0),
+            thread_slices: scan.map(|s| s.1),
+            ..Default::default()
+        });
+        x
+    }
+
+    fn mean(cur: &Sample, prev: &Sample) -> Option<f64> {
+        evaluate(all(), cur, Some(prev), &[])
+            .into_iter()
+            .find(|v| v.series == "sched.wait_per_slice_usec")
+            .and_then(|v| v.value)
+    }
+
+    #[test]
+    fn mean_wait_per_timeslice_is_the_interval_s_wait_over_its_slices() {
+        // 3 ms of waits over 1,500 timeslices: 2 us each.
+        let prev = at(1, Some((10_000_000, 500)));
+        let cur = at(2, Some((13_000_000, 2_000)));
+        assert_eq!(mean(&cur, &prev), Some(2.0));
+        // No timeslice, a counter gone back (a new recorder) or /proc as the source: no value.
+        assert_eq!(mean(&at(2, Some((10_000_000, 500))), &prev), None);
+        assert_eq!(mean(&at(2, Some((1_000, 10))), &prev), None);
+        assert_eq!(mean(&at(2, None), &prev), None);
+    }
 }
