@@ -401,12 +401,14 @@ fi
 # ---------------------------------------------------------------------------------------------
 # 5. BPF tracer overhead: fixed-work workloads with and without the tracers, their map memory
 # (bench/tracers.sh; it cleans up after itself and says SKIPPED when it cannot measure).
-# Twice: as shipped (the syscall tracers wait detached for their symptom, and the stat and
-# malloc workloads are such symptoms), and with them attached for the whole run (their full cost).
+# Twice: as shipped (the on-demand tracers wait detached for their symptom, and some workloads
+# are such symptoms; each workload first runs 3 s untimed so that they are in the state it puts
+# them in, and the first starts 4 s after the recorder, past its first census look), and with
+# them attached for the whole run (their full cost).
 JITTERSCOPE=$JITTERSCOPE TRACER_OUT=$TMP/tracers.md TRACER_TARGETS=$TMP/tracers-targets.md \
-    TRACER_LABEL="default, syscall tracers on demand" bash "$HERE/tracers.sh"
+    TRACER_LABEL="default, tracers on demand" TRACER_LEAD_IN=3 TRACER_SETTLE=4 bash "$HERE/tracers.sh"
 JITTERSCOPE=$JITTERSCOPE TRACER_OUT=$TMP/tracers-always.md TRACER_TARGETS=$TMP/tracers-always-targets.md \
-    TRACER_LABEL="--syscall-tracers always" TRACER_WITH_ARGS="--syscall-tracers always" TRACER_STATS=0 \
+    TRACER_LABEL="--on-demand-tracers always" TRACER_WITH_ARGS="--on-demand-tracers always" TRACER_STATS=0 \
     bash "$HERE/tracers.sh"
 # The census's own cost: all tracers on demand either way, the census at one interval in two
 # against none; scaled to its default of one interval in sixty (cost is linear in attached time).

@@ -47,6 +47,11 @@ pub(crate) struct TracerDef {
     /// rather than detached. For a tracer whose evidence matters more than its cost when
     /// nothing says it is not needed (runqlat).
     pub unmeasured_attaches: bool,
+    /// With a demand: instead of staying attached for [`QUIET_SECONDS`] after its symptom was
+    /// last seen, it stays attached while the signal is at least this (a lower bar than the
+    /// floor, so that a signal hovering near the floor does not flap) and is detached at the
+    /// first sample under it. For a tracer whose symptom's absence proves its evidence absent.
+    pub release_below: Option<f64>,
     /// Loads it (and attaches it unless it waits for its demand).
     pub load: fn(&mut Env, Tracefs) -> LoadResult,
     /// The tracepoint record fields its programs read.
@@ -299,6 +304,8 @@ struct Slot {
     attached: bool,
     /// Monotonic time the tracer's symptom was last seen, ns.
     last_hot_ns: u64,
+    /// Consecutive samples with the symptom (for a tracer with a release bar).
+    hot_streak: u32,
     /// Attached for one interval by the census, not by its symptom.
     census: bool,
     /// Monotonic time of its last census attachment, ns (None before the first).
@@ -417,6 +424,7 @@ impl TracerCollector {
                         tracer: t,
                         attached: !waits,
                         last_hot_ns: 0,
+                        hot_streak: 0,
                         census: false,
                         last_census_ns: None,
                         detaching: None,
@@ -508,10 +516,22 @@ impl TracerCollector {
                 continue;
             };
             let rate = rates.next().flatten();
-            let hot = match rate {
+            let mut hot = match rate {
                 Some(r) => r >= signal.floor,
                 None => s.name.def().unmeasured_attaches,
             };
+            // A tracer held by the signal itself attaches on the second sample in a row with the
+            // symptom: a single second of it is a process starting (stress-ng's start made
+            // 37-55 us of mean run-queue wait here, in a storm whose mean is 0.4 us), and the
+            // attachment it caused cost the next second of the storm +27%.
+            s.hot_streak = if hot {
+                s.hot_streak.saturating_add(1)
+            } else {
+                0
+            };
+            if s.name.def().release_below.is_some() && rate.is_some() && !s.attached {
+                hot &= s.hot_streak >= 2;
+            }
             if hot {
                 s.last_hot_ns = now;
                 // A census look that found the symptom stays, held by the symptom now.
@@ -520,8 +540,16 @@ impl TracerCollector {
             // Wanted from the symptom until it has been absent for `quiet`, not only in the
             // seconds it shows: an attach that has to wait (a detach still under way) or
             // fails is tried again while the symptom is recent, and a burst that recurs every
-            // few seconds keeps its tracer.
-            let wanted = s.last_hot_ns > 0 && now.saturating_sub(s.last_hot_ns) < quiet;
+            // few seconds keeps its tracer. A tracer with a release bar is held by the signal
+            // itself instead (a census look is not: it ends after its interval).
+            let wanted = match s.name.def().release_below {
+                Some(bar) => {
+                    hot || (s.attached
+                        && !s.census
+                        && rate.map_or(s.name.def().unmeasured_attaches, |r| r >= bar))
+                }
+                None => s.last_hot_ns > 0 && now.saturating_sub(s.last_hot_ns) < quiet,
+            };
             if wanted {
                 if !s.attached && !s.detach_pending() {
                     attach_slot(s, sample, notes);

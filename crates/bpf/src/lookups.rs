@@ -66,6 +66,7 @@ pub(crate) static DEF: TracerDef = TracerDef {
     what: "stat/access/open failing with ENOENT per process, sampled names",
     demand: Some(&signals::NEGATIVE_DENTRIES),
     unmeasured_attaches: false,
+    release_below: None,
     load: |env, tracefs| Ok(Box::new(load(env, tracefs?)?)),
     records,
 };

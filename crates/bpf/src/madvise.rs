@@ -35,6 +35,7 @@ pub(crate) static DEF: TracerDef = TracerDef {
     // other CPU.
     demand: Some(&signals::TLB_STORM),
     unmeasured_attaches: false,
+    release_below: None,
     load: |env, tracefs| Ok(Box::new(load(env, tracefs?)?)),
     records,
 };

@@ -43,6 +43,7 @@ pub(crate) static DEF: TracerDef = TracerDef {
     what: "direct/memcg reclaim stalls per process and cgroup, kswapd wake-ups",
     demand: None,
     unmeasured_attaches: false,
+    release_below: None,
     load: |env, tracefs| Ok(Box::new(load(env, tracefs?)?)),
     records,
 };

@@ -36,6 +36,7 @@ pub(crate) static DEF: TracerDef = TracerDef {
     what: "slab shrinker calls, objects and latency per shrinker",
     demand: None,
     unmeasured_attaches: false,
+    release_below: None,
     load: |env, tracefs| Ok(Box::new(load(env, tracefs?)?)),
     records,
 };

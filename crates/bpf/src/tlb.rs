@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use jitterscope_model::signals;
 use jitterscope_model::tracers::{Tlb, TlbProc, Tracers};
 use libbpf_rs::skel::SkelBuilder;
 use libbpf_rs::{MapCore, MapFlags};
@@ -37,8 +38,13 @@ const ONE_COUNTER: Layout = Layout {
 pub(crate) static DEF: TracerDef = TracerDef {
     name: "tlb",
     what: "TLB flushes by reason per process, shootdown IPIs by sender",
-    demand: None,
+    // Its flush program runs at every TLB flush, task switches included (one a context switch
+    // between processes: +3.5% of a context-switch storm's CPU time, bpf_stats); the rule it
+    // gives evidence to reads its baseline from /proc/interrupts and needs the senders only
+    // during a storm, the same symptom that attaches madvise.
+    demand: Some(&signals::TLB_STORM),
     unmeasured_attaches: false,
+    release_below: None,
     load: |env, tracefs| Ok(Box::new(load(env, tracefs?)?)),
     records,
 };
@@ -105,7 +111,7 @@ fn open_and_load(env: &Env, btf: bool, flush: u64, ipis: Ipis) -> Result<Loaded,
         open,
         |s| create_other(&s.maps.tlb_procs),
         "tlb:tlb_flush",
-        true,
+        !env.defer_on_demand,
     )
 }
 

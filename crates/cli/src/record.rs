@@ -80,9 +80,10 @@ pub struct RecordArgs {
     no_tracers: bool,
     /// When the on-demand tracers are attached: `auto` only while their symptom lasts, `always`
     /// for the whole run. They are madvise and lookups (attached on TLB shootdowns and growing
-    /// negative dentries: their syscall-tracepoint fallbacks slow every system call on the host)
-    /// and runqlat (attached while threads wait for a CPU, a mean run-queue wait of 20 us per
-    /// timeslice: it runs at every context switch). `--syscall-tracers` is its older name.
+    /// negative dentries: their syscall-tracepoint fallbacks slow every system call on the host),
+    /// tlb (on TLB shootdowns: it runs at every TLB flush, task switches included) and runqlat
+    /// (while threads wait for a CPU, a mean run-queue wait of 20 us per timeslice: it runs at
+    /// every context switch). `--syscall-tracers` is its older name.
     #[arg(long = "on-demand-tracers", visible_alias = "syscall-tracers", value_enum,
           default_value_t = SyscallTracers::Auto)]
     syscall_tracers: SyscallTracers,

@@ -358,8 +358,9 @@ fn pin_to_cpu0() {
 
 /// By default runqlat waits detached while threads hardly wait for a CPU, as in a
 /// context-switch storm (two threads on one CPU passing a byte back and forth: sub-microsecond
-/// waits, a switch every microsecond or two, where its programs cost most), and attaches within
-/// a second or two of threads queueing (two threads spinning on one CPU: waits of a timeslice).
+/// waits, a switch every microsecond or two, where its programs cost most), attaches within a
+/// second or two of threads queueing (two threads spinning on one CPU: waits of a timeslice),
+/// and is detached again at the first second of the next storm.
 #[test]
 fn runqlat_attaches_while_threads_wait_for_a_cpu() {
     let _serial = serial();
@@ -376,7 +377,8 @@ fn runqlat_attaches_while_threads_wait_for_a_cpu() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");
-    let phase = Arc::new(std::sync::atomic::AtomicU8::new(0)); // 0 storm, 1 hogs, 2 stop
+    // 0 storm, 1 hogs, 2 storm again, 3 stop
+    let phase = Arc::new(std::sync::atomic::AtomicU8::new(0));
     let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
     let workers: Vec<_> = [a, b]
         .into_iter()
@@ -388,25 +390,31 @@ fn runqlat_attaches_while_threads_wait_for_a_cpu() {
                 pin_to_cpu0();
                 let mut s = &mine;
                 s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
-                let mut byte = [0u8];
-                if side == 0 {
-                    let _ = s.write_all(&byte);
-                }
                 // Ping-pong until the hog phase (a read that times out leaves the storm too).
-                let mut n = 0u64;
-                while phase.load(Ordering::Relaxed) == 0 {
-                    if s.read_exact(&mut byte).is_err() || s.write_all(&byte).is_err() {
-                        break;
+                let mut storm = |while_in: u8| {
+                    let mut n = 0u64;
+                    let mut byte = [0u8];
+                    if side == 0 {
+                        let _ = s.write_all(&byte);
                     }
-                    n += 1;
-                }
-                while phase.load(Ordering::Relaxed) == 0 {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
+                    while phase.load(Ordering::Relaxed) == while_in {
+                        if s.read_exact(&mut byte).is_err() || s.write_all(&byte).is_err() {
+                            break;
+                        }
+                        n += 1;
+                    }
+                    // The other side may still be reading: drain what it sent, then wait.
+                    while phase.load(Ordering::Relaxed) == while_in {
+                        let _ = s.read(&mut byte);
+                    }
+                    n
+                };
+                let first = storm(0);
                 while phase.load(Ordering::Relaxed) == 1 {
                     std::hint::spin_loop();
                 }
-                n
+                let second = storm(2);
+                (first, second)
             })
         })
         .collect();
@@ -417,6 +425,8 @@ fn runqlat_attaches_while_threads_wait_for_a_cpu() {
         let flip = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_secs(7));
             phase.store(1, Ordering::Relaxed);
+            std::thread::sleep(Duration::from_secs(6));
+            phase.store(2, Ordering::Relaxed);
         });
         let o = run(
             &[
@@ -424,7 +434,7 @@ fn runqlat_attaches_while_threads_wait_for_a_cpu() {
                 "--dir",
                 s(&store),
                 "--duration",
-                "14s",
+                "18s",
                 "--tracers",
                 "runqlat",
                 "--profile-hz",
@@ -435,10 +445,13 @@ fn runqlat_attaches_while_threads_wait_for_a_cpu() {
         flip.join().unwrap();
         o
     };
-    phase.store(2, Ordering::Relaxed);
-    let trips: Vec<u64> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    phase.store(3, Ordering::Relaxed);
+    let trips: Vec<(u64, u64)> = workers.into_iter().map(|w| w.join().unwrap()).collect();
     // A storm that stopped early (here: 2.2 M round trips in 7 s, debug build) proves nothing.
-    assert!(trips[0] >= 100_000, "round trips: {trips:?}");
+    assert!(
+        trips[0].0 >= 100_000 && trips[0].1 >= 50_000,
+        "round trips: {trips:?}"
+    );
     let to = now_arg();
     assert!(o.status.success(), "record failed: {}", text(&o.stderr));
     let err = text(&o.stderr);
@@ -465,31 +478,41 @@ fn runqlat_attaches_while_threads_wait_for_a_cpu() {
     };
     let attached = at("tracer.runqlat.attached");
     let waits = at("sched.wait_per_slice_usec");
-    assert!(attached.len() >= 10, "{rows:?}");
-    // The storm: sub-microsecond waits, and runqlat detached (but for its census interval).
+    assert!(attached.len() >= 14, "{rows:?}");
+    let on_at = |t: &str| attached.iter().find(|(at, _)| at == t).map(|a| a.1);
+    // The first storm: sub-microsecond waits, and runqlat detached (but for its census interval).
     let storm: Vec<&(String, f64)> = waits.iter().take(4).collect();
     assert!(
-        storm.iter().all(|(_, w)| *w < 20.0),
+        storm.iter().all(|(_, w)| *w < 10.0),
         "mean waits in the storm: {storm:?}"
     );
-    let first_on = attached.iter().position(|(_, a)| *a == 1.0);
     let off_in_storm = attached.iter().take(5).filter(|(_, a)| *a == 0.0).count();
     assert!(off_in_storm >= 3, "attached during the storm: {attached:?}");
-    // The hogs: waits of a timeslice, and runqlat attached with them in its histogram.
-    let hogs: Vec<&(String, f64)> = waits.iter().rev().take(4).collect();
+    // The hogs: waits of a timeslice, and runqlat attached from the interval after the second
+    // such sample in a row.
+    let hogs: Vec<&(String, f64)> = waits.iter().filter(|(_, w)| *w >= 20.0).collect();
     assert!(
-        hogs.iter().all(|(_, w)| *w >= 20.0),
-        "mean waits with two hogs on one CPU: {hogs:?}"
+        hogs.len() >= 4,
+        "mean waits with two hogs on one CPU: {waits:?}"
     );
-    let on_late = attached
+    let on_with_hogs = hogs
         .iter()
-        .rev()
-        .take(4)
-        .filter(|(_, a)| *a == 1.0)
+        .skip(2)
+        .filter(|(t, _)| on_at(t) == Some(1.0))
         .count();
     assert!(
-        on_late >= 3,
-        "not attached with the hogs: {attached:?} (first at {first_on:?})"
+        on_with_hogs + 2 >= hogs.len(),
+        "not attached with the hogs: {attached:?}, waits {waits:?}"
+    );
+    // The second storm: released at its first sample under 10 us, not held for 30 s.
+    let last: Vec<&(String, f64)> = waits.iter().rev().take(2).collect();
+    assert!(
+        last.iter().all(|(_, w)| *w < 10.0),
+        "second storm: {waits:?}"
+    );
+    assert!(
+        last.iter().all(|(t, _)| on_at(t) == Some(0.0)),
+        "still attached in the second storm: {attached:?}, waits {waits:?}"
     );
     let p99 = at("runqlat.p99_usec");
     let long: Vec<_> = p99.iter().filter(|(_, v)| *v >= 1000.0).collect();

@@ -100,8 +100,8 @@ pub static ALLOCSTALL: Signal = Signal {
     labels: &[],
     floor: 1.0,
 };
-/// TLB-shootdown IPIs received. Also the symptom that attaches the `madvise` tracer: case 4 ran
-/// at ~2,000 IPIs/s.
+/// TLB-shootdown IPIs received. Also the symptom that attaches the `tlb` and `madvise` tracers:
+/// case 4 ran at ~2,000 IPIs/s.
 pub static TLB_STORM: Signal = Signal {
     kind: "tlb-storm",
     what: "TLB-shootdown IPI storm",

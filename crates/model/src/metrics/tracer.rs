@@ -280,7 +280,7 @@ metrics! {
     LOOKUPS_PROC_ACCESS_ENOENT_PER_S = ("lookups.proc.<pid>.<comm>.access_enoent_per_s", PerSecond, Rate, "access/faccessat failing with ENOENT per second", |cx, out| per_proc(cx, out, look_proc, look_id, |s, k| Some(s.access_enoent as f64 * k))),
     LOOKUPS_PROC_OPEN_ENOENT_PER_S = ("lookups.proc.<pid>.<comm>.open_enoent_per_s", PerSecond, Rate, "open/openat failing with ENOENT per second", |cx, out| per_proc(cx, out, look_proc, look_id, |s, k| Some(s.open_enoent as f64 * k))),
     LOOKUPS_PATTERN_SAMPLES = ("lookups.pattern.<pattern>.samples", Count, Gauge, "Sampled failing paths with this name pattern (digit runs as *) in the interval, of at most 64 sampled", |cx, out| patterns(cx, out)),
-    ATTACHED = ("tracer.<tracer>.attached", Count, Gauge, "1 while the tracer was attached this interval, 0 while an on-demand tracer waited for its symptom (madvise: TLB shootdowns, lookups: negative dentries, runqlat: threads waiting for a CPU)", |cx, out| attached(cx, out)),
+    ATTACHED = ("tracer.<tracer>.attached", Count, Gauge, "1 while the tracer was attached this interval, 0 while an on-demand tracer waited for its symptom (tlb and madvise: TLB shootdowns, lookups: negative dentries, runqlat: threads waiting for a CPU)", |cx, out| attached(cx, out)),
     CENSUS = ("tracer.<tracer>.census", Count, Gauge, "1 when the tracer ran this interval for the census only (an on-demand tracer attached for one interval now and then without its symptom: record --census-every), 0 when it ran for its symptom or always", |cx, out| census(cx, out)),
     DROPPED_PER_S = ("tracer.<tracer>.dropped_per_s", PerSecond, Rate, "Tracer events not recorded per second (bounded kernel maps full)", |cx, out| dropped(cx, out)),
 }
