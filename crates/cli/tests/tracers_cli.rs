@@ -16,6 +16,26 @@ use std::time::Duration;
 use common::{cmd, now_arg, parse_csv, run, s, serial, text};
 use jitterscope_testkit::{is_root, skip};
 
+/// Whether `tracer` loads here (`tracers --check`); if not, says SKIPPED for `test` and why.
+fn loads(test: &str, tracer: &str) -> bool {
+    if !is_root() {
+        skip(test, "needs root to load BPF programs");
+        return false;
+    }
+    let probe = run(&["tracers", "--check"], Duration::from_secs(30));
+    let check = text(&probe.stdout);
+    let ok = check
+        .lines()
+        .any(|l| l.starts_with(tracer) && l.contains(" ok "));
+    if !ok {
+        skip(
+            test,
+            &format!("the {tracer} tracer does not load:\n{check}"),
+        );
+    }
+    ok
+}
+
 /// `dump --format csv` of the series matching `select` between `from` and `to`.
 fn dump_csv(store: &std::path::Path, from: &str, to: &str, select: &[&str]) -> Vec<common::Row> {
     let mut args = vec![
@@ -147,16 +167,8 @@ fn recorded_lookups_are_attributed_to_the_process_and_its_pattern() {
     // The recording tests both make failed look-ups from this process: they must not overlap.
     let _serial = serial();
     const TEST: &str = "recorded_lookups_are_attributed_to_the_process_and_its_pattern";
-    if !is_root() {
-        return skip(TEST, "needs root to load BPF programs");
-    }
-    let probe = run(&["tracers", "--check"], Duration::from_secs(30));
-    let check = text(&probe.stdout);
-    if !check
-        .lines()
-        .any(|l| l.starts_with("lookups") && l.contains(" ok "))
-    {
-        return skip(TEST, &format!("the lookups tracer does not load:\n{check}"));
+    if !loads(TEST, "lookups") {
+        return;
     }
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");
@@ -250,15 +262,8 @@ fn recorded_lookups_are_attributed_to_the_process_and_its_pattern() {
 fn lookups_attach_when_negative_dentries_pile_up() {
     let _serial = serial();
     const TEST: &str = "lookups_attach_when_negative_dentries_pile_up";
-    if !is_root() {
-        return skip(TEST, "needs root to load BPF programs");
-    }
-    let probe = run(&["tracers", "--check"], Duration::from_secs(30));
-    if !text(&probe.stdout)
-        .lines()
-        .any(|l| l.starts_with("lookups") && l.contains(" ok "))
-    {
-        return skip(TEST, "the lookups tracer does not load");
+    if !loads(TEST, "lookups") {
+        return;
     }
     if !std::path::Path::new("/proc/sys/fs/dentry-state").exists() {
         return skip(TEST, "no /proc/sys/fs/dentry-state");
@@ -365,15 +370,8 @@ fn pin_to_cpu0() {
 fn runqlat_attaches_while_threads_wait_for_a_cpu() {
     let _serial = serial();
     const TEST: &str = "runqlat_attaches_while_threads_wait_for_a_cpu";
-    if !is_root() {
-        return skip(TEST, "needs root to load BPF programs");
-    }
-    let probe = run(&["tracers", "--check"], Duration::from_secs(30));
-    if !text(&probe.stdout)
-        .lines()
-        .any(|l| l.starts_with("runqlat") && l.contains(" ok "))
-    {
-        return skip(TEST, "the runqlat tracer does not load");
+    if !loads(TEST, "runqlat") {
+        return;
     }
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");
