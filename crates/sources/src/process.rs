@@ -825,6 +825,11 @@ pub(crate) fn refresh_cgroups(
     .map(|mut p| {
         if exiting {
             p.forget_v1();
+        } else if let Some(old) = paths.as_deref().filter(|old| p.v1_at_root_only(old)) {
+            // The task started exiting after its flags were read (the task iterator reads them
+            // before this file): its v1 paths read "/" as an exiting task's do, and the ones
+            // it ran in stand. (A 5.10 guest's lab worker was charged to "/" so.)
+            p.keep_v1_of(old);
         }
         Arc::new(p)
     });

@@ -76,6 +76,32 @@ impl ProcCgroupPaths {
         self.memory.as_deref().or(self.v2.as_deref())
     }
 
+    /// Whether every v1 path bound here is the root while `old` had another: what an exiting
+    /// task shows (proc_cgroup_show), not a move, since nothing moves a task to the root of
+    /// every v1 hierarchy at once.
+    pub fn v1_at_root_only(&self, old: &ProcCgroupPaths) -> bool {
+        let v1 = |p: &ProcCgroupPaths| {
+            [
+                p.cpu.clone(),
+                p.cpuacct.clone(),
+                p.memory.clone(),
+                p.blkio.clone(),
+            ]
+        };
+        let now = v1(self);
+        now.iter().any(Option::is_some)
+            && now.iter().flatten().all(|p| p == "/")
+            && v1(old).iter().flatten().any(|p| p != "/")
+    }
+
+    /// Takes `old`'s v1 paths, keeping this read's v2 path.
+    pub fn keep_v1_of(&mut self, old: &ProcCgroupPaths) {
+        self.cpu.clone_from(&old.cpu);
+        self.cpuacct.clone_from(&old.cpuacct);
+        self.memory.clone_from(&old.memory);
+        self.blkio.clone_from(&old.blkio);
+    }
+
     /// Drops the v1 paths (read from an exiting task, they all say "/").
     pub fn forget_v1(&mut self) {
         self.cpu = None;
@@ -224,6 +250,45 @@ pub fn cgroup_of_pid(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_exiting_task_s_root_paths_do_not_replace_the_ones_it_ran_in() {
+        let ran = ProcCgroupPaths {
+            cpu: Some("/lab/a".into()),
+            memory: Some("/lab/a".into()),
+            v2: Some("/".into()),
+            ..Default::default()
+        };
+        let mut exiting = ProcCgroupPaths {
+            cpu: Some("/".into()),
+            memory: Some("/".into()),
+            v2: Some("/x".into()),
+            ..Default::default()
+        };
+        assert!(exiting.v1_at_root_only(&ran));
+        exiting.keep_v1_of(&ran);
+        assert_eq!(exiting.for_memory(), Some("/lab/a"));
+        assert_eq!(exiting.v2.as_deref(), Some("/x"));
+        // Moved from the root, only v2 bound, or one v1 path elsewhere: read as they are.
+        let root = ProcCgroupPaths {
+            cpu: Some("/".into()),
+            memory: Some("/".into()),
+            ..Default::default()
+        };
+        assert!(!ran.v1_at_root_only(&root));
+        assert!(!root.v1_at_root_only(&root));
+        let v2 = ProcCgroupPaths {
+            v2: Some("/".into()),
+            ..Default::default()
+        };
+        assert!(!v2.v1_at_root_only(&ran));
+        let half = ProcCgroupPaths {
+            cpu: Some("/".into()),
+            memory: Some("/other".into()),
+            ..Default::default()
+        };
+        assert!(!half.v1_at_root_only(&ran));
+    }
 
     const HOST: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/host");
 
