@@ -80,18 +80,13 @@ impl ProcCgroupPaths {
     /// task shows (proc_cgroup_show), not a move, since nothing moves a task to the root of
     /// every v1 hierarchy at once.
     pub fn v1_at_root_only(&self, old: &ProcCgroupPaths) -> bool {
-        let v1 = |p: &ProcCgroupPaths| {
-            [
-                p.cpu.clone(),
-                p.cpuacct.clone(),
-                p.memory.clone(),
-                p.blkio.clone(),
-            ]
-        };
+        fn v1(p: &ProcCgroupPaths) -> [Option<&str>; 4] {
+            [&p.cpu, &p.cpuacct, &p.memory, &p.blkio].map(|x| x.as_deref())
+        }
         let now = v1(self);
         now.iter().any(Option::is_some)
-            && now.iter().flatten().all(|p| p == "/")
-            && v1(old).iter().flatten().any(|p| p != "/")
+            && now.iter().flatten().all(|p| *p == "/")
+            && v1(old).iter().flatten().any(|p| *p != "/")
     }
 
     /// Takes `old`'s v1 paths, keeping this read's v2 path.
