@@ -1374,12 +1374,11 @@ fn run_queue_latency_with_wakeups_in_the_hash_map() {
 
 /// Whether the running kernel is `major.minor` or later.
 fn kernel_at_least(major: u32, minor: u32) -> bool {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let mut parts = release
-        .split(|c: char| !c.is_ascii_digit())
-        .map(|p| p.parse::<u32>().unwrap_or(0));
-    let (a, b) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-    (a, b) >= (major, minor)
+    use jitterscope_sources::system::kernel::{parse_osrelease, KernelVersion};
+    std::fs::read("/proc/sys/kernel/osrelease")
+        .ok()
+        .and_then(|b| parse_osrelease(&b).ok())
+        .is_some_and(|v| v >= KernelVersion::new(major, minor, 0))
 }
 
 fn hogs_raise_run_queue_latency(test: &str, hash_map: bool) {

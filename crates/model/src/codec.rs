@@ -386,10 +386,15 @@ pub fn encode_detail(procs: &[Process], codec: u8, out: &mut Vec<u8>) -> Result<
 pub fn round_as_stored(sample: &mut Sample) {
     for p in sample.processes.iter_mut().flatten() {
         if let Some(s) = p.schedstat.as_mut() {
-            s.run_ns = s.run_ns / 1000 * 1000;
-            s.wait_ns = s.wait_ns / 1000 * 1000;
+            round_schedstat(s);
         }
     }
+}
+
+/// schedstat's run and wait time as [`CODEC_COLUMNS_US`] keeps them: rounded down to the µs.
+pub fn round_schedstat(s: &mut jitterscope_sources::process::PidSchedstat) {
+    s.run_ns = s.run_ns / 1000 * 1000;
+    s.wait_ns = s.wait_ns / 1000 * 1000;
 }
 
 /// Encodes a sample for the store's two lanes: `main` gets everything but the process table,

@@ -50,8 +50,7 @@ fn round_trip(procs: &[Process]) -> Vec<Process> {
 fn to_us(procs: &[Process]) -> Vec<Process> {
     let mut v = procs.to_vec();
     for s in v.iter_mut().filter_map(|p| p.schedstat.as_mut()) {
-        s.run_ns = s.run_ns / 1000 * 1000;
-        s.wait_ns = s.wait_ns / 1000 * 1000;
+        codec::round_schedstat(s);
     }
     v
 }

@@ -808,8 +808,7 @@ mod tests {
         let mut want = rows.clone();
         for p in &mut want {
             if let Some(s) = p.schedstat.as_mut() {
-                s.run_ns = s.run_ns / 1000 * 1000;
-                s.wait_ns = s.wait_ns / 1000 * 1000;
+                crate::codec::round_schedstat(s);
             }
         }
         assert_eq!(back, want);
