@@ -17,6 +17,10 @@
 #   BUSY_CHURN      short processes started per second (default 50)
 #   BUSY_BREAKDOWN=0  do not run the three reduced jitterscope recorders (no sampler; no sampler
 #                   and no tracers; the same reading /proc instead of the task iterator)
+#   BUSY_PROFILE    seconds of `perf record` on the recorder as shipped after the window, for the
+#                   functions its CPU goes to (default 60; 0: none; skipped without perf)
+#   STORE_BYTES     prebuilt store_bytes example binary (default: built with cargo), for where the
+#                   recorder's bytes go
 #   BELOW           below's binary (default: `below` on PATH, else /opt/below/bin/below; the run
 #                   says when there is none). below 0.9's BPF code needs clang ≥ 15 (Debian 12's
 #                   clang 14 crashes on it): apt-get install clang-16, then
@@ -39,6 +43,7 @@ NPROCS=${BUSY_PROCS:-250}
 WORK=${BUSY_WORK:-40}
 CHURN=${BUSY_CHURN:-50}
 BREAKDOWN=${BUSY_BREAKDOWN:-1}
+PROFILE_SECONDS=${BUSY_PROFILE:-60}
 WARMUP=5
 
 say() { printf '[busy bench %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
@@ -119,6 +124,15 @@ tree_ticks() {
                   if (q == root) total += ticks[p] }
               print total }'
 }
+# Run time (ns, from schedstat: exact where utime/stime count 10 ms ticks) of each thread of a
+# process, summed by thread name, one "name ns" line each.
+thread_ns() {
+    local t name
+    for t in /proc/"$1"/task/[0-9]*; do
+        name=$(cat "$t/comm" 2>/dev/null) || continue
+        printf '%s %s\n' "$name" "$(awk '{print $1}' "$t/schedstat" 2>/dev/null || echo 0)"
+    done | awk '{s[$1] += $2} END {for (k in s) print k, s[k]}'
+}
 bytes_of() { find "$1" -type f -printf '%s\n' 2>/dev/null | awk '{s += $1} END {print s + 0}'; }
 calc() { awk "BEGIN { printf \"%s\", $* }"; }
 HZ=$(getconf CLK_TCK)
@@ -166,11 +180,26 @@ for t in "${TOOLS[@]}"; do
     kill -0 "${PID[$t]}" 2>/dev/null || { tail -5 "$TMP/$t.log" >&2; die "$t exited early"; }
 done
 PROCS0=$(nprocs); F0=$(forks); W0=$EPOCHREALTIME
+THREADS0=$(thread_ns "${PID[js]}")
 for t in "${TOOLS[@]}"; do T0[$t]=$EPOCHREALTIME; K0[$t]=$(tree_ticks "${PID[$t]}"); done
 say "measuring ${WINDOW}s: ${TOOLS[*]}"
 sleep "$WINDOW"
 for t in "${TOOLS[@]}"; do T1[$t]=$EPOCHREALTIME; K1[$t]=$(tree_ticks "${PID[$t]}"); done
+THREADS1=$(thread_ns "${PID[js]}")
 F1=$(forks); W1=$EPOCHREALTIME; PROCS1=$(nprocs)
+# Where the shipped recorder's CPU goes, by function: perf on it alone while the load and the
+# other recorders go on. Afterwards, so that perf's own interrupts are not in the window above.
+PERF_TOP=""
+if [ "$PROFILE_SECONDS" != 0 ] && command -v perf >/dev/null; then
+    say "profiling the recorder as shipped for ${PROFILE_SECONDS}s (perf record -F 2999)"
+    if perf record -q -F 2999 -p "${PID[js]}" -o "$TMP/perf.data" -- sleep "$PROFILE_SECONDS" >/dev/null 2>"$TMP/perf.log"; then
+        PERF_SAMPLES=$(perf report -i "$TMP/perf.data" --stdio --sort comm 2>/dev/null | awk '/^# Samples:/ && !n++ {print $3}' || true)
+        PERF_TOP=$(perf report -i "$TMP/perf.data" --stdio --no-children --sort comm,dso,sym -g none 2>/dev/null |
+            awk '!/^#/ && NF && n++ < 25' || true)
+    else
+        say "perf record failed: $(tail -1 "$TMP/perf.log")"
+    fi
+fi
 for t in "${TOOLS[@]}"; do
     if [[ $t == js* ]]; then kill -INT "${PID[$t]}" 2>/dev/null || true; else kill -TERM "${PID[$t]}" 2>/dev/null || true; fi
 done
@@ -196,6 +225,23 @@ collectors() {
 }
 COLL_JS=$(collectors js)
 [ "$BREAKDOWN" = 1 ] && COLL_BARE=$(collectors js-bare) || COLL_BARE=""
+
+# The recorder's run time by thread over the window (threads that ended inside it are not seen).
+THREAD_ROWS=$(join -a2 -e 0 -o 0,1.2,2.2 <(sort <<<"$THREADS0") <(sort <<<"$THREADS1") |
+    awk -v secs="$(calc "${T1[js]} - ${T0[js]}")" '{d = $3 - $2; tot += d; n[$1] = d}
+        END {for (k in n) if (n[k] > 0) printf "| %s | %.3f | %.0f %% |\n", k, n[k] / secs / 1e7, 100 * n[k] / tot}' |
+    sort -t'|' -k3 -rn)
+
+# Where its bytes go.
+STORE_BYTES=${STORE_BYTES:-}
+if [ -z "$STORE_BYTES" ]; then
+    say "building the store_bytes example"
+    (cd "$REPO" && cargo build --release -q -p jitterscope-model --example store_bytes) &&
+        STORE_BYTES=$REPO/target/release/examples/store_bytes
+fi
+BYTES_REPORT=$([ -n "$STORE_BYTES" ] && "$STORE_BYTES" "${OUTP[js]}" 2>&1 || echo "(store_bytes did not build)")
+FLOOR=$(awk -F'|' '/all of them/ {gsub(/[* ]/, "", $3); print $3}' <<<"$BYTES_REPORT")
+SAMPLES_JS=$(awk '/^Bytes on disk by lane/ {gsub(/\(/, "", $6); print $6}' <<<"$BYTES_REPORT")
 
 R_CPU=$(ratio "${CPU[js]}" "${CPU[atop]}")
 R_BYTES=$(ratio "${MBH[js]}" "${MBH[atop]}")
@@ -232,6 +278,37 @@ met() { awk -v r="$1" 'BEGIN { print (r != "n/a" && r <= 0.1) ? "**met**" : "**m
         echo '```'
         echo "$COLL_BARE"
         echo '```'
+    fi
+    echo
+    echo "### Where the recorder's CPU goes"
+    echo
+    echo "Run time of each of its threads over the window (\`/proc/<pid>/task/*/schedstat\`; a thread"
+    echo "that ended inside the window is not seen):"
+    echo
+    echo "| thread | CPU % of one core | share |"
+    echo "|---|---:|---:|"
+    echo "$THREAD_ROWS"
+    if [ -n "$PERF_TOP" ]; then
+        echo
+        echo "\`perf record -F 2999 -p <recorder>\` for ${PROFILE_SECONDS} s after the window (load and recorders still"
+        echo "running; ${PERF_SAMPLES:-?} samples; self time, no call graph), the top 25 functions by thread:"
+        echo
+        echo '```'
+        echo "$PERF_TOP"
+        echo '```'
+    fi
+    echo
+    echo "### Where its bytes go"
+    echo
+    echo "\`crates/model/examples/store_bytes.rs\` on the as-shipped recorder's store (the ${WINDOW} s window,"
+    echo "warm-up and stop included):"
+    echo
+    echo "$BYTES_REPORT"
+    if [ -n "$FLOOR" ] && [ -n "$SAMPLES_JS" ]; then
+        echo
+        printf 'The last row is a floor for the process table at the precision it is stored: %.2f MB/hour,\n' \
+            "$(calc "$FLOOR / $SAMPLES_JS * 3600 / 1e6")"
+        printf 'against a budget of %.2f MB/hour for everything at 0.1× atop.\n' "$(calc "${MBH[atop]} / 10")"
     fi
 } | section
 {

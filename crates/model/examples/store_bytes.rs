@@ -1,0 +1,230 @@
+//! Where a store's bytes go, for `bench/busy.sh` (issue 23's bytes target).
+//!
+//! `cargo run --release -p jitterscope-model --example store_bytes -- <store dir>`
+//!
+//! Prints Markdown: the bytes of each lane on disk; for the main lane, what each top-level part of
+//! the sample costs when its series is compressed alone the way the writer compresses the whole
+//! (zstd at the store's default level, a flush after every record, a new frame every 60 records),
+//! which over-counts a little (each part pays its own framing) but ranks them; and, for the
+//! process table, the order-0 entropy of each counter's change from one sample to the next.
+//!
+//! The last is a floor, not an estimate of any codec: a codec storing the table as differences
+//! from the previous sample and entropy-coding each counter's differences on their own could not
+//! take fewer bytes than that (it could by modelling one process's counters together, and does
+//! not get there in practice). It says how much of the lane is information at the precision
+//! stored, which no encoding of the same values removes.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::Path;
+
+use jitterscope_model::codec::Parts;
+use jitterscope_model::stored::SampleReader;
+use jitterscope_sources::process::Process;
+
+/// Records per compressed frame: the writer ends a frame about once a minute at one sample a second.
+const FRAME_RECORDS: usize = 60;
+
+fn compressed(records: &[Vec<u8>]) -> usize {
+    records
+        .chunks(FRAME_RECORDS)
+        .map(|frame| {
+            let mut z = zstd::stream::Encoder::new(
+                Vec::new(),
+                jitterscope_store::DEFAULT_COMPRESSION_LEVEL,
+            )
+            .expect("zstd encoder");
+            for r in frame {
+                z.write_all(r).expect("in memory");
+                z.flush().expect("in memory");
+            }
+            z.finish().expect("in memory").len()
+        })
+        .sum()
+}
+
+/// Order-0 entropy of `values`, in bytes.
+fn entropy_bytes(values: &[i64]) -> f64 {
+    let mut counts: HashMap<i64, u64> = HashMap::new();
+    for v in values {
+        *counts.entry(*v).or_default() += 1;
+    }
+    let n = values.len() as f64;
+    counts
+        .values()
+        .map(|&c| {
+            let p = c as f64 / n;
+            -(c as f64) * p.log2()
+        })
+        .sum::<f64>()
+        / 8.0
+}
+
+/// One column of the process table and how to read it from a row.
+type Field = (&'static str, fn(&Process) -> i64);
+
+/// The process table's counters and gauges, as stored (schedstat's times in µs, codec 4).
+const FIELDS: &[Field] = &[
+    ("schedstat.run_us", |p| {
+        p.schedstat.as_ref().map_or(0, |s| (s.run_ns / 1000) as i64)
+    }),
+    ("schedstat.wait_us", |p| {
+        p.schedstat
+            .as_ref()
+            .map_or(0, |s| (s.wait_ns / 1000) as i64)
+    }),
+    ("schedstat.timeslices", |p| {
+        p.schedstat.as_ref().map_or(0, |s| s.timeslices as i64)
+    }),
+    ("status.voluntary_ctxt_switches", |p| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.voluntary_ctxt_switches)
+            .unwrap_or(0) as i64
+    }),
+    ("status.nonvoluntary_ctxt_switches", |p| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.nonvoluntary_ctxt_switches)
+            .unwrap_or(0) as i64
+    }),
+    ("status.rss_anon_bytes", |p| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.rss_anon_bytes)
+            .unwrap_or(0) as i64
+    }),
+    ("status.rss_file_bytes", |p| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.rss_file_bytes)
+            .unwrap_or(0) as i64
+    }),
+    ("stat.utime_ticks", |p| p.stat.utime_ticks as i64),
+    ("stat.stime_ticks", |p| p.stat.stime_ticks as i64),
+    ("stat.minflt", |p| p.stat.minflt as i64),
+    ("stat.processor", |p| i64::from(p.stat.processor)),
+    ("stat.state", |p| p.stat.state as i64),
+    ("stat.rss_pages", |p| p.stat.rss_pages as i64),
+    ("io.rchar", |p| p.io.as_ref().map_or(0, |i| i.rchar as i64)),
+    ("io.wchar", |p| p.io.as_ref().map_or(0, |i| i.wchar as i64)),
+];
+
+fn main() {
+    let Some(dir) = std::env::args().nth(1) else {
+        eprintln!("usage: store_bytes <store dir>");
+        std::process::exit(2);
+    };
+    if let Err(e) = run(Path::new(&dir)) {
+        eprintln!("store_bytes: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run(dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let mut lanes = [
+        ("main", 0u64),
+        ("detail (process table)", 0),
+        ("signals", 0),
+    ];
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        let i = if name.ends_with(".d.jss") {
+            1
+        } else if name.ends_with(".s.jss") {
+            2
+        } else if name.ends_with(".jss") {
+            0
+        } else {
+            continue;
+        };
+        lanes[i].1 += e.metadata()?.len();
+    }
+    let reader = SampleReader::open(dir)?;
+
+    // The main lane's top-level parts, each as its own series of MessagePack values.
+    let mut parts: Vec<(String, Vec<Vec<u8>>)> = Vec::new();
+    let mut records = 0usize;
+    for rec in reader.store().range_main(i64::MIN, i64::MAX)? {
+        let rec = rec?;
+        records += 1;
+        let Some(mut body) = rec.payload.get(1..) else {
+            continue;
+        };
+        let Ok(rmpv::Value::Map(fields)) = rmpv::decode::read_value(&mut body) else {
+            continue;
+        };
+        for (k, v) in fields {
+            let name = k.as_str().map_or_else(|| k.to_string(), str::to_string);
+            let mut b = Vec::new();
+            rmpv::encode::write_value(&mut b, &v)?;
+            match parts.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, series)) => series.push(b),
+                None => parts.push((name, vec![b])),
+            }
+        }
+    }
+    let mut parts: Vec<(usize, String)> = parts
+        .into_iter()
+        .map(|(n, s)| (compressed(&s), n))
+        .collect();
+    parts.sort_by(|a, b| b.cmp(a));
+
+    // Per-second differences of the table's counters, process by process (pid and start time).
+    let mut last: HashMap<(u32, u64), Vec<i64>> = HashMap::new();
+    let mut diffs: Vec<Vec<i64>> = vec![Vec::new(); FIELDS.len()];
+    let mut rows = 0u64;
+    for s in reader.samples(i64::MIN, i64::MAX, Parts::PROCESSES)? {
+        for p in s.processes.iter().flatten() {
+            rows += 1;
+            let now: Vec<i64> = FIELDS.iter().map(|(_, f)| f(p)).collect();
+            if let Some(before) = last.get(&(p.stat.pid, p.stat.starttime_ticks)) {
+                for (d, (a, b)) in diffs.iter_mut().zip(now.iter().zip(before)) {
+                    d.push(a.wrapping_sub(*b));
+                }
+            }
+            last.insert((p.stat.pid, p.stat.starttime_ticks), now);
+        }
+    }
+
+    let total: u64 = lanes.iter().map(|l| l.1).sum();
+    println!("Bytes on disk by lane ({records} samples):");
+    println!();
+    println!("| lane | bytes | share |");
+    println!("|---|---:|---:|");
+    for (n, b) in lanes {
+        println!(
+            "| {n} | {b} | {:.0} % |",
+            100.0 * b as f64 / total.max(1) as f64
+        );
+    }
+    println!();
+    println!("The main lane's parts, each compressed alone (the largest 12):");
+    println!();
+    println!("| part | bytes |");
+    println!("|---|---:|");
+    for (b, n) in parts.iter().take(12) {
+        println!("| {n} | {b} |");
+    }
+    println!();
+    println!("The process table ({rows} rows): order-0 entropy of each counter's change from one sample to the next:");
+    println!();
+    println!("| column | bytes |");
+    println!("|---|---:|");
+    let mut floor = 0.0;
+    let mut by: Vec<(f64, &str)> = diffs
+        .iter()
+        .zip(FIELDS)
+        .map(|(d, (n, _))| (entropy_bytes(d), *n))
+        .collect();
+    by.sort_by(|a, b| b.0.total_cmp(&a.0));
+    for (e, n) in by {
+        floor += e;
+        if e >= 1.0 {
+            println!("| {n} | {e:.0} |");
+        }
+    }
+    println!("| **all of them** | **{floor:.0}** |");
+    Ok(())
+}
