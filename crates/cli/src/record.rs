@@ -22,6 +22,7 @@ use jitterscope_model::sample::{monotonic_ns, wall_ns, HostInfo, RecorderStats, 
 use jitterscope_model::signals::{Mark, MarkState};
 use jitterscope_model::sources::CollectConfig;
 use jitterscope_model::stored::Encoder;
+use jitterscope_model::time::self_timing_ns;
 use jitterscope_sources::Root;
 use jitterscope_store::{StoreConfig, Writer};
 
@@ -471,8 +472,8 @@ pub fn run(a: RecordArgs) -> Result<()> {
         sources.collect(&mut sample, &mut notes);
         let (cpu_user_ns, cpu_system_ns) = self_cpu_ns();
         sample.recorder = Some(RecorderStats {
-            lateness_ns,
-            collect_ns: monotonic_ns() - now,
+            lateness_ns: self_timing_ns(lateness_ns),
+            collect_ns: self_timing_ns(monotonic_ns() - now),
             cpu_user_ns,
             cpu_system_ns,
             rss_bytes: self_rss_bytes(&mut statm_buf),

@@ -116,7 +116,7 @@ fn main() {
         std::process::exit(2);
     };
     if let Err(e) = run(Path::new(&dir)) {
-        eprintln!("store_bytes: {e}");
+        eprintln!("store_bytes: {dir}: {e}");
         std::process::exit(1);
     }
 }
@@ -188,30 +188,41 @@ fn run(dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
         }
     }
 
+    // One write at the end: a reader that closes the pipe early (`| head`) ends the program
+    // quietly instead of a failed print panicking.
+    let mut out = String::new();
+    macro_rules! outln {
+        ($o:ident) => { $o.push('\n') };
+        ($o:ident, $($a:tt)*) => {{ use std::fmt::Write as _; let _ = writeln!($o, $($a)*); }};
+    }
     let total: u64 = lanes.iter().map(|l| l.1).sum();
-    println!("Bytes on disk by lane ({records} samples):");
-    println!();
-    println!("| lane | bytes | share |");
-    println!("|---|---:|---:|");
+    outln!(out, "Bytes on disk by lane ({records} samples):");
+    outln!(out);
+    outln!(out, "| lane | bytes | share |");
+    outln!(out, "|---|---:|---:|");
     for (n, b) in lanes {
-        println!(
+        outln!(
+            out,
             "| {n} | {b} | {:.0} % |",
             100.0 * b as f64 / total.max(1) as f64
         );
     }
-    println!();
-    println!("The main lane's parts, each compressed alone (the largest 12):");
-    println!();
-    println!("| part | bytes |");
-    println!("|---|---:|");
+    outln!(out);
+    outln!(
+        out,
+        "The main lane's parts, each compressed alone (the largest 12):"
+    );
+    outln!(out);
+    outln!(out, "| part | bytes |");
+    outln!(out, "|---|---:|");
     for (b, n) in parts.iter().take(12) {
-        println!("| {n} | {b} |");
+        outln!(out, "| {n} | {b} |");
     }
-    println!();
-    println!("The process table ({rows} rows): order-0 entropy of each counter's change from one sample to the next:");
-    println!();
-    println!("| column | bytes |");
-    println!("|---|---:|");
+    outln!(out);
+    outln!(out, "The process table ({rows} rows): order-0 entropy of each counter's change from one sample to the next:");
+    outln!(out);
+    outln!(out, "| column | bytes |");
+    outln!(out, "|---|---:|");
     let mut floor = 0.0;
     let mut by: Vec<(f64, &str)> = diffs
         .iter()
@@ -222,9 +233,10 @@ fn run(dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
     for (e, n) in by {
         floor += e;
         if e >= 1.0 {
-            println!("| {n} | {e:.0} |");
+            outln!(out, "| {n} | {e:.0} |");
         }
     }
-    println!("| **all of them** | **{floor:.0}** |");
+    outln!(out, "| **all of them** | **{floor:.0}** |");
+    let _ = std::io::stdout().write_all(out.as_bytes());
     Ok(())
 }

@@ -212,7 +212,7 @@ impl CollectorSet {
             *last = Some(sample.mono_ns);
             let t = Instant::now();
             c.collect(sample, notes);
-            let ns = t.elapsed().as_nanos() as u64;
+            let ns = crate::time::self_timing_ns(t.elapsed().as_nanos() as u64);
             sample.collector_ns.push((c.name().to_string(), ns));
         }
     }
