@@ -125,13 +125,14 @@ tree_ticks() {
               print total }'
 }
 # Run time (ns, from schedstat: exact where utime/stime count 10 ms ticks) of each thread of a
-# process, summed by thread name, one "name ns" line each.
+# process, one "tid name ns" line each, sorted by tid as join(1) wants it.
 thread_ns() {
-    local t name
+    local t name ns
     for t in /proc/"$1"/task/[0-9]*; do
         name=$(cat "$t/comm" 2>/dev/null) || continue
-        printf '%s %s\n' "$name" "$(awk '{print $1}' "$t/schedstat" 2>/dev/null || echo 0)"
-    done | awk '{s[$1] += $2} END {for (k in s) print k, s[k]}'
+        ns=$(awk '{print $1}' "$t/schedstat" 2>/dev/null) || continue
+        printf '%s %s %s\n' "${t##*/}" "${name// /_}" "$ns"
+    done | LC_ALL=C sort -k1,1
 }
 bytes_of() { find "$1" -type f -printf '%s\n' 2>/dev/null | awk '{s += $1} END {print s + 0}'; }
 calc() { awk "BEGIN { printf \"%s\", $* }"; }
@@ -180,12 +181,12 @@ for t in "${TOOLS[@]}"; do
     kill -0 "${PID[$t]}" 2>/dev/null || { tail -5 "$TMP/$t.log" >&2; die "$t exited early"; }
 done
 PROCS0=$(nprocs); F0=$(forks); W0=$EPOCHREALTIME
-THREADS0=$(thread_ns "${PID[js]}")
 for t in "${TOOLS[@]}"; do T0[$t]=$EPOCHREALTIME; K0[$t]=$(tree_ticks "${PID[$t]}"); done
+TH0=$EPOCHREALTIME; THREADS0=$(thread_ns "${PID[js]}")
 say "measuring ${WINDOW}s: ${TOOLS[*]}"
 sleep "$WINDOW"
+TH1=$EPOCHREALTIME; THREADS1=$(thread_ns "${PID[js]}")
 for t in "${TOOLS[@]}"; do T1[$t]=$EPOCHREALTIME; K1[$t]=$(tree_ticks "${PID[$t]}"); done
-THREADS1=$(thread_ns "${PID[js]}")
 F1=$(forks); W1=$EPOCHREALTIME; PROCS1=$(nprocs)
 # Where the shipped recorder's CPU goes, by function: perf on it alone while the load and the
 # other recorders go on. Afterwards, so that perf's own interrupts are not in the window above.
@@ -226,20 +227,26 @@ collectors() {
 COLL_JS=$(collectors js)
 [ "$BREAKDOWN" = 1 ] && COLL_BARE=$(collectors js-bare) || COLL_BARE=""
 
-# The recorder's run time by thread over the window (threads that ended inside it are not seen).
-THREAD_ROWS=$(join -a2 -e 0 -o 0,1.2,2.2 <(sort <<<"$THREADS0") <(sort <<<"$THREADS1") |
-    awk -v secs="$(calc "${T1[js]} - ${T0[js]}")" '{d = $3 - $2; tot += d; n[$1] = d}
-        END {for (k in n) if (n[k] > 0) printf "| %s | %.3f | %.0f %% |\n", k, n[k] / secs / 1e7, 100 * n[k] / tot}' |
+# The recorder's run time by thread over the window, threads matched by tid (a thread that
+# started inside it counts from 0; one that ended inside it is not seen), then summed by name.
+THREAD_ROWS=$(LC_ALL=C join -a2 -e 0 -o 0,2.2,1.3,2.3 <(echo "$THREADS0") <(echo "$THREADS1") |
+    awk -v secs="$(calc "$TH1 - $TH0")" '{d = $4 - $3; if (d < 0) d = 0; tot += d; n[$2] += d}
+        END {for (k in n) if (n[k] > 0 && tot > 0) printf "| %s | %.3f | %.0f %% |\n", k, n[k] / secs / 1e7, 100 * n[k] / tot}' |
     sort -t'|' -k3 -rn)
 
 # Where its bytes go.
 STORE_BYTES=${STORE_BYTES:-}
 if [ -z "$STORE_BYTES" ]; then
     say "building the store_bytes example"
-    (cd "$REPO" && cargo build --release -q -p jitterscope-model --example store_bytes) &&
-        STORE_BYTES=$REPO/target/release/examples/store_bytes
+    if (cd "$REPO" && cargo build --release -q -p jitterscope-model --example store_bytes); then
+        STORE_BYTES=${CARGO_TARGET_DIR:-$REPO/target}/release/examples/store_bytes
+    fi
 fi
-BYTES_REPORT=$([ -n "$STORE_BYTES" ] && "$STORE_BYTES" "${OUTP[js]}" 2>&1 || echo "(store_bytes did not build)")
+if [ -z "$STORE_BYTES" ]; then
+    BYTES_REPORT="(not measured: the store_bytes example did not build)"
+elif ! BYTES_REPORT=$("$STORE_BYTES" "${OUTP[js]}" 2>&1); then
+    BYTES_REPORT="(not measured: $BYTES_REPORT)"
+fi
 FLOOR=$(awk -F'|' '/all of them/ {gsub(/[* ]/, "", $3); print $3}' <<<"$BYTES_REPORT")
 SAMPLES_JS=$(awk '/^Bytes on disk by lane/ {gsub(/\(/, "", $6); print $6}' <<<"$BYTES_REPORT")
 
@@ -254,7 +261,7 @@ met() { awk -v r="$1" 'BEGIN { print (r != "n/a" && r <= 0.1) ? "**met**" : "**m
     printf '%.0f forks a second during the window). %s to %s processes on the host. All recorders ran\n' "$FORKS_PER_S" "$PROCS0" "$PROCS1"
     echo "at the same time with their default settings, after a ${WARMUP} s warm-up; CPU is the recorder's"
     echo "and its live descendants' utime+stime+cutime+cstime over the window, MB/hour its output's size"
-    echo "over its run time."
+    echo "over its run time${PERF_TOP:+ (the ${PROFILE_SECONDS} s of perf below included)}."
     echo
     echo "| tool | CPU % of one core | MB/hour | CPU vs atop | bytes vs atop |"
     echo "|---|---:|---:|---:|---:|"
@@ -291,7 +298,8 @@ met() { awk -v r="$1" 'BEGIN { print (r != "n/a" && r <= 0.1) ? "**met**" : "**m
     if [ -n "$PERF_TOP" ]; then
         echo
         echo "\`perf record -F 2999 -p <recorder>\` for ${PROFILE_SECONDS} s after the window (load and recorders still"
-        echo "running; ${PERF_SAMPLES:-?} samples; self time, no call graph), the top 25 functions by thread:"
+        echo "running; about ${PERF_SAMPLES:-?} samples; self time, no call graph): the 25 largest (thread, object,"
+        echo "function) rows:"
         echo
         echo '```'
         echo "$PERF_TOP"
@@ -300,15 +308,18 @@ met() { awk -v r="$1" 'BEGIN { print (r != "n/a" && r <= 0.1) ? "**met**" : "**m
     echo
     echo "### Where its bytes go"
     echo
-    echo "\`crates/model/examples/store_bytes.rs\` on the as-shipped recorder's store (the ${WINDOW} s window,"
-    echo "warm-up and stop included):"
+    echo "\`crates/model/examples/store_bytes.rs\` on the as-shipped recorder's store: all it recorded, the"
+    echo "warm-up, the ${WINDOW} s window${PERF_TOP:+, the ${PROFILE_SECONDS} s under perf} and the stop:"
     echo
     echo "$BYTES_REPORT"
     if [ -n "$FLOOR" ] && [ -n "$SAMPLES_JS" ]; then
         echo
-        printf 'The last row is a floor for the process table at the precision it is stored: %.2f MB/hour,\n' \
+        printf 'A codec storing the process table as differences from the previous sample, each column coded on\n'
+        printf 'its own, would need about %.2f MB/hour for these columns alone (the last row; the detail lane\n' \
             "$(calc "$FLOOR / $SAMPLES_JS * 3600 / 1e6")"
-        printf 'against a budget of %.2f MB/hour for everything at 0.1× atop.\n' "$(calc "${MBH[atop]} / 10")"
+        printf 'takes %.2f today); the budget for everything at 0.1× atop is %.2f MB/hour.\n' \
+            "$(awk -F'|' '/^\| detail/ {print $3}' <<<"$BYTES_REPORT" | awk -v n="$SAMPLES_JS" '{printf "%.2f", $1 / n * 3600 / 1e6}')" \
+            "$(calc "${MBH[atop]} / 10")"
     fi
 } | section
 {

@@ -2,17 +2,19 @@
 //!
 //! `cargo run --release -p jitterscope-model --example store_bytes -- <store dir>`
 //!
-//! Prints Markdown: the bytes of each lane on disk; for the main lane, what each top-level part of
-//! the sample costs when its series is compressed alone the way the writer compresses the whole
-//! (zstd at the store's default level, a flush after every record, a new frame every 60 records),
-//! which over-counts a little (each part pays its own framing) but ranks them; and, for the
-//! process table, the order-0 entropy of each counter's change from one sample to the next.
+//! Prints Markdown: the bytes of each lane on disk (index files apart); for the main lane, what
+//! each top-level part of the sample costs when its series is compressed alone the way the writer
+//! compresses the whole (zstd at the store's default level and window, a flush after every
+//! record, a new frame every 60 records), which over-counts a little (each part pays its own
+//! framing) but ranks them; and, for the process table, the order-0 entropy of each changing
+//! column's differences from one sample to the next (plug-in estimate, per process matched by pid
+//! and start time).
 //!
-//! The last is a floor, not an estimate of any codec: a codec storing the table as differences
-//! from the previous sample and entropy-coding each counter's differences on their own could not
-//! take fewer bytes than that (it could by modelling one process's counters together, and does
-//! not get there in practice). It says how much of the lane is information at the precision
-//! stored, which no encoding of the same values removes.
+//! That last sum is what a codec would need that stored the table as differences from the
+//! previous sample and coded each column on its own with a fixed distribution. It is not a bound
+//! on every codec: one that modelled a process's columns together or its history could do with
+//! less. It is a measure of how far the present self-contained columns, which leave repetition to
+//! zstd (zstd matches repeated bytes and cannot subtract), are from such a codec.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -34,6 +36,8 @@ fn compressed(records: &[Vec<u8>]) -> usize {
                 jitterscope_store::DEFAULT_COMPRESSION_LEVEL,
             )
             .expect("zstd encoder");
+            // The writer's window (store/src/decode.rs).
+            z.window_log(22).expect("zstd parameter");
             for r in frame {
                 z.write_all(r).expect("in memory");
                 z.flush().expect("in memory");
@@ -60,54 +64,43 @@ fn entropy_bytes(values: &[i64]) -> f64 {
         / 8.0
 }
 
-/// One column of the process table and how to read it from a row.
-type Field = (&'static str, fn(&Process) -> i64);
+/// One column of the process table and how to read it from a row (None: the row has no value,
+/// e.g. no `io` without permission).
+type Field = (&'static str, fn(&Process) -> Option<i64>);
 
-/// The process table's counters and gauges, as stored (schedstat's times in µs, codec 4).
+/// The columns that change from one second to the next on a busy host, as stored (schedstat's
+/// times in µs, codec 4). Not every column: those that rarely change (pid, start time, names,
+/// limits) cost little in any encoding, and `stat.rss_pages`, the sum of the `status` rss fields,
+/// is left out. Some overlap remains (timeslices and context switches, ticks and run time).
 const FIELDS: &[Field] = &[
     ("schedstat.run_us", |p| {
-        p.schedstat.as_ref().map_or(0, |s| (s.run_ns / 1000) as i64)
+        p.schedstat.as_ref().map(|s| (s.run_ns / 1000) as i64)
     }),
     ("schedstat.wait_us", |p| {
-        p.schedstat
-            .as_ref()
-            .map_or(0, |s| (s.wait_ns / 1000) as i64)
+        p.schedstat.as_ref().map(|s| (s.wait_ns / 1000) as i64)
     }),
     ("schedstat.timeslices", |p| {
-        p.schedstat.as_ref().map_or(0, |s| s.timeslices as i64)
+        p.schedstat.as_ref().map(|s| s.timeslices as i64)
     }),
     ("status.voluntary_ctxt_switches", |p| {
-        p.status
-            .as_ref()
-            .and_then(|s| s.voluntary_ctxt_switches)
-            .unwrap_or(0) as i64
+        Some(p.status.as_ref()?.voluntary_ctxt_switches? as i64)
     }),
     ("status.nonvoluntary_ctxt_switches", |p| {
-        p.status
-            .as_ref()
-            .and_then(|s| s.nonvoluntary_ctxt_switches)
-            .unwrap_or(0) as i64
+        Some(p.status.as_ref()?.nonvoluntary_ctxt_switches? as i64)
     }),
     ("status.rss_anon_bytes", |p| {
-        p.status
-            .as_ref()
-            .and_then(|s| s.rss_anon_bytes)
-            .unwrap_or(0) as i64
+        Some(p.status.as_ref()?.rss_anon_bytes? as i64)
     }),
     ("status.rss_file_bytes", |p| {
-        p.status
-            .as_ref()
-            .and_then(|s| s.rss_file_bytes)
-            .unwrap_or(0) as i64
+        Some(p.status.as_ref()?.rss_file_bytes? as i64)
     }),
-    ("stat.utime_ticks", |p| p.stat.utime_ticks as i64),
-    ("stat.stime_ticks", |p| p.stat.stime_ticks as i64),
-    ("stat.minflt", |p| p.stat.minflt as i64),
-    ("stat.processor", |p| i64::from(p.stat.processor)),
-    ("stat.state", |p| p.stat.state as i64),
-    ("stat.rss_pages", |p| p.stat.rss_pages as i64),
-    ("io.rchar", |p| p.io.as_ref().map_or(0, |i| i.rchar as i64)),
-    ("io.wchar", |p| p.io.as_ref().map_or(0, |i| i.wchar as i64)),
+    ("stat.utime_ticks", |p| Some(p.stat.utime_ticks as i64)),
+    ("stat.stime_ticks", |p| Some(p.stat.stime_ticks as i64)),
+    ("stat.minflt", |p| Some(p.stat.minflt as i64)),
+    ("stat.processor", |p| Some(i64::from(p.stat.processor))),
+    ("stat.state", |p| Some(p.stat.state as i64)),
+    ("io.rchar", |p| p.io.as_ref().map(|i| i.rchar as i64)),
+    ("io.wchar", |p| p.io.as_ref().map(|i| i.wchar as i64)),
 ];
 
 fn main() {
@@ -126,6 +119,7 @@ fn run(dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
         ("main", 0u64),
         ("detail (process table)", 0),
         ("signals", 0),
+        ("index files", 0),
     ];
     for e in std::fs::read_dir(dir)? {
         let e = e?;
@@ -136,6 +130,8 @@ fn run(dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
             2
         } else if name.ends_with(".jss") {
             0
+        } else if name.ends_with(".idx") {
+            3
         } else {
             continue;
         };
@@ -172,16 +168,19 @@ fn run(dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
     parts.sort_by(|a, b| b.cmp(a));
 
     // Per-second differences of the table's counters, process by process (pid and start time).
-    let mut last: HashMap<(u32, u64), Vec<i64>> = HashMap::new();
+    let mut last: HashMap<(u32, u64), Vec<Option<i64>>> = HashMap::new();
     let mut diffs: Vec<Vec<i64>> = vec![Vec::new(); FIELDS.len()];
     let mut rows = 0u64;
     for s in reader.samples(i64::MIN, i64::MAX, Parts::PROCESSES)? {
         for p in s.processes.iter().flatten() {
             rows += 1;
-            let now: Vec<i64> = FIELDS.iter().map(|(_, f)| f(p)).collect();
+            let now: Vec<Option<i64>> = FIELDS.iter().map(|(_, f)| f(p)).collect();
             if let Some(before) = last.get(&(p.stat.pid, p.stat.starttime_ticks)) {
                 for (d, (a, b)) in diffs.iter_mut().zip(now.iter().zip(before)) {
-                    d.push(a.wrapping_sub(*b));
+                    // A value that appears or goes is a presence change, not a difference.
+                    if let (Some(a), Some(b)) = (a, b) {
+                        d.push(a.wrapping_sub(*b));
+                    }
                 }
             }
             last.insert((p.stat.pid, p.stat.starttime_ticks), now);
@@ -219,11 +218,11 @@ fn run(dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
         outln!(out, "| {n} | {b} |");
     }
     outln!(out);
-    outln!(out, "The process table ({rows} rows): order-0 entropy of each counter's change from one sample to the next:");
+    outln!(out, "The process table ({rows} rows): order-0 entropy of each changing column's differences from one sample to the next:");
     outln!(out);
     outln!(out, "| column | bytes |");
     outln!(out, "|---|---:|");
-    let mut floor = 0.0;
+    let mut sum = 0.0;
     let mut by: Vec<(f64, &str)> = diffs
         .iter()
         .zip(FIELDS)
@@ -231,12 +230,12 @@ fn run(dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
         .collect();
     by.sort_by(|a, b| b.0.total_cmp(&a.0));
     for (e, n) in by {
-        floor += e;
+        sum += e;
         if e >= 1.0 {
             outln!(out, "| {n} | {e:.0} |");
         }
     }
-    outln!(out, "| **all of them** | **{floor:.0}** |");
+    outln!(out, "| **all of them** | **{sum:.0}** |");
     let _ = std::io::stdout().write_all(out.as_bytes());
     Ok(())
 }

@@ -107,9 +107,9 @@ pub struct SystemPressure {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct RecorderStats {
-    /// How late this collection started against its schedule, ns.
+    /// How late this collection started against its schedule, ns (to the µs).
     pub lateness_ns: u64,
-    /// How long this collection took, ns.
+    /// How long this collection took, ns (to the µs).
     pub collect_ns: u64,
     /// Recorder user CPU since start, ns (counter).
     pub cpu_user_ns: u64,
@@ -223,7 +223,7 @@ pub struct Sample {
     pub profile: Option<crate::profile::Profile>,
     /// The recorder's own cost.
     pub recorder: Option<RecorderStats>,
-    /// Time each collector took this interval, ns.
+    /// Time each collector took this interval, ns (to the µs).
     pub collector_ns: Vec<(String, u64)>,
     /// Source errors of this interval (bounded), e.g. a malformed /proc file.
     pub errors: Vec<String>,
