@@ -22,8 +22,9 @@
 #   STORE_BYTES     prebuilt store_bytes example binary (default: built with cargo), for where the
 #                   recorder's bytes go
 #   BELOW           below's binary (default: `below` on PATH, else /opt/below/bin/below; the run
-#                   says when there is none). below 0.9's BPF code needs clang ≥ 15 (Debian 12's
-#                   clang 14 crashes on it): apt-get install clang-16, then
+#                   says when there is none). bench/run.sh builds it there when it is missing.
+#                   below 0.9's BPF code needs clang ≥ 15 (Debian 12's clang 14 crashes on it):
+#                   apt-get install clang-16, then
 #                   PATH=<dir with clang -> clang-16>:$PATH cargo install --locked below --root /opt/below
 #   BENCH_KEEP=1    keep the temporary directory
 #

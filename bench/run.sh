@@ -22,6 +22,8 @@
 #   SYNTH_STORE     prebuilt synth_store example binary (default: built with cargo)
 #   BUSY_*, BELOW   the busy-host side by side, see bench/busy.sh (BUSY_SECONDS defaults to
 #                   BENCH_SECONDS)
+#   BENCH_BELOW=0   do not build below when it is missing (by default it is built once into
+#                   /opt/below: clang-16 from apt, then `cargo install --locked below`, ~10 min)
 #   TRACER_*, MADVISE_OPS, ...   the tracer overhead section, see bench/tracers.sh
 #   PROFILE_*       the stack sampler section, see bench/profile.sh
 #   FLEET_*         remote write's cost and recovery, see bench/fleet.sh
@@ -73,6 +75,23 @@ if ((${#need[@]})); then
 fi
 SADC=$(find_sadc)
 [ -n "$SADC" ] || die "sadc not found after installing sysstat"
+# below, the peer the busy host is also judged against (issue 23). Its BPF code needs clang 15 or
+# newer, which bookworm has as clang-16 beside its default clang 14; cargo finds it as `clang` on
+# a PATH of its own. A failed build is said and the run goes on without below.
+if [ "${BENCH_BELOW:-1}" = 1 ] && [ -z "${BELOW:-}" ] && ! command -v below >/dev/null &&
+    [ ! -x /opt/below/bin/below ]; then
+    say "building below into /opt/below (once; BENCH_BELOW=0 skips it)"
+    CLANG16=$(mktemp -d)
+    if { command -v clang-16 >/dev/null ||
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang-16 >/dev/null; } &&
+        ln -s "$(command -v clang-16)" "$CLANG16/clang" &&
+        PATH=$CLANG16:$PATH cargo install -q --locked below --root /opt/below >"$CLANG16/build.log" 2>&1; then
+        say "below built: /opt/below/bin/below"
+    else
+        say "below did not build (the busy section says it is missing): $(tail -1 "$CLANG16/build.log" 2>/dev/null)"
+    fi
+    rm -rf "$CLANG16"
+fi
 ATOP_VERSION=$(atop -V 2>&1 | awk '/Version/ {print $2; exit}')
 SYSSTAT_VERSION=$("$SADC" -V 2>&1 | awk '/version/ {print $3; exit}')
 STRESS_VERSION=$(stress-ng --version 2>&1 | awk '{print $3; exit}')
