@@ -519,7 +519,8 @@ sudo BENCH_SECONDS=300 BENCH_KEEP=1 bash bench/run.sh   # longer window, keep th
 \`\`\`
 
 Needs root. Installs \`atop sysstat stress-ng\` (and \`bpftool\` for the tracer section,
-\`linux-perf\` for the stack sampler section) with apt if missing (\`hyperfine\` is used if present).
+\`linux-perf\` for the stack sampler section) with apt if missing (\`hyperfine\` is used if present),
+and builds below into /opt/below once if it is missing (\`BENCH_BELOW=0\` skips it).
 Starts ${EXTRA_PROCS} extra \`sleep\` processes, stops atop's own services for the duration, and
 removes everything it created (processes, the stress cgroup, temporary stores) on exit.
 
