@@ -105,8 +105,7 @@ fn measure(samples: &mut [Sample], c: u8) {
                     .flatten()
                     .filter_map(|p| p.schedstat.as_mut())
                 {
-                    t.run_ns = t.run_ns / 1000 * 1000;
-                    t.wait_ns = t.wait_ns / 1000 * 1000;
+                    codec::round_schedstat(t);
                 }
             }
             assert!(p == want, "codec {c}: sample {} differs", s.ts_ns);
