@@ -135,6 +135,11 @@ pub struct Env {
     /// The pids of the sample's process table, sorted, when the sample has one: which
     /// per-process map entries belong to processes that have exited, without a `kill()` each.
     live_pids: Option<Vec<u32>>,
+    /// The tracers being started.
+    wanted: Vec<Name>,
+    /// Set by tlb's load when its flush program also counts madvise() calls: madvise then loads
+    /// nothing of its own (see tlb.bpf.c, btf_tlb_flush_madvise).
+    madvise_in_tlb: bool,
 }
 
 impl Env {
@@ -147,7 +152,14 @@ impl Env {
             kallsyms: env::Kallsyms::default(),
             defer_on_demand: false,
             live_pids: None,
+            wanted: Vec::new(),
+            madvise_in_tlb: false,
         }
+    }
+
+    /// Whether the tracer `def` is among those being started.
+    fn wants(&self, def: &TracerDef) -> bool {
+        self.wanted.iter().any(|n| std::ptr::eq(n.def(), def))
     }
 
     /// The pids of the sample being collected, sorted (None: ask the kernel per pid).
@@ -165,15 +177,17 @@ impl Env {
 pub(crate) trait Tracer: Send {
     /// Reads the interval's counts into `out`.
     fn read(&mut self, env: &mut Env, out: &mut Tracers);
-    /// The loaded BPF object (for its maps' memory).
-    fn object(&self) -> &libbpf_rs::Object;
+    /// The loaded BPF object (for its maps' memory); None for a tracer whose programs and maps
+    /// are another tracer's (madvise counted by tlb's flush program).
+    fn object(&self) -> Option<&libbpf_rs::Object>;
     /// Its attached programs: dropping them detaches the tracer, its maps stay.
     fn links(&mut self) -> &mut Vec<libbpf_rs::Link>;
     /// Attaches it on demand: the links made and, if one failed, why. By default every loaded
     /// program at its section's attach point; a tracer that attaches its programs only in
     /// windows of its own time (`lookups`) starts those instead and keeps no links here.
     fn attach(&mut self) -> (Vec<libbpf_rs::Link>, Option<String>) {
-        attach_each(self.object())
+        self.object()
+            .map_or_else(|| (Vec::new(), None), attach_each)
     }
     /// Detaches it on demand: the links to drop, which the caller drops off the sampling
     /// thread.
@@ -404,6 +418,7 @@ impl TracerCollector {
     fn start_with(root: &Root, names: &[Name], on_demand: bool) -> (Self, Vec<Started>) {
         let mut env = Env::new(root);
         env.defer_on_demand = on_demand;
+        env.wanted = names.to_vec();
         let mut slots = Vec::new();
         let mut report = Vec::new();
         for n in Name::all().filter(|n| names.contains(n)) {
@@ -417,7 +432,7 @@ impl TracerCollector {
                         } else {
                             t.how()
                         }),
-                        map_bytes: kernel_map_bytes(t.object()),
+                        map_bytes: t.object().map_or(0, kernel_map_bytes),
                     });
                     slots.push(Slot {
                         name: n,
@@ -850,6 +865,15 @@ fn drain_cgroups(
     }
     batch::delete(map, &removed);
     out
+}
+
+/// Sizes a per-CPU per-process map to about 2 MiB whatever the number of CPUs (each entry holds
+/// one `value`-byte copy per possible CPU), between 256 and 4096 processes.
+fn size_per_cpu(map: &mut libbpf_rs::OpenMapMut<'_>, value: usize) -> Result<(), String> {
+    let cpus = libbpf_rs::num_possible_cpus().unwrap_or(1).max(1);
+    let entries = ((2 << 20) / (value * cpus)).clamp(256, 4096) as u32;
+    map.set_max_entries(entries)
+        .map_err(|e| format!("sizing {}: {e}", map.name().to_string_lossy()))
 }
 
 /// Creates the overflow entry of a u32-keyed map so the kernel side always finds it.

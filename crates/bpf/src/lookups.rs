@@ -639,7 +639,10 @@ impl Tracer for LookupsTracer {
                 w.arm(true);
                 (Vec::new(), None)
             }
-            None => crate::attach_each(self.object()),
+            None => {
+                use libbpf_rs::skel::Skel;
+                crate::attach_each(self.skel.object())
+            }
         }
     }
 
@@ -654,9 +657,9 @@ impl Tracer for LookupsTracer {
         &mut self.links
     }
 
-    fn object(&self) -> &libbpf_rs::Object {
+    fn object(&self) -> Option<&libbpf_rs::Object> {
         use libbpf_rs::skel::Skel;
-        self.skel.object()
+        Some(self.skel.object())
     }
 
     fn read(&mut self, env: &mut Env, out: &mut Tracers) {

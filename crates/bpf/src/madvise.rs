@@ -36,9 +36,39 @@ pub(crate) static DEF: TracerDef = TracerDef {
     demand: Some(&signals::TLB_STORM),
     unmeasured_attaches: false,
     release_below: None,
-    load: |env, tracefs| Ok(Box::new(load(env, tracefs?)?)),
+    load: |env, tracefs| {
+        if env.madvise_in_tlb {
+            return Ok(Box::new(InTlb::default()));
+        }
+        Ok(Box::new(load(env, tracefs?)?))
+    },
     records,
 };
+
+/// madvise counted by the tlb tracer's flush program (tlb.bpf.c, btf_tlb_flush_madvise), which
+/// also reads its counts into the sample: nothing of its own to load, attach or read.
+#[derive(Default)]
+struct InTlb {
+    links: Vec<libbpf_rs::Link>,
+}
+
+impl Tracer for InTlb {
+    fn read(&mut self, _: &mut Env, _: &mut Tracers) {}
+
+    fn object(&self) -> Option<&libbpf_rs::Object> {
+        None
+    }
+
+    fn links(&mut self) -> &mut Vec<libbpf_rs::Link> {
+        &mut self.links
+    }
+
+    fn how(&self) -> String {
+        "BTF-typed tracepoint tlb_flush, in the tlb tracer's program: calls that flushed the TLB, from the flushing task's syscall registers".into()
+    }
+
+    fn new_generation(&mut self) {}
+}
 
 pub(crate) struct MadviseTracer {
     links: Vec<libbpf_rs::Link>,
@@ -75,14 +105,10 @@ fn open_and_load(env: &Env, at_flush: bool, attach_now: bool) -> Result<Loaded, 
         return Err("the flush program reads x86-64 registers".into());
     }
     open.progs.sys_enter_madvise.set_autoload(!at_flush);
-    // Per-CPU values: keep the map near 2 MiB whatever the number of CPUs.
-    let cpus = libbpf_rs::num_possible_cpus().unwrap_or(1).max(1);
-    let per_entry = std::mem::size_of::<types::js_madvise_proc>() * cpus;
-    let entries = ((2 << 20) / per_entry).clamp(256, 4096) as u32;
-    open.maps
-        .madvise_procs
-        .set_max_entries(entries)
-        .map_err(|e| format!("sizing madvise_procs: {e}"))?;
+    crate::size_per_cpu(
+        &mut open.maps.madvise_procs,
+        std::mem::size_of::<types::js_madvise_proc>(),
+    )?;
     load_and_attach(
         open,
         |s| create_other(&s.maps.madvise_procs),
@@ -154,9 +180,9 @@ impl Tracer for MadviseTracer {
         &mut self.links
     }
 
-    fn object(&self) -> &libbpf_rs::Object {
+    fn object(&self) -> Option<&libbpf_rs::Object> {
         use libbpf_rs::skel::Skel;
-        self.skel.object()
+        Some(self.skel.object())
     }
 
     fn read(&mut self, env: &mut Env, out: &mut Tracers) {

@@ -216,9 +216,9 @@ impl Tracer for RunqlatTracer {
         &mut self.links
     }
 
-    fn object(&self) -> &libbpf_rs::Object {
+    fn object(&self) -> Option<&libbpf_rs::Object> {
         use libbpf_rs::skel::Skel;
-        self.skel.object()
+        Some(self.skel.object())
     }
 
     fn read(&mut self, env: &mut Env, out: &mut Tracers) {

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use jitterscope_model::signals;
-use jitterscope_model::tracers::{Tlb, TlbProc, Tracers};
+use jitterscope_model::tracers::{Madvise, MadviseProc, Tlb, TlbProc, Tracers};
 use libbpf_rs::skel::SkelBuilder;
 use libbpf_rs::{MapCore, MapFlags};
 
@@ -21,9 +21,10 @@ mod skel {
 }
 use skel::*;
 
-/// js_tlb_proc: comm (2 words), cgroup, flushes[6], pages, full_flushes, ipis_sent, ipi_targets.
+/// js_tlb_proc: comm (2 words), cgroup, flushes[6], pages, full_flushes, ipis_sent, ipi_targets,
+/// madvise calls[3] and bytes[3] (DONTNEED, FREE, other).
 const LAYOUT: Layout = Layout {
-    words: 14,
+    words: 20,
     keep: &[0, 1, 2, 3],
     named_gen: Some(3),
 };
@@ -57,6 +58,8 @@ pub(crate) struct TlbTracer {
     ipis: Ipis,
     /// BTF-typed tracepoints (else the classic ones).
     btf: bool,
+    /// Its flush program counts madvise() calls for the madvise tracer.
+    madvise: bool,
     dropped: u64,
     task_switch: u64,
 }
@@ -87,7 +90,13 @@ pub(crate) fn records() -> Vec<Record> {
 
 type Loaded = (TlbSkel<'static>, Vec<libbpf_rs::Link>);
 
-fn open_and_load(env: &Env, btf: bool, flush: u64, ipis: Ipis) -> Result<Loaded, String> {
+fn open_and_load(
+    env: &Env,
+    btf: bool,
+    madvise: bool,
+    flush: u64,
+    ipis: Ipis,
+) -> Result<Loaded, String> {
     let mut open = open_skel!(TlbSkelBuilder, env);
     let ro = open
         .maps
@@ -99,7 +108,18 @@ fn open_and_load(env: &Env, btf: bool, flush: u64, ipis: Ipis) -> Result<Loaded,
         .map_or(1, |n| n.div_ceil(64))
         .clamp(1, 8) as u32;
     let p = &mut open.progs;
-    p.btf_tlb_flush.set_autoload(btf);
+    #[cfg(target_arch = "x86_64")]
+    {
+        p.btf_tlb_flush.set_autoload(btf && !madvise);
+        p.btf_tlb_flush_madvise.set_autoload(btf && madvise);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        if madvise {
+            return Err("the madvise count reads x86-64 registers".into());
+        }
+        p.btf_tlb_flush.set_autoload(btf);
+    }
     p.tlb_flush.set_autoload(!btf);
     let csd = ipis == Ok("csd:csd_queue_cpu");
     p.btf_csd_queue_cpu.set_autoload(btf && csd);
@@ -107,6 +127,10 @@ fn open_and_load(env: &Env, btf: bool, flush: u64, ipis: Ipis) -> Result<Loaded,
     let cpumask = ipis == Ok("ipi:ipi_send_cpumask");
     p.btf_ipi_send_cpumask.set_autoload(btf && cpumask);
     p.ipi_send_cpumask.set_autoload(!btf && cpumask);
+    crate::size_per_cpu(
+        &mut open.maps.tlb_procs,
+        std::mem::size_of::<types::js_tlb_proc>(),
+    )?;
     load_and_attach(
         open,
         |s| create_other(&s.maps.tlb_procs),
@@ -137,20 +161,28 @@ pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<TlbTracer, String> {
     // they skip the perf trace buffer that a classic one fills per event (a third of the
     // tracer's cost per flush here, see tlb.bpf.c). Classic tracepoints where the kernel refuses
     // them; the first refusal is kept as the reason.
+    // With the madvise tracer, one flush program counts for both (tlb.bpf.c says what that
+    // saves); where it is refused (bpf_task_pt_regs is 5.15+), madvise loads its own.
+    let with_madvise = env.wants(&crate::madvise::DEF) && cfg!(target_arch = "x86_64");
     let first = if crate::fallbacks_forced() {
         Err("not tried (fallbacks only)".to_string())
+    } else if with_madvise {
+        open_and_load(env, true, true, flush, ipis)
+            .map(|l| (l, true))
+            .or_else(|_| open_and_load(env, true, false, flush, ipis).map(|l| (l, false)))
     } else {
-        open_and_load(env, true, flush, ipis)
+        open_and_load(env, true, false, flush, ipis).map(|l| (l, false))
     };
-    let (skel, links, btf) = match first {
-        Ok((s, l)) => (s, l, true),
+    let (skel, links, btf, madvise) = match first {
+        Ok(((s, l), madvise)) => (s, l, true, madvise),
         Err(btf_err) => {
             check(tracefs, &records()).map_err(|e| format!("tp_btf: {btf_err}; classic: {e}"))?;
-            let (s, l) = open_and_load(env, false, flush, ipis)
+            let (s, l) = open_and_load(env, false, false, flush, ipis)
                 .map_err(|e| format!("tp_btf: {btf_err}; classic: {e}"))?;
-            (s, l, false)
+            (s, l, false, false)
         }
     };
+    env.madvise_in_tlb = madvise;
     Ok(TlbTracer {
         links,
         skel,
@@ -158,6 +190,7 @@ pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<TlbTracer, String> {
         procs_batch: Default::default(),
         ipis,
         btf,
+        madvise,
         dropped: 0,
         task_switch: 0,
     })
@@ -174,12 +207,17 @@ impl Tracer for TlbTracer {
             (true, Ok("csd:csd_queue_cpu")) => "BTF-typed and raw",
             (true, _) => "BTF-typed",
         };
+        let madvise = if self.madvise {
+            "; its flush program also counts madvise() calls for the madvise tracer"
+        } else {
+            ""
+        };
         match self.ipis {
             Ok(ev) => format!(
-                "{kind} tracepoints tlb:tlb_flush, {ev} with flush_tlb_func (shootdowns attributed to the sender)"
+                "{kind} tracepoints tlb:tlb_flush, {ev} with flush_tlb_func (shootdowns attributed to the sender){madvise}"
             ),
             Err(why) => format!(
-                "{kind} tracepoint tlb:tlb_flush; shootdown senders from their own TLB_REMOTE_SEND_IPI flushes (fallback: one per flush, not per target CPU; {why})"
+                "{kind} tracepoint tlb:tlb_flush; shootdown senders from their own TLB_REMOTE_SEND_IPI flushes (fallback: one per flush, not per target CPU; {why}){madvise}"
             ),
         }
     }
@@ -188,9 +226,9 @@ impl Tracer for TlbTracer {
         &mut self.links
     }
 
-    fn object(&self) -> &libbpf_rs::Object {
+    fn object(&self) -> Option<&libbpf_rs::Object> {
         use libbpf_rs::skel::Skel;
-        self.skel.object()
+        Some(self.skel.object())
     }
 
     fn read(&mut self, env: &mut Env, out: &mut Tracers) {
@@ -203,6 +241,7 @@ impl Tracer for TlbTracer {
             ipis_attributed: true,
             ..Default::default()
         };
+        let mut m = Madvise::default();
         if let Some(bss) = self.skel.maps.bss_data.as_deref_mut() {
             // A new interval: each process is named again at its next event.
             bss.js_gen += 1;
@@ -224,6 +263,20 @@ impl Tracer for TlbTracer {
             env.live_pids(),
         ) {
             let d = &e.d;
+            // As the madvise tracer's own map would hold them: processes that called it.
+            if self.madvise && d[14..20].iter().any(|&v| v != 0) {
+                m.procs.push(MadviseProc {
+                    pid: e.pid,
+                    comm: e.comm.clone(),
+                    cgroup: env.cpu_cgroups.path(e.cgroup_id),
+                    dontneed_calls: d[14],
+                    free_calls: d[15],
+                    other_calls: d[16],
+                    dontneed_bytes: d[17],
+                    free_bytes: d[18],
+                    other_bytes: d[19],
+                });
+            }
             t.procs.push(TlbProc {
                 pid: e.pid,
                 comm: e.comm,
@@ -240,6 +293,11 @@ impl Tracer for TlbTracer {
                 ipis_sent: if per_flush { d[8] } else { d[12] },
                 ipi_targets: if per_flush { 0 } else { d[13] },
             });
+        }
+        if self.madvise {
+            // An event without an entry loses its madvise count with its flush.
+            m.dropped = t.dropped;
+            out.madvise = Some(m);
         }
         out.tlb = Some(t);
     }

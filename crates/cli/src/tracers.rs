@@ -55,6 +55,8 @@ pub fn run(a: TracersArgs) -> Result<()> {
             );
         } else {
             match &s.outcome {
+                // A tracer counted by another's programs has no maps of its own.
+                Ok(how) if s.map_bytes == 0 => println!("{:<9} ok      {how}", s.name.as_str()),
                 Ok(how) => println!(
                     "{:<9} ok      {how}; maps ≤ {:.1} MiB",
                     s.name.as_str(),

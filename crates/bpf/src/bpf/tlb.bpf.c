@@ -4,6 +4,12 @@
 #include "jitterscope.h"
 
 #define TLB_REASONS 6 /* TLB_FLUSH_ON_TASK_SWITCH .. TLB_REMOTE_WRONG_CPU; more go to the last */
+#define TLB_LOCAL_MM_SHOOTDOWN 3
+#define MADV_DONTNEED 4
+#define MADV_FREE 8
+#define ENOSYS 38
+#define NR_MADVISE_X86_64 28
+enum { ADV_DONTNEED, ADV_FREE, ADV_OTHER, ADV_N };
 
 struct js_tlb_proc {
 	struct js_proc_head head;
@@ -13,10 +19,19 @@ struct js_tlb_proc {
 	u64 full_flushes;
 	u64 ipis_sent;       /* shootdown requests sent (one per target CPU from csd_queue_cpu) */
 	u64 ipi_targets;     /* CPUs those requests went to */
+	/* The madvise tracer's counts (madvise.bpf.c), when this object counts them for it. */
+	u64 madvise_calls[ADV_N];
+	u64 madvise_bytes[ADV_N];
 };
 
+/* Per CPU, as madvise_procs: the threads of a purging allocator flush and send IPIs from every
+ * CPU at once, and one shared entry per process made every event pay for atomic adds. A CPU's
+ * copy is written only by this object's programs on that CPU, so plain adds are exact: a
+ * program does not run nested in itself (the kernel skips such a run), and the one that can
+ * interrupt another here (a shootdown's flush in the IPI handler, during csd_queue_cpu) adds to
+ * other fields. User space sums the copies. Sized at load from the number of CPUs. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
 	__uint(max_entries, 4096);
 	__type(key, u32);
 	__type(value, struct js_tlb_proc);
@@ -36,22 +51,24 @@ struct {
 
 /* Address of flush_tlb_func (from kallsyms), set by user space; 0 = IPIs not attributed. */
 const volatile u64 flush_tlb_func_addr = 0;
+
 u64 dropped = 0;
 
 static const struct js_tlb_proc zero_proc;
 
-static __always_inline int on_flush(int reason, unsigned long pages)
+/* The process's entry, its flush counted; NULL for a task switch or when dropped. */
+static __always_inline struct js_tlb_proc *on_flush(int reason, unsigned long pages)
 {
 	if (reason == 0) {
 		u32 zero = 0;
 		u64 *n = bpf_map_lookup_elem(&task_switch_flushes, &zero);
 		if (n)
 			__sync_fetch_and_add(n, 1);
-		return 0;
+		return NULL;
 	}
 	struct js_tlb_proc *p = js_proc_entry(&tlb_procs, &zero_proc, cpu_cgrp_id, &dropped);
 	if (!p)
-		return 0;
+		return NULL;
 	/* A negative reason is a huge u32 and goes to the last slot with the unknown ones. The
 	 * bound is checked on the index itself, so that the verifier sees it (with the BTF-typed
 	 * program's 64-bit argument, clang otherwise bounded a copy). */
@@ -60,13 +77,13 @@ static __always_inline int on_flush(int reason, unsigned long pages)
 		r = TLB_REASONS - 1;
 	barrier_var(r);
 	if (r >= TLB_REASONS)
-		return 0;
-	__sync_fetch_and_add(&p->flushes[r], 1);
+		return NULL;
+	p->flushes[r] += 1;
 	if (pages == (unsigned long)-1)
-		__sync_fetch_and_add(&p->full_flushes, 1);
+		p->full_flushes += 1;
 	else
-		__sync_fetch_and_add(&p->pages, pages);
-	return 0;
+		p->pages += pages;
+	return p;
 }
 
 /* tlb_flush fires at every flush on the host. The BTF-typed tracepoint is called with the event's
@@ -78,16 +95,40 @@ static __always_inline int on_flush(int reason, unsigned long pages)
 SEC("tp_btf/tlb_flush")
 int BPF_PROG(btf_tlb_flush, int reason, unsigned long pages)
 {
-	return on_flush(reason, pages);
+	on_flush(reason, pages);
+	return 0;
 }
+
+#if defined(__TARGET_ARCH_x86)
+/* btf_tlb_flush that also counts madvise() calls for the madvise tracer, loaded instead of it
+ * when both tracers run (x86-64, 5.15+ for bpf_task_pt_regs). The madvise tracer's own program
+ * at the same event cost a madvise(DONTNEED) loop +100 ns a flush for its dispatch alone (one
+ * flush per 1.7 us iteration, before its body ran): here one program and one lookup serve both.
+ * The test is madvise.bpf.c's madvise_flush, which explains it. */
+SEC("tp_btf/tlb_flush")
+int BPF_PROG(btf_tlb_flush_madvise, int reason, unsigned long pages)
+{
+	struct js_tlb_proc *p = on_flush(reason, pages);
+	if (!p || reason != TLB_LOCAL_MM_SHOOTDOWN)
+		return 0;
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	if (regs->orig_ax != NR_MADVISE_X86_64 || (long)regs->ax != -ENOSYS)
+		return 0;
+	long adv = (int)regs->dx;
+	u32 i = adv == MADV_DONTNEED ? ADV_DONTNEED : adv == MADV_FREE ? ADV_FREE : ADV_OTHER;
+	p->madvise_calls[i] += 1;
+	p->madvise_bytes[i] += regs->si;
+	return 0;
+}
+#endif
 
 static __always_inline int ipi_sent(u64 targets)
 {
 	struct js_tlb_proc *p = js_proc_entry(&tlb_procs, &zero_proc, cpu_cgrp_id, &dropped);
 	if (!p)
 		return 0;
-	__sync_fetch_and_add(&p->ipis_sent, 1);
-	__sync_fetch_and_add(&p->ipi_targets, targets);
+	p->ipis_sent += 1;
+	p->ipi_targets += targets;
 	return 0;
 }
 
@@ -138,7 +179,8 @@ struct tlb_flush_args {
 SEC("tracepoint/tlb/tlb_flush")
 int tlb_flush(struct tlb_flush_args *ctx)
 {
-	return on_flush(ctx->reason, ctx->pages);
+	on_flush(ctx->reason, ctx->pages);
+	return 0;
 }
 
 /* 6.6+: every cross-CPU function call is queued per target CPU, and only this event still names
