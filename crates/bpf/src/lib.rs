@@ -196,6 +196,11 @@ pub(crate) trait Tracer: Send {
     }
     /// How it attached (e.g. which tracepoint flavour), for `--check`.
     fn how(&self) -> String;
+    /// The tracer whose programs count for this one (madvise counted by tlb's flush program):
+    /// it is attached, detached and looked at by the census exactly when that one is.
+    fn follows(&self) -> Option<&'static str> {
+        None
+    }
     /// Starts a read generation without reading, as it is attached again: every process entry
     /// is named at its next event. Without it, a process seen while a detach was still under
     /// way (it runs on a thread of its own) kept that name through the next attachment's
@@ -531,6 +536,9 @@ impl TracerCollector {
                 continue;
             };
             let rate = rates.next().flatten();
+            if s.tracer.follows().is_some() {
+                continue;
+            }
             let mut hot = match rate {
                 Some(r) => r >= signal.floor,
                 None => s.name.def().unmeasured_attaches,
@@ -581,6 +589,17 @@ impl TracerCollector {
                 if attach_slot(s, sample, notes) {
                     s.census = true;
                 }
+            }
+        }
+        for i in 0..self.slots.len() {
+            let Some(leader) = self.slots[i].tracer.follows() else {
+                continue;
+            };
+            if let Some(l) = self.slots.iter().find(|l| l.name.as_str() == leader) {
+                let (attached, census) = (l.attached, l.census);
+                let f = &mut self.slots[i];
+                f.attached = attached;
+                f.census = census;
             }
         }
     }
@@ -865,15 +884,6 @@ fn drain_cgroups(
     }
     batch::delete(map, &removed);
     out
-}
-
-/// Sizes a per-CPU per-process map to about 2 MiB whatever the number of CPUs (each entry holds
-/// one `value`-byte copy per possible CPU), between 256 and 4096 processes.
-fn size_per_cpu(map: &mut libbpf_rs::OpenMapMut<'_>, value: usize) -> Result<(), String> {
-    let cpus = libbpf_rs::num_possible_cpus().unwrap_or(1).max(1);
-    let entries = ((2 << 20) / (value * cpus)).clamp(256, 4096) as u32;
-    map.set_max_entries(entries)
-        .map_err(|e| format!("sizing {}: {e}", map.name().to_string_lossy()))
 }
 
 /// Creates the overflow entry of a u32-keyed map so the kernel side always finds it.
@@ -1403,6 +1413,58 @@ mod tests {
             .map(|p| p.comm.as_str())
             .collect();
         assert_eq!(ours, ["js-gen-after"], "this process's entries");
+    }
+
+    /// madvise counted by tlb's flush program is attached, detached and looked at by the census
+    /// exactly when tlb is: its marks in the sample (attached, census, idle) must say whether
+    /// its calls were being counted.
+    #[test]
+    fn madvise_counted_in_tlb_follows_tlb() {
+        const TEST: &str = "madvise_counted_in_tlb_follows_tlb";
+        let names = [Name::parse("tlb").unwrap(), Name::parse("madvise").unwrap()];
+        let (mut c, started) = TracerCollector::start_on_demand(&Root::new("/"), &names);
+        let how = started
+            .iter()
+            .map(|s| format!("{}: {:?}", s.name.as_str(), s.outcome))
+            .collect::<Vec<_>>()
+            .join("; ");
+        if c.len() < 2 || !how.contains("tlb tracer's program") {
+            return jitterscope_testkit::skip(
+                TEST,
+                &format!("madvise is not counted by tlb's program here: {how}"),
+            );
+        }
+        c.set_census(Duration::from_secs(2));
+        let mut notes = Notes::default();
+        let (mut census, mut idle) = (0, 0);
+        for secs in 100..108 {
+            let mut s = Sample {
+                mono_ns: secs * 1_000_000_000,
+                ..Default::default()
+            };
+            c.collect(&mut s, &mut notes);
+            let state: Vec<(bool, bool)> = c.slots.iter().map(|s| (s.attached, s.census)).collect();
+            assert_eq!(
+                state[0], state[1],
+                "at {secs} s: (attached, census) of tlb, madvise"
+            );
+            if let Some(t) = &s.tracers {
+                assert_eq!(
+                    t.idle.contains(&"tlb".to_string()),
+                    t.idle.contains(&"madvise".to_string()),
+                    "at {secs} s: idle {:?}",
+                    t.idle
+                );
+                assert_eq!(t.census.len() % 2, 0, "at {secs} s: census {:?}", t.census);
+                assert_eq!(t.madvise.is_some(), t.tlb.is_some(), "at {secs} s");
+            }
+            census += usize::from(state[0].1);
+            idle += usize::from(!state[0].0);
+        }
+        assert!(
+            census > 0 && idle > 0,
+            "{census} census looks, {idle} idle seconds"
+        );
     }
 
     /// An on-demand tracer whose symptom returns while its last detach is still under way is

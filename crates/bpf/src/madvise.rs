@@ -46,7 +46,8 @@ pub(crate) static DEF: TracerDef = TracerDef {
 };
 
 /// madvise counted by the tlb tracer's flush program (tlb.bpf.c, btf_tlb_flush_madvise), which
-/// also reads its counts into the sample: nothing of its own to load, attach or read.
+/// also reads its counts into the sample: nothing of its own to load, attach or read, and
+/// attached whenever tlb is.
 #[derive(Default)]
 struct InTlb {
     links: Vec<libbpf_rs::Link>,
@@ -61,6 +62,10 @@ impl Tracer for InTlb {
 
     fn links(&mut self) -> &mut Vec<libbpf_rs::Link> {
         &mut self.links
+    }
+
+    fn follows(&self) -> Option<&'static str> {
+        Some(crate::tlb::DEF.name)
     }
 
     fn how(&self) -> String {
@@ -105,10 +110,14 @@ fn open_and_load(env: &Env, at_flush: bool, attach_now: bool) -> Result<Loaded, 
         return Err("the flush program reads x86-64 registers".into());
     }
     open.progs.sys_enter_madvise.set_autoload(!at_flush);
-    crate::size_per_cpu(
-        &mut open.maps.madvise_procs,
-        std::mem::size_of::<types::js_madvise_proc>(),
-    )?;
+    // Per-CPU values: keep the map near 2 MiB whatever the number of CPUs.
+    let cpus = libbpf_rs::num_possible_cpus().unwrap_or(1).max(1);
+    let per_entry = std::mem::size_of::<types::js_madvise_proc>() * cpus;
+    let entries = ((2 << 20) / per_entry).clamp(256, 4096) as u32;
+    open.maps
+        .madvise_procs
+        .set_max_entries(entries)
+        .map_err(|e| format!("sizing madvise_procs: {e}"))?;
     load_and_attach(
         open,
         |s| create_other(&s.maps.madvise_procs),

@@ -127,10 +127,6 @@ fn open_and_load(
     let cpumask = ipis == Ok("ipi:ipi_send_cpumask");
     p.btf_ipi_send_cpumask.set_autoload(btf && cpumask);
     p.ipi_send_cpumask.set_autoload(!btf && cpumask);
-    crate::size_per_cpu(
-        &mut open.maps.tlb_procs,
-        std::mem::size_of::<types::js_tlb_proc>(),
-    )?;
     load_and_attach(
         open,
         |s| create_other(&s.maps.tlb_procs),
@@ -295,7 +291,8 @@ impl Tracer for TlbTracer {
             });
         }
         if self.madvise {
-            // An event without an entry loses its madvise count with its flush.
+            // tlb's drops: any of its events that found no entry, a madvise call's flush among
+            // them (which of them were is not known).
             m.dropped = t.dropped;
             out.madvise = Some(m);
         }

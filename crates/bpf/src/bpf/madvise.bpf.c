@@ -2,8 +2,9 @@
 /* madvise() calls and bytes per process and advice: the allocator purges (MADV_DONTNEED,
  * MADV_FREE) behind case 4's TLB-shootdown storm.
  *
- * When the tlb tracer runs too, its flush program counts these calls itself (tlb.bpf.c,
- * btf_tlb_flush_madvise) and nothing here is loaded. Otherwise two ways in, one loaded
+ * When the tlb tracer runs too and its BTF-typed flush program loads with the test below
+ * (tlb.bpf.c, btf_tlb_flush_madvise), that program counts these calls and nothing here is
+ * loaded. Otherwise two ways in, one loaded
  * (madvise.rs decides):
  * - `madvise_flush` (x86-64, 5.15+): at each TLB flush the calling CPU makes for its own mm
  *   (tlb:tlb_flush, BTF-typed), the task's entry registers say whether it is inside madvise()

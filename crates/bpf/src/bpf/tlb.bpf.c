@@ -24,14 +24,13 @@ struct js_tlb_proc {
 	u64 madvise_bytes[ADV_N];
 };
 
-/* Per CPU, as madvise_procs: the threads of a purging allocator flush and send IPIs from every
- * CPU at once, and one shared entry per process made every event pay for atomic adds. A CPU's
- * copy is written only by this object's programs on that CPU, so plain adds are exact: a
- * program does not run nested in itself (the kernel skips such a run), and the one that can
- * interrupt another here (a shootdown's flush in the IPI handler, during csd_queue_cpu) adds to
- * other fields. User space sums the copies. Sized at load from the number of CPUs. */
+/* One entry per process for all CPUs, not per CPU as madvise_procs: every process that flushes
+ * (munmap, mprotect, exec, exit) or is interrupted by a shootdown has one, and a per-CPU copy of
+ * each would cut the processes a map of a given size holds by the number of possible CPUs (256
+ * at 52 of them) before the storm's sender comes. Adds are atomic: a shootdown's flush in the
+ * IPI handler can interrupt this object's programs on the same entry. */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
 	__type(key, u32);
 	__type(value, struct js_tlb_proc);
@@ -78,11 +77,11 @@ static __always_inline struct js_tlb_proc *on_flush(int reason, unsigned long pa
 	barrier_var(r);
 	if (r >= TLB_REASONS)
 		return NULL;
-	p->flushes[r] += 1;
+	__sync_fetch_and_add(&p->flushes[r], 1);
 	if (pages == (unsigned long)-1)
-		p->full_flushes += 1;
+		__sync_fetch_and_add(&p->full_flushes, 1);
 	else
-		p->pages += pages;
+		__sync_fetch_and_add(&p->pages, pages);
 	return p;
 }
 
@@ -116,8 +115,8 @@ int BPF_PROG(btf_tlb_flush_madvise, int reason, unsigned long pages)
 		return 0;
 	long adv = (int)regs->dx;
 	u32 i = adv == MADV_DONTNEED ? ADV_DONTNEED : adv == MADV_FREE ? ADV_FREE : ADV_OTHER;
-	p->madvise_calls[i] += 1;
-	p->madvise_bytes[i] += regs->si;
+	__sync_fetch_and_add(&p->madvise_calls[i], 1);
+	__sync_fetch_and_add(&p->madvise_bytes[i], regs->si);
 	return 0;
 }
 #endif
@@ -127,8 +126,8 @@ static __always_inline int ipi_sent(u64 targets)
 	struct js_tlb_proc *p = js_proc_entry(&tlb_procs, &zero_proc, cpu_cgrp_id, &dropped);
 	if (!p)
 		return 0;
-	p->ipis_sent += 1;
-	p->ipi_targets += targets;
+	__sync_fetch_and_add(&p->ipis_sent, 1);
+	__sync_fetch_and_add(&p->ipi_targets, targets);
 	return 0;
 }
 
