@@ -45,6 +45,23 @@ pub(crate) static DEF: TracerDef = TracerDef {
     records,
 };
 
+/// A process's row from its six counts as both programs that count them lay them out: calls per
+/// advice (DONTNEED, FREE, other), then bytes per advice.
+pub(crate) fn proc_row(pid: u32, comm: String, cgroup: String, c: &[u64]) -> MadviseProc {
+    let at = |i: usize| c.get(i).copied().unwrap_or(0);
+    MadviseProc {
+        pid,
+        comm,
+        cgroup,
+        dontneed_calls: at(0),
+        free_calls: at(1),
+        other_calls: at(2),
+        dontneed_bytes: at(3),
+        free_bytes: at(4),
+        other_bytes: at(5),
+    }
+}
+
 /// madvise counted by the tlb tracer's flush program (tlb.bpf.c, btf_tlb_flush_madvise), which
 /// also reads its counts into the sample: nothing of its own to load, attach or read, and
 /// attached whenever tlb is.
@@ -207,18 +224,8 @@ impl Tracer for MadviseTracer {
             &mut self.procs,
             env.live_pids(),
         ) {
-            let d = &e.d;
-            t.procs.push(MadviseProc {
-                pid: e.pid,
-                comm: e.comm,
-                cgroup: env.cpu_cgroups.path(e.cgroup_id),
-                dontneed_calls: d[4],
-                free_calls: d[5],
-                other_calls: d[6],
-                dontneed_bytes: d[7],
-                free_bytes: d[8],
-                other_bytes: d[9],
-            });
+            let cgroup = env.cpu_cgroups.path(e.cgroup_id);
+            t.procs.push(proc_row(e.pid, e.comm, cgroup, &e.d[4..10]));
         }
         out.madvise = Some(t);
     }

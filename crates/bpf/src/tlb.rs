@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use jitterscope_model::signals;
-use jitterscope_model::tracers::{Madvise, MadviseProc, Tlb, TlbProc, Tracers};
+use jitterscope_model::tracers::{Madvise, Tlb, TlbProc, Tracers};
 use libbpf_rs::skel::SkelBuilder;
 use libbpf_rs::{MapCore, MapFlags};
 
@@ -261,17 +261,13 @@ impl Tracer for TlbTracer {
             let d = &e.d;
             // As the madvise tracer's own map would hold them: processes that called it.
             if self.madvise && d[14..20].iter().any(|&v| v != 0) {
-                m.procs.push(MadviseProc {
-                    pid: e.pid,
-                    comm: e.comm.clone(),
-                    cgroup: env.cpu_cgroups.path(e.cgroup_id),
-                    dontneed_calls: d[14],
-                    free_calls: d[15],
-                    other_calls: d[16],
-                    dontneed_bytes: d[17],
-                    free_bytes: d[18],
-                    other_bytes: d[19],
-                });
+                let cgroup = env.cpu_cgroups.path(e.cgroup_id);
+                m.procs.push(crate::madvise::proc_row(
+                    e.pid,
+                    e.comm.clone(),
+                    cgroup,
+                    &d[14..20],
+                ));
             }
             t.procs.push(TlbProc {
                 pid: e.pid,

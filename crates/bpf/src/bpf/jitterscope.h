@@ -211,6 +211,42 @@ static __always_inline void js_process_comm(char *buf)
 		bpf_get_current_comm(buf, 16);
 }
 
+/* madvise() calls per advice: the slots of the madvise counts (madvise.bpf.c, and tlb.bpf.c when
+ * its flush program counts them for the madvise tracer). */
+enum { JS_ADV_DONTNEED, JS_ADV_FREE, JS_ADV_OTHER, JS_ADV_N };
+
+static __always_inline u32 js_advice_slot(long advice)
+{
+	return advice == 4 /* MADV_DONTNEED */ ? JS_ADV_DONTNEED
+	       : advice == 8 /* MADV_FREE */ ? JS_ADV_FREE
+					     : JS_ADV_OTHER;
+}
+
+#if defined(__TARGET_ARCH_x86)
+/* Whether a TLB flush (tlb:tlb_flush's `reason`) is made by the current task inside madvise():
+ * then its advice and length. One flush per call unless the call spans several mappings or
+ * unmaps more resident pages than one gather batch holds (thousands), when it is one per flush;
+ * a call over pages that were not resident flushes nothing and sends no shootdown, and is not
+ * seen. Needs bpf_task_pt_regs (5.15+). */
+static __always_inline bool js_madvise_flush(int reason, long *advice, unsigned long *len)
+{
+	/* TLB_LOCAL_MM_SHOOTDOWN: the flush of the CPU that changed the mapping, in the changing
+	 * task's context; the other reasons are task switches and the flushes other CPUs run for
+	 * it. */
+	if (reason != 3)
+		return false;
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	/* orig_ax is the system call's number (madvise: 28) and ax is -ENOSYS for the whole of
+	 * it; a page fault's saved registers hold the user's rax and its error code in orig_ax, so
+	 * both must match. */
+	if (regs->orig_ax != 28 || (long)regs->ax != -38)
+		return false;
+	*advice = (int)regs->dx;
+	*len = regs->si;
+	return true;
+}
+#endif
+
 /* The first members of every per-process value. */
 struct js_proc_head {
 	char comm[16];

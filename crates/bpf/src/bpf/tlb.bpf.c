@@ -4,12 +4,6 @@
 #include "jitterscope.h"
 
 #define TLB_REASONS 6 /* TLB_FLUSH_ON_TASK_SWITCH .. TLB_REMOTE_WRONG_CPU; more go to the last */
-#define TLB_LOCAL_MM_SHOOTDOWN 3
-#define MADV_DONTNEED 4
-#define MADV_FREE 8
-#define ENOSYS 38
-#define NR_MADVISE_X86_64 28
-enum { ADV_DONTNEED, ADV_FREE, ADV_OTHER, ADV_N };
 
 struct js_tlb_proc {
 	struct js_proc_head head;
@@ -20,8 +14,8 @@ struct js_tlb_proc {
 	u64 ipis_sent;       /* shootdown requests sent (one per target CPU from csd_queue_cpu) */
 	u64 ipi_targets;     /* CPUs those requests went to */
 	/* The madvise tracer's counts (madvise.bpf.c), when this object counts them for it. */
-	u64 madvise_calls[ADV_N];
-	u64 madvise_bytes[ADV_N];
+	u64 madvise_calls[JS_ADV_N];
+	u64 madvise_bytes[JS_ADV_N];
 };
 
 /* One entry per process for all CPUs, not per CPU as madvise_procs: every process that flushes
@@ -50,7 +44,6 @@ struct {
 
 /* Address of flush_tlb_func (from kallsyms), set by user space; 0 = IPIs not attributed. */
 const volatile u64 flush_tlb_func_addr = 0;
-
 u64 dropped = 0;
 
 static const struct js_tlb_proc zero_proc;
@@ -102,21 +95,18 @@ int BPF_PROG(btf_tlb_flush, int reason, unsigned long pages)
 /* btf_tlb_flush that also counts madvise() calls for the madvise tracer, loaded instead of it
  * when both tracers run (x86-64, 5.15+ for bpf_task_pt_regs). The madvise tracer's own program
  * at the same event cost a madvise(DONTNEED) loop +100 ns a flush for its dispatch alone (one
- * flush per 1.7 us iteration, before its body ran): here one program and one lookup serve both.
- * The test is madvise.bpf.c's madvise_flush, which explains it. */
+ * flush per 1.7 us iteration, before its body ran): here one program and one lookup serve both. */
 SEC("tp_btf/tlb_flush")
 int BPF_PROG(btf_tlb_flush_madvise, int reason, unsigned long pages)
 {
 	struct js_tlb_proc *p = on_flush(reason, pages);
-	if (!p || reason != TLB_LOCAL_MM_SHOOTDOWN)
+	long advice;
+	unsigned long len;
+	if (!p || !js_madvise_flush(reason, &advice, &len))
 		return 0;
-	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
-	if (regs->orig_ax != NR_MADVISE_X86_64 || (long)regs->ax != -ENOSYS)
-		return 0;
-	long adv = (int)regs->dx;
-	u32 i = adv == MADV_DONTNEED ? ADV_DONTNEED : adv == MADV_FREE ? ADV_FREE : ADV_OTHER;
+	u32 i = js_advice_slot(advice);
 	__sync_fetch_and_add(&p->madvise_calls[i], 1);
-	__sync_fetch_and_add(&p->madvise_bytes[i], regs->si);
+	__sync_fetch_and_add(&p->madvise_bytes[i], len);
 	return 0;
 }
 #endif
