@@ -205,12 +205,14 @@ impl FrameDecoder {
     /// Decodes a run of frames with no index (the open frame, an unindexed tail after a crash, or
     /// a segment whose index was lost), passing every valid record to `sink`. After a damaged
     /// frame it resumes at the next zstd frame magic, so one bad frame does not hide the rest.
-    pub fn scan(
+    /// `frame_end` is called after the records of each frame (complete, cut or damaged).
+    pub fn scan_frames(
         &mut self,
         bytes: &[u8],
         before: Option<i64>,
         damage: &mut Damage,
         sink: &mut dyn FnMut(i64, &[u8]),
+        frame_end: &mut dyn FnMut(),
     ) {
         // Unindexed damage has no count; its time span is taken from the good records around
         // it: the last one before (or `before`), the first one after.
@@ -233,6 +235,7 @@ impl FrameDecoder {
         while pos < bytes.len() {
             let (consumed, end) = self.decode_frame(&bytes[pos..]);
             let leftover = parse_records(&self.data, damage, &mut good, &mut || mark());
+            frame_end();
             match end {
                 FrameEnd::Complete => {
                     if leftover != Leftover::None {

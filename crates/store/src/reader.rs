@@ -98,6 +98,16 @@ impl Reader {
         self.range_of(from_ns, to_ns, Source::Main { detail: true })
     }
 
+    /// As [`range`](Reader::range), with each frame that holds a record of the range read
+    /// whole: its records outside the range come too, in their place, with their detail and an
+    /// empty payload. A detail that refers to the records before it in its frame (the model's
+    /// delta tables) can be read from them; a caller tells them by their timestamp.
+    pub fn range_in_context(&self, from_ns: i64, to_ns: i64) -> Result<Range> {
+        let mut r = self.range_of(from_ns, to_ns, Source::Main { detail: true })?;
+        r.context = true;
+        Ok(r)
+    }
+
     /// As [`range`](Reader::range), without the detail lane: records come with `detail: None`,
     /// and the detail is never read or decompressed.
     pub fn range_main(&self, from_ns: i64, to_ns: i64) -> Result<Range> {
@@ -156,6 +166,7 @@ impl Reader {
             segments: self.segments()?.into(),
             current: None,
             pending: VecDeque::new(),
+            context: false,
             decoder: None,
             damage: Damage::default(),
             frames_skipped: 0,
@@ -336,6 +347,8 @@ pub struct Range {
     segments: VecDeque<PathBuf>,
     current: Option<Cursor>,
     pending: VecDeque<Record>,
+    /// Whether the records of a read frame outside the range come too ([`Reader::range_in_context`]).
+    context: bool,
     decoder: Option<FrameDecoder>,
     damage: Damage,
     frames_skipped: u64,
@@ -358,11 +371,13 @@ struct DetailLane {
 }
 
 impl DetailLane {
-    /// Attaches their details to `records` (the records of one main frame or tail).
+    /// Attaches their details to `records` (the records of one main frame or tail); with
+    /// `context`, those outside `(from, to)` too.
     fn attach(
         &mut self,
         records: &mut [Record],
         (from, to): (i64, i64),
+        context: bool,
         decoder: &mut FrameDecoder,
         damage: &mut Damage,
     ) {
@@ -370,6 +385,7 @@ impl DetailLane {
             return;
         };
         let max = records.iter().map(|r| r.ts_ns).max().unwrap_or(min);
+        let (from, to) = if context { (min, max) } else { (from, to) };
         let by_ts = &mut self.by_ts;
         let mut keep = |ts: i64, payload: &[u8]| {
             if from <= ts && ts <= to {
@@ -510,13 +526,28 @@ impl Range {
             self.decoder = Some(d);
         }
         let decoder = self.decoder.as_mut().expect("set above");
-        let (from, to, pending) = (self.from, self.to, &mut self.pending);
-        let before = pending.len();
+        let (from, to, context) = (self.from, self.to, self.context);
+        let before = self.pending.len();
+        // With context, a frame's records outside the range wait in `frame` until the frame
+        // ends, and stay only if the frame had a record in the range.
+        let mut frame: Vec<Record> = Vec::new();
+        let mut in_range = false;
+        let pending = &mut self.pending;
+        let mut end_frame = |frame: &mut Vec<Record>, in_range: &mut bool| {
+            if std::mem::take(in_range) {
+                pending.extend(frame.drain(..));
+            } else {
+                frame.clear();
+            }
+        };
         let mut keep = |ts_ns: i64, payload: &[u8]| {
-            if from <= ts_ns && ts_ns <= to {
-                pending.push_back(Record {
+            let inside = from <= ts_ns && ts_ns <= to;
+            if inside || context {
+                in_range |= inside;
+                frame.push(Record {
                     ts_ns,
-                    payload: payload.to_vec(),
+                    // A context record is read for its detail only.
+                    payload: if inside { payload.to_vec() } else { Vec::new() },
                     detail: None,
                 });
             }
@@ -531,16 +562,45 @@ impl Range {
                     .seg
                     .decode_frame(i, decoder, &mut self.damage, &mut keep);
             }
+            end_frame(&mut frame, &mut in_range);
         } else if !cursor.tail_done {
             cursor.tail_done = true;
-            cursor.seg.scan_tail(decoder, &mut self.damage, &mut keep);
+            // The tail may hold several frames (the open one, or a whole segment whose index
+            // was lost): each ends on its own.
+            let frame = std::cell::RefCell::new((frame, in_range));
+            let mut keep = |ts_ns: i64, payload: &[u8]| {
+                let inside = from <= ts_ns && ts_ns <= to;
+                if inside || context {
+                    let (f, r) = &mut *frame.borrow_mut();
+                    *r |= inside;
+                    f.push(Record {
+                        ts_ns,
+                        payload: if inside { payload.to_vec() } else { Vec::new() },
+                        detail: None,
+                    });
+                }
+            };
+            cursor
+                .seg
+                .scan_tail_frames(decoder, &mut self.damage, &mut keep, &mut || {
+                    let (f, r) = &mut *frame.borrow_mut();
+                    end_frame(f, r);
+                });
+            let (mut f, mut r) = frame.into_inner();
+            end_frame(&mut f, &mut r);
         } else {
             self.current = None;
             return Ok(true);
         }
         if let Some(lane) = cursor.detail.as_mut() {
             let new = self.pending.make_contiguous();
-            lane.attach(&mut new[before..], (from, to), decoder, &mut self.damage);
+            lane.attach(
+                &mut new[before..],
+                (from, to),
+                context,
+                decoder,
+                &mut self.damage,
+            );
         }
         Ok(true)
     }
@@ -697,6 +757,17 @@ impl Segment {
         damage: &mut Damage,
         sink: &mut dyn FnMut(i64, &[u8]),
     ) {
+        self.scan_tail_frames(decoder, damage, sink, &mut || {});
+    }
+
+    /// As [`scan_tail`](Segment::scan_tail), calling `frame_end` after each zstd frame's records.
+    pub(crate) fn scan_tail_frames(
+        &self,
+        decoder: &mut FrameDecoder,
+        damage: &mut Damage,
+        sink: &mut dyn FnMut(i64, &[u8]),
+        frame_end: &mut dyn FnMut(),
+    ) {
         if self.tail_start >= self.file_len {
             self.lose_beyond(0, damage);
             return;
@@ -711,10 +782,16 @@ impl Segment {
         };
         let before = self.frames.last().map(|e| e.max_ts);
         let mut got = 0u64;
-        decoder.scan(&bytes, before, damage, &mut |ts, p| {
-            got += 1;
-            sink(ts, p)
-        });
+        decoder.scan_frames(
+            &bytes,
+            before,
+            damage,
+            &mut |ts, p| {
+                got += 1;
+                sink(ts, p)
+            },
+            frame_end,
+        );
         self.lose_beyond(got, damage);
     }
 

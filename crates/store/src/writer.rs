@@ -191,6 +191,23 @@ impl Writer {
         Ok(())
     }
 
+    /// Whether appending a record at `ts_ns` with payloads of these lengths would start new
+    /// frames (a record that starts one is the first its reader decompresses): no segment is
+    /// open, the segment rotates, the last frame was completed, or this record would overfill
+    /// the open frame. A payload that refers to the records before it in its frame (the model's
+    /// delta tables) is only appended when this is false; the answer holds until the next
+    /// append.
+    pub fn starts_frame(&self, ts_ns: i64, payload_len: usize, lanes: &[(Lane, usize)]) -> bool {
+        match &self.active {
+            None => true,
+            Some(a) => {
+                self.should_rotate(a, ts_ns)
+                    || a.main.frame.is_none()
+                    || a.overfills_frame(payload_len, lanes.iter().copied())
+            }
+        }
+    }
+
     /// Forces appended data to disk now.
     pub fn sync(&mut self) -> Result<()> {
         let result = self.with_active(|a, _, _| a.sync());
@@ -425,6 +442,26 @@ impl Active {
         self.main.unsynced || self.lanes.iter().any(|(_, s)| s.unsynced)
     }
 
+    /// Whether a record of these payload lengths would take a stream's open frame past
+    /// [`MAX_FRAME_RAW_BYTES`], so that the frames end before it.
+    fn overfills_frame(
+        &self,
+        payload_len: usize,
+        mut lanes: impl Iterator<Item = (Lane, usize)>,
+    ) -> bool {
+        let too_big = |s: &Stream, len: usize| {
+            s.frame
+                .as_ref()
+                .is_some_and(|f| f.raw_bytes + RECORD_HEADER_LEN + len > MAX_FRAME_RAW_BYTES)
+        };
+        too_big(&self.main, payload_len)
+            || lanes.any(|(lane, len)| {
+                self.lanes
+                    .iter()
+                    .any(|(l, s)| *l == lane && too_big(s, len))
+            })
+    }
+
     /// Writes the lanes' payloads, then the main one. Every stream ends its frame with the
     /// main one, so frame `i` of each usually holds the same records.
     #[allow(clippy::too_many_arguments)]
@@ -438,17 +475,8 @@ impl Active {
         out: &mut Vec<u8>,
         written: &mut u64,
     ) -> Result<()> {
-        let too_big = |s: &Stream, len: usize| {
-            s.frame
-                .as_ref()
-                .is_some_and(|f| f.raw_bytes + RECORD_HEADER_LEN + len > MAX_FRAME_RAW_BYTES)
-        };
-        let lane_too_big = lanes.iter().any(|(lane, p)| {
-            self.lanes
-                .iter()
-                .any(|(l, s)| l == lane && too_big(s, p.len()))
-        });
-        if too_big(&self.main, payload.len()) || lane_too_big {
+        let lens = lanes.iter().map(|(l, p)| (*l, p.len()));
+        if self.overfills_frame(payload.len(), lens) {
             self.end_frames(out, written)?;
         }
         let ends_frame = self.main.frame.as_ref().map_or(0, |f| f.count) + 1 >= frame_records;

@@ -106,6 +106,78 @@ fn details_join_their_records_and_main_reads_skip_them() {
     );
 }
 
+/// The writer says which append starts frames: the first record of a store, every
+/// `frame_records`-th after it, the first after a rotation or a close, and one too large for
+/// the open frame.
+#[test]
+fn the_writer_says_which_record_starts_a_frame() {
+    let d = tempfile::tempdir().unwrap();
+    let mut c = StoreConfig::new(d.path());
+    c.frame_records = 4;
+    c.segment_span = std::time::Duration::from_secs(10);
+    c.retain = std::time::Duration::from_secs(u32::MAX as u64);
+    let mut w = Writer::open(c.clone()).unwrap();
+    let mut starts = Vec::new();
+    for i in 0..13 {
+        starts.push(w.starts_frame(T0 + i * SEC, 700, &[(Lane::Detail, 3000)]));
+        w.append_lanes(T0 + i * SEC, &main_payload(i), &lanes(Some(&detail(i))))
+            .unwrap();
+    }
+    // Frames of 4, and a new segment at 10 s.
+    let t = true;
+    let f = false;
+    assert_eq!(starts, [t, f, f, f, t, f, f, f, t, f, t, f, f]);
+    // A payload the open frame cannot take ends it first.
+    assert!(w.starts_frame(T0 + 13 * SEC, 300 << 20, &[]));
+    assert!(w.starts_frame(T0 + 13 * SEC, 10, &[(Lane::Detail, 300 << 20)]));
+    assert!(!w.starts_frame(T0 + 13 * SEC, 10, &[(Lane::Detail, 10)]));
+    w.close().unwrap();
+    let w = Writer::open(c).unwrap();
+    assert!(w.starts_frame(T0 + 14 * SEC, 10, &[]));
+}
+
+/// A read in context brings the whole of every frame it touches: the records outside the range
+/// come with their detail (and no payload) in their place, and frames outside it do not come.
+#[test]
+fn a_read_in_context_brings_the_frames_it_touches_whole() {
+    let d = tempfile::tempdir().unwrap();
+    let written = write(d.path(), 30, 8);
+    let r = Reader::open(d.path()).unwrap();
+    let read = |from: i64, to: i64| -> Vec<Record> {
+        r.range_in_context(T0 + from * SEC, T0 + to * SEC)
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    let expect = |frames: std::ops::Range<usize>, from: i64, to: i64| -> Vec<Record> {
+        written[frames]
+            .iter()
+            .map(|w| {
+                let inside = (T0 + from * SEC..=T0 + to * SEC).contains(&w.ts_ns);
+                Record {
+                    payload: if inside {
+                        w.payload.clone()
+                    } else {
+                        Vec::new()
+                    },
+                    ..w.clone()
+                }
+            })
+            .collect()
+    };
+    // Inside the second frame (records 8..16).
+    assert_eq!(read(10, 12), expect(8..16, 10, 12));
+    // Across the second and third.
+    assert_eq!(read(15, 17), expect(8..24, 15, 17));
+    // The open frame of a live writer is in the unindexed tail, and so is a segment whose index
+    // was lost: each of its frames comes whole or not at all.
+    let idx = Reader::open(d.path()).unwrap().segments().unwrap()[0].with_extension("idx");
+    std::fs::remove_file(&idx).unwrap();
+    assert_eq!(read(26, 27), expect(24..30, 26, 27));
+    assert_eq!(read(3, 3), expect(0..8, 3, 3));
+    assert_eq!(read(40, 50), vec![]);
+}
+
 #[test]
 fn a_live_writer_s_details_are_readable_at_once() {
     let d = tempfile::tempdir().unwrap();
