@@ -21,7 +21,7 @@ use jitterscope_model::collector::{collectors, Notes};
 use jitterscope_model::sample::{monotonic_ns, wall_ns, HostInfo, RecorderStats, Sample};
 use jitterscope_model::signals::{Mark, MarkState};
 use jitterscope_model::sources::CollectConfig;
-use jitterscope_model::stored::Encoder;
+use jitterscope_model::stored::{AppendError, SampleWriter};
 use jitterscope_model::time::self_timing_ns;
 use jitterscope_sources::Root;
 use jitterscope_store::{StoreConfig, Writer};
@@ -531,7 +531,7 @@ fn mark_line(m: &Mark) -> String {
 }
 
 fn write_loop(
-    mut w: Writer,
+    w: Writer,
     rx: Receiver<Box<Sample>>,
     shared: Arc<Shared>,
     status: bool,
@@ -540,13 +540,13 @@ fn write_loop(
     // Episodes are detected here, on the writer thread, so the collector's tick never waits
     // on them; they reach the store in the same record as the sample they were seen in.
     let mut online = Online::new();
-    let mut enc = Encoder::new();
+    let mut w = SampleWriter::new(w);
     // Shared with the remote-write sender, which derives its points from the samples while it
     // keeps up: no copy.
     let mut prev: Option<Arc<Sample>> = None;
     let mut last_written: Option<i64> = None;
     let mut last_error_log: Option<Instant> = None;
-    let mut written_before = w.bytes_written();
+    let mut written_before = w.writer().bytes_written();
     // One pause spans every sample that waits for space, so it is announced once.
     let mut paused_since: Option<Instant> = None;
     while let Ok(mut sample) = rx.recv() {
@@ -557,18 +557,10 @@ fn write_loop(
         for m in &signals.marks {
             log(&mark_line(m));
         }
-        let encoded = match enc.encode(&mut sample, &signals) {
-            Ok(e) => e,
-            Err(e) => {
-                error(&format!("cannot encode a sample: {e}"));
-                shared.dropped.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-        };
         let mut written = false;
         loop {
-            match w.append_lanes(sample.ts_ns, encoded.main, &encoded.lanes) {
-                Ok(()) => {
+            match w.append(&mut sample, &signals) {
+                Ok(_) => {
                     written = true;
                     if let Some(t) = paused_since.take() {
                         log(&format!(
@@ -592,6 +584,11 @@ fn write_loop(
                     }
                     std::thread::sleep(Duration::from_secs(1));
                 }
+                Err(e @ AppendError::Encode(_)) => {
+                    error(&e.to_string());
+                    shared.dropped.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
                 Err(e) => {
                     if last_error_log.is_none_or(|t| t.elapsed() > Duration::from_secs(60)) {
                         error(&format!("cannot write a sample: {e}"));
@@ -602,7 +599,7 @@ fn write_loop(
                 }
             }
         }
-        let total = w.bytes_written();
+        let total = w.writer().bytes_written();
         shared
             .bytes_written
             .fetch_add(total - written_before, Ordering::Relaxed);

@@ -106,12 +106,12 @@ fn recorder_running(dir: &std::path::Path) -> bool {
     let Ok(r) = Reader::open(dir) else {
         return false;
     };
-    let Ok(Some(rec)) = r.latest() else {
+    let Ok(Some(ts)) = r.latest_ts() else {
         return false;
     };
     let now = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(0);
     // Covers intervals up to a few seconds; a recorder at 1 min intervals is better replayed.
-    now - rec.ts_ns < 5_000_000_000
+    now - ts < 5_000_000_000
 }
 
 /// Runs `top`.

@@ -19,7 +19,7 @@ use std::time::Instant;
 use jitterscope_diagnose::events::Online;
 use jitterscope_model::codec::{encode_lanes, Parts};
 use jitterscope_model::sample::wall_ns;
-use jitterscope_model::stored::{Encoder, SampleReader};
+use jitterscope_model::stored::{SampleReader, SampleWriter};
 use jitterscope_model::Sample;
 use jitterscope_store::{Reader, StoreConfig, Writer};
 
@@ -69,20 +69,17 @@ fn main() {
     cfg.max_bytes = u64::MAX;
     cfg.retain = std::time::Duration::from_secs((hours * 3600.0) as u64 + 7 * 24 * 3600);
     let start = Instant::now();
-    let mut w = Writer::open(cfg).expect("cannot open the destination store");
+    let mut w = SampleWriter::new(Writer::open(cfg).expect("cannot open the destination store"));
     let mut raw = 0u64;
     // Encoded as the recorder encodes, signals lane and online detection included.
     let mut online = Online::new();
-    let mut enc = Encoder::new();
     let mut prev: Option<Sample> = None;
     for i in 0..n {
         let mut s = samples[(i as usize) % samples.len()].clone();
         s.ts_ns = first_ts + i * SEC;
         s.mono_ns = mono0 + (i as u64) * SEC as u64;
         let signals = online.step(&s, prev.as_ref());
-        let e = enc.encode(&mut s, &signals).expect("encode");
-        raw += (e.main.len() + e.lanes.iter().map(|l| l.1.len()).sum::<usize>()) as u64;
-        w.append_lanes(s.ts_ns, e.main, &e.lanes).expect("append");
+        raw += w.append(&mut s, &signals).expect("append") as u64;
         prev = Some(s);
     }
     w.close().expect("close");

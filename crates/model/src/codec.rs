@@ -9,10 +9,13 @@
 //!
 //! The process table goes to the record's detail lane ([`encode_lanes`]), as its own payload
 //! with its own codec byte: [`CODEC_COLUMNS_US`] (one array per field, see the `columns`
-//! module), or, in stores written before it, [`CODEC_COLUMNS`] (the same with schedstat's times
-//! in ns) or [`CODEC_MSGPACK_NAMED_V2`] (one map per process). There the
-//! names did cost: repeated for each of a busy host's 600 processes, they made a raw sample
-//! 430 KB that the writer had to serialize and compress and every reader to walk.
+//! module) for the first table of a store frame and [`CODEC_COLUMNS_DELTA`] (the same, each
+//! process's fields as differences from the table before) for the others ([`DetailEncoder`],
+//! read back in order by a [`DetailChain`]), or, in stores written before them,
+//! [`CODEC_COLUMNS`] (self-contained, schedstat's times in ns) or [`CODEC_MSGPACK_NAMED_V2`]
+//! (one map per process). There the names did cost: repeated for each of a busy host's 600
+//! processes, they made a raw sample 430 KB that the writer had to serialize and compress and
+//! every reader to walk.
 
 use std::cell::Cell;
 
@@ -283,6 +286,14 @@ pub const CODEC_COLUMNS: u8 = 3;
 /// to 3 reads the sample without processes.
 pub const CODEC_COLUMNS_US: u8 = 4;
 
+/// Codec byte of the detail lanes this build writes after the first of a store frame: a
+/// [`CODEC_COLUMNS_US`] table whose rows that were in the frame's previous table (the same pid
+/// and start time) hold their differences from that row, and whose names are written only where
+/// they changed (see the `columns` module). It reads only after the records before it in its
+/// frame ([`DetailChain`]); a build that reads only codecs up to 4 reads the frame's first
+/// sample with its processes and the others without.
+pub const CODEC_COLUMNS_DELTA: u8 = 5;
+
 /// Errors decoding a payload.
 #[derive(Debug, thiserror::Error)]
 pub enum CodecError {
@@ -290,7 +301,7 @@ pub enum CodecError {
     #[error("empty payload")]
     Empty,
     /// A codec this build does not know (written by a much newer recorder).
-    #[error("unknown payload codec {0}; this build reads codecs {CODEC_MSGPACK_NAMED_V1} to {CODEC_MSGPACK_NAMED} (main) and {CODEC_MSGPACK_NAMED_V2} to {CODEC_COLUMNS_US} (detail)")]
+    #[error("unknown payload codec {0}; this build reads codecs {CODEC_MSGPACK_NAMED_V1} to {CODEC_MSGPACK_NAMED} (main) and {CODEC_MSGPACK_NAMED_V2} to {CODEC_COLUMNS_DELTA} (detail)")]
     UnknownCodec(u8),
     /// The MessagePack did not decode into a sample.
     #[error("undecodable sample: {0}")]
@@ -301,6 +312,10 @@ pub enum CodecError {
     /// A process table's columns do not fit together.
     #[error("undecodable sample: {0}")]
     Table(#[from] columns::TableError),
+    /// A delta table read without the table it is relative to: the record before it in its
+    /// frame was not read (lost to damage) or was not the one it was written after.
+    #[error("process table relative to a table that was not read (base {0})")]
+    MissingBase(i64),
     /// Encoding failed (cannot happen for well-formed samples; kept rather than panicking).
     #[error("unencodable sample: {0}")]
     Encode(#[from] rmp_serde::encode::Error),
@@ -341,12 +356,19 @@ struct Detail<P> {
     processes: Option<P>,
 }
 
-/// What the recorder puts in a record's detail lane with codecs 3 and 4: the process table by
+/// What the recorder puts in a record's detail lane with codecs 3 to 5: the process table by
 /// column. A message of its own, so that more tables can join it.
 #[derive(Clone, PartialEq, prost::Message)]
 struct DetailColumns {
     #[prost(message, optional, tag = "1")]
     processes: Option<columns::Table>,
+    /// Codec 5: the timestamp of the record whose table this one's matched rows differ from
+    /// (the detail before it in its frame).
+    #[prost(int64, tag = "2")]
+    base_ts: i64,
+    /// Codec 5: that table's rows, which a reader checks it holds.
+    #[prost(uint32, tag = "3")]
+    base_rows: u32,
 }
 
 /// Encodes a process table as a detail-lane payload of `codec` ([`CODEC_COLUMNS_US`], or
@@ -359,6 +381,7 @@ pub fn encode_detail(procs: &[Process], codec: u8, out: &mut Vec<u8>) -> Result<
         CODEC_COLUMNS | CODEC_COLUMNS_US => {
             let d = DetailColumns {
                 processes: Some(columns::Table::of(procs, codec == CODEC_COLUMNS_US)),
+                ..Default::default()
             };
             prost::Message::encode(&d, out)?;
         }
@@ -432,7 +455,8 @@ pub fn decode_lanes(
     Ok(s)
 }
 
-/// The process table of a detail-lane payload of any codec.
+/// The process table of a detail-lane payload that reads on its own (any codec but
+/// [`CODEC_COLUMNS_DELTA`], which needs the [`DetailChain`] of its frame).
 pub fn decode_detail(payload: &[u8]) -> Result<Option<Vec<Process>>, CodecError> {
     match payload.split_first() {
         None => Err(CodecError::Empty),
@@ -441,6 +465,10 @@ pub fn decode_detail(payload: &[u8]) -> Result<Option<Vec<Process>>, CodecError>
             let us = c == CODEC_COLUMNS_US;
             Ok(d.processes.map(|t| t.processes(us)).transpose()?)
         }
+        Some((&CODEC_COLUMNS_DELTA, rest)) => {
+            let d = <DetailColumns as prost::Message>::decode(rest)?;
+            Err(CodecError::MissingBase(d.base_ts))
+        }
         Some((&CODEC_MSGPACK_NAMED_V2, rest)) => {
             let before = WANTED.with(|w| w.replace(Parts::PROCESSES));
             let r: Result<Detail<Vec<Process>>, _> = rmp_serde::from_slice(rest);
@@ -448,6 +476,126 @@ pub fn decode_detail(payload: &[u8]) -> Result<Option<Vec<Process>>, CodecError>
             Ok(r?.processes)
         }
         Some((&c, _)) => Err(CodecError::UnknownCodec(c)),
+    }
+}
+
+/// The writer's side of the detail lane's deltas: the table written last in the open store
+/// frame, which the next table is written relative to.
+///
+/// The caller says when a record starts a frame (`key`): the first table of a frame is
+/// self-contained ([`CODEC_COLUMNS_US`]), so that a read needs nothing from an earlier frame
+/// and damage costs at most the rest of its frame, as a damaged zstd frame does anyway. A table
+/// becomes the base only once its record is stored ([`commit`](DetailEncoder::commit)); after a
+/// failed write the next table is self-contained ([`reset`](DetailEncoder::reset)).
+#[derive(Default)]
+pub struct DetailEncoder {
+    base: Option<DeltaBase>,
+}
+
+struct DeltaBase {
+    ts: i64,
+    procs: Vec<Process>,
+    index: rustc_hash::FxHashMap<(u32, u64), u32>,
+}
+
+impl DetailEncoder {
+    /// Encodes `procs` into `out` (cleared first): relative to the base unless `key` or there
+    /// is none.
+    pub fn encode(
+        &mut self,
+        procs: &[Process],
+        key: bool,
+        out: &mut Vec<u8>,
+    ) -> Result<(), CodecError> {
+        let base = match (&self.base, key) {
+            (Some(b), false) => b,
+            _ => return encode_detail(procs, CODEC_COLUMNS_US, out),
+        };
+        out.clear();
+        out.push(CODEC_COLUMNS_DELTA);
+        let b = columns::Base {
+            procs: &base.procs,
+            index: &base.index,
+        };
+        let d = DetailColumns {
+            processes: Some(columns::Table::of_with(procs, true, Some(&b))),
+            base_ts: base.ts,
+            base_rows: base.procs.len() as u32,
+        };
+        prost::Message::encode(&d, out)?;
+        Ok(())
+    }
+
+    /// Whether the next [`encode`](DetailEncoder::encode) would write a delta (not `key`).
+    pub fn has_base(&self) -> bool {
+        self.base.is_some()
+    }
+
+    /// The table just encoded was stored as the record at `ts`: the next is relative to it.
+    pub fn commit(&mut self, ts: i64, procs: &[Process]) {
+        let mut b = self.base.take().unwrap_or_else(|| DeltaBase {
+            ts,
+            procs: Vec::new(),
+            index: Default::default(),
+        });
+        b.ts = ts;
+        b.procs.clear();
+        b.procs.extend_from_slice(procs);
+        b.index.clear();
+        for (i, p) in procs.iter().enumerate() {
+            // A duplicate identity (only a damaged source could give one) keeps its first row.
+            b.index.entry(columns::identity(p)).or_insert(i as u32);
+        }
+        self.base = Some(b);
+    }
+
+    /// Nothing stored can be a base (a new frame, or a failed write): the next table is
+    /// self-contained.
+    pub fn reset(&mut self) {
+        self.base = None;
+    }
+}
+
+/// The reader's side of the detail lane's deltas: the table read last, which the next delta
+/// table is relative to. Fed every detail payload of a stream in the order written (those of
+/// records before a read's range too, from the start of their frame).
+#[derive(Default)]
+pub struct DetailChain {
+    last: Option<(i64, Vec<Process>)>,
+}
+
+impl DetailChain {
+    /// The process table of the payload of the record at `ts`. A delta table needs the table
+    /// of the record before it (else [`CodecError::MissingBase`]); any error leaves the chain
+    /// without a table, so the deltas after it fail too until the next self-contained one.
+    pub fn decode(&mut self, ts: i64, payload: &[u8]) -> Result<Option<Vec<Process>>, CodecError> {
+        self.advance(ts, payload)?;
+        Ok(self.last.as_ref().map(|(_, p)| p.clone()))
+    }
+
+    /// As [`decode`](DetailChain::decode), for a table only needed as the base of later ones.
+    pub fn advance(&mut self, ts: i64, payload: &[u8]) -> Result<(), CodecError> {
+        let last = self.last.take();
+        let procs = match payload.split_first() {
+            Some((&CODEC_COLUMNS_DELTA, rest)) => {
+                let d = <DetailColumns as prost::Message>::decode(rest)?;
+                let base = last
+                    .filter(|(t, p)| *t == d.base_ts && p.len() == d.base_rows as usize)
+                    .ok_or(CodecError::MissingBase(d.base_ts))?;
+                match d.processes {
+                    Some(t) => Some(t.processes_with(true, Some(&base.1))?),
+                    None => None,
+                }
+            }
+            _ => decode_detail(payload)?,
+        };
+        self.last = procs.map(|p| (ts, p));
+        Ok(())
+    }
+
+    /// Whether `payload` reads on its own: the chain needs nothing before it.
+    pub fn self_contained(payload: &[u8]) -> bool {
+        payload.first() != Some(&CODEC_COLUMNS_DELTA)
     }
 }
 
@@ -702,6 +850,80 @@ mod tests {
         assert_eq!(before.path, "/a/b");
     }
 
+    fn proc(pid: u32, run_ns: u64, comm: &str) -> Process {
+        let mut p = Process::default();
+        p.stat.pid = pid;
+        p.stat.starttime_ticks = u64::from(pid) * 10;
+        p.stat.comm = comm.into();
+        p.stat.state = 'S';
+        p.cmdline = format!("/bin/{comm}").into();
+        p.schedstat = Some(jitterscope_sources::process::PidSchedstat {
+            run_ns,
+            wait_ns: run_ns / 3,
+            timeslices: run_ns / 1_000_000,
+        });
+        p
+    }
+
+    /// Tables written by a [`DetailEncoder`] read back in order through a [`DetailChain`]:
+    /// each delta against the table before it, a self-contained one wherever a frame starts.
+    #[test]
+    fn a_chain_reads_what_the_encoder_wrote() {
+        let tables = [
+            vec![proc(1, 1_000, "a"), proc(2, 5_000, "b")],
+            vec![
+                proc(1, 2_000, "a"),
+                proc(3, 9_000, "c"),
+                proc(2, 5_000, "b"),
+            ],
+            vec![proc(3, 19_000, "c2"), proc(2, 6_000, "b")],
+            vec![],
+            vec![proc(4, 1, "d")],
+        ];
+        let mut enc = DetailEncoder::default();
+        let mut chain = DetailChain::default();
+        let mut out = Vec::new();
+        for (i, t) in tables.iter().enumerate() {
+            let ts = 100 + i as i64;
+            enc.encode(t, i == 0, &mut out).unwrap();
+            assert_eq!(
+                out[0],
+                if i == 0 {
+                    CODEC_COLUMNS_US
+                } else {
+                    CODEC_COLUMNS_DELTA
+                }
+            );
+            assert_eq!(DetailChain::self_contained(&out), i == 0);
+            enc.commit(ts, t);
+            let mut want = t.clone();
+            want.iter_mut()
+                .for_each(|p| round_schedstat(p.schedstat.as_mut().unwrap()));
+            assert_eq!(chain.decode(ts, &out).unwrap(), Some(want), "table {i}");
+        }
+        // A delta read alone, or after another table than its base, is refused.
+        assert!(matches!(
+            decode_detail(&out),
+            Err(CodecError::MissingBase(103))
+        ));
+        let mut other = DetailChain::default();
+        let mut first = Vec::new();
+        encode_detail(&tables[1], CODEC_COLUMNS_US, &mut first).unwrap();
+        other.advance(103, &first).unwrap();
+        assert!(matches!(
+            other.decode(104, &out),
+            Err(CodecError::MissingBase(103))
+        ));
+        // The refusal leaves the chain empty: the next delta fails too.
+        enc.commit(104, &tables[4]);
+        enc.encode(&tables[4], false, &mut out).unwrap();
+        assert!(other.decode(105, &out).is_err());
+        // After a reset, the next table is self-contained again.
+        enc.reset();
+        enc.encode(&tables[4], false, &mut out).unwrap();
+        assert_eq!(out[0], CODEC_COLUMNS_US);
+    }
+
     /// A real process table (this host's, read as the recorder reads it) encoded as the
     /// recorder writes it.
     fn real_detail() -> Vec<u8> {
@@ -717,6 +939,8 @@ mod tests {
         b
     }
 
+    thread_local!(static REAL: Vec<u8> = real_detail());
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
 
@@ -728,7 +952,6 @@ mod tests {
             cut in proptest::option::of(0usize..1 << 16),
             codec in proptest::sample::select(vec![CODEC_COLUMNS, CODEC_MSGPACK_NAMED_V2]),
         ) {
-            thread_local!(static REAL: Vec<u8> = real_detail());
             let mut d = REAL.with(|r| r.clone());
             if codec == CODEC_MSGPACK_NAMED_V2 {
                 let procs = decode_detail(&d).unwrap().unwrap();
@@ -753,15 +976,96 @@ mod tests {
             proptest::prop_assert_eq!(back.cgroups, s.cgroups);
         }
 
-        /// Arbitrary bytes behind each codec byte decode or fail, never panic.
+        /// Arbitrary bytes behind each codec byte decode or fail, never panic, alone or as
+        /// the next table of a chain.
         #[test]
         fn arbitrary_details_never_panic(
-            codec in 0u8..5,
+            codec in 0u8..7,
             bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512),
+            base_ts in proptest::option::of(0i64..3),
         ) {
             let mut d = vec![codec];
             d.extend(bytes);
             let _ = decode_detail(&d);
+            let mut chain = DetailChain::default();
+            if let Some(ts) = base_ts {
+                REAL.with(|r| chain.advance(ts, r)).unwrap();
+            }
+            let _ = chain.decode(7, &d);
+        }
+
+        /// Damaged delta tables (against this host's real table) decode or fail, never panic.
+        #[test]
+        fn damaged_delta_tables_never_panic(
+            edits in proptest::collection::vec((0usize..1 << 16, proptest::num::u8::ANY), 1..8),
+            cut in proptest::option::of(0usize..1 << 16),
+        ) {
+            let base = REAL.with(|r| decode_detail(r)).unwrap().unwrap();
+            let mut next = base.clone();
+            next.rotate_left(3);
+            next.truncate(next.len().saturating_sub(2));
+            for p in next.iter_mut().step_by(4) {
+                p.stat.utime_ticks += 7;
+                p.stat.comm.push('x');
+            }
+            let mut enc = DetailEncoder::default();
+            enc.commit(1, &base);
+            let mut d = Vec::new();
+            enc.encode(&next, false, &mut d).unwrap();
+            let mut chain = DetailChain::default();
+            REAL.with(|r| chain.advance(1, r)).unwrap();
+            let mut good = DetailChain::default();
+            REAL.with(|r| good.advance(1, r)).unwrap();
+            proptest::prop_assert!(good.decode(2, &d).is_ok());
+            for (at, b) in edits {
+                let at = at % d.len();
+                if at > 0 {
+                    d[at] = b;
+                }
+            }
+            if let Some(c) = cut {
+                d.truncate(1 + c % d.len());
+            }
+            let _ = chain.decode(2, &d);
+        }
+
+        /// Any sequence of tables — processes coming, going, changing in any field — reads
+        /// back exactly through the chain, each table a delta of the one before.
+        #[test]
+        fn delta_chains_read_back_exactly(
+            steps in proptest::collection::vec(
+                proptest::collection::vec((0u32..12, 0u64..4, proptest::num::u64::ANY, 0u8..3), 0..10),
+                1..6,
+            ),
+        ) {
+            let mut enc = DetailEncoder::default();
+            let mut chain = DetailChain::default();
+            let mut out = Vec::new();
+            for (i, rows) in steps.iter().enumerate() {
+                let procs: Vec<Process> = rows
+                    .iter()
+                    .map(|&(pid, start, v, name)| {
+                        let mut p = proc(pid, v, ["a", "b", "c"][name as usize]);
+                        p.stat.starttime_ticks = start;
+                        p.stat.rss_pages = v.rotate_left(7);
+                        p.stat.utime_ticks = v >> 3;
+                        if name == 1 {
+                            p.io = Some(jitterscope_sources::process::PidIo { rchar: v, ..Default::default() });
+                            p.schedstat = None;
+                        }
+                        p
+                    })
+                    .collect();
+                enc.encode(&procs, i == 0, &mut out).unwrap();
+                enc.commit(i as i64, &procs);
+                let mut want = procs.clone();
+                for p in &mut want {
+                    if let Some(s) = p.schedstat.as_mut() {
+                        round_schedstat(s);
+                    }
+                }
+                proptest::prop_assert_eq!(chain.decode(i as i64, &out).unwrap(), Some(want));
+            }
         }
     }
 }

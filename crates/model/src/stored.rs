@@ -1,4 +1,4 @@
-//! Samples in the store: the one way they are written ([`Encoder`]) and read back
+//! Samples in the store: the one way they are written ([`SampleWriter`]) and read back
 //! ([`SampleReader`]).
 //!
 //! Every reader of samples (`dump`, diagnosis, episode detection, the lab's signatures, `serve`,
@@ -7,12 +7,18 @@
 //! corrupt, or a segment the store cannot read at all (with the first such error) is skipped
 //! and counted in [`Damage`], never fatal; the caller reports it once (`dump`, `events` and
 //! `flame` on stderr, `diagnose` in its report, `serve` in its answers and headers).
+//!
+//! The process table of each record but the first of a store frame is written relative to the
+//! one before it ([`codec::CODEC_COLUMNS_DELTA`]), so a read takes the detail lane from the
+//! start of each frame it touches ([`Reader::range_in_context`]) and feeds every table to a
+//! [`DetailChain`] in order; only the records in the range are decoded whole.
 
 use std::path::Path;
 
-use jitterscope_store::{Lane, Range, Reader, Record, StoreError};
+use jitterscope_sources::process::Process;
+use jitterscope_store::{Lane, Range, Reader, Record, StoreError, Writer};
 
-use crate::codec::{self, CodecError, Parts};
+use crate::codec::{self, CodecError, DetailChain, DetailEncoder, Parts};
 use crate::sample::Sample;
 use crate::signals::SignalRecord;
 
@@ -43,9 +49,18 @@ pub struct Damage {
     /// The damaged files met (at most [`MAX_FILES`]), with what was wrong and what the read
     /// did: a damaged index is ignored and its segment scanned, a damaged lane read around.
     pub files: Vec<DamagedFile>,
+    /// Process tables that did not decode while their record did (damaged, or a table written
+    /// relative to one before it in its frame that was lost): those samples have no processes.
+    /// Left out of JSON when 0 (stores before delta tables never had any).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub tables_lost: u64,
     /// The first of the unreadable files' errors, for the note.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_error: Option<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The most damaged files a [`Damage`] names; a store with more has bigger problems than its
@@ -98,6 +113,7 @@ impl Damage {
     /// that was ignored, is not a loss).
     pub fn lost_any(&self) -> bool {
         self.undecodable > 0
+            || self.tables_lost > 0
             || self.corrupt > 0
             || self.unreadable > 0
             || self.samples_lost > 0
@@ -107,6 +123,7 @@ impl Damage {
     /// Adds another read's counts.
     pub fn add(&mut self, o: &Damage) {
         self.undecodable += o.undecodable;
+        self.tables_lost += o.tables_lost;
         self.corrupt += o.corrupt;
         self.frames += o.frames;
         self.unreadable += o.unreadable;
@@ -165,6 +182,12 @@ impl Damage {
         }
         if self.undecodable > 0 {
             parts.push(format!("{} undecodable samples", self.undecodable));
+        }
+        if self.tables_lost > 0 {
+            parts.push(format!(
+                "{} samples without their processes (process table unreadable)",
+                self.tables_lost
+            ));
         }
         if self.corrupt > 0 {
             parts.push(format!("{} corrupt records or frames", self.corrupt));
@@ -245,16 +268,21 @@ impl SampleReader {
         detail: bool,
     ) -> Result<Samples, StoreError> {
         let range = if detail {
-            self.reader.range(from, to)?
+            self.reader.range_in_context(from, to)?
         } else {
             self.reader.range_main(from, to)?
         };
         Ok(Samples {
             range,
+            from,
+            to,
+            detail,
             parts,
             damage: Damage::default(),
             lead: None,
             next_up: None,
+            chain: DetailChain::default(),
+            waiting: Vec::new(),
         })
     }
 
@@ -280,28 +308,23 @@ impl SampleReader {
     /// newest sample, not the answer.
     pub fn latest_pair(&self, parts: Parts) -> Result<(Option<Pair>, Damage), StoreError> {
         let mut damage = Damage::default();
-        let Some(last) = self.reader.latest()? else {
+        let Some(last) = self.reader.latest_ts()? else {
             return Ok((None, damage));
         };
-        let newest = decode(&last, parts, &mut damage);
         // A few seconds back at any usual interval; each window read decompresses its frames.
-        let mut before: Vec<Sample> = Vec::new();
-        let want = if newest.is_some() { 1 } else { 2 };
+        let mut got: Vec<Sample> = Vec::new();
         for back in [
             10_000_000_000,
             crate::derive::MAX_RATE_GAP_S as i64 * 1_000_000_000,
         ] {
-            let mut s = self.samples(last.ts_ns - back, last.ts_ns - 1, parts)?;
-            before = s.by_ref().collect();
+            let mut s = self.samples(last - back, last, parts)?;
+            got = s.by_ref().collect();
             damage.add(&s.damage());
-            if before.len() >= want {
+            if got.len() >= 2 {
                 break;
             }
         }
-        let pair = match newest {
-            Some(cur) => Some((cur, before.pop())),
-            None => before.pop().map(|cur| (cur, before.pop())),
-        };
+        let pair = got.pop().map(|cur| (cur, got.pop()));
         Ok((pair, damage))
     }
 
@@ -327,25 +350,24 @@ impl SampleReader {
     }
 }
 
-/// Decodes a record, counting it in `damage` when it does not decode.
-pub fn decode(rec: &Record, parts: Parts, damage: &mut Damage) -> Option<Sample> {
-    match codec::decode_lanes(&rec.payload, rec.detail.as_deref(), parts) {
-        Ok(s) => Some(s),
-        Err(_) => {
-            damage.undecodable += 1;
-            None
-        }
-    }
-}
-
 /// The samples of a range, damage skipped and counted.
 pub struct Samples {
     range: Range,
+    /// The store range read: with the detail lane, records outside it are context.
+    from: i64,
+    to: i64,
+    detail: bool,
     parts: Parts,
     damage: Damage,
     lead: Option<Lead>,
     /// A sample decoded while the lead was resolved, handed out after the lead's.
     next_up: Option<Sample>,
+    /// The process tables read so far, for the next delta table.
+    chain: DetailChain,
+    /// Tables of context records not yet fed to the chain: since the last self-contained one,
+    /// and fed only when a record of the range needs them (a frame's records after the range
+    /// are never decoded).
+    waiting: Vec<(i64, Vec<u8>)>,
 }
 
 /// The records before a pair read's first sample, of which only the newest that decodes is
@@ -374,6 +396,10 @@ impl Samples {
             };
             match got {
                 Ok(rec) => {
+                    if self.detail && !(self.from..=self.to).contains(&rec.ts_ns) {
+                        self.wait(rec);
+                        continue;
+                    }
                     if let Some(lead) = self.lead.as_mut().filter(|l| rec.ts_ns < l.from) {
                         lead.held.push(rec);
                         continue;
@@ -381,11 +407,11 @@ impl Samples {
                     // The first record at or after `from`: the one before it goes first.
                     if let Some(lead) = self.lead.take() {
                         if let Some(before) = self.newest_of(lead.held, &choose) {
-                            self.next_up = decode(&rec, choose(rec.ts_ns), &mut self.damage);
+                            self.next_up = self.decode(&rec, choose(rec.ts_ns));
                             return Some(before);
                         }
                     }
-                    if let Some(s) = decode(&rec, choose(rec.ts_ns), &mut self.damage) {
+                    if let Some(s) = self.decode(&rec, choose(rec.ts_ns)) {
                         return Some(s);
                     }
                 }
@@ -396,11 +422,79 @@ impl Samples {
     }
 
     /// The newest of `held` (in read order) that decodes; those newer than it that do not
-    /// decode are counted, older ones are outside the read and never looked at.
+    /// decode are counted, older ones are outside the read and never looked at (but for their
+    /// process tables, which the chain needs in order: a sample that stands in for a newest
+    /// one that does not decode has no processes).
     fn newest_of(&mut self, held: Vec<Record>, choose: &impl Fn(i64) -> Parts) -> Option<Sample> {
-        held.iter()
-            .rev()
-            .find_map(|rec| decode(rec, choose(rec.ts_ns), &mut self.damage))
+        let n = held.len();
+        let mut newest_table = None;
+        for (i, rec) in held.iter().enumerate() {
+            let want = i + 1 == n && choose(rec.ts_ns).contains(Parts::PROCESSES);
+            let t = self.table(rec, want);
+            if i + 1 == n {
+                newest_table = t;
+            }
+        }
+        held.iter().rev().enumerate().find_map(|(back, rec)| {
+            let table = if back == 0 { newest_table.take() } else { None };
+            self.decode_main(rec, choose(rec.ts_ns), table)
+        })
+    }
+
+    /// Holds a context record's table until a record of the range needs it.
+    fn wait(&mut self, rec: Record) {
+        let Some(d) = rec.detail else { return };
+        if DetailChain::self_contained(&d) {
+            self.waiting.clear();
+        }
+        self.waiting.push((rec.ts_ns, d));
+    }
+
+    /// The process table of `rec` from the chain (when `want`; the chain moves on either way),
+    /// the waiting context tables fed first.
+    fn table(&mut self, rec: &Record, want: bool) -> Option<Vec<Process>> {
+        let d = rec.detail.as_deref()?;
+        for (ts, w) in std::mem::take(&mut self.waiting) {
+            // A context record's own loss is outside the range: what it costs is counted on
+            // the records of the range that needed it.
+            let _ = self.chain.advance(ts, &w);
+        }
+        let got = match want {
+            true => self.chain.decode(rec.ts_ns, d),
+            false => self.chain.advance(rec.ts_ns, d).map(|()| None),
+        };
+        got.unwrap_or_else(|_| {
+            self.damage.tables_lost += 1;
+            None
+        })
+    }
+
+    /// Decodes a record of the range, its process table from the chain.
+    fn decode(&mut self, rec: &Record, parts: Parts) -> Option<Sample> {
+        let table = self.table(rec, parts.contains(Parts::PROCESSES));
+        self.decode_main(rec, parts, table)
+    }
+
+    /// Decodes a record's main payload and gives it `table` (payloads from before the detail
+    /// lane hold their processes themselves); counted when it does not decode.
+    fn decode_main(
+        &mut self,
+        rec: &Record,
+        parts: Parts,
+        table: Option<Vec<Process>>,
+    ) -> Option<Sample> {
+        match codec::decode_parts(&rec.payload, parts) {
+            Ok(mut s) => {
+                if parts.contains(Parts::PROCESSES) && s.processes.is_none() {
+                    s.processes = table;
+                }
+                Some(s)
+            }
+            Err(_) => {
+                self.damage.undecodable += 1;
+                None
+            }
+        }
     }
 
     /// What was skipped so far, the store's own findings included.
@@ -633,12 +727,15 @@ impl Iterator for SignalRecords {
 }
 
 /// Encodes samples as the recorder writes them: the main payload, the process table in the
-/// detail lane, and the signals record (values and episode marks) in the signals lane.
+/// detail lane, and the signals record (values and episode marks) in the signals lane. Alone,
+/// it writes each table self-contained; [`SampleWriter`] writes a frame's later tables as
+/// deltas.
 #[derive(Default)]
 pub struct Encoder {
     main: Vec<u8>,
     detail: Vec<u8>,
     signals: Vec<u8>,
+    tables: DetailEncoder,
 }
 
 /// One encoded sample: what to pass to the store's `append_lanes`.
@@ -655,15 +752,33 @@ impl Encoder {
         Self::default()
     }
 
-    /// Encodes `sample` with its signals record. The sample is left as it was (its processes
-    /// are moved out for the encoding and put back).
+    /// Encodes `sample` with its signals record, its process table self-contained. The sample
+    /// is left as it was (its processes are moved out for the encoding and put back).
     pub fn encode(
         &mut self,
         sample: &mut Sample,
         signals: &SignalRecord,
     ) -> Result<Encoded<'_>, CodecError> {
+        self.encode_keyed(sample, signals, true)
+    }
+
+    /// As [`encode`](Encoder::encode); unless `key`, the process table relative to the last
+    /// one committed to its `tables`.
+    fn encode_keyed(
+        &mut self,
+        sample: &mut Sample,
+        signals: &SignalRecord,
+        key: bool,
+    ) -> Result<Encoded<'_>, CodecError> {
         signals.encode(&mut self.signals);
-        codec::encode_lanes(sample, &mut self.main, &mut self.detail)?;
+        let processes = sample.processes.take();
+        let r = codec::encode_into(sample, &mut self.main);
+        sample.processes = processes;
+        r?;
+        self.detail.clear();
+        if let Some(p) = &sample.processes {
+            self.tables.encode(p, key, &mut self.detail)?;
+        }
         let mut lanes = vec![(Lane::Signals, &self.signals[..])];
         if !self.detail.is_empty() {
             lanes.push((Lane::Detail, &self.detail[..]));
@@ -672,6 +787,88 @@ impl Encoder {
             main: &self.main,
             lanes,
         })
+    }
+}
+
+/// Why a sample was not appended.
+#[derive(Debug, thiserror::Error)]
+pub enum AppendError {
+    /// The sample did not encode (nothing was written).
+    #[error("cannot encode a sample: {0}")]
+    Encode(#[from] CodecError),
+    /// The store refused the record (see [`Writer::append_lanes`]).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl AppendError {
+    /// Whether the store was out of space (the recorder pauses and retries).
+    pub fn is_no_space(&self) -> bool {
+        matches!(self, AppendError::Store(e) if e.is_no_space())
+    }
+}
+
+/// Writes samples into a store as the recorder does: each record's lanes through an
+/// [`Encoder`], and each process table but the first of a store frame relative to the table
+/// before it, which the writer says is in the same frame ([`Writer::starts_frame`]). A read
+/// then needs nothing from an earlier frame, and damage costs at most the rest of the frame it
+/// is in, which a damaged zstd frame costs anyway.
+pub struct SampleWriter {
+    writer: Writer,
+    enc: Encoder,
+}
+
+impl SampleWriter {
+    /// Writes through `writer`.
+    pub fn new(writer: Writer) -> Self {
+        SampleWriter {
+            writer,
+            enc: Encoder::new(),
+        }
+    }
+
+    /// The store's writer (bytes written, the segment).
+    pub fn writer(&self) -> &Writer {
+        &self.writer
+    }
+
+    /// Ends the open frames and closes the store (see [`Writer::close`]).
+    pub fn close(self) -> Result<(), StoreError> {
+        self.writer.close()
+    }
+
+    /// Appends `sample` with its signals record; returns the bytes handed to the store (before
+    /// compression). After an error nothing of the sample was stored, and the next table is
+    /// self-contained. The sample is left as it was.
+    pub fn append(
+        &mut self,
+        sample: &mut Sample,
+        signals: &SignalRecord,
+    ) -> Result<usize, AppendError> {
+        let ts = sample.ts_ns;
+        if self.writer.starts_frame(ts, 0, &[]) {
+            self.enc.tables.reset();
+        }
+        let mut key = !self.enc.tables.has_base();
+        loop {
+            let e = self.enc.encode_keyed(sample, signals, key)?;
+            let lens: Vec<(Lane, usize)> = e.lanes.iter().map(|(l, p)| (*l, p.len())).collect();
+            // Payloads too large for the open frame start the next one, where a delta cannot be.
+            if !key && self.writer.starts_frame(ts, e.main.len(), &lens) {
+                self.enc.tables.reset();
+                key = true;
+                continue;
+            }
+            let bytes = e.main.len() + lens.iter().map(|(_, n)| n).sum::<usize>();
+            if let Err(err) = self.writer.append_lanes(ts, e.main, &e.lanes) {
+                self.enc.tables.reset();
+                return Err(err.into());
+            }
+            if let Some(p) = &sample.processes {
+                self.enc.tables.commit(ts, p);
+            }
+            return Ok(bytes);
+        }
     }
 }
 
@@ -848,6 +1045,196 @@ mod tests {
             assert_eq!(seen(0).0[0], (s, None), "ahead: {ahead}");
             assert_eq!(seen(0).1, 2, "ahead: {ahead}");
         }
+    }
+
+    /// A sample with a process table that changes from one second to the next: processes
+    /// start and end, and each one's counters move.
+    fn busy_sample(i: i64) -> Sample {
+        let procs = (0..6)
+            .map(|k| {
+                let pid = (i / 3 + k) as u32;
+                let mut p = Process::default();
+                p.stat.pid = pid;
+                p.stat.starttime_ticks = u64::from(pid);
+                p.stat.comm = format!("p{pid}");
+                p.stat.state = 'S';
+                p.stat.utime_ticks = (i * (k + 1)) as u64;
+                p.cmdline = std::sync::Arc::from(format!("/bin/p{} -x", pid % 2).as_str());
+                p.schedstat = Some(jitterscope_sources::process::PidSchedstat {
+                    run_ns: (i * 1_000 * (k + 1) * (k + 1)) as u64,
+                    wait_ns: (i * 7_000) as u64,
+                    timeslices: i as u64,
+                });
+                p
+            })
+            .collect();
+        Sample {
+            ts_ns: i * 1_000_000_000,
+            mono_ns: i as u64 * 1_000_000_000,
+            processes: Some(procs),
+            ..Default::default()
+        }
+    }
+
+    /// A store of `n` busy samples written as the recorder writes them, in frames of
+    /// `frame_records`, with no process table at `bare` (a sample the process reader failed).
+    fn busy_store(n: i64, frame_records: u32, bare: &[i64]) -> (tempfile::TempDir, Vec<Sample>) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = StoreConfig::new(dir.path());
+        c.retain = std::time::Duration::from_secs(100 * 365 * 86400);
+        c.frame_records = frame_records;
+        let mut w = SampleWriter::new(Writer::open(c).unwrap());
+        let mut written = Vec::new();
+        for i in 1..=n {
+            let mut s = busy_sample(i);
+            if bare.contains(&i) {
+                s.processes = None;
+            }
+            crate::codec::round_as_stored(&mut s);
+            w.append(&mut s, &SignalRecord::default()).unwrap();
+            written.push(s);
+        }
+        w.close().unwrap();
+        (dir, written)
+    }
+
+    /// Every record's detail, in file order, as stored.
+    fn details(dir: &Path) -> Vec<(i64, Vec<u8>)> {
+        Reader::open(dir)
+            .unwrap()
+            .range(i64::MIN, i64::MAX)
+            .unwrap()
+            .filter_map(|r| {
+                let r = r.unwrap();
+                Some((r.ts_ns, r.detail?))
+            })
+            .collect()
+    }
+
+    /// Within a frame each table is a delta of the one before; each frame starts with a
+    /// self-contained one (also after a sample without processes).
+    #[test]
+    fn tables_are_deltas_within_a_frame_and_whole_at_its_start() {
+        let (dir, _) = busy_store(12, 5, &[7]);
+        let codecs: Vec<(i64, u8)> = details(dir.path())
+            .iter()
+            .map(|(t, d)| (t / 1_000_000_000, d[0]))
+            .collect();
+        let (key, delta) = (codec::CODEC_COLUMNS_US, codec::CODEC_COLUMNS_DELTA);
+        assert_eq!(
+            codecs,
+            vec![
+                (1, key),
+                (2, delta),
+                (3, delta),
+                (4, delta),
+                (5, delta),
+                (6, key),
+                // 7 has no table: 8's base is 6, in the same frame.
+                (8, delta),
+                (9, delta),
+                (10, delta),
+                (11, key),
+                (12, delta),
+            ]
+        );
+    }
+
+    /// Any range, read in any way, gives back exactly what was written: its first sample's
+    /// table from the frame's earlier records, those after the range never needed.
+    #[test]
+    fn every_read_of_a_delta_store_gives_what_was_written() {
+        let (dir, written) = busy_store(23, 6, &[9, 14]);
+        let r = SampleReader::open(dir.path()).unwrap();
+        let at = |i: i64| i * 1_000_000_000;
+        for from in 1..=23 {
+            for to in [from, from + 1, from + 4, 23] {
+                let got: Vec<Sample> = r.samples(at(from), at(to), Parts::ALL).unwrap().collect();
+                let want = &written[(from - 1) as usize..to.min(23) as usize];
+                assert_eq!(got, want, "{from}..{to}");
+                let mut p = r.pairs(at(from), at(to), Parts::ALL).unwrap();
+                let (cur, prev) = p.next().unwrap();
+                assert_eq!(cur, &written[(from - 1) as usize]);
+                assert_eq!(
+                    prev,
+                    written
+                        .get((from - 2).max(-1) as usize)
+                        .filter(|_| from > 1)
+                );
+            }
+            let mut d = Damage::default();
+            let s = r.sample_at(at(from), Parts::ALL, &mut d).unwrap().unwrap();
+            assert_eq!(s, written[(from - 1) as usize]);
+            assert!(d.is_empty());
+        }
+        let (pair, d) = r.latest_pair(Parts::ALL).unwrap();
+        let (cur, prev) = pair.unwrap();
+        assert_eq!((&cur, prev.as_ref()), (&written[22], Some(&written[21])));
+        assert!(d.is_empty());
+        // Without processes, the detail lane is not read at all.
+        let host: Vec<Sample> = r.samples(at(3), at(5), Parts::NONE).unwrap().collect();
+        assert!(host.iter().all(|s| s.processes.is_none()) && host.len() == 3);
+        // Parts chosen per record: the chain still moves through the records not asked for.
+        let mut s = r.samples_lanes(at(2), at(8), Parts::ALL, true).unwrap();
+        let mut got = Vec::new();
+        while let Some(x) = s.next_with(|ts| {
+            if ts % at(2) == 0 {
+                Parts::ALL
+            } else {
+                Parts::NONE
+            }
+        }) {
+            got.push((x.ts_ns, x.processes.is_some()));
+        }
+        let want: Vec<(i64, bool)> = (2..=8).map(|i| (at(i), i % 2 == 0)).collect();
+        assert_eq!(got, want);
+        assert_eq!(s.damage(), Damage::default());
+    }
+
+    /// A damaged record costs its own sample and the process tables of the rest of its frame,
+    /// counted; their host data, and every other frame, read as written.
+    #[test]
+    fn a_damaged_table_costs_the_rest_of_its_frame_and_is_counted() {
+        let (dir, written) = busy_store(12, 6, &[]);
+        // Rewrite the store with record 3's detail lane payload replaced by garbage.
+        let dir2 = tempfile::tempdir().unwrap();
+        let mut c = StoreConfig::new(dir2.path());
+        c.retain = std::time::Duration::from_secs(100 * 365 * 86400);
+        c.frame_records = 6;
+        let mut w = Writer::open(c).unwrap();
+        for r in Reader::open(dir.path())
+            .unwrap()
+            .range(i64::MIN, i64::MAX)
+            .unwrap()
+        {
+            let r = r.unwrap();
+            let mut d = r.detail.unwrap();
+            if r.ts_ns == 3_000_000_000 {
+                d.truncate(d.len() / 2);
+            }
+            w.append_lanes(r.ts_ns, &r.payload, &[(Lane::Detail, &d)])
+                .unwrap();
+        }
+        w.close().unwrap();
+        let r = SampleReader::open(dir2.path()).unwrap();
+        let mut s = r.samples(i64::MIN, i64::MAX, Parts::ALL).unwrap();
+        let got: Vec<Sample> = s.by_ref().collect();
+        assert_eq!(got.len(), 12, "every sample reads");
+        for (g, w) in got.iter().zip(&written) {
+            let i = g.ts_ns / 1_000_000_000;
+            if (3..=6).contains(&i) {
+                assert_eq!(g.processes, None, "{i}");
+                assert_eq!(g.ts_ns, w.ts_ns);
+            } else {
+                assert_eq!(g, w, "{i}");
+            }
+        }
+        let d = s.damage();
+        assert_eq!(d.tables_lost, 4);
+        assert!(d
+            .note()
+            .unwrap()
+            .contains("4 samples without their processes"));
     }
 
     #[test]

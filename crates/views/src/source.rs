@@ -154,14 +154,6 @@ impl StoreSource {
         Ok(self.reader.store().time_bounds()?)
     }
 
-    fn decode(&mut self, rec: &jitterscope_store::Record) -> Option<Arc<Sample>> {
-        if let Some(s) = self.cache.iter().find(|s| s.ts_ns == rec.ts_ns) {
-            return Some(s.clone());
-        }
-        let s = jitterscope_model::stored::decode(rec, Parts::ALL, &mut self.damage)?;
-        Some(self.keep(s))
-    }
-
     /// Caches a decoded sample (the last [`CACHE`]).
     fn keep(&mut self, s: Sample) -> Arc<Sample> {
         let s = Arc::new(s);
@@ -268,14 +260,14 @@ impl Source for StoreSource {
         let ts = match self.newest {
             Some(ts) if self.cache.iter().any(|s| s.ts_ns == ts) => ts,
             _ => {
-                let Some(r) = self.reader.store().latest()? else {
+                let Some(ts) = self.reader.store().latest_ts()? else {
                     return Ok(None);
                 };
-                self.newest = Some(r.ts_ns);
-                if self.decode(&r).is_none() {
+                self.newest = Some(ts);
+                if self.sample(ts)?.is_none() {
                     return Ok(None);
                 }
-                r.ts_ns
+                ts
             }
         };
         self.frame(ts)
@@ -304,14 +296,14 @@ impl Source for StoreSource {
             return Ok(false);
         }
         self.checked = Some(std::time::Instant::now());
-        let Some(r) = self.reader.store().latest()? else {
+        let Some(ts) = self.reader.store().latest_ts()? else {
             return Ok(false);
         };
-        if Some(r.ts_ns) == self.newest {
+        if Some(ts) == self.newest {
             return Ok(false);
         }
-        self.newest = Some(r.ts_ns);
-        Ok(self.decode(&r).is_some())
+        self.newest = Some(ts);
+        Ok(self.sample(ts)?.is_some())
     }
 
     fn due_in(&self) -> Duration {
