@@ -249,6 +249,7 @@ elif ! BYTES_REPORT=$("$STORE_BYTES" "${OUTP[js]}" 2>&1); then
     BYTES_REPORT="(not measured: $BYTES_REPORT)"
 fi
 FLOOR=$(awk -F'|' '/all of them/ {gsub(/[* ]/, "", $3); print $3}' <<<"$BYTES_REPORT")
+HOST_BYTES=$(awk -F'\\*\\*' '/without the stack slices/ {print $2}' <<<"$BYTES_REPORT")
 SAMPLES_JS=$(awk '/^Bytes on disk by lane/ {gsub(/\(/, "", $6); print $6}' <<<"$BYTES_REPORT")
 
 R_CPU=$(ratio "${CPU[js]}" "${CPU[atop]}")
@@ -321,6 +322,16 @@ met() { awk -v r="$1" 'BEGIN { print (r != "n/a" && r <= 0.1) ? "**met**" : "**m
         printf 'takes %.2f today); the budget for everything at 0.1× atop is %.2f MB/hour.\n' \
             "$(awk -F'|' '/^\| detail/ {print $3}' <<<"$BYTES_REPORT" | awk -v n="$SAMPLES_JS" '{printf "%.2f", $1 / n * 3600 / 1e6}')" \
             "$(calc "${MBH[atop]} / 10")"
+    fi
+    if [ -n "$HOST_BYTES" ] && [ -n "$SAMPLES_JS" ] && [ -n "$FLOOR" ]; then
+        HOST_MBH=$(calc "$HOST_BYTES / $SAMPLES_JS * 3600 / 1e6")
+        echo
+        printf 'The host'"'"'s own data alone (the main lane without the stack slices: system, cgroups,\n'
+        printf 'tracers, the recorder'"'"'s account of itself) takes %.2f MB/hour, %s× atop'"'"'s bytes; with the\n' \
+            "$HOST_MBH" "$(ratio "$HOST_MBH" "${MBH[atop]}")"
+        printf 'process table'"'"'s changing columns at that entropy, %.2f MB/hour (%s×), before any stack sample.\n' \
+            "$(calc "$HOST_MBH + $FLOOR / $SAMPLES_JS * 3600 / 1e6")" \
+            "$(ratio "$(calc "$HOST_MBH + $FLOOR / $SAMPLES_JS * 3600 / 1e6")" "${MBH[atop]}")"
     fi
 } | section
 {

@@ -5,7 +5,9 @@
 //! Prints Markdown: the bytes of each lane on disk (index files apart); for the main lane, what
 //! each top-level part of the sample costs when the store's writer writes its series alone (the
 //! segment bytes; the parts' sum over-counts the lane a little, each paying its own framing, but
-//! it ranks them); and, for the process table, the order-0 entropy of each changing
+//! it ranks them), and what the lane takes without the stack slices (the host's own data:
+//! system, cgroups, tracers, the recorder's account of itself); and, for the process table, the
+//! order-0 entropy of each changing
 //! column's differences from one sample to the next (plug-in estimate, per process matched by pid
 //! and start time).
 //!
@@ -149,8 +151,10 @@ fn report(dir: &Path) -> Result<String, Box<dyn std::error::Error>> {
     }
     let reader = SampleReader::open(dir)?;
 
-    // The main lane's top-level parts, each as its own series of MessagePack values.
+    // The main lane's top-level parts, each as its own series of MessagePack values, and the
+    // lane without its stack slices.
     let mut parts: Vec<(String, Series)> = Vec::new();
+    let mut host: Series = Vec::new();
     let mut records = 0usize;
     for rec in reader.store().range_main(i64::MIN, i64::MAX)? {
         let rec = rec?;
@@ -161,6 +165,14 @@ fn report(dir: &Path) -> Result<String, Box<dyn std::error::Error>> {
         let Ok(rmpv::Value::Map(fields)) = rmpv::decode::read_value(&mut body) else {
             continue;
         };
+        let mut without = vec![rec.payload[0]];
+        let kept = fields
+            .iter()
+            .filter(|(k, _)| k.as_str() != Some("profile"))
+            .cloned()
+            .collect();
+        rmpv::encode::write_value(&mut without, &rmpv::Value::Map(kept))?;
+        host.push((rec.ts_ns, without));
         for (k, v) in fields {
             let name = k.as_str().map_or_else(|| k.to_string(), str::to_string);
             let mut b = Vec::new();
@@ -171,6 +183,7 @@ fn report(dir: &Path) -> Result<String, Box<dyn std::error::Error>> {
             }
         }
     }
+    let host_bytes = written_bytes(&host)?;
     let mut parts: Vec<(u64, String)> = parts
         .into_iter()
         .map(|(n, s)| Ok((written_bytes(&s)?, n)))
@@ -225,6 +238,11 @@ fn report(dir: &Path) -> Result<String, Box<dyn std::error::Error>> {
     for (b, n) in parts.iter().take(12) {
         outln!(out, "| {n} | {b} |");
     }
+    outln!(out);
+    outln!(
+        out,
+        "The main lane without the stack slices, written alone the same way: **{host_bytes}** bytes."
+    );
     outln!(out);
     outln!(out, "The process table ({rows} rows): order-0 entropy of each changing column's differences from one sample to the next:");
     outln!(out);
@@ -294,6 +312,17 @@ mod tests {
         // in every sample, is there.
         let vmstat = bytes_of("| vmstat", &out);
         assert!(0 < vmstat && vmstat < main, "{out}");
+        // Without its stack slices (this fixture was recorded without the sampler: none), the
+        // lane rewritten alone is about the lane.
+        let line = out
+            .lines()
+            .find(|l| l.contains("without the stack slices"))
+            .unwrap();
+        let host: u64 = line.split("**").nth(1).unwrap().parse().unwrap();
+        assert!(
+            host > vmstat && host * 10 > main * 8 && host < main * 12 / 10,
+            "{out}"
+        );
         // Its four samples of four processes: 16 rows, matched from one sample to the next
         // (they barely ran, so the sum of the columns' entropy may be 0; entropy_of_values
         // checks the arithmetic).
