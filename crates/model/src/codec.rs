@@ -941,6 +941,20 @@ mod tests {
 
     thread_local!(static REAL: Vec<u8> = real_detail());
 
+    /// Overwrites bytes of a payload at `edits` (offsets wrapped to its length) and cuts it;
+    /// the codec byte is kept, so that the bytes behind it are what is tested.
+    fn damage(d: &mut Vec<u8>, edits: &[(usize, u8)], cut: Option<usize>) {
+        for &(at, b) in edits {
+            let at = at % d.len();
+            if at > 0 {
+                d[at] = b;
+            }
+        }
+        if let Some(c) = cut {
+            d.truncate(1 + c % d.len());
+        }
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
 
@@ -957,16 +971,7 @@ mod tests {
                 let procs = decode_detail(&d).unwrap().unwrap();
                 encode_detail(&procs, codec, &mut d).unwrap();
             }
-            for (at, b) in edits {
-                let at = at % d.len();
-                // The codec byte is kept, so the bytes behind it are what is tested.
-                if at > 0 {
-                    d[at] = b;
-                }
-            }
-            if let Some(c) = cut {
-                d.truncate(1 + c % d.len());
-            }
+            damage(&mut d, &edits, cut);
             let _ = decode_detail(&d);
             let mut s = sample();
             let (mut main, mut detail) = (Vec::new(), Vec::new());
@@ -1017,15 +1022,7 @@ mod tests {
             let mut good = DetailChain::default();
             REAL.with(|r| good.advance(1, r)).unwrap();
             proptest::prop_assert!(good.decode(2, &d).is_ok());
-            for (at, b) in edits {
-                let at = at % d.len();
-                if at > 0 {
-                    d[at] = b;
-                }
-            }
-            if let Some(c) = cut {
-                d.truncate(1 + c % d.len());
-            }
+            damage(&mut d, &edits, cut);
             let _ = chain.decode(2, &d);
         }
 
