@@ -10,6 +10,8 @@
 //! - Debian's CPython 3.11 running `a → b → c`: the interpreter's frames stand above the
 //!   evaluation loop's native frame (`_PyEval_EvalFrameDefault;py:<module> (…);py:a (…);…`),
 //!   and `py-spy dump` (PyPI's) on the same process names the same frames.
+//! - CPython compiling, running and freeing functions in turn, each put where a freed one
+//!   stood: each is named after itself, and nothing is named from freed memory.
 //!
 //! Needs root (system-wide perf sampling); certutil, xz, gzip, perf, python3.11 and py-spy are
 //! installed by `scripts/setup.sh --test`. Otherwise prints `SKIPPED:` (which fails under
@@ -680,4 +682,105 @@ fn python_frames_stand_above_the_evaluation_loop_and_agree_with_py_spy() {
             }
         }
     }
+}
+
+/// CPython frees code objects as it runs and puts new ones where they were (a CI run named
+/// `b` after `_distutils_hack`'s class body, sampled at the interpreter's start, whose code
+/// had stood at the same address). Here twelve functions are compiled, run for half a second
+/// and freed in turn, and CPython says by `id()` that they share addresses: each is named
+/// after itself, not after the first that stood where it stands.
+#[test]
+fn python_code_put_where_freed_code_was_is_named_after_itself() {
+    let _serial = serial();
+    const TEST: &str = "python_code_put_where_freed_code_was_is_named_after_itself";
+    if !is_root() {
+        return skip(TEST, "needs root for system-wide perf sampling and BPF");
+    }
+    if !Path::new("/usr/bin/python3.11").is_file() {
+        return skip(TEST, "Debian's python3.11 is not installed");
+    }
+    const GENS: usize = 12;
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("gens.py");
+    // The function's globals hold the function: a cycle, freed by the collector.
+    std::fs::write(
+        &script,
+        format!(
+            "import gc, time\n\
+             for k in range({GENS}):\n    \
+                 src = f'def gen{{k}}(t):\\n    end = t() + 0.5\\n    x = 0\\n    \
+                 while t() < end:\\n        x += 1\\n    return x\\n'\n    \
+                 ns = {{}}\n    \
+                 exec(compile(src, f'gen{{k}}.py', 'exec'), ns)\n    \
+                 f = ns[f'gen{{k}}']\n    \
+                 print(hex(id(f.__code__)), flush=True)\n    \
+                 f(time.monotonic)\n    \
+                 del f, ns\n    \
+                 gc.collect()\n"
+        ),
+    )
+    .unwrap();
+    let store = tmp.path().join("store");
+    let rec = record(&store, "10s", &[]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let from = now_arg();
+    let py = Command::new("/usr/bin/python3.11")
+        .arg(&script)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python");
+    let pid = py.id();
+    let out = py.wait_with_output().expect("python runs");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // `--to` is whole seconds: past the second the last function ran in.
+    std::thread::sleep(Duration::from_millis(1500));
+    let to = now_arg();
+    let Some(log) = finish(rec) else {
+        return skip(TEST, "the profiler cannot run here");
+    };
+    assert!(
+        !log.contains("Python frames") && !log.contains("are not read"),
+        "{log}"
+    );
+    let ids: Vec<String> = text(&out.stdout).lines().map(str::to_string).collect();
+    let distinct: std::collections::HashSet<&String> = ids.iter().collect();
+    assert!(
+        ids.len() == GENS && distinct.len() <= GENS / 2,
+        "CPython gave the functions' code {} addresses of {GENS}, not the reuse this test \
+         is about: {ids:?}",
+        distinct.len()
+    );
+    let f = folded(&store, &from, &to, &["--pid", &pid.to_string()]);
+    let mut by_gen: HashMap<String, u64> = HashMap::new();
+    let mut other = Vec::new();
+    for l in f.lines() {
+        let Some((stack, n)) = l.rsplit_once(' ') else {
+            continue;
+        };
+        let n: u64 = n.parse().unwrap_or(0);
+        for frame in stack.split(';').filter(|f| f.starts_with("py:")) {
+            match parse_py_frame(frame) {
+                Some((name, file, _)) if name.starts_with("gen") => {
+                    assert_eq!(format!("{name}.py"), file, "{frame}");
+                    *by_gen.entry(name).or_default() += n;
+                }
+                Some((name, _, _)) if name == "<module>" => {}
+                _ => other.push(frame.to_string()),
+            }
+        }
+    }
+    eprintln!("samples by function: {by_gen:?}; code at {ids:?}");
+    // Each ran for half a second and the profiler reads an address again every quarter
+    // second: each has about as many samples as the others.
+    let most = by_gen.values().copied().max().unwrap_or(0);
+    assert!(
+        by_gen.len() == GENS && by_gen.values().all(|&n| n * 10 >= most * 6) && most >= 10,
+        "{} of {GENS} functions named in their own samples: {by_gen:?}\n{f}",
+        by_gen.len()
+    );
+    // A freed code object is not read as if it were alive (its strings are freed too).
+    assert!(
+        other.is_empty(),
+        "frames named from freed memory: {other:?}"
+    );
 }

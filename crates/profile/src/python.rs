@@ -16,6 +16,7 @@
 //! for each C call instead, and 3.13 keeps the frame in the thread state. Other versions
 //! (and free-threaded builds, `python3.13t`) are said to be unsupported.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 use std::path::Path;
@@ -425,6 +426,64 @@ pub struct Code {
     pub bytecode: u64,
 }
 
+/// The words of a code object that say which one it is: its name, qualname, file and line
+/// table pointers and its first line. CPython frees code objects while it runs (a module's
+/// top-level code once the import has run it, a class body's once the class is made) and
+/// soon puts another at the same address, so a name read at an address holds only while
+/// these words are the ones it was read with.
+type Stamp = [u64; 5];
+
+/// PyObject: `ob_refcnt`, `ob_type`; PyTypeObject: `tp_name`. The same in every supported
+/// version.
+const OB_REFCNT: u64 = 0;
+const OB_TYPE: u64 = 8;
+const TP_NAME: u64 = 24;
+
+/// A live object's count of references is small; pymalloc writes its free list's next
+/// pointer (or null) over that of a freed one.
+const MAX_REFCNT: u64 = 1 << 40;
+
+/// What is at `code` now, read in one go: the stamp of a live code object, with its type's
+/// address; `None` for anything else (the object was freed, or something else stands there).
+fn probe(pid: u32, l: &Layout, code: u64) -> Option<(u64, Stamp)> {
+    let offs = [
+        l.code_name,
+        l.code_qualname.unwrap_or(l.code_name),
+        l.code_filename,
+        l.code_lines,
+        l.code_firstlineno,
+    ];
+    let hi = offs.iter().copied().max().unwrap_or(0) + 8;
+    // Every supported layout keeps these within its first 150 bytes.
+    let mut b = [0u8; 160];
+    let b = b.get_mut(..hi as usize)?;
+    if !read_mem(pid, code, b) {
+        return None;
+    }
+    let word = |off: u64| {
+        let i = off as usize;
+        u64::from_le_bytes(b[i..i + 8].try_into().expect("eight bytes"))
+    };
+    if !(1..MAX_REFCNT).contains(&word(OB_REFCNT)) {
+        return None;
+    }
+    let stamp = offs.map(|off| {
+        // co_firstlineno is an int: the four bytes after it are another field.
+        if off == l.code_firstlineno {
+            word(off) & 0xffff_ffff
+        } else {
+            word(off)
+        }
+    });
+    Some((word(OB_TYPE), stamp))
+}
+
+/// Whether `ty` is CPython's `code` type (its `tp_name`).
+fn is_code_type(pid: u32, ty: u64) -> bool {
+    let mut name = [0u8; 5];
+    read_u64(pid, ty + TP_NAME).is_some_and(|p| read_mem(pid, p, &mut name)) && &name == b"code\0"
+}
+
 fn read_code(pid: u32, l: &Layout, code: u64) -> Option<Code> {
     let name = |off: u64| read_u64(pid, code + off).and_then(|s| read_str(pid, l, s));
     let qualname = l
@@ -603,8 +662,17 @@ pub fn splice(
 /// interrupt; a thread's next sample is at least a sampling period later).
 const PAIRING_NS: u64 = 1_000_000;
 
-/// Bound of the named-code cache (entries), cleared whole when reached.
+/// Bound of the named-code cache (code objects and names), cleared whole when reached.
 const MAX_CODES: usize = 1 << 16;
+
+/// A code object read at an address, and the names of its lines.
+struct Named {
+    code: Option<Arc<Code>>,
+    stamp: Option<Stamp>,
+    /// The drain in which `stamp` was last found still to be the address's.
+    checked: u64,
+    lines: HashMap<i32, Arc<str>>,
+}
 
 /// The records not yet paired with their samples, the interpreters, and the code objects
 /// named so far.
@@ -613,17 +681,25 @@ pub struct Frames {
     /// The registered interpreters, by pid.
     pub interpreters: HashMap<u32, Interpreter>,
     pending: HashMap<u32, VecDeque<PyRecord>>,
-    codes: HashMap<(u32, u64), Option<Arc<Code>>>,
-    names: HashMap<(u32, u64, i32), Arc<str>>,
+    codes: HashMap<(u32, u64), Named>,
+    /// Names held in `codes`, all addresses together.
+    names: usize,
+    /// Drains so far: an address's stamp is read again once per drain, not once per frame.
+    drains: u64,
+    /// Each interpreter's `code` type, once seen.
+    code_types: HashMap<u32, u64>,
     /// Records read.
     pub records: u64,
     /// Records paired with a sample.
     pub paired: u64,
+    /// Addresses found holding another code object than the one named there before.
+    pub reused: u64,
 }
 
 impl Frames {
     /// Records just drained from the ring, in ring order.
     pub fn feed(&mut self, recs: Vec<PyRecord>) {
+        self.drains += 1;
         for r in recs {
             self.records += 1;
             self.pending.entry(r.tid).or_default().push_back(r);
@@ -647,7 +723,8 @@ impl Frames {
         // forks) costs one look-up, not a walk of the caches.
         if self.interpreters.remove(&pid).is_some() {
             self.codes.retain(|(p, _), _| *p != pid);
-            self.names.retain(|(p, _, _), _| *p != pid);
+            self.names = self.codes.values().map(|n| n.lines.len()).sum();
+            self.code_types.remove(&pid);
         }
     }
 
@@ -706,23 +783,74 @@ impl Frames {
     }
 
     fn name(&mut self, pid: u32, l: &Layout, code: u64, instr: u64) -> Arc<str> {
-        if self.codes.len() >= MAX_CODES || self.names.len() >= MAX_CODES {
+        if self.codes.len() >= MAX_CODES || self.names >= MAX_CODES {
             self.codes.clear();
-            self.names.clear();
+            self.names = 0;
         }
-        let c = self
-            .codes
-            .entry((pid, code))
-            .or_insert_with(|| read_code(pid, l, code).map(Arc::new))
-            .clone();
-        let Some(c) = c else {
+        let drains = self.drains;
+        let n = match self.codes.entry((pid, code)) {
+            Entry::Occupied(o) => {
+                let n = o.into_mut();
+                if n.checked != drains {
+                    n.checked = drains;
+                    // The record was taken less than a drain ago: the object at the address
+                    // now is the one it saw, unless it was freed and another put there since.
+                    // Freed and not yet replaced (or the process gone), what was read of it
+                    // while it lived is the best there is.
+                    if let Some(now) = probe(pid, l, code) {
+                        let types = &mut self.code_types;
+                        if Some(now.1) != n.stamp && is_code(types, pid, now.0) {
+                            self.reused += 1;
+                            self.names -= n.lines.len();
+                            *n = Named::read(pid, l, code, Some(now.1), drains);
+                        }
+                    }
+                }
+                n
+            }
+            Entry::Vacant(v) => {
+                let now = probe(pid, l, code)
+                    .filter(|(ty, _)| is_code(&mut self.code_types, pid, *ty))
+                    .map(|(_, stamp)| stamp);
+                v.insert(Named::read(pid, l, code, now, drains))
+            }
+        };
+        let Some(c) = n.code.clone() else {
             return format!("py:0x{code:x}").into();
         };
         let line = line(l, &c, instr);
-        self.names
-            .entry((pid, code, line))
-            .or_insert_with(|| format!("py:{} ({}:{line})", c.qualname, c.filename).into())
+        let names = &mut self.names;
+        n.lines
+            .entry(line)
+            .or_insert_with(|| {
+                *names += 1;
+                format!("py:{} ({}:{line})", c.qualname, c.filename).into()
+            })
             .clone()
+    }
+}
+
+/// Whether `ty` is the `code` type of `pid`'s interpreter, remembered once it is.
+fn is_code(types: &mut HashMap<u32, u64>, pid: u32, ty: u64) -> bool {
+    if types.get(&pid) == Some(&ty) {
+        return true;
+    }
+    let yes = is_code_type(pid, ty);
+    if yes {
+        types.insert(pid, ty);
+    }
+    yes
+}
+
+impl Named {
+    /// What a live code object at `code` (with `stamp`) says; nothing when none is there.
+    fn read(pid: u32, l: &Layout, code: u64, stamp: Option<Stamp>, drains: u64) -> Self {
+        Self {
+            code: stamp.and_then(|_| read_code(pid, l, code)).map(Arc::new),
+            stamp,
+            checked: drains,
+            lines: HashMap::new(),
+        }
     }
 }
 
@@ -921,6 +1049,83 @@ mod tests {
             let s = splice(&user, &(100..200), &names, entry);
             proptest::prop_assert_eq!(s.len(), n);
         }
+    }
+
+    /// A compact ASCII `str` object as 3.11 lays it out.
+    fn py_str(text: &str) -> Vec<u8> {
+        let mut o = vec![0u8; 48 + text.len() + 1];
+        o[16..24].copy_from_slice(&(text.len() as u64).to_le_bytes());
+        let state: u32 = (1 << 2) | (1 << 5) | (1 << 6);
+        o[32..36].copy_from_slice(&state.to_le_bytes());
+        o[48..48 + text.len()].copy_from_slice(text.as_bytes());
+        o
+    }
+
+    /// A code object at an address whose first one was freed and replaced (in this
+    /// process's own memory, which it may always read): the frames are named after the
+    /// one there now, once the next drain begins.
+    #[test]
+    fn a_reused_code_address_is_named_after_its_new_object() {
+        let l = LAYOUTS[3];
+        assert_eq!(l.version, (3, 11));
+        let pid = std::process::id();
+        let (first, second, file) = (py_str("first"), py_str("second"), py_str("m.py"));
+        // An empty location table: every instruction is on the first line.
+        let table = vec![0u8; 40];
+        let addr = |o: &Vec<u8>| o.as_ptr() as u64;
+        let tp_name = b"code\0".to_vec();
+        let mut ty = vec![0u8; 64];
+        ty[TP_NAME as usize..TP_NAME as usize + 8].copy_from_slice(&addr(&tp_name).to_le_bytes());
+        let mut code = vec![0u8; 256];
+        let put = |code: &mut Vec<u8>, off: u64, v: u64| {
+            code[off as usize..off as usize + 8].copy_from_slice(&v.to_le_bytes())
+        };
+        let make = |code: &mut Vec<u8>, name: &Vec<u8>, line: u32| {
+            put(code, OB_REFCNT, 2);
+            put(code, OB_TYPE, addr(&ty));
+            put(code, l.code_name, addr(name));
+            put(code, l.code_qualname.unwrap(), addr(name));
+            put(code, l.code_filename, addr(&file));
+            put(code, l.code_lines, addr(&table));
+            code[l.code_firstlineno as usize..l.code_firstlineno as usize + 4]
+                .copy_from_slice(&line.to_le_bytes());
+        };
+        make(&mut code, &first, 3);
+        std::hint::black_box(&code);
+        let at = addr(&code);
+        let mut f = Frames::default();
+        f.feed(Vec::new());
+        let bytecode = at + l.code_bytecode.unwrap();
+        assert_eq!(&*f.name(pid, &l, at, bytecode), "py:first (m.py:3)");
+        make(&mut code, &second, 9);
+        std::hint::black_box(&code);
+        // Within the drain that named it, the address is not read again.
+        assert_eq!(&*f.name(pid, &l, at, bytecode), "py:first (m.py:3)");
+        f.feed(Vec::new());
+        assert_eq!(&*f.name(pid, &l, at, bytecode), "py:second (m.py:9)");
+        assert_eq!(f.reused, 1);
+        assert_eq!(f.names, 1);
+        // Unchanged, it stays named without being read again.
+        f.feed(Vec::new());
+        assert_eq!(&*f.name(pid, &l, at, bytecode), "py:second (m.py:9)");
+        assert_eq!(f.reused, 1);
+        // Freed since its frame was sampled (pymalloc's free list pointer over the count of
+        // references, its fields left as they were but for a name): still named as it was.
+        put(&mut code, OB_REFCNT, at + 0x400);
+        put(&mut code, l.code_qualname.unwrap(), addr(&first));
+        std::hint::black_box(&code);
+        f.feed(Vec::new());
+        assert_eq!(&*f.name(pid, &l, at, bytecode), "py:second (m.py:9)");
+        assert_eq!(f.reused, 1);
+        // Another kind of object there: not a code object, whatever its words.
+        put(&mut code, OB_REFCNT, 1);
+        put(&mut code, OB_TYPE, addr(&file));
+        std::hint::black_box(&code);
+        f.feed(Vec::new());
+        assert_eq!(&*f.name(pid, &l, at, bytecode), "py:second (m.py:9)");
+        let mut g = Frames::default();
+        g.feed(Vec::new());
+        assert_eq!(&*g.name(pid, &l, at, bytecode), format!("py:0x{at:x}"));
     }
 
     #[test]
