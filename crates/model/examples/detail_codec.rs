@@ -4,11 +4,14 @@
 //!
 //! Reads every sample of `<store>` (a `jitterscope record` of the host to measure), then, for
 //! each detail codec (default: 2, the named MessagePack of builds before codec 3; 3, the
-//! columns; 4, the columns with schedstat's run and wait time to the µs), writes the samples again through the store's writer at its default settings into
+//! columns; 4, the columns with schedstat's run and wait time to the µs; 5, codec 4's columns
+//! as differences from the table before, a codec-4 table starting each frame of the store's
+//! default 60 records), writes the samples again through the store's writer at its default settings into
 //! a temporary store: the main payload as the recorder writes it, and the process table in the
 //! detail lane with that codec. It times the encoding and the append (zstd) per sample, reads
-//! the store back and times decoding the detail lane (each time the fastest of 5 passes), checks every decoded process table
-//! against the one recorded (for codec 4, with those two times rounded down to the µs), and prints the bytes each lane takes on disk.
+//! the store back and times decoding the detail lane (each time the fastest of 5 passes; codec 5
+//! through a `DetailChain`, in order), checks every decoded process table
+//! against the one recorded (for codecs 4 and 5, with those two times rounded down to the µs), and prints the bytes each lane takes on disk.
 //!
 //! Prints one `key=value` line per codec: `codec`, `samples`, `processes_avg`,
 //! `detail_raw_bytes_avg` (before zstd), `detail_store_bytes_per_sample` and
@@ -20,7 +23,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use jitterscope_model::codec::{
-    self, Parts, CODEC_COLUMNS, CODEC_COLUMNS_US, CODEC_MSGPACK_NAMED_V2,
+    self, DetailChain, DetailEncoder, Parts, CODEC_COLUMNS, CODEC_COLUMNS_DELTA, CODEC_COLUMNS_US,
+    CODEC_MSGPACK_NAMED_V2,
 };
 use jitterscope_model::stored::SampleReader;
 use jitterscope_model::Sample;
@@ -32,7 +36,12 @@ fn main() {
     let src = args.next().expect(usage);
     let mut codecs: Vec<u8> = args.map(|a| a.parse().expect(usage)).collect();
     if codecs.is_empty() {
-        codecs = vec![CODEC_MSGPACK_NAMED_V2, CODEC_COLUMNS, CODEC_COLUMNS_US];
+        codecs = vec![
+            CODEC_MSGPACK_NAMED_V2,
+            CODEC_COLUMNS,
+            CODEC_COLUMNS_US,
+            CODEC_COLUMNS_DELTA,
+        ];
     }
     let reader = SampleReader::open(&src).expect("cannot open the store");
     let mut read = reader
@@ -68,12 +77,19 @@ fn measure(samples: &mut [Sample], c: u8) {
         let mut w = Writer::open(cfg).expect("cannot open the temporary store");
         let (mut enc_t, mut app_t) = (Duration::ZERO, Duration::ZERO);
         (raw, procs) = (0, 0);
-        for s in samples.iter_mut() {
+        let mut deltas = DetailEncoder::default();
+        for (i, s) in samples.iter_mut().enumerate() {
             codec::encode_lanes(s, &mut main, &mut detail).expect("encodes");
             let p = s.processes.as_deref().unwrap_or_default();
             procs += p.len();
             let t = Instant::now();
-            codec::encode_detail(p, c, &mut detail).expect("encodes");
+            if c == CODEC_COLUMNS_DELTA {
+                let key = i % jitterscope_store::DEFAULT_FRAME_RECORDS as usize == 0;
+                deltas.encode(p, key, &mut detail).expect("encodes");
+                deltas.commit(s.ts_ns, p);
+            } else {
+                codec::encode_detail(p, c, &mut detail).expect("encodes");
+            }
             enc_t += t.elapsed();
             raw += detail.len();
             let t = Instant::now();
@@ -87,6 +103,7 @@ fn measure(samples: &mut [Sample], c: u8) {
         let r = Reader::open(dir.path()).expect("reopens");
         let mut dec_t = Duration::ZERO;
         let mut n = 0;
+        let mut chain = DetailChain::default();
         for (rec, s) in r
             .range(i64::MIN, i64::MAX)
             .expect("reads")
@@ -95,11 +112,11 @@ fn measure(samples: &mut [Sample], c: u8) {
             let rec = rec.expect("intact");
             let d = rec.detail.expect("has its detail");
             let t = Instant::now();
-            let p = codec::decode_detail(&d).expect("decodes");
+            let p = chain.decode(rec.ts_ns, &d).expect("decodes");
             dec_t += t.elapsed();
             assert_eq!(rec.ts_ns, s.ts_ns);
             let mut want = s.processes.clone();
-            if c == CODEC_COLUMNS_US {
+            if c == CODEC_COLUMNS_US || c == CODEC_COLUMNS_DELTA {
                 for t in want
                     .iter_mut()
                     .flatten()
