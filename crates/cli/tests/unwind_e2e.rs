@@ -563,16 +563,26 @@ fn py_chain(stack: &str) -> Option<Vec<(String, String, u32)>> {
     Some(out)
 }
 
+/// Root and Debian's python3.11, which both Python tests need; says SKIPPED when one lacks.
+fn python_can_be_sampled(test: &str) -> bool {
+    if !is_root() {
+        skip(test, "needs root for system-wide perf sampling and BPF");
+        return false;
+    }
+    if !Path::new("/usr/bin/python3.11").is_file() {
+        skip(test, "Debian's python3.11 is not installed");
+        return false;
+    }
+    true
+}
+
 #[test]
 fn python_frames_stand_above_the_evaluation_loop_and_agree_with_py_spy() {
     // Each measures samples of its own workload: alone on the CPUs.
     let _serial = serial();
     const TEST: &str = "python_frames_stand_above_the_evaluation_loop_and_agree_with_py_spy";
-    if !is_root() {
-        return skip(TEST, "needs root for system-wide perf sampling and BPF");
-    }
-    if !Path::new("/usr/bin/python3.11").is_file() {
-        return skip(TEST, "Debian's python3.11 is not installed");
+    if !python_can_be_sampled(TEST) {
+        return;
     }
     let Some(py_spy) = py_spy() else {
         return skip(
@@ -693,11 +703,8 @@ fn python_frames_stand_above_the_evaluation_loop_and_agree_with_py_spy() {
 fn python_code_put_where_freed_code_was_is_named_after_itself() {
     let _serial = serial();
     const TEST: &str = "python_code_put_where_freed_code_was_is_named_after_itself";
-    if !is_root() {
-        return skip(TEST, "needs root for system-wide perf sampling and BPF");
-    }
-    if !Path::new("/usr/bin/python3.11").is_file() {
-        return skip(TEST, "Debian's python3.11 is not installed");
+    if !python_can_be_sampled(TEST) {
+        return;
     }
     const GENS: usize = 12;
     let tmp = tempfile::tempdir().unwrap();
