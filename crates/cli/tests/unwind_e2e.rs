@@ -564,6 +564,20 @@ fn py_chain(stack: &str) -> Option<Vec<(String, String, u32)>> {
 }
 
 /// Root and Debian's python3.11, which both Python tests need; says SKIPPED when one lacks.
+/// Stops the recorder of a Python test: `None` (said SKIPPED) when the profiler could not run,
+/// and a failure when it could but did not read the interpreters' frames.
+fn finish_python(rec: ChildGuard, test: &str) -> Option<()> {
+    let Some(log) = finish(rec) else {
+        skip(test, "the profiler cannot run here");
+        return None;
+    };
+    assert!(
+        !log.contains("Python frames") && !log.contains("are not read"),
+        "{log}"
+    );
+    Some(())
+}
+
 fn python_can_be_sampled(test: &str) -> bool {
     if !is_root() {
         skip(test, "needs root for system-wide perf sampling and BPF");
@@ -630,13 +644,9 @@ fn python_frames_stand_above_the_evaluation_loop_and_agree_with_py_spy() {
         let _ = c.wait_timeout(Duration::from_secs(5));
     }
     let to = now_arg();
-    let Some(log) = finish(rec) else {
-        return skip(TEST, "the profiler cannot run here");
+    let Some(()) = finish_python(rec, TEST) else {
+        return;
     };
-    assert!(
-        !log.contains("Python frames") && !log.contains("are not read"),
-        "{log}"
-    );
 
     for ((v, c), theirs) in running.iter().zip(&dumps) {
         let pid = c.pid();
@@ -742,13 +752,9 @@ fn python_code_put_where_freed_code_was_is_named_after_itself() {
     // `--to` is whole seconds: past the second the last function ran in.
     std::thread::sleep(Duration::from_millis(1500));
     let to = now_arg();
-    let Some(log) = finish(rec) else {
-        return skip(TEST, "the profiler cannot run here");
+    let Some(()) = finish_python(rec, TEST) else {
+        return;
     };
-    assert!(
-        !log.contains("Python frames") && !log.contains("are not read"),
-        "{log}"
-    );
     let ids: Vec<String> = text(&out.stdout).lines().map(str::to_string).collect();
     let distinct: std::collections::HashSet<&String> = ids.iter().collect();
     assert!(
