@@ -38,6 +38,8 @@ fn workload(exe: &Path, what: &str, secs: &str) -> ChildGuard {
     ChildGuard::new(
         Command::new(exe)
             .args([what, secs])
+            // The stat storm's missing names are looked up here, in the test's directory.
+            .current_dir(exe.parent().expect("the workload is in a directory"))
             .stdout(Stdio::null())
             .spawn()
             .expect("spawn workload"),

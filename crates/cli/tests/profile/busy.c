@@ -30,7 +30,10 @@ __attribute__((noinline)) unsigned long jitterscope_stat_storm(double secs) {
     double end = now() + secs;
     while (now() < end)
         for (int i = 0; i < 1000; i++, n++) {
-            snprintf(path, sizeof path, "/tmp/jitterscope-absent-%lu", n);
+            /* Relative: in the test's own directory, whose removal prunes the negative
+               dentries. Names in /tmp stayed for good, millions a run, and a later lab
+               scenario's diagnosis saw them. */
+            snprintf(path, sizeof path, "absent-%lu", n);
             stat(path, &st);
         }
     return n;
