@@ -284,6 +284,59 @@ fn pagecache_thrash_evicts_the_working_set() {
     assert_eq!(f[1]["caused_by"][0]["finding"], 1, "{f}");
 }
 
+/// Negative dentries looked up in a directory of their own, pruned with it when dropped.
+struct DentryPile(tempfile::TempDir);
+
+impl DentryPile {
+    fn new(names: u64) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("jitterscope-test-pile-")
+            .tempdir_in("/var/tmp")
+            .unwrap();
+        for n in 0..names {
+            let _ = std::fs::symlink_metadata(dir.path().join(format!("p{n}")));
+        }
+        DentryPile(dir)
+    }
+}
+
+fn negative_dentries() -> f64 {
+    let s = std::fs::read_to_string("/proc/sys/fs/dentry-state").unwrap();
+    s.split_whitespace().nth(4).unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_standing_dentry_pile_does_not_take_the_blame_for_a_thrash() {
+    // CI ran this scenario beside 2.76M negative dentries a test had left in /tmp: every
+    // memory-cgroup reclaim pass called the superblock shrinker, which freed nothing, and the
+    // pile was ranked first, "shrunk by reclaim", at 0.95.
+    let _s = serial();
+    if !is_root() {
+        return skip("a standing dentry pile", "needs root (cgroups, mounts)");
+    }
+    let before = negative_dentries();
+    let pile = DentryPile::new(2_000_000);
+    assert!(
+        negative_dentries() >= before + 1_500_000.0,
+        "the pile is not there: {} negative dentries",
+        negative_dentries()
+    );
+    let Some(v) = check("pagecache-thrash", 6) else {
+        return;
+    };
+    let f = v["diagnosis"]["report"]["findings"].as_array().unwrap();
+    assert_eq!(f[0]["rule_id"], "memory.pagecache-thrash", "{f:#?}");
+    for d in f.iter().filter(|f| f["rule_id"] == "memory.dcache-bloat") {
+        assert!(d["confidence"].as_f64().unwrap() <= 0.6, "{d:#}");
+    }
+    drop(pile);
+    assert!(
+        negative_dentries() < before + 500_000.0,
+        "removing the pile's directory left {} negative dentries ({before} before)",
+        negative_dentries()
+    );
+}
+
 #[test]
 fn oom_leak_is_a_leak_that_ends_in_a_kill() {
     let _s = serial();

@@ -24,6 +24,7 @@ use std::fmt::Write;
 use jitterscope_model::metrics::{process, tracer};
 
 use crate::data::Data;
+use crate::rules::dcache;
 use crate::{Finding, Link};
 
 /// The series the links read besides the rules' (a link's direct evidence). Without them
@@ -142,7 +143,7 @@ fn shared(cause: &Finding, effect: &Finding) -> Option<String> {
 /// cause's culprit, and:
 /// - page-cache thrash → reclaim: its anonymous memory stayed flat, so what it allocated (and
 ///   stalled for) was page cache for its reads, not memory of its own;
-/// - dentry bloat → reclaim: the superblock shrinker freed at least [`SHRUNK_OBJECTS`] dentries
+/// - dentry bloat → reclaim: the superblock shrinker freed at least [`dcache::RISE`] dentries
 ///   and inodes meanwhile, so the reclaim it stalled in was shrinking the cache it had filled.
 ///   Its confidence grows with the order of magnitude of the pile (0.64 at +200k), and a
 ///   smaller pile charged to a tight cgroup sets off reclaim all the same (the lab's
@@ -159,7 +160,7 @@ fn direct_evidence(d: &Data, cause: &Finding, effect: &Finding) -> Option<String
         "memory.pagecache-thrash" => flat_anon(d, pid, comm),
         "memory.dcache-bloat" => {
             let freed = d.stats(&tracer::SHRINKER_FREED_PER_S, &["super_cache_scan"]);
-            (freed.sum >= SHRUNK_OBJECTS).then(|| {
+            (freed.sum >= dcache::RISE).then(|| {
                 format!(
                     "{comm} ({pid}) both made the negative dentries and stalled in reclaim, while the superblock shrinker freed {:.0} dentries and inodes",
                     freed.sum
@@ -169,10 +170,6 @@ fn direct_evidence(d: &Data, cause: &Finding, effect: &Finding) -> Option<String
         _ => None,
     }
 }
-
-/// Dentries and inodes freed by the superblock shrinker in the window that show reclaim
-/// shrinking a pile: the dentry rule's own floor for a rise.
-const SHRUNK_OBJECTS: f64 = 100_000.0;
 
 /// The reader stalled allocating page cache: its anonymous memory was flat over the window,
 /// and it took few minor faults. Both are needed: a burst of anonymous memory that is mapped,

@@ -53,9 +53,6 @@ rule! {
 /// Failed look-ups per second (one command's processes, while traced) that make a finding.
 const MIN_RATE: f64 = 1000.0;
 
-/// The rise of negative dentries over the baseline from which `memory.dcache-bloat` reports.
-const DCACHE_RISE: f64 = 100_000.0;
-
 /// The name NSS softokn's sdb_measureAccess gives its probes (`.<n>_dOeSnotExist_.db`).
 const NSS_PROBE: &str = "_dOeSnotExist_";
 
@@ -142,7 +139,7 @@ fn run(d: &Data) -> Vec<Finding> {
         neg.first
     };
     let rise = if neg.n > 0 { neg.max - base } else { 0.0 };
-    if rise >= DCACHE_RISE {
+    if rise >= super::dcache::RISE {
         return Vec::new();
     }
     let n = traced.len();
