@@ -284,20 +284,17 @@ fn pagecache_thrash_evicts_the_working_set() {
     assert_eq!(f[1]["caused_by"][0]["finding"], 1, "{f}");
 }
 
-/// Negative dentries looked up in a directory of their own, pruned with it when dropped.
-struct DentryPile(tempfile::TempDir);
-
-impl DentryPile {
-    fn new(names: u64) -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("jitterscope-test-pile-")
-            .tempdir_in("/var/tmp")
-            .unwrap();
-        for n in 0..names {
-            let _ = std::fs::symlink_metadata(dir.path().join(format!("p{n}")));
-        }
-        DentryPile(dir)
+/// `names` negative dentries, looked up in a directory of their own: removing it (the
+/// returned guard's drop) prunes them.
+fn dentry_pile(names: u64) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("jitterscope-test-pile-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    for n in 0..names {
+        let _ = std::fs::symlink_metadata(dir.path().join(format!("p{n}")));
     }
+    dir
 }
 
 fn negative_dentries() -> f64 {
@@ -315,7 +312,7 @@ fn a_standing_dentry_pile_does_not_take_the_blame_for_a_thrash() {
         return skip("a standing dentry pile", "needs root (cgroups, mounts)");
     }
     let before = negative_dentries();
-    let pile = DentryPile::new(2_000_000);
+    let pile = dentry_pile(2_000_000);
     assert!(
         negative_dentries() >= before + 1_500_000.0,
         "the pile is not there: {} negative dentries",
