@@ -93,6 +93,19 @@ EOF
       log "$cell: soft lockups under multi-threaded TCG; booting again"
       continue
     fi
+    # The boot-time int3 oops above, after boot (6.12, stop 43's fresh-clone CI: "Oops: int3"
+    # in switch_mm_irqs_off, the site of the tlb_flush tracepoint the tlb tracer attaches to,
+    # 18 s into the -ipi boot, with the recorder running). Likely the same race: a vCPU still
+    # executing the int3 of a text poke that has finished, which the kernel's poke handler no
+    # longer knows. The same attaches ran under single-threaded TCG in 6.12-v2 without it. Only
+    # this cell, at most three boots, each failed console kept.
+    if [ "$variant" = ipi ] && [ ! -f "$out/result.json" ] && grep -aq "Oops: int3" "$out/console.log" \
+        && [ "$attempt" -lt 3 ]; then
+      mkdir -p "$VM/out/$cell.failed"
+      cp "$out/console.log" "$VM/out/$cell.failed/console.attempt-$attempt.log"
+      log "$cell: int3 oops under multi-threaded TCG (live code patching); booting again"
+      continue
+    fi
     break
   done
   return 0
