@@ -82,28 +82,25 @@ EOF
     # Under multi-threaded TCG (the -ipi cell only) both vCPUs now and then sit in soft lockups
     # until the guest times out (5.10, once in CI; never in six boots on purpose). The likely
     # cause is the race with live code patching described above, here when a symptom attaches
-    # the madvise tracer's syscall tracepoint (5.10 has no madvise_flush) during the storm. The
-    # same attach runs under single-threaded TCG in every other cell, which would catch a
-    # lockup of jitterscope's own making, so this boot alone is retried; each failed boot's
-    # console is kept as $VM/out/<cell>.failed/console.attempt-N.log.
-    if [ "$variant" = ipi ] && [ $rc = 124 ] && grep -aq "soft lockup" "$out/console.log" \
-        && [ "$attempt" -lt 3 ]; then
-      mkdir -p "$VM/out/$cell.failed"
-      cp "$out/console.log" "$VM/out/$cell.failed/console.attempt-$attempt.log"
-      log "$cell: soft lockups under multi-threaded TCG; booting again"
-      continue
+    # the madvise tracer's syscall tracepoint (5.10 has no madvise_flush) during the storm.
+    # The same race shows as the boot-time int3 oops above, after boot (6.12, stop 43's
+    # fresh-clone CI: "Oops: int3" in switch_mm_irqs_off, the site of the tlb_flush tracepoint
+    # the tlb tracer attaches to, 18 s into the -ipi boot, with the recorder running): a vCPU
+    # still executing the int3 of a text poke that has finished, which the kernel's poke
+    # handler no longer knows. The same attaches run under single-threaded TCG in every other
+    # cell, which would catch a lockup or oops of jitterscope's own making, so this boot alone
+    # is retried; each failed boot's console is kept as
+    # $VM/out/<cell>.failed/console.attempt-N.log.
+    local raced=""
+    if [ $rc = 124 ] && grep -aq "soft lockup" "$out/console.log"; then
+      raced="soft lockups"
+    elif [ ! -f "$out/result.json" ] && grep -aq "Oops: int3" "$out/console.log"; then
+      raced="an int3 oops"
     fi
-    # The boot-time int3 oops above, after boot (6.12, stop 43's fresh-clone CI: "Oops: int3"
-    # in switch_mm_irqs_off, the site of the tlb_flush tracepoint the tlb tracer attaches to,
-    # 18 s into the -ipi boot, with the recorder running). Likely the same race: a vCPU still
-    # executing the int3 of a text poke that has finished, which the kernel's poke handler no
-    # longer knows. The same attaches ran under single-threaded TCG in 6.12-v2 without it. Only
-    # this cell, at most three boots, each failed console kept.
-    if [ "$variant" = ipi ] && [ ! -f "$out/result.json" ] && grep -aq "Oops: int3" "$out/console.log" \
-        && [ "$attempt" -lt 3 ]; then
+    if [ "$variant" = ipi ] && [ -n "$raced" ] && [ "$attempt" -lt 3 ]; then
       mkdir -p "$VM/out/$cell.failed"
       cp "$out/console.log" "$VM/out/$cell.failed/console.attempt-$attempt.log"
-      log "$cell: int3 oops under multi-threaded TCG (live code patching); booting again"
+      log "$cell: $raced under multi-threaded TCG (live code patching); booting again"
       continue
     fi
     break

@@ -185,8 +185,7 @@ fn profile_end_to_end() {
     let late = chrono::DateTime::parse_from_rfc3339(&stat_from).unwrap()
         + chrono::Duration::milliseconds(1000);
     let late = late.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
-    let spin_s = spin_pid.to_string();
-    let (ok, f, e) = folded(&store_s, &late, &stat_to, &["--pid", &spin_s]);
+    let (ok, f, e) = folded(&store_s, &late, &stat_to, &["--pid", &pid]);
     assert!(
         ok || e.contains("no stack samples match"),
         "flame --pid failed: {e}"

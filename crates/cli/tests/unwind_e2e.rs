@@ -563,7 +563,6 @@ fn py_chain(stack: &str) -> Option<Vec<(String, String, u32)>> {
     Some(out)
 }
 
-/// Root and Debian's python3.11, which both Python tests need; says SKIPPED when one lacks.
 /// Stops the recorder of a Python test: `None` (said SKIPPED) when the profiler could not run,
 /// and a failure when it could but did not read the interpreters' frames.
 fn finish_python(rec: ChildGuard, test: &str) -> Option<()> {
@@ -578,6 +577,7 @@ fn finish_python(rec: ChildGuard, test: &str) -> Option<()> {
     Some(())
 }
 
+/// Root and Debian's python3.11, which both Python tests need; says SKIPPED when one lacks.
 fn python_can_be_sampled(test: &str) -> bool {
     if !is_root() {
         skip(test, "needs root for system-wide perf sampling and BPF");
