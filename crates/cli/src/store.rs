@@ -265,7 +265,7 @@ fn file_name(p: &Path) -> String {
 /// A free name for `p` in `<dir>/damaged/` (never over an earlier one of the same name).
 fn aside_name(dir: &Path, p: &Path) -> std::io::Result<PathBuf> {
     let to_dir = dir.join(DAMAGED);
-    std::fs::create_dir_all(&to_dir)?;
+    jitterscope_store::perms::create_dir_all(&to_dir)?;
     let name = file_name(p);
     let mut to = to_dir.join(&name);
     let mut n = 1;

@@ -3,7 +3,6 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
@@ -253,12 +252,10 @@ pub fn rebuild_index(path: &Path) -> Result<usize> {
     let idx = index_path(path);
     let tmp = idx.with_extension("idx.tmp");
     let write = || -> io::Result<()> {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o644)
-            .open(&tmp)?;
+        let mut f = crate::perms::open(
+            OpenOptions::new().write(true).create(true).truncate(true),
+            &tmp,
+        )?;
         f.write_all(&file_header(INDEX_MAGIC))?;
         for mut e in entries.iter().copied() {
             e.offset += HEADER_LEN as u64;
@@ -334,14 +331,15 @@ pub struct StoreLock {
 /// recorder holds it.
 pub fn lock_store(dir: &Path) -> Result<StoreLock> {
     let lock_path = dir.join("LOCK");
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o644)
-        .open(&lock_path)
-        .map_err(|e| StoreError::io(&lock_path, e))?;
+    let file = crate::perms::open(
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false),
+        &lock_path,
+    )
+    .map_err(|e| StoreError::io(&lock_path, e))?;
     // SAFETY: flock on a file descriptor we own; no memory is passed.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         let err = io::Error::last_os_error();

@@ -29,6 +29,7 @@
 mod check;
 mod decode;
 pub mod format;
+pub mod perms;
 mod reader;
 mod writer;
 

@@ -2,7 +2,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -80,7 +80,7 @@ impl Writer {
     /// retention. No segment is created until the first append.
     pub fn open(config: StoreConfig) -> Result<Writer> {
         let dir = config.dir.clone();
-        std::fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
+        crate::perms::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
         let lock = crate::check::lock_store(&dir)?;
         let mut w = Writer {
             config,
@@ -551,13 +551,11 @@ impl Stream {
             let seg_header = file_header(SEGMENT_MAGIC);
             seg.write_all_at(&seg_header, 0)
                 .map_err(|e| StoreError::io(&seg_path, e))?;
-            let idx = OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o644)
-                .open(&idx_path)
-                .map_err(|e| StoreError::io(&idx_path, e))?;
+            let idx = crate::perms::open(
+                OpenOptions::new().write(true).create(true).truncate(true),
+                &idx_path,
+            )
+            .map_err(|e| StoreError::io(&idx_path, e))?;
             let idx_header = file_header(INDEX_MAGIC);
             idx.write_all_at(&idx_header, 0)
                 .map_err(|e| StoreError::io(&idx_path, e))?;
@@ -707,14 +705,15 @@ impl Stream {
 /// Creates a lane file. Its segment's name was taken exclusively, so an existing lane file is
 /// a leftover of a segment deleted half-way (its records would not match): replaced.
 fn create_lane_file(path: &Path) -> Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o644)
-        .open(path)
-        .map_err(|e| StoreError::io(path, e))
+    crate::perms::open(
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true),
+        path,
+    )
+    .map_err(|e| StoreError::io(path, e))
 }
 
 /// Creates `seg-<ts>.jss` exclusively. Another run may already own that name (same first
@@ -724,13 +723,10 @@ fn create_new_segment_file(dir: &Path, first_ts: i64) -> Result<(PathBuf, File)>
     let mut name_ts = first_ts.max(0);
     loop {
         let path = dir.join(segment_file_name(name_ts));
-        match OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .open(&path)
-        {
+        match crate::perms::open(
+            OpenOptions::new().read(true).write(true).create_new(true),
+            &path,
+        ) {
             Ok(f) => return Ok((path, f)),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists && name_ts < i64::MAX => {
                 name_ts += 1;
