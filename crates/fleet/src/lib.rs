@@ -9,3 +9,4 @@ pub mod inventory;
 pub mod inventory_query;
 pub mod query;
 pub mod remote_write;
+pub mod url;
