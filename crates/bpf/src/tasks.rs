@@ -15,6 +15,7 @@ use jitterscope_model::sources::ProcessCollector;
 use jitterscope_sources::process::{
     default_fd_budget, parse_pid_stat, parse_pid_status, ProcessReader, RELIST_SCANS,
 };
+use jitterscope_sources::redact::Redactor;
 use jitterscope_sources::tasks::{bits, TaskAssembler, TaskLeader, TaskRecord, TaskThread};
 use jitterscope_sources::Root;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
@@ -297,24 +298,29 @@ pub struct TaskCollector {
 impl TaskCollector {
     /// Loads the iterator and checks it against /proc. The error says why it cannot be used;
     /// the caller keeps the /proc collector then.
-    pub fn start(root: &Root) -> Result<Self, String> {
+    /// `cmdlines`: what of each command line is kept (secrets masked, or none).
+    pub fn start(root: &Root, cmdlines: std::sync::Arc<Redactor>) -> Result<Self, String> {
         if root.dir() != std::path::Path::new("/") {
             return Err("it reads the running kernel, not the tree under --root".into());
         }
         let mut iter = TaskIter::load()?;
         same_view(&mut iter, root)?;
         let sums = status_uses_sums(&mut iter, root);
+        let mut asm = TaskAssembler::new(root, default_fd_budget(), sums);
+        asm.set_redactor(cmdlines.clone());
+        let mut proc = ProcessReader::new(root, default_fd_budget());
+        proc.set_redactor(cmdlines.clone());
         Ok(TaskCollector {
             fast: Some(Fast {
                 iter,
-                asm: TaskAssembler::new(root, default_fd_budget(), sums),
+                asm,
                 records: Vec::new(),
-                proc: ProcessReader::new(root, default_fd_budget()),
+                proc,
                 hidden: Vec::new(),
                 scans_since_listing: RELIST_SCANS,
                 root: root.clone(),
             }),
-            fallback: ProcessCollector::new(root),
+            fallback: ProcessCollector::with_redactor(root, cmdlines),
             out: Vec::new(),
         })
     }

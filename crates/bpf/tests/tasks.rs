@@ -27,7 +27,7 @@ fn iterator(test: &str) -> Option<TaskCollector> {
         skip(test, "needs root (BPF task iterator)");
         return None;
     }
-    match TaskCollector::start(&Root::default()) {
+    match TaskCollector::start(&Root::default(), Default::default()) {
         Ok(c) => Some(c),
         Err(e) => {
             skip(test, &format!("the task iterator cannot load here: {e}"));

@@ -3,6 +3,7 @@
 
 use jitterscope_sources::cgroup::{CgroupReader, CgroupReaderConfig, CgroupVersion};
 use jitterscope_sources::process::{default_fd_budget, ProcessReader};
+use jitterscope_sources::redact::Redactor;
 use jitterscope_sources::system::kmsg::KmsgReader;
 use jitterscope_sources::system::{PressureResource, SystemReader};
 use jitterscope_sources::Root;
@@ -78,7 +79,7 @@ pub fn collectors(root: &Root, cfg: &CollectConfig) -> CollectorSet {
             s.netdev = Some(v)
         }),
         Box::new(CgroupCollector::new(root, cfg.cgroup_settings_period)),
-        Box::new(ProcessCollector::new(root)),
+        Box::new(ProcessCollector::with_redactor(root, cfg.cmdlines.clone())),
         Box::new(KmsgCollector::new(root)),
     ])
 }
@@ -91,6 +92,8 @@ pub struct CollectConfig {
     /// How often a cgroup's settings (CPU quota, period, burst, shares or weight; memory
     /// limit, high, low, min) are read again; counters are read every interval.
     pub cgroup_settings_period: Duration,
+    /// What of each command line is kept: its secrets masked, or none at all.
+    pub cmdlines: std::sync::Arc<Redactor>,
 }
 
 /// Default [`CollectConfig::slabinfo_period`]: 10 s. Each read of /proc/slabinfo walks every
@@ -113,6 +116,7 @@ impl Default for CollectConfig {
         CollectConfig {
             slabinfo_period: DEFAULT_SLABINFO_PERIOD,
             cgroup_settings_period: DEFAULT_CGROUP_SETTINGS_PERIOD,
+            cmdlines: Default::default(),
         }
     }
 }
@@ -200,8 +204,15 @@ pub struct ProcessCollector {
 impl ProcessCollector {
     /// A collector of `<root>/proc/<pid>`.
     pub fn new(root: &Root) -> Self {
+        Self::with_redactor(root, Default::default())
+    }
+
+    /// A collector of `<root>/proc/<pid>` that keeps command lines as `r` says.
+    pub fn with_redactor(root: &Root, r: std::sync::Arc<Redactor>) -> Self {
+        let mut reader = ProcessReader::new(root, default_fd_budget());
+        reader.set_redactor(r);
         ProcessCollector {
-            reader: ProcessReader::new(root, default_fd_budget()),
+            reader,
             out: Vec::new(),
         }
     }

@@ -12,6 +12,7 @@
 pub mod cgroup;
 pub mod io;
 pub mod process;
+pub mod redact;
 pub mod smaps;
 pub mod system;
 pub mod tasks;

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cgroup::{parse_proc_pid_cgroup, CgroupNs, ProcCgroupPaths};
 use crate::io::{fields, lines, lossy, parse_i64, parse_u64, trim_ascii, ParseError, ReadError};
+use crate::redact::Redactor;
 use crate::Root;
 
 /// Scans between re-reads of a process's /proc/<pid>/cgroup once it has been seen twice.
@@ -405,10 +406,19 @@ impl PidFile {
     }
 }
 
-/// Reads a command line, empty when unreadable (kernel threads have none).
-pub(crate) fn read_cmdline(path: &std::path::Path, buf: &mut Vec<u8>, max: usize) -> Arc<str> {
+/// Reads a command line, its secrets masked by `r`; empty when unreadable (kernel threads
+/// have none) or when `r` keeps none.
+pub(crate) fn read_cmdline(
+    path: &std::path::Path,
+    buf: &mut Vec<u8>,
+    max: usize,
+    r: &Redactor,
+) -> Arc<str> {
+    if !r.keeps_cmdlines() {
+        return Arc::from("");
+    }
     match crate::io::read_into(path, buf) {
-        Ok(()) => format_cmdline(buf, max).into(),
+        Ok(()) => r.cmdline(buf, max).into(),
         Err(_) => Arc::from(""),
     }
 }
@@ -466,6 +476,8 @@ pub struct ProcessReader {
     fd_budget: u64,
     fds_open: u64,
     max_cmdline: usize,
+    /// What of a command line is kept ([`crate::redact`]).
+    redactor: Arc<Redactor>,
     /// Pids read by the last scan, sorted.
     known: Vec<u32>,
     /// The fork counter when /proc was last listed.
@@ -491,11 +503,17 @@ impl ProcessReader {
             fd_budget,
             fds_open: 0,
             max_cmdline: 4096,
+            redactor: Arc::new(Redactor::default()),
             known: Vec::new(),
             listed_at_forks: None,
             scans_since_listing: 0,
             ns: CgroupNs::for_root(root),
         }
+    }
+
+    /// Keeps command lines as `r` says (secrets masked, or none at all) from now on.
+    pub fn set_redactor(&mut self, r: Arc<Redactor>) {
+        self.redactor = r;
     }
 
     fn open_handle(&mut self, pid: u32) -> Result<PidHandle, ReadError> {
@@ -521,7 +539,12 @@ impl ProcessReader {
             schedstat: mk("schedstat"),
             cgroup: mk("cgroup"),
             statm: mk("statm"),
-            cmdline: read_cmdline(&dir.join("cmdline"), &mut self.buf, self.max_cmdline),
+            cmdline: read_cmdline(
+                &dir.join("cmdline"),
+                &mut self.buf,
+                self.max_cmdline,
+                &self.redactor,
+            ),
             cmdline_path: dir.join("cmdline"),
             last_stat: Some(st.clone()),
             last_statm_resident: None,
@@ -729,7 +752,8 @@ impl ProcessReader {
                 }
                 if h.last_stat.as_ref().is_some_and(|l| l.comm != s.comm) {
                     // The process exec'd: its command line changed too.
-                    h.cmdline = read_cmdline(&h.cmdline_path, buf, self.max_cmdline);
+                    h.cmdline =
+                        read_cmdline(&h.cmdline_path, buf, self.max_cmdline, &self.redactor);
                 }
                 h.last_stat = Some(s.clone());
                 s

@@ -37,6 +37,7 @@ use crate::process::{
     read_cmdline, refresh_cgroups, PidFile, PidIo, PidSchedstat, PidStat, PidStatus, Process,
     ProcessScanStats,
 };
+use crate::redact::Redactor;
 use crate::Root;
 
 /// `NSEC_PER_SEC / USER_HZ`: /proc's clock ticks (`nsec_to_clock_t`) are 10 ms everywhere.
@@ -390,6 +391,8 @@ pub struct TaskAssembler {
     fd_budget: u64,
     fds_open: u64,
     max_cmdline: usize,
+    /// What of a command line is kept ([`crate::redact`]).
+    redactor: Arc<Redactor>,
     /// Whether status's Rss*/VmSwap are the per-CPU sums on this kernel.
     pub status_sums: bool,
     /// Resolves /proc/<pid>/cgroup paths when the recorder runs in a cgroup namespace.
@@ -466,10 +469,16 @@ impl TaskAssembler {
             fd_budget,
             fds_open: 0,
             max_cmdline: 4096,
+            redactor: Arc::new(Redactor::default()),
             status_sums,
             ns: CgroupNs::for_root(root),
             waits: ThreadWaits::default(),
         }
+    }
+
+    /// Keeps command lines as `r` says (secrets masked, or none at all) from now on.
+    pub fn set_redactor(&mut self, r: Arc<Redactor>) {
+        self.redactor = r;
     }
 
     /// Builds `out` (cleared first) from one read's records, in pid order.
@@ -550,7 +559,12 @@ impl TaskAssembler {
                 start_boottime_ns: l.start_boottime_ns,
                 prev_cputime: (0, 0),
                 comm: cstr(&l.comm).to_vec(),
-                cmdline: read_cmdline(&dir.join("cmdline"), &mut self.buf, self.max_cmdline),
+                cmdline: read_cmdline(
+                    &dir.join("cmdline"),
+                    &mut self.buf,
+                    self.max_cmdline,
+                    &self.redactor,
+                ),
                 cgroup: PidFile { path, file },
                 cgroup_paths: None,
                 scans: 0,
@@ -565,7 +579,7 @@ impl TaskAssembler {
             // The process exec'd: its command line changed too.
             h.comm = cstr(&l.comm).to_vec();
             let path = self.proc_dir.join(pid.to_string()).join("cmdline");
-            h.cmdline = read_cmdline(&path, &mut self.buf, self.max_cmdline);
+            h.cmdline = read_cmdline(&path, &mut self.buf, self.max_cmdline, &self.redactor);
         }
 
         // thread_group_cputime() + cputime_adjust(): another /proc reader may have moved the
