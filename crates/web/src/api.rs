@@ -169,13 +169,62 @@ pub async fn charts() -> impl IntoResponse {
 /// `GET /api/v1/range`: the recorded span.
 pub async fn range(State(st): State<Arc<AppState>>) -> Result<Json<serde_json::Value>, ApiError> {
     let dir = st.cfg.dir.clone();
-    let (first, last) = crate::limits::light(&st.light, move || bounds(&dir)).await??;
+    let ((first, last), host) = crate::limits::light(&st.light, move || {
+        let b = bounds(&dir)?;
+        Ok::<_, ApiError>((b, newest_host(&dir, b.1)))
+    })
+    .await??;
+    let (host, kernel) = host.unwrap_or_default();
     Ok(Json(json!({
         "from_ns": first,
         "to_ns": last,
         "from": jitterscope_model::time::rfc3339(first),
         "to": jitterscope_model::time::rfc3339(last),
+        "host": host,
+        "kernel": kernel,
     })))
+}
+
+/// The host name and kernel of the sample at `ts` (the newest): the recorder's `--host`.
+fn newest_host(dir: &std::path::Path, ts: i64) -> Option<(String, String)> {
+    let reader = jitterscope_model::stored::SampleReader::open(dir).ok()?;
+    let s = reader
+        .samples(ts, ts, jitterscope_model::codec::Parts::NONE)
+        .ok()?
+        .next()?;
+    Some((s.host.hostname.clone(), s.host.kernel.clone()))
+}
+
+/// `GET /healthz`: 200 while the recorder records (the newest sample is at most
+/// `--metrics-max-age` old), else 503 with why; for a kubelet's probes and a load balancer.
+/// A liveness probe of the recorder's container on it restarts a recorder that stopped
+/// writing, as systemd's watchdog does for the service.
+pub async fn healthz(State(st): State<Arc<AppState>>) -> Response {
+    let dir = st.cfg.dir.clone();
+    let max_age = st.cfg.metrics_max_age;
+    let r = crate::limits::light(&st.light, move || {
+        let reader =
+            jitterscope_model::stored::SampleReader::open(&dir).map_err(|e| e.to_string())?;
+        let newest = reader
+            .store()
+            .latest_ts()
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| "the store holds no samples yet".to_string())?;
+        let now = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX);
+        let age = (now - newest).max(0) as f64 / 1e9;
+        if !max_age.is_zero() && age > max_age.as_secs_f64() {
+            return Err(format!(
+                "the newest sample is {age:.0} s old (more than {max_age:?}): is the recorder running?"
+            ));
+        }
+        Ok(format!("ok: the newest sample is {age:.1} s old"))
+    })
+    .await;
+    match r {
+        Ok(Ok(msg)) => (StatusCode::OK, format!("{msg}\n")).into_response(),
+        Ok(Err(why)) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response(),
+        Err(e) => e.into_response(),
+    }
 }
 
 /// Parameters of `/api/v1/series`.

@@ -11,7 +11,10 @@
 //! request whose peer is not loopback. Binding anything else needs a token, which every
 //! request must then carry (`Authorization: Bearer …`, or `?token=` for a browser's first
 //! page, which sets a same-site cookie for the page's own requests). Only GET and HEAD are
-//! routed.
+//! routed. With `public_metrics`, `/metrics` and `/healthz` are served to any client without
+//! the token (as node_exporter's are), so a Prometheus and a kubelet reach them on the pod's
+//! address, and the server may listen beyond loopback without a token; the UI and the API
+//! stay loopback-only (or token-only).
 
 pub mod api;
 pub mod assets;
@@ -53,7 +56,12 @@ pub struct Config {
     pub clickhouse: Option<String>,
     /// Its user and password, when not the default user.
     pub clickhouse_user: Option<(String, String)>,
+    /// `/metrics` and `/healthz` to any client, without the token.
+    pub public_metrics: bool,
 }
+
+/// The paths `public_metrics` opens.
+const PUBLIC: &[&str] = &["/metrics", "/healthz"];
 
 /// Shared by the handlers.
 #[derive(Debug)]
@@ -87,9 +95,9 @@ impl AppState {
 
 /// Refuses a configuration that would expose the store without a token.
 pub fn check(cfg: &Config) -> Result<()> {
-    if !cfg.listen.ip().is_loopback() && cfg.token.is_none() {
+    if !cfg.listen.ip().is_loopback() && cfg.token.is_none() && !cfg.public_metrics {
         bail!(
-            "{} is not a loopback address: serving it needs --auth-token-file (every request then carries the token)",
+            "{} is not a loopback address: serving it needs --auth-token-file (every request then carries the token), or --public-metrics to serve only /metrics and /healthz beyond loopback",
             cfg.listen
         );
     }
@@ -169,6 +177,9 @@ async fn access(
     req: Request,
     next: Next,
 ) -> Response {
+    if st.cfg.public_metrics && PUBLIC.contains(&req.uri().path()) {
+        return next.run(req).await;
+    }
     match &st.cfg.token {
         Some(t) => match token_of(&req) {
             Some((given, how)) if same(given.as_bytes(), t.as_bytes()) => {
@@ -204,6 +215,7 @@ pub fn router(st: Arc<AppState>) -> Router {
         .route("/", get(assets::index))
         .route("/assets/{name}", get(assets::file))
         .route("/metrics", get(prom::metrics))
+        .route("/healthz", get(api::healthz))
         .route("/api/v1/openapi.json", get(assets::openapi))
         .route("/api/v1/metrics", get(api::metrics))
         .route("/api/v1/charts", get(api::charts))
@@ -346,6 +358,7 @@ mod tests {
             metrics_max_age: Duration::from_secs(60),
             clickhouse: None,
             clickhouse_user: None,
+            public_metrics: false,
             build: Vec::new(),
         };
         assert!(check(&cfg)
@@ -374,6 +387,7 @@ mod tests {
             metrics_max_age: Duration::from_secs(60),
             clickhouse: None,
             clickhouse_user: None,
+            public_metrics: false,
             build: Vec::new(),
         };
         let e = check(&cfg).unwrap_err().to_string();

@@ -89,6 +89,8 @@ struct Folded {
     clients: HashMap<IpAddr, i64>,
     /// `jitterscope_cgroup_info` of the newest sample.
     info: String,
+    /// The newest sample's host name and kernel: `jitterscope_host_info`.
+    host: Option<(String, String)>,
 }
 
 impl Folded {
@@ -147,6 +149,7 @@ impl Folded {
             }
         }
         if newest {
+            self.host = Some((cur.host.hostname.clone(), cur.host.kernel.clone()));
             self.info = jitterscope_model::openmetrics::cgroup_info(
                 cur.cgroups.iter().flatten().map(|c| (c, None)),
             );
@@ -415,6 +418,19 @@ impl Folded {
                 .collect();
             line(&mut f.lines, "jitterscope_build_info", &ls, 1.0);
         }
+        if let Some((host, kernel)) = &self.host {
+            let f = fams.family("jitterscope_host", "info", || {
+                "The host these metrics are of, as its recorder names it (`record --host`; the \
+                 fleet's `host` label), and its kernel"
+                    .into()
+            });
+            line(
+                &mut f.lines,
+                "jitterscope_host_info",
+                &[("host", host.as_str()), ("kernel", kernel.as_str())],
+                1.0,
+            );
+        }
         let mut out = String::with_capacity(128 * 1024);
         fams.write(&mut out);
         out.push_str(&self.info);
@@ -465,6 +481,7 @@ pub fn names_table() -> String {
     out.push_str(
         "| (none) | (none) | `jitterscope_build_info` (info) | | `version`, `revision` |\n",
     );
+    out.push_str("| (none) | (none) | `jitterscope_host_info` (info) | | `host`, `kernel` |\n");
     out
 }
 

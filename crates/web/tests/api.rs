@@ -25,6 +25,7 @@ fn start(ip: IpAddr, dir: PathBuf, token: Option<&str>, max_age: Duration) -> So
         clickhouse: None,
         clickhouse_user: None,
         build: Vec::new(),
+        public_metrics: false,
     };
     jitterscope_web::check(&cfg).unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -337,7 +338,7 @@ fn openapi_documents_every_route() {
         .lines()
         .filter_map(|l| l.trim().strip_prefix(".route(\""))
         .map(|l| &l[..l.find('"').unwrap()])
-        .filter(|p| p.starts_with("/api/") || *p == "/metrics")
+        .filter(|p| p.starts_with("/api/") || *p == "/metrics" || *p == "/healthz")
         .collect();
     assert!(routed.len() >= 8);
     for r in &routed {
@@ -489,6 +490,7 @@ fn non_loopback_clients_need_the_token() {
         clickhouse: None,
         clickhouse_user: None,
         build: Vec::new(),
+        public_metrics: false,
     };
     assert!(jitterscope_web::check(&cfg).is_err());
     let open = {
@@ -568,6 +570,88 @@ fn non_loopback_clients_need_the_token() {
         &[],
     );
     assert_eq!(st, 401);
+}
+
+#[test]
+fn healthz_says_whether_the_recorder_records() {
+    // The fixture's newest sample is days old: fresh for a server that takes any age, stale
+    // for one that takes a minute.
+    let any = start(
+        "127.0.0.1".parse().unwrap(),
+        store("idle"),
+        None,
+        Duration::ZERO,
+    );
+    let (st, _, body) = request(any, "GET", "/healthz", &[]);
+    assert_eq!(st, 200, "{}", String::from_utf8_lossy(&body));
+    assert!(String::from_utf8_lossy(&body).starts_with("ok: the newest sample is "));
+    let minute = start(
+        "127.0.0.1".parse().unwrap(),
+        store("idle"),
+        None,
+        Duration::from_secs(60),
+    );
+    let (st, _, body) = request(minute, "GET", "/healthz", &[]);
+    assert_eq!(st, 503);
+    assert!(
+        String::from_utf8_lossy(&body).contains("is the recorder running?"),
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    // The range names the host, as the recorder named it.
+    let (st, r) = get_json(any, "/api/v1/range");
+    assert_eq!(st, 200);
+    assert!(!r["host"].as_str().unwrap_or("").is_empty(), "{r}");
+    assert!(!r["kernel"].as_str().unwrap_or("").is_empty(), "{r}");
+}
+
+#[test]
+fn public_metrics_open_metrics_and_healthz_only() {
+    let Some(ip) = non_loopback_ip() else {
+        return jitterscope_testkit::skip(
+            "public_metrics_open_metrics_and_healthz_only",
+            "no non-loopback IPv4 address on this host",
+        );
+    };
+    let any: IpAddr = "0.0.0.0".parse().unwrap();
+    let cfg = Config {
+        listen: SocketAddr::new(any, 0),
+        dir: store("idle"),
+        token: None,
+        top_processes: 3,
+        metrics_max_age: Duration::ZERO,
+        clickhouse: None,
+        clickhouse_user: None,
+        build: Vec::new(),
+        public_metrics: true,
+    };
+    jitterscope_web::check(&cfg).expect("no token needed beyond loopback with public metrics");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async move {
+            let l = tokio::net::TcpListener::bind(cfg.listen).await.unwrap();
+            tx.send(l.local_addr().unwrap().port()).unwrap();
+            let st = AppState::new(cfg).unwrap();
+            jitterscope_web::serve(l, st, std::future::pending())
+                .await
+                .unwrap();
+        });
+    });
+    let to = SocketAddr::new(ip, rx.recv().unwrap());
+    let (st, _, body) = request(to, "GET", "/metrics", &[]);
+    assert_eq!(st, 200);
+    let body = String::from_utf8_lossy(&body);
+    assert!(body.contains("jitterscope_host_info{host=\""), "{body}");
+    assert_eq!(request(to, "GET", "/healthz", &[]).0, 200);
+    for private in [
+        "/api/v1/range",
+        "/",
+        "/api/v1/events",
+        "/metrics/../api/v1/range",
+    ] {
+        assert_eq!(request(to, "GET", private, &[]).0, 403, "{private}");
+    }
 }
 
 #[test]

@@ -25,6 +25,7 @@ fn state() -> Arc<AppState> {
         clickhouse: None,
         clickhouse_user: None,
         build: Vec::new(),
+        public_metrics: false,
     })
     .unwrap()
 }
