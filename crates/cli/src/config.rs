@@ -7,6 +7,11 @@
 //! environment variables as their `env`, on the same clap definition that parses the command
 //! line: the file accepts exactly what the flags accept, checked by the same value parsers.
 //! The commented example file is generated from that definition too, so it cannot drift.
+//!
+//! The other commands read the recorder's store, so they take its `dir` from the file too
+//! (`[record]`, else `[serve]`), and `fleet` the ClickHouse of `[serve]` or `[record]`, at
+//! the same precedence. A file that is named but missing, or that does not check, stops every
+//! command: a reader that silently ignored it would read another store than the recorder's.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -143,36 +148,165 @@ fn read(cmd: &Command, path: &Path) -> Result<Values> {
                     argv.push(format!("--{long}={v}"));
                 }
             }
-            let checked = cmd
-                .clone()
-                .try_get_matches_from(&argv)
-                .map_err(|e| {
-                    let why = e.to_string();
-                    why.lines()
-                        .next()
-                        .unwrap_or_default()
-                        .trim_start_matches("error: ")
-                        .to_string()
-                })
-                .and_then(|m| semantic(name, &m).map_err(|e| format!("{e:#}")));
-            if let Err(why) = checked {
-                bail!("{p}:{line}: {key}: {why}");
+            // Alone first, so a bad value is blamed on its own line; the checks that involve
+            // other options follow, on the whole section.
+            let checked = cmd.clone().try_get_matches_from(&argv);
+            match checked {
+                // An option that needs another (a user needs a password file) is checked with
+                // the whole section below.
+                Err(e) if e.kind() == clap::error::ErrorKind::MissingRequiredArgument => {}
+                Err(e) => bail!("{p}:{line}: {key}: {}", first_line(&e.to_string())),
+                Ok(_) => {}
             }
             section.insert(arg.get_id().to_string(), (raw, line));
         }
+        let line = doc
+            .key(name)
+            .and_then(|k| k.span())
+            .map_or(0, |s| line_of(&text, s.start));
+        check_section(cmd, path, name, section, line)?;
     }
     Ok(out)
+}
+
+/// A clap error as one line, without its `error: ` and its usage and help lines (some
+/// errors list what they are about on the lines after the first).
+fn first_line(e: &str) -> String {
+    e.lines()
+        .map(str::trim)
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+        .trim_start_matches("error: ")
+        .to_string()
+}
+
+/// The arguments a command line would carry for the file's values of one section.
+fn argv_of(
+    cmd: &Command,
+    name: &str,
+    section: &BTreeMap<String, (Vec<String>, usize)>,
+) -> Vec<String> {
+    let mut argv: Vec<String> = vec!["jitterscope".into(), name.into()];
+    let Some(sub) = cmd.find_subcommand(name) else {
+        return argv;
+    };
+    for (id, (raw, _)) in section {
+        let Some(arg) = options(sub).find(|a| a.get_id().as_str() == id) else {
+            continue;
+        };
+        let long = arg.get_long().unwrap_or(id);
+        if is_flag(arg) {
+            if raw.first().map(String::as_str) == Some("true") {
+                argv.push(format!("--{long}"));
+            }
+        } else {
+            for v in raw {
+                argv.push(format!("--{long}={v}"));
+            }
+        }
+    }
+    argv
+}
+
+/// The section's values together, as the command would get them from flags: conflicts
+/// (`no-tracers` with `tracers`), options that need one another, and the command's own checks
+/// (a URL that cannot work). The error names the file, the line and the key it involves (the
+/// later one when it involves two).
+fn check_section(
+    cmd: &Command,
+    path: &Path,
+    name: &str,
+    section: &BTreeMap<String, (Vec<String>, usize)>,
+    header_line: usize,
+) -> Result<()> {
+    let problem = |section: &BTreeMap<String, (Vec<String>, usize)>| -> Option<String> {
+        let argv = argv_of(cmd, name, section);
+        match cmd.clone().try_get_matches_from(&argv) {
+            Err(e) => Some(first_line(&e.to_string())),
+            Ok(m) => semantic(name, &m).err().map(|e| format!("{e:#}")),
+        }
+    };
+    let Some(why) = problem(section) else {
+        return Ok(());
+    };
+    let sub = cmd.find_subcommand(name);
+    // A message that names none of the file's keys (`--remote-write-user` needs a password
+    // file, and the message names the file option) is blamed on the key without which the
+    // section checks, the last one in the file first.
+    let (key, line) = blame(sub, section, &why)
+        .or_else(|| {
+            let mut keys: Vec<(&String, usize)> =
+                section.iter().map(|(id, (_, l))| (id, *l)).collect();
+            keys.sort_by_key(|(_, l)| std::cmp::Reverse(*l));
+            keys.into_iter().find_map(|(id, line)| {
+                let mut without = section.clone();
+                without.remove(id);
+                problem(&without).is_none().then(|| {
+                    let long = sub
+                        .and_then(|c| options(c).find(|a| a.get_id() == id))
+                        .and_then(|a| a.get_long())
+                        .unwrap_or(id);
+                    (long.to_string(), line)
+                })
+            })
+        })
+        .unwrap_or_else(|| (String::new(), header_line));
+    let p = path.display();
+    if key.is_empty() {
+        bail!("{p}:{line}: [{name}]: {why}");
+    }
+    bail!("{p}:{line}: {key}: {why}")
+}
+
+/// Of the section's keys, the one an error message names as a flag (`--no-tracers`), the
+/// last in the file when it names several: with two options in conflict, the one that came
+/// second is the one that contradicts.
+fn blame(
+    sub: Option<&Command>,
+    section: &BTreeMap<String, (Vec<String>, usize)>,
+    why: &str,
+) -> Option<(String, usize)> {
+    let sub = sub?;
+    section
+        .iter()
+        .filter_map(|(id, (_, line))| {
+            let long = options(sub)
+                .find(|a| a.get_id().as_str() == id)?
+                .get_long()?;
+            names_flag(why, long).then(|| (long.to_string(), *line))
+        })
+        .max_by_key(|(_, line)| *line)
+}
+
+/// Whether `text` names `--long` as a whole flag (not `--remote-write` in
+/// `--remote-write-label`).
+fn names_flag(text: &str, long: &str) -> bool {
+    let flag = format!("--{long}");
+    text.match_indices(&flag).any(|(at, _)| {
+        !text[at + flag.len()..]
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    })
 }
 
 /// The checks a command makes on its values beyond clap's parsers (bounds that depend on
 /// what the value means, such as `--retain` at least 1m).
 fn semantic(section: &str, m: &clap::ArgMatches) -> Result<()> {
-    use clap::FromArgMatches;
     let Some((_, m)) = m.subcommand() else {
         return Ok(());
     };
+    semantic_sub(section, m)
+}
+
+/// [`semantic`] on the section command's own matches.
+fn semantic_sub(section: &str, m: &clap::ArgMatches) -> Result<()> {
+    use clap::FromArgMatches;
     match section {
         "record" => crate::record::validate(&crate::record::RecordArgs::from_arg_matches(m)?),
+        "serve" => crate::serve::validate(&crate::serve::ServeArgs::from_arg_matches(m)?),
         _ => Ok(()),
     }
 }
@@ -204,12 +338,93 @@ fn raw_values(arg: &Arg, v: &toml_edit::Item) -> Result<Vec<String>, String> {
     }
 }
 
+/// The commands that read the store but are not configured by a table of their own: they
+/// take the store directory (and `fleet` the ClickHouse) from the recorder's and the
+/// server's tables. `lab` is not one: its `--dir` is where a run keeps its own recording.
+const NOT_READERS: &[&str] = &[
+    "record",
+    "serve",
+    "config",
+    "lab",
+    "completions",
+    "manpages",
+];
+
+/// The reader options that come from the tables, and the tables they come from, first first:
+/// the store the recorder writes, and the ClickHouse the server queries or else the one the
+/// recorder pushes to.
+const READER_KEYS: &[(&str, &[&str])] = &[
+    ("dir", &["record", "serve"]),
+    ("clickhouse", &["serve", "record"]),
+];
+
+/// The ClickHouse credentials go with the URL they were given for.
+const CLICKHOUSE_CREDENTIALS: &[&str] = &["clickhouse_user", "clickhouse_password_file"];
+
+/// For a reader, the file's value of option `id`, with its section and line. Credentials
+/// come from the section whose `clickhouse` the reader takes, never one from each.
+fn reader_value<'v>(
+    values: &'v Values,
+    id: &str,
+) -> Option<(&'v Vec<String>, &'static str, usize)> {
+    let key = if CLICKHOUSE_CREDENTIALS.contains(&id) {
+        "clickhouse"
+    } else {
+        id
+    };
+    let (_, from) = READER_KEYS.iter().find(|(k, _)| *k == key)?;
+    let sec = from
+        .iter()
+        .find(|s| values.get(**s).is_some_and(|v| v.contains_key(key)))?;
+    values.get(*sec)?.get(id).map(|(v, l)| (v, *sec, *l))
+}
+
+/// Installs the file's reader keys into every reader command, below their flags and their
+/// environment variables, recursively (`fleet episodes`).
+fn install_readers(mut cmd: Command, values: &Values) -> Command {
+    let names: Vec<String> = cmd
+        .get_subcommands()
+        .map(|c| c.get_name().to_string())
+        .filter(|n| !NOT_READERS.contains(&n.as_str()))
+        .collect();
+    for name in names {
+        cmd = cmd.mut_subcommand(name.as_str(), |mut sub| {
+            let ids: Vec<String> = sub
+                .get_arguments()
+                .map(|a| a.get_id().to_string())
+                .filter(|id| {
+                    READER_KEYS.iter().any(|(k, _)| k == id)
+                        || CLICKHOUSE_CREDENTIALS.contains(&id.as_str())
+                })
+                .collect();
+            for id in ids {
+                let given = reader_value(values, &id).map(|(v, _, _)| v.clone());
+                sub = sub.mut_arg(id.as_str(), |a| {
+                    let a = if a.get_env().is_none() {
+                        a.env(env_name(&id))
+                    } else {
+                        a
+                    };
+                    match given {
+                        // clap checks required options before it fills in defaults.
+                        Some(v) => a.default_values(v).required(false),
+                        None => a,
+                    }
+                });
+            }
+            install_readers(sub, values)
+        });
+    }
+    cmd
+}
+
 /// Installs the environment variables and the file's values (if any) into the definition.
 pub fn apply(mut cmd: Command, file: Option<&Path>) -> Result<(Command, Values)> {
     let values = match file {
         Some(p) => read(&cmd, p)?,
         None => Values::new(),
     };
+    cmd = install_readers(cmd, &values);
     for &sec in SECTIONS {
         let given = values.get(sec).cloned().unwrap_or_default();
         cmd = cmd.mut_subcommand(sec, |mut sub| {
@@ -228,6 +443,191 @@ pub fn apply(mut cmd: Command, file: Option<&Path>) -> Result<(Command, Values)>
         });
     }
     Ok((cmd, values))
+}
+
+/// Options that do nothing unless another option says so: (section, option, the condition,
+/// what to say). The recorder would take them and ignore them; `config check` refuses them
+/// and `record`/`serve` warn, so a setting that looks active but is not is never silent.
+type Needs = (
+    &'static str,
+    &'static [&'static str],
+    fn(&Raw) -> bool,
+    &'static str,
+);
+
+/// The raw values of the options a command got, by id (none: unset).
+pub struct Raw<'m>(&'m clap::ArgMatches);
+
+impl Raw<'_> {
+    fn get(&self, id: &str) -> Option<String> {
+        self.0
+            .try_get_raw(id)
+            .ok()
+            .flatten()
+            .and_then(|mut v| v.next())
+            .map(|v| v.to_string_lossy().into_owned())
+    }
+    fn set(&self, id: &str) -> bool {
+        self.get(id).is_some()
+    }
+    fn flag(&self, id: &str) -> bool {
+        self.0.try_get_one::<bool>(id).ok().flatten() == Some(&true)
+    }
+}
+
+const NEEDS: &[Needs] = &[
+    (
+        "record",
+        &[
+            "remote_write_label",
+            "remote_write_select",
+            "remote_write_top",
+            "remote_write_flush",
+            "remote_write_bearer_token_file",
+            "remote_write_user",
+            "remote_write_password_file",
+            "remote_write_ca_file",
+        ],
+        |r| r.set("remote_write"),
+        "does nothing without remote-write",
+    ),
+    (
+        "record",
+        &[
+            "clickhouse_retain",
+            "clickhouse_user",
+            "clickhouse_password_file",
+            "clickhouse_inventory_every",
+        ],
+        |r| r.set("clickhouse"),
+        "does nothing without clickhouse",
+    ),
+    (
+        "record",
+        &["profile_stack", "no_profile_python"],
+        |r| r.get("profile_hz").as_deref() != Some("0"),
+        "does nothing with profile-hz = 0 (the profiler off)",
+    ),
+    (
+        "record",
+        &["syscall_tracers", "census_every"],
+        |r| !r.flag("no_tracers"),
+        "does nothing with no-tracers = true",
+    ),
+    (
+        "record",
+        &["census_every"],
+        |r| r.get("syscall_tracers").as_deref() != Some("always"),
+        "does nothing with on-demand-tracers = \"always\" (the tracers stay attached)",
+    ),
+    (
+        "serve",
+        &["clickhouse_user", "clickhouse_password_file"],
+        |r| r.set("clickhouse"),
+        "does nothing without clickhouse",
+    ),
+];
+
+/// The options of `section` that are set (`given`) but do nothing, with why.
+pub fn ignored(
+    section: &str,
+    m: &clap::ArgMatches,
+    given: impl Fn(&str) -> bool,
+) -> Vec<(&'static str, &'static str)> {
+    let raw = Raw(m);
+    let mut out = Vec::new();
+    for (sec, ids, holds, why) in NEEDS {
+        if *sec != section || holds(&raw) {
+            continue;
+        }
+        for id in ids.iter() {
+            if given(id) && !out.iter().any(|(i, _)| i == id) {
+                out.push((*id, *why));
+            }
+        }
+    }
+    out
+}
+
+/// Whether option `id` of `section` was given on the command line, or given another value
+/// than its built-in default in the environment or the file (a file value is a default value
+/// to clap). The example file with its defaults uncommented changes nothing, and says nothing.
+fn given_in(m: &clap::ArgMatches, values: &Values, section: &str, id: &str) -> bool {
+    let differs = || {
+        let raw: Vec<String> = m
+            .get_raw(id)
+            .map(|v| v.map(|s| s.to_string_lossy().into_owned()).collect())
+            .unwrap_or_default();
+        let pristine = <crate::Cli as clap::CommandFactory>::command();
+        let default: Vec<String> = pristine
+            .find_subcommand(section)
+            .and_then(|sub| options(sub).find(|a| a.get_id().as_str() == id))
+            .map(|a| {
+                if is_flag(a) && a.get_default_values().is_empty() {
+                    vec!["false".to_string()]
+                } else {
+                    a.get_default_values()
+                        .iter()
+                        .map(|v| v.to_string_lossy().into_owned())
+                        .collect()
+                }
+            })
+            .unwrap_or_default();
+        raw != default
+    };
+    match m.value_source(id) {
+        Some(ValueSource::CommandLine) => true,
+        Some(ValueSource::EnvVariable) => differs(),
+        Some(ValueSource::DefaultValue) => {
+            values.get(section).is_some_and(|s| s.contains_key(id)) && differs()
+        }
+        _ => false,
+    }
+}
+
+/// What `record` or `serve` says at start of the options it was given that do nothing, each
+/// with where it was given.
+pub fn ignored_notes(
+    cmd: &Command,
+    section: &str,
+    m: &clap::ArgMatches,
+    file: Option<&Path>,
+    values: &Values,
+) -> Vec<String> {
+    let Some(sub) = cmd.find_subcommand(section) else {
+        return Vec::new();
+    };
+    ignored(section, m, |id| given_in(m, values, section, id))
+        .into_iter()
+        .map(|(id, why)| {
+            let long = options(sub)
+                .find(|a| a.get_id().as_str() == id)
+                .and_then(|a| a.get_long())
+                .unwrap_or(id);
+            format!("{}{long}: {why}", origin(m, values, file, section, id))
+        })
+        .collect()
+}
+
+/// Where option `id` came from, as a prefix of a message (`/etc/…/jitterscope.toml:12: `,
+/// `JITTERSCOPE_X: `, or nothing for the command line).
+fn origin(
+    m: &clap::ArgMatches,
+    values: &Values,
+    file: Option<&Path>,
+    section: &str,
+    id: &str,
+) -> String {
+    match m.value_source(id) {
+        Some(ValueSource::EnvVariable) => format!("{}: ", env_name(id)),
+        Some(ValueSource::DefaultValue) => {
+            match (file, values.get(section).and_then(|s| s.get(id))) {
+                (Some(p), Some((_, line))) => format!("{}:{line}: ", p.display()),
+                _ => String::new(),
+            }
+        }
+        _ => String::new(),
+    }
 }
 
 /// Arguments of `config`.
@@ -253,10 +653,69 @@ pub fn run(a: ConfigArgs, cmd: Command, file: Option<&Path>, values: &Values) ->
             Ok(())
         }
         ConfigCmd::Check => {
-            print!("{}", effective(&cmd, file, values)?);
-            Ok(())
+            let problems = problems(&cmd, file, values);
+            if problems.is_empty() {
+                print!("{}", effective(&cmd, file, values)?);
+                return Ok(());
+            }
+            for p in &problems {
+                crate::logline::emit(crate::logline::Level::Error, p);
+            }
+            bail!(
+                "{} problem{} in the configuration: record and serve would refuse or ignore {}",
+                problems.len(),
+                if problems.len() == 1 { "" } else { "s" },
+                if problems.len() == 1 { "it" } else { "them" }
+            )
         }
     }
+}
+
+/// What `record` and `serve` would refuse or ignore in the effective configuration (the file
+/// with the environment over it, no flags): each a line naming where the value came from.
+/// The file alone was checked when it was read.
+fn problems(cmd: &Command, file: Option<&Path>, values: &Values) -> Vec<String> {
+    let mut out = Vec::new();
+    for &sec in SECTIONS {
+        let m = match cmd.clone().try_get_matches_from(["jitterscope", sec]) {
+            Ok(m) => m,
+            Err(e) => {
+                out.push(format!("[{sec}]: {}", first_line(&e.to_string())));
+                continue;
+            }
+        };
+        let Some((_, m)) = m.subcommand() else {
+            continue;
+        };
+        if let Err(e) = semantic_sub(sec, m) {
+            let why = format!("{e:#}");
+            // Blamed on an option the message names, where it was given.
+            let at = cmd.find_subcommand(sec).and_then(|sub| {
+                options(sub)
+                    .filter(|a| a.get_long().is_some_and(|l| names_flag(&why, l)))
+                    .map(|a| origin(m, values, file, sec, a.get_id().as_str()))
+                    .find(|o| !o.is_empty())
+            });
+            out.push(format!("{}[{sec}]: {why}", at.unwrap_or_default()));
+        }
+        if sec == "record" {
+            // Exporters the recorder would record without (a URL that cannot work or that
+            // carries a password): it starts and says so, but the configuration is wrong.
+            use clap::FromArgMatches;
+            if let Ok(a) = crate::record::RecordArgs::from_arg_matches(m) {
+                for p in a.url_problems() {
+                    let at = ["remote_write", "clickhouse"]
+                        .into_iter()
+                        .find(|id| p.starts_with(&format!("--{}", id.replace('_', "-"))))
+                        .map(|id| origin(m, values, file, sec, id))
+                        .unwrap_or_default();
+                    out.push(format!("{at}{}", p));
+                }
+            }
+        }
+        out.extend(ignored_notes(cmd, sec, m, file, values));
+    }
+    out
 }
 
 fn toml_value(arg: &Arg, raw: &[String]) -> String {
@@ -320,6 +779,36 @@ fn effective(cmd: &Command, file: Option<&Path>, values: &Values) -> Result<Stri
                 let _ = writeln!(out, "{long} = {}  # {source}", toml_value(arg, &raw));
             }
         }
+    }
+    // What the readers take from the tables above (dump, diagnose, top, events, fleet, ...).
+    let _ = writeln!(
+        out,
+        "\n# the readers (dump, diagnose, events, top, replay, flame, store, fleet) read:"
+    );
+    for (id, _) in READER_KEYS {
+        let env = env_name(id);
+        let (value, source) = match std::env::var(&env) {
+            Ok(v) if !v.is_empty() => (v, format!("env {env}")),
+            _ => match reader_value(values, id) {
+                Some((v, sec, line)) => (
+                    v.first().cloned().unwrap_or_default(),
+                    format!(
+                        "[{sec}] {}:{line}",
+                        file.map_or_else(String::new, |p| p.display().to_string())
+                    ),
+                ),
+                None if *id == "dir" => (crate::DEFAULT_DIR.to_string(), "default".into()),
+                None => {
+                    let _ = writeln!(out, "#   {id} =  # unset");
+                    continue;
+                }
+            },
+        };
+        let _ = writeln!(
+            out,
+            "#   {id} = {}  # {source}",
+            toml_edit::Value::from(value.as_str()).to_string().trim()
+        );
     }
     Ok(out)
 }
@@ -417,7 +906,7 @@ pub fn man_page(cmd: &Command) -> String {
         ".SH DESCRIPTION\n{}\n.PP\n{}\n.PP\n{}",
         esc("A TOML file with one table per long\u{2011}running command, [record] and [serve], whose keys are that command's long options without the leading dashes (profile-hz or profile_hz). A value is written as on the command line: a string, a number, true or false for a switch, or a list for an option that takes several."),
         esc("Precedence: a command-line flag wins over the environment variable JITTERSCOPE_<OPTION> (JITTERSCOPE_PROFILE_HZ=49), which wins over this file, which wins over the built-in default. --config FILE or JITTERSCOPE_CONFIG names another file; without them the default path is read if it exists."),
-        esc("An unknown key or a bad value stops record and serve with a one-line error naming the file, line and key; other commands ignore the file. jitterscope config check validates the file and prints the effective configuration with the source of each value; jitterscope config example prints a commented file with every option."),
+        esc("The other commands read the recorder's store: they take dir from [record] (else [serve]), and fleet takes clickhouse and its credentials from [serve] (else [record]), below their own flags and the environment. An unknown key, a bad value or a combination record or serve would refuse stops every command with a one-line error naming the file, line and key, as does a file named by --config or JITTERSCOPE_CONFIG that does not exist. jitterscope config check also refuses options that would do nothing (remote-write-top without remote-write), which record and serve only warn about, and prints the effective configuration with the source of each value; jitterscope config example prints a commented file with every option."),
     );
     for &sec in SECTIONS {
         let Some(sub) = cmd.find_subcommand(sec) else {

@@ -149,6 +149,13 @@ struct Engine {
 
 /// The fleet's ClickHouse, and the window of a question.
 fn fleet(e: &Engine, since: Duration) -> Result<(Fleet, Span)> {
+    crate::remote_write::check_clickhouse_url(&e.clickhouse)?;
+    crate::remote_write::pair(
+        &e.clickhouse_user,
+        &e.clickhouse_password_file,
+        "--clickhouse-user",
+        "--clickhouse-password-file",
+    )?;
     let user = match (&e.clickhouse_user, &e.clickhouse_password_file) {
         (Some(u), Some(f)) => Some((
             u.clone(),

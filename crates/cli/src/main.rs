@@ -1,6 +1,7 @@
 //! `jitterscope`: the command-line front end. A thin layer over the model and the store.
 
 mod config;
+mod confine;
 mod diagnose;
 mod dump;
 mod events;
@@ -14,6 +15,7 @@ mod prio;
 mod record;
 mod remote_write;
 mod serve;
+mod service;
 mod signals;
 mod status;
 mod store;
@@ -121,24 +123,6 @@ pub fn existing_store(arg: Option<PathBuf>, from: i64, to: i64) -> anyhow::Resul
     Ok(dir)
 }
 
-/// Whether the command line runs a command the configuration file configures (or checks).
-fn config_matters(argv: &[std::ffi::OsString]) -> bool {
-    let mut it = argv.iter().skip(1);
-    while let Some(a) = it.next() {
-        if a == "--config" {
-            it.next();
-            continue;
-        }
-        if a.to_str().is_some_and(|s| s.starts_with('-')) {
-            continue;
-        }
-        return a
-            .to_str()
-            .is_some_and(|w| config::SECTIONS.contains(&w) || w == "config");
-    }
-    false
-}
-
 fn main() -> ExitCode {
     // The lab's workers are this binary too, started outside clap (see jitterscope_lab::worker).
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -147,23 +131,30 @@ fn main() -> ExitCode {
     }
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let file = config::locate(&argv);
+    // Every command stops on a file that is missing or does not check: the readers take the
+    // store's directory from it, and one that ignored it would read another store.
     let (cmd, values) = match config::apply(Cli::command(), file.as_deref()) {
         Ok(x) => x,
-        // Only the commands the file configures refuse to start on a bad file: a reader such as
-        // `dump` still works on a host whose configuration is being fixed.
-        Err(e) if config_matters(&argv) => {
+        Err(e) => {
             logline::emit(logline::Level::Error, &format!("{e:#}"));
             return ExitCode::from(1);
         }
-        Err(_) => config::apply(Cli::command(), None).expect("no file, nothing to reject"),
     };
-    let cli = match Cli::from_arg_matches(&cmd.clone().get_matches_from(&argv)) {
+    let matches = cmd.clone().get_matches_from(&argv);
+    let cli = match Cli::from_arg_matches(&matches) {
         Ok(c) => c,
         Err(e) => e.exit(),
     };
+    // Options given to record or serve that do nothing, said when they start.
+    let ignored = match matches.subcommand() {
+        Some((name, m)) if config::SECTIONS.contains(&name) => {
+            config::ignored_notes(&cmd, name, m, file.as_deref(), &values)
+        }
+        _ => Vec::new(),
+    };
     let r = match cli.cmd {
         Cmd::Config(a) => config::run(a, cmd, file.as_deref(), &values),
-        Cmd::Record(a) => record::run(a),
+        Cmd::Record(a) => record::run(a, &ignored),
         Cmd::Dump(a) => dump::run(a),
         Cmd::Tracers(a) => tracers::run(a),
         Cmd::Flame(a) => flame::run_flame(a),
@@ -174,7 +165,7 @@ fn main() -> ExitCode {
         Cmd::Memleak(a) => memleak::run(a),
         Cmd::Top(a) => view::run_top(a),
         Cmd::Replay(a) => view::run_replay(a),
-        Cmd::Serve(a) => serve::run(a),
+        Cmd::Serve(a) => serve::run(a, &ignored),
         Cmd::Fleet(a) => fleet::run(a),
         Cmd::Completions(a) => manual::completions(a),
         Cmd::Manpages(a) => manual::manpages(a),

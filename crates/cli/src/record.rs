@@ -40,6 +40,12 @@ pub struct RecordArgs {
     /// Store directory [default: $JITTERSCOPE_DIR or /var/lib/jitterscope].
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// This host's name in everything recorded and exported: the samples (the name `serve`,
+    /// /metrics and `top` show), remote write's `host` label and ClickHouse's `host` column
+    /// [default: the kernel's host name]. In a Kubernetes DaemonSet give the node's name
+    /// (the downward API's spec.nodeName): the pod's own host name changes with every rollout.
+    #[arg(long, value_name = "NAME", alias = "fleet-host", value_parser = parse_host)]
+    host: Option<String>,
     /// Delete recorded data older than this (at least 1m: retention runs when the store
     /// opens, so less would delete the previous runs' data at start).
     #[arg(long, default_value = "7d", value_parser = parse_duration)]
@@ -110,6 +116,17 @@ pub struct RecordArgs {
     /// processes then show only the interpreter's native frames.
     #[arg(long)]
     no_profile_python: bool,
+    /// Also mask the value of arguments with this name in the command lines recorded, as a
+    /// glob matched without case (`*dsn*`, `conn-string`); repeat for more. Built in: values
+    /// of names with password, passwd, secret, token, key, apikey, auth, credential(s) or
+    /// cookie in them (`--password=x`, `--token x`, `PGPASSWORD=x`) and URL passwords
+    /// (`postgres://u:x@db`). The command lines are masked before they are stored, shown or
+    /// exported.
+    #[arg(long, value_name = "GLOB")]
+    redact_arg: Vec<String>,
+    /// Record no command lines at all (each process keeps its name, comm).
+    #[arg(long)]
+    no_cmdline: bool,
     /// Where per-process data comes from: `bpf` one read of a BPF task iterator per sample
     /// (root or CAP_BPF + CAP_PERFMON, BTF, kernel 5.8+), `procfs` the /proc/<pid> files,
     /// `auto` the iterator when it loads, else /proc. The process table is the same either way.
@@ -132,6 +149,27 @@ enum ProcSource {
 enum SyscallTracers {
     Auto,
     Always,
+}
+
+/// A host name as it goes into labels and rows: printable, no white space, at most 253
+/// bytes (a DNS name's limit).
+fn parse_host(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Err("the host name is empty".into());
+    }
+    if s.len() > 253 {
+        return Err(format!(
+            "{}…: longer than 253 bytes",
+            &s[..s.floor_char_boundary(40)]
+        ));
+    }
+    if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "{s:?}: a host name has no white space or control characters"
+        ));
+    }
+    Ok(s.to_string())
 }
 
 fn parse_tracer(s: &str) -> Result<jitterscope_bpf::Name, String> {
@@ -230,7 +268,6 @@ const MIN_RETAIN: Duration = Duration::from_secs(60);
 /// otherwise delete every closed segment.
 const MIN_MAX_SIZE: u64 = 1 << 20;
 
-/// Runs `record`.
 /// The checks on values that clap's parsers cannot make alone; the configuration file's
 /// values go through them too (`config check`), so a bad one names its line.
 pub fn validate(a: &RecordArgs) -> Result<()> {
@@ -253,6 +290,13 @@ pub fn validate(a: &RecordArgs) -> Result<()> {
         );
     }
     a.remote.validate()?;
+    redactor(a)?;
+    if a.no_cmdline && !a.redact_arg.is_empty() {
+        bail!("--redact-arg cannot be used with --no-cmdline: no command line is recorded");
+    }
+    if a.no_tracers && a.tracers.is_some() {
+        bail!("--tracers cannot be used with --no-tracers: give the tracers to run, or none");
+    }
     if a.duration == Some(Duration::ZERO) {
         bail!(
             "--duration 0 would stop before the first sample: leave it out to record until stopped"
@@ -261,10 +305,27 @@ pub fn validate(a: &RecordArgs) -> Result<()> {
     Ok(())
 }
 
-pub fn run(a: RecordArgs) -> Result<()> {
+/// Runs `record`; `ignored`: the options given that do nothing, said first.
+pub fn run(a: RecordArgs, ignored: &[String]) -> Result<()> {
     crate::logline::set_format(a.log_format);
     validate(&a)?;
-    let dir = crate::store_dir(a.dir);
+    for n in ignored {
+        warn(n);
+    }
+    // Before any thread starts, so every thread is under the filter from its first call.
+    let families = crate::confine::families(a.remote.exports());
+    match crate::confine::restrict_families(&families) {
+        Ok(()) => log(&format!(
+            "sockets: {} only",
+            families
+                .iter()
+                .map(|&f| crate::confine::name(f))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+        Err(e) => warn(&format!("sockets: not restricted: {e:#}")),
+    }
+    let dir = crate::store_dir(a.dir.clone());
     let mut cfg = StoreConfig::new(&dir);
     cfg.retain = a.retain;
     cfg.max_bytes = a.max_size;
@@ -305,16 +366,26 @@ pub fn run(a: RecordArgs) -> Result<()> {
         warn(&m);
     }
 
-    let host = HostInfo::read(&root);
+    let mut host = HostInfo::read(&root);
+    match &a.host {
+        Some(name) => host.hostname = name.clone(),
+        None => {
+            if let Some(m) = container_hostname(&root, &host.hostname) {
+                warn(&m);
+            }
+        }
+    }
+    let cmdlines = std::sync::Arc::new(redactor(&a)?);
     let mut sources = collectors(
         &root,
         &CollectConfig {
             slabinfo_period: a.slabinfo_interval,
             cgroup_settings_period: a.cgroup_settings_interval,
+            cmdlines: cmdlines.clone(),
         },
     );
     if a.proc_source != ProcSource::Procfs {
-        match jitterscope_bpf::tasks::TaskCollector::start(&root) {
+        match jitterscope_bpf::tasks::TaskCollector::start(&root, cmdlines) {
             Ok(c) => {
                 sources.replace(Box::new(c));
                 log("processes: read through the BPF task iterator");
@@ -450,7 +521,16 @@ pub fn run(a: RecordArgs) -> Result<()> {
     let mut next = monotonic_ns();
     let mut ticks_missed = 0u64;
     let mut statm_buf = Vec::with_capacity(128);
+    let mut watchdog = crate::service::Watchdog::from_env();
+    // A long interval must not starve the watchdog: the loop wakes in time to feed it.
+    let wake_ns = watchdog.max_sleep().map(|d| d.as_nanos() as u64);
+    crate::service::ready(&format!(
+        "recording every {:?} into {}",
+        a.interval,
+        dir.display()
+    ));
     while !STOP.load(Ordering::SeqCst) {
+        watchdog.feed();
         if let Some(d) = a.duration {
             if started.elapsed() >= d {
                 break;
@@ -458,7 +538,7 @@ pub fn run(a: RecordArgs) -> Result<()> {
         }
         let now = monotonic_ns();
         if now < next {
-            sleep_until_monotonic(next);
+            sleep_until_monotonic(wake_ns.map_or(next, |w| next.min(now + w)));
             continue; // re-check the stop flag and the clock after every wake-up
         }
         let lateness_ns = now - next;
@@ -497,6 +577,7 @@ pub fn run(a: RecordArgs) -> Result<()> {
             Err(TrySendError::Disconnected(_)) => bail!("the store writer thread stopped"),
         }
     }
+    crate::service::stopping();
     drop(tx);
     let w = writer_thread
         .join()
@@ -511,6 +592,37 @@ pub fn run(a: RecordArgs) -> Result<()> {
         shared.dropped.load(Ordering::Relaxed)
     ));
     Ok(())
+}
+
+impl RecordArgs {
+    /// See `RemoteWriteArgs::url_problems`.
+    pub fn url_problems(&self) -> Vec<String> {
+        self.remote.url_problems()
+    }
+}
+
+/// What of each command line the recorder keeps.
+fn redactor(a: &RecordArgs) -> Result<jitterscope_sources::redact::Redactor> {
+    if a.no_cmdline {
+        return Ok(jitterscope_sources::redact::Redactor::off());
+    }
+    jitterscope_sources::redact::Redactor::new(&a.redact_arg)
+        .map_err(|e| anyhow::anyhow!("--redact-arg {e}"))
+}
+
+/// When the kernel's host name is a container's (this process is in another UTS namespace
+/// than PID 1, as a pod without hostNetwork is), what that costs: the fleet would key this
+/// node by a name that changes with every rollout.
+fn container_hostname(root: &Root, hostname: &str) -> Option<String> {
+    let ns = |p: &str| std::fs::read_link(root.path(p)).ok();
+    let (own, init) = (ns("/proc/self/ns/uts")?, ns("/proc/1/ns/uts")?);
+    (own != init).then(|| {
+        format!(
+            "host: `{hostname}` is this container's host name, not the node's (another UTS \
+             namespace than PID 1's): set `host` (--host, JITTERSCOPE_HOST; in Kubernetes the \
+             downward API's spec.nodeName) so that the node keeps one name across restarts"
+        )
+    })
 }
 
 /// A log line for an episode mark.

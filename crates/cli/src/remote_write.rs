@@ -19,9 +19,6 @@ pub struct RemoteWriteArgs {
     /// the write-ahead log: an outage is backfilled from it when the receiver answers again.
     #[arg(long, value_name = "URL")]
     pub remote_write: Option<String>,
-    /// The value of the `host` label on every series sent [default: the host name].
-    #[arg(long, value_name = "NAME")]
-    pub fleet_host: Option<String>,
     /// A label added to every series sent, NAME=VALUE; repeat for more.
     #[arg(long, value_name = "NAME=VALUE", value_parser = parse_label)]
     pub remote_write_label: Vec<(String, String)>,
@@ -91,6 +88,27 @@ fn parse_label(s: &str) -> Result<(String, String), String> {
     Ok((k.to_string(), v.to_string()))
 }
 
+/// Where remote write's credentials go instead of its URL.
+const RW_CREDENTIALS: &str =
+    "--remote-write-user and --remote-write-password-file, or --remote-write-bearer-token-file";
+/// Where ClickHouse's credentials go instead of its URL.
+const CH_CREDENTIALS: &str = "--clickhouse-user and --clickhouse-password-file";
+
+/// A ClickHouse URL that can work and carries no credentials (`serve`, `fleet`, and
+/// `config check` for `record`).
+pub fn check_clickhouse_url(url: &str) -> Result<()> {
+    jitterscope_fleet::url::check(url, "--clickhouse", CH_CREDENTIALS).map_err(anyhow::Error::msg)
+}
+
+/// A user and a password file go together.
+pub fn pair<A, B>(user: &Option<A>, file: &Option<B>, u: &str, f: &str) -> Result<()> {
+    match (user.is_some(), file.is_some()) {
+        (true, false) => bail!("{u} needs {f}"),
+        (false, true) => bail!("{f} needs {u}"),
+        _ => Ok(()),
+    }
+}
+
 /// A secret from a file: its content less surrounding white space (a trailing newline, or
 /// `\r\n` from an editor, would make an invalid header).
 pub fn secret(path: &Path, what: &str) -> Result<String> {
@@ -124,32 +142,73 @@ impl RemoteWriteArgs {
         if !every.is_zero() && every < Duration::from_secs(1) {
             bail!("--clickhouse-inventory-every is at least 1s (or 0s: no inventory)");
         }
-        Ok(())
+        // clap enforces these between flags; a configuration file's values are defaults to
+        // clap, which it does not check against each other.
+        if self.remote_write_bearer_token_file.is_some() && self.remote_write_user.is_some() {
+            bail!("--remote-write-bearer-token-file cannot be used with --remote-write-user: give one kind of authentication");
+        }
+        pair(
+            &self.remote_write_user,
+            &self.remote_write_password_file,
+            "--remote-write-user",
+            "--remote-write-password-file",
+        )?;
+        pair(
+            &self.clickhouse_user,
+            &self.clickhouse_password_file,
+            "--clickhouse-user",
+            "--clickhouse-password-file",
+        )
     }
 
-    /// The `host` of what leaves this recorder.
-    fn host(&self, hostname: &str) -> String {
-        self.fleet_host
-            .clone()
-            .unwrap_or_else(|| hostname.to_string())
+    /// URLs that cannot work or that carry credentials. `config check` refuses them; the
+    /// recorder records without the exporter they name (a typo in a unit file must not leave
+    /// the host without its recorder) and says why once.
+    pub fn url_problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(u) = &self.remote_write {
+            if let Err(e) = jitterscope_fleet::url::check(u, "--remote-write", RW_CREDENTIALS) {
+                out.push(e);
+            }
+        }
+        if let Some(u) = &self.clickhouse {
+            if let Err(e) = check_clickhouse_url(u) {
+                out.push(format!("{e:#}"));
+            }
+        }
+        out
     }
 
-    /// Starts the episode pusher when `--clickhouse` is given.
+    /// Whether anything is sent off the host (the recorder then needs IP sockets).
+    pub fn exports(&self) -> bool {
+        self.remote_write.is_some() || self.clickhouse.is_some()
+    }
+
+    /// Starts the episode pusher when `--clickhouse` is given; `host`: the `host` column.
     pub fn start_clickhouse(
         &self,
         dir: &Path,
-        hostname: &str,
+        host: &str,
     ) -> Result<Option<jitterscope_fleet::clickhouse::Pusher>> {
         let Some(url) = &self.clickhouse else {
             return Ok(None);
         };
+        if let Err(e) =
+            jitterscope_fleet::url::check_credentials(url, "--clickhouse", CH_CREDENTIALS)
+        {
+            crate::logline::emit(
+                crate::logline::Level::Warn,
+                &format!("clickhouse: {e}; episodes are not pushed (recording goes on)"),
+            );
+            return Ok(None);
+        }
         let user = match (&self.clickhouse_user, &self.clickhouse_password_file) {
             (Some(u), Some(f)) => Some((u.clone(), secret(f, "--clickhouse-password-file")?)),
             _ => None,
         };
         let cfg = jitterscope_fleet::clickhouse::Config {
             url: url.clone(),
-            host: self.host(hostname),
+            host: host.to_string(),
             retain_days: (self.clickhouse_retain.as_secs() / 86_400).max(1) as u32,
             dir: dir.to_path_buf(),
             flush: Duration::from_secs(5),
@@ -181,12 +240,22 @@ impl RemoteWriteArgs {
         Ok(Some(p))
     }
 
-    /// Starts the sender when `--remote-write` is given. The credentials files are read here:
-    /// a missing one is an error at start, not a silent anonymous sender.
-    pub fn start(&self, dir: &Path, hostname: &str, start_ns: i64) -> Result<Option<Sender>> {
+    /// Starts the sender when `--remote-write` is given; `host`: the `host` label. The
+    /// credentials files are read here: a missing one is an error at start, not a silent
+    /// anonymous sender.
+    pub fn start(&self, dir: &Path, host: &str, start_ns: i64) -> Result<Option<Sender>> {
         let Some(url) = &self.remote_write else {
             return Ok(None);
         };
+        if let Err(e) =
+            jitterscope_fleet::url::check_credentials(url, "--remote-write", RW_CREDENTIALS)
+        {
+            crate::logline::emit(
+                crate::logline::Level::Warn,
+                &format!("remote write: {e}; nothing is sent (recording goes on)"),
+            );
+            return Ok(None);
+        }
         let auth = match (
             &self.remote_write_bearer_token_file,
             &self.remote_write_user,
@@ -203,7 +272,7 @@ impl RemoteWriteArgs {
             },
             (None, None) => Auth::None,
         };
-        let mut labels = vec![("host".to_string(), self.host(hostname))];
+        let mut labels = vec![("host".to_string(), host.to_string())];
         for (k, v) in &self.remote_write_label {
             labels.retain(|(q, _)| q != k);
             labels.push((k.clone(), v.clone()));

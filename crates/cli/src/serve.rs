@@ -13,9 +13,16 @@ use crate::timearg::parse_duration;
 /// Arguments of `serve`.
 #[derive(Args, Debug)]
 pub struct ServeArgs {
-    /// Address to listen on. Anything but loopback needs --auth-token-file.
+    /// Address to listen on. Anything but loopback needs --auth-token-file or
+    /// --public-metrics.
     #[arg(long, default_value = "127.0.0.1:9630")]
     listen: SocketAddr,
+    /// Serve /metrics and /healthz to any client without a token, as node_exporter does, so
+    /// that Prometheus scrapes them and a kubelet probes them on the pod's address; the web UI
+    /// and the JSON API stay loopback-only (or need the token). With it, --listen may be any
+    /// address without --auth-token-file.
+    #[arg(long)]
+    public_metrics: bool,
     /// Store directory [default: $JITTERSCOPE_DIR or /var/lib/jitterscope].
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -38,7 +45,8 @@ pub struct ServeArgs {
     /// (the set `record --remote-write` sends).
     #[arg(long, default_value_t = 20)]
     metrics_top_processes: usize,
-    /// /metrics answers 503 when the newest sample is older than this (0: any age).
+    /// /metrics and /healthz answer 503 when the newest sample is older than this (0: any
+    /// age): a recorder that stopped must not look like a flat line.
     #[arg(long, default_value = "60s", value_parser = parse_zero_or_duration)]
     metrics_max_age: Duration,
 }
@@ -70,8 +78,32 @@ fn read_token_file(p: &Path) -> Result<String> {
         .map_err(|_| anyhow::anyhow!("the token file {} is not UTF-8 text", p.display()))
 }
 
-/// Runs `serve`.
-pub fn run(a: ServeArgs) -> Result<()> {
+/// The checks on values that clap's parsers cannot make alone (the configuration file's
+/// values go through them too, in `config check`).
+pub fn validate(a: &ServeArgs) -> Result<()> {
+    if !a.listen.ip().is_loopback() && a.auth_token_file.is_none() && !a.public_metrics {
+        bail!(
+            "--listen {} is not a loopback address: it needs --auth-token-file (every request then carries the token), or --public-metrics to serve only /metrics and /healthz beyond loopback",
+            a.listen
+        );
+    }
+    if let Some(u) = &a.clickhouse {
+        crate::remote_write::check_clickhouse_url(u)?;
+    }
+    crate::remote_write::pair(
+        &a.clickhouse_user,
+        &a.clickhouse_password_file,
+        "--clickhouse-user",
+        "--clickhouse-password-file",
+    )
+}
+
+/// Runs `serve`; `ignored`: the options given that do nothing, said first.
+pub fn run(a: ServeArgs, ignored: &[String]) -> Result<()> {
+    validate(&a)?;
+    for n in ignored {
+        crate::logline::emit(crate::logline::Level::Warn, n);
+    }
     let token = match &a.auth_token_file {
         Some(p) => {
             let t = read_token_file(p)?;
@@ -102,6 +134,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         ],
         clickhouse: a.clickhouse,
         clickhouse_user,
+        public_metrics: a.public_metrics,
     };
     crate::signals::install();
     jitterscope_web::run(cfg, &crate::signals::STOP)

@@ -191,14 +191,243 @@ fn a_bad_file_is_one_line_naming_file_line_and_key() {
             );
         }
     }
-    // Readers do not depend on the file: `dump` still works while it is being fixed.
-    let f = write(t.path(), "bad.toml", "[recrd]\n");
-    let o = js(&f, &[], &["dump", "--list"]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
     // A file named explicitly must exist.
     let o = js(&t.path().join("missing.toml"), &[], &["config", "check"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o.stderr).contains("cannot read the configuration file"));
+}
+
+/// Every reader: `dump`, `events`, `diagnose`, `top`, `replay`, `flame`, `top-functions`,
+/// `store check` and `fleet`. The store directory (and fleet's ClickHouse) come from the file
+/// alone; a missing or invalid file stops each of them with the file's one-line error.
+const READERS: &[&[&str]] = &[
+    &[
+        "dump",
+        "--from",
+        "1h ago",
+        "--select",
+        "cpu.usr_pct",
+        "--format",
+        "json",
+    ],
+    &["events", "--since", "1h"],
+    &["diagnose", "--since", "1h"],
+    &["top", "--json-once"],
+    &["replay", "--json-once"],
+    &["flame", "--from", "1h ago", "--folded"],
+    &["top-functions", "--from", "1h ago"],
+    &["store", "check"],
+    &["fleet", "episodes"],
+];
+
+#[test]
+fn every_reader_reads_the_store_the_file_names_and_stops_on_a_bad_file() {
+    let t = tempfile::tempdir().unwrap();
+    let store = t.path().join("recorded");
+    // The recorder too takes its directory from the file.
+    let f = write(
+        t.path(),
+        "js.toml",
+        &format!(
+            "[record]\ndir = {:?}\nno-tracers = true\nprofile-hz = 0\nnice = 0\nno-mlock = true\n\n[serve]\nclickhouse = \"http://127.0.0.1:9/?database=jsfleet\"\n",
+            store.display()
+        ),
+    );
+    let o = js(&f, &[], &["record", "--duration", "3s"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(store.is_dir(), "record did not write the file's dir");
+    for args in READERS {
+        let o = js(&f, &[], args);
+        let err = text(&o.stderr);
+        if args[0] == "fleet" {
+            // Nothing listens there: the error names the file's ClickHouse.
+            assert!(err.contains("127.0.0.1:9"), "{args:?}: {err}");
+            continue;
+        }
+        if args[0] == "flame" || args[0] == "top-functions" {
+            // Recorded without the profiler: the store was found and read.
+            assert!(
+                err.contains("no stack samples recorded between"),
+                "{args:?}: {err}"
+            );
+            continue;
+        }
+        assert!(
+            o.status.success(),
+            "{args:?} with the file's dir: {err}{}",
+            text(&o.stdout)
+        );
+        assert!(!err.contains("no store at"), "{args:?}: {err}");
+    }
+    // The environment still wins over the file, and a flag over both.
+    let o = js(
+        &f,
+        &[("JITTERSCOPE_DIR", "/nonexistent/js")],
+        &["events", "--since", "1h"],
+    );
+    assert!(
+        text(&o.stderr).contains("no store at /nonexistent/js"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = js(
+        &f,
+        &[("JITTERSCOPE_DIR", "/nonexistent/js")],
+        &["events", "--since", "1h", "--dir", s(&store)],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+
+    let missing = t.path().join("missing.toml");
+    let invalid = write(t.path(), "invalid.toml", "[record]\ndir = 7\nbogus = 1\n");
+    for args in READERS {
+        for (file, want) in [
+            (&missing, "cannot read the configuration file".to_string()),
+            (
+                &invalid,
+                format!("{}:3: unknown key `bogus`", invalid.display()),
+            ),
+        ] {
+            // As a flag too: every command lists --config.
+            let mut with_flag = vec!["--config", s(file)];
+            with_flag.extend_from_slice(args);
+            for argv in [args.to_vec(), with_flag] {
+                let o = js(file, &[], &argv);
+                let err = text(&o.stderr);
+                assert_eq!(o.status.code(), Some(1), "{argv:?}: {err}");
+                assert_eq!(err.lines().count(), 1, "{argv:?}: {err}");
+                assert!(err.contains(&want), "{argv:?}: {err}");
+            }
+        }
+    }
+}
+
+#[test]
+fn config_check_refuses_what_record_and_serve_would_refuse_or_ignore() {
+    let t = tempfile::tempdir().unwrap();
+    for (body, want) in [
+        (
+            "[record]\nno-tracers = true\ntracers = \"reclaim\"\n",
+            ":3: tracers: the argument '--no-tracers' cannot be used with '--tracers",
+        ),
+        (
+            "[record]\nremote-write = \"http://vm:8428/api/v1/write\"\nremote-write-user = \"u\"\n",
+            ":3: remote-write-user: the following required arguments were not provided: --remote-write-password-file",
+        ),
+        (
+            "[serve]\nlisten = \"0.0.0.0:9630\"\n",
+            ":2: listen: --listen 0.0.0.0:9630 is not a loopback address",
+        ),
+    ] {
+        let f = write(t.path(), "bad.toml", body);
+        for args in [&["config", "check"][..], &["record", "--duration", "1s"][..]] {
+            let o = js(&f, &[], args);
+            let err = text(&o.stderr);
+            assert_eq!(o.status.code(), Some(1), "{body:?} {args:?}: {err}");
+            assert!(
+                err.starts_with(&format!("jitterscope: error: {}{want}", f.display())),
+                "{body:?} {args:?}: {err}"
+            );
+            assert!(!err.contains("hunter2"), "the password is repeated: {err}");
+        }
+    }
+
+    // An exporter whose URL cannot work, or carries a password: config check refuses it;
+    // the recorder records without that exporter and says why (a typo must not leave the
+    // host without its recorder), never repeating the password.
+    for (body, want) in [
+        (
+            "[record]\nremote-write = \"ftp://x\"\n",
+            ":2: --remote-write ftp://x: the engine is reached over HTTP",
+        ),
+        (
+            "[record]\nclickhouse = \"http://u:hunter2@ch:8123/\"\n",
+            ":2: --clickhouse http://…@ch:8123/: credentials in a URL",
+        ),
+        (
+            "[record]\nremote-write = \"http://vm:8428/api/v1/write?access_token=hunter2\"\n",
+            ":2: --remote-write http://vm:8428/api/v1/write?access_token=…: the query parameter `access_token` holds a secret",
+        ),
+    ] {
+        let f = write(t.path(), "url.toml", body);
+        let o = js(&f, &[], &["config", "check"]);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{body:?}: {err}");
+        assert!(
+            err.starts_with(&format!("jitterscope: error: {}{want}", f.display())),
+            "{body:?}: {err}"
+        );
+        assert!(!err.contains("hunter2"), "the password is repeated: {err}");
+        let store = t.path().join("url-store");
+        let o = js(
+            &f,
+            &[],
+            &["record", "--duration", "2s", "--no-tracers", "--nice", "0", "--no-mlock", "--profile-hz", "0", "--dir", s(&store)],
+        );
+        let err = text(&o.stderr);
+        assert!(o.status.success(), "{body:?}: {err}");
+        assert!(!err.contains("hunter2"), "the password is repeated: {err}");
+        if body.contains("hunter2") {
+            assert!(err.contains("credentials in a URL") || err.contains("holds a secret"), "{err}");
+            assert!(err.contains("(recording goes on)"), "{err}");
+        }
+    }
+
+    // Options that do nothing without another: config check names each, with its line, and
+    // fails; the recorder says the same at start and records.
+    let f = write(
+        t.path(),
+        "ignored.toml",
+        "[record]\nremote-write-top = 25\nclickhouse-inventory-every = \"5m\"\nprofile-hz = 0\nprofile-stack = 4096\n\n[serve]\nclickhouse-user = \"u\"\nclickhouse-password-file = \"/etc/hostname\"\n",
+    );
+    let o = js(&f, &[], &["config", "check"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    let p = f.display();
+    for want in [
+        format!("{p}:2: remote-write-top: does nothing without remote-write"),
+        format!("{p}:3: clickhouse-inventory-every: does nothing without clickhouse"),
+        format!("{p}:5: profile-stack: does nothing with profile-hz = 0"),
+        format!("{p}:8: clickhouse-user: does nothing without clickhouse"),
+    ] {
+        assert!(err.contains(&want), "no `{want}` in:\n{err}");
+    }
+    // One that comes from the environment is named by its variable.
+    let o = js(
+        &f,
+        &[("JITTERSCOPE_REMOTE_WRITE_FLUSH", "9s")],
+        &["config", "check"],
+    );
+    assert!(
+        text(&o.stderr).contains(
+            "JITTERSCOPE_REMOTE_WRITE_FLUSH: remote-write-flush: does nothing without remote-write"
+        ),
+        "{}",
+        text(&o.stderr)
+    );
+    let store = t.path().join("store");
+    let o = js(
+        &f,
+        &[],
+        &[
+            "record",
+            "--duration",
+            "1s",
+            "--no-tracers",
+            "--nice",
+            "0",
+            "--no-mlock",
+            "--dir",
+            s(&store),
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains(&format!(
+            "{p}:2: remote-write-top: does nothing without remote-write"
+        )),
+        "{}",
+        text(&o.stderr)
+    );
 }
 
 #[test]

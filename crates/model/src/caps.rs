@@ -46,7 +46,7 @@ pub const RECORDER: &[(Cap, &str)] = &[
     (SYS_NICE, "running at a negative nice"),
     (
         SYSLOG,
-        "the kernel log (/dev/kmsg: OOM kills) when kernel.dmesg_restrict is 1",
+        "the kernel log (/dev/kmsg: OOM kills) when kernel.dmesg_restrict is 1, and kernel addresses in /proc/kallsyms (kernel frames, shrinker names, TLB senders) unless kernel.kptr_restrict is 0 and kernel.perf_event_paranoid at most 1",
     ),
 ];
 
@@ -154,7 +154,7 @@ mod tests {
             missing_in(e),
             [
                 "without CAP_SYS_RESOURCE: OOM protection (oom_score_adj) and raising RLIMIT_MEMLOCK to lock memory",
-                "without CAP_SYSLOG: the kernel log (/dev/kmsg: OOM kills) when kernel.dmesg_restrict is 1"
+                "without CAP_SYSLOG: the kernel log (/dev/kmsg: OOM kills) when kernel.dmesg_restrict is 1, and kernel addresses in /proc/kallsyms (kernel frames, shrinker names, TLB senders) unless kernel.kptr_restrict is 0 and kernel.perf_event_paranoid at most 1"
             ]
         );
         assert!(missing_in(u64::MAX).is_empty());
