@@ -112,6 +112,19 @@ fn the_ui_renders_findings_and_flame_graph_of_a_selected_window() {
         "six charts have data"
     );
     assert!(!dom.contains("class=\"error\""), "an error is shown");
+    // The header names the host as its recorder named it.
+    let answer = http_get("/api/v1/range", addr);
+    let range: serde_json::Value =
+        serde_json::from_str(answer.split_once("\r\n\r\n").unwrap().1).unwrap();
+    let host = range["host"].as_str().unwrap();
+    assert!(!host.is_empty(), "{range}");
+    assert!(
+        dom.contains(&format!(
+            "{host} · {}</span>",
+            range["kernel"].as_str().unwrap()
+        )),
+        "the header does not name {host}"
+    );
 
     // The same selection made by dragging across the first chart with real mouse events
     // (the DevTools protocol, driven by tests/web_drag.mjs), then a search in the flame graph.

@@ -273,6 +273,11 @@ async function main() {
     setStatus(e.message, true);
     return;
   }
+  // Which host this is: the fleet's name for it, the one its series and rows carry.
+  if (range.host) {
+    document.getElementById('host').textContent = range.host + (range.kernel ? ' · ' + range.kernel : '');
+    document.title = 'jitterscope · ' + range.host;
+  }
   const last = range.to_ns / 1e9;
   const from = parseTime(params.get('from') || '') ?? Math.max(range.from_ns / 1e9 - 1, last - 3600);
   const to = parseTime(params.get('to') || '') ?? last + 1;
