@@ -260,9 +260,24 @@ impl Recorder {
     fn start(dir: &Path, more: &[&str]) -> Result<Self> {
         let exe = std::env::current_exe().context("cannot find this executable")?;
         let mut cmd = Command::new(exe);
+        // Nor from the environment: no exporter, and no host name of the fleet's.
+        for (k, _) in std::env::vars_os() {
+            if k.to_str().is_some_and(|k| {
+                k.starts_with("JITTERSCOPE_REMOTE_WRITE")
+                    || k.starts_with("JITTERSCOPE_CLICKHOUSE")
+                    || k == "JITTERSCOPE_HOST"
+                    || k == "JITTERSCOPE_FLEET_HOST"
+            }) {
+                cmd.env_remove(k);
+            }
+        }
         cmd.args(["record", "--interval", "1s", "--dir"])
             .arg(dir)
             .args(more)
+            // The lab's recording checks this kernel; it is not the host's data. Under the
+            // host's configuration it would be sent to the fleet's engines under the host's
+            // name, beside the real recorder's seconds.
+            .env("JITTERSCOPE_CONFIG", "/dev/null")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
