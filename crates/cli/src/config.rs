@@ -426,7 +426,13 @@ pub fn apply(mut cmd: Command, file: Option<&Path>) -> Result<(Command, Values)>
     };
     cmd = install_readers(cmd, &values);
     for &sec in SECTIONS {
-        let given = values.get(sec).cloned().unwrap_or_default();
+        let mut given = values.get(sec).cloned().unwrap_or_default();
+        // serve serves the recorder's store: without a `dir` of its own, the recorder's.
+        if sec == "serve" && !given.contains_key("dir") {
+            if let Some(d) = values.get("record").and_then(|r| r.get("dir")) {
+                given.insert("dir".into(), d.clone());
+            }
+        }
         cmd = cmd.mut_subcommand(sec, |mut sub| {
             let ids: Vec<String> = options(&sub).map(|a| a.get_id().to_string()).collect();
             for id in ids {
@@ -764,13 +770,19 @@ fn effective(cmd: &Command, file: Option<&Path>, values: &Values) -> Result<Stri
                 .unwrap_or_default();
             let source = match m.value_source(id) {
                 Some(ValueSource::EnvVariable) => format!("env {}", env_name(id)),
-                Some(ValueSource::DefaultValue) => match values.get(sec).and_then(|s| s.get(id)) {
-                    Some((_, line)) => format!(
-                        "{}:{line}",
-                        file.map_or_else(String::new, |p| p.display().to_string())
-                    ),
-                    None => "default".into(),
-                },
+                Some(ValueSource::DefaultValue) => {
+                    let f = file.map_or_else(String::new, |p| p.display().to_string());
+                    match values.get(sec).and_then(|s| s.get(id)) {
+                        Some((_, line)) => format!("{f}:{line}"),
+                        // serve's dir taken from the recorder's.
+                        None => match values.get("record").and_then(|r| r.get(id)) {
+                            Some((_, line)) if sec == "serve" && id == "dir" => {
+                                format!("{f}:{line} ([record] dir)")
+                            }
+                            _ => "default".into(),
+                        },
+                    }
+                }
                 _ => "default".into(),
             };
             if raw.is_empty() {

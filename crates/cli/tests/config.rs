@@ -259,6 +259,18 @@ fn every_reader_reads_the_store_the_file_names_and_stops_on_a_bad_file() {
         );
         assert!(!err.contains("no store at"), "{args:?}: {err}");
     }
+    // serve serves the recorder's store, having no dir of its own in the file.
+    let o = js(&f, &[], &["config", "check"]);
+    let out = text(&o.stdout);
+    let serve_dir = out
+        .lines()
+        .skip_while(|l| *l != "[serve]")
+        .find(|l| l.starts_with("dir = "))
+        .unwrap_or_else(|| panic!("no serve dir in {out}"));
+    assert!(
+        serve_dir.contains(&store.display().to_string()),
+        "{serve_dir}"
+    );
     // The environment still wins over the file, and a flag over both.
     let o = js(
         &f,
