@@ -100,6 +100,21 @@ pub fn check_clickhouse_url(url: &str) -> Result<()> {
     jitterscope_fleet::url::check(url, "--clickhouse", CH_CREDENTIALS).map_err(anyhow::Error::msg)
 }
 
+/// Whether an exporter's URL carries credentials, which the recorder never uses: said once,
+/// without the secret, and the recorder records without that exporter.
+fn carries_credentials(url: &str, flag: &str, instead: &str, who: &str, so: &str) -> bool {
+    match jitterscope_fleet::url::check_credentials(url, flag, instead) {
+        Ok(()) => false,
+        Err(e) => {
+            crate::logline::emit(
+                crate::logline::Level::Warn,
+                &format!("{who}: {e}; {so} (recording goes on)"),
+            );
+            true
+        }
+    }
+}
+
 /// A user and a password file go together.
 pub fn pair<A, B>(user: &Option<A>, file: &Option<B>, u: &str, f: &str) -> Result<()> {
     match (user.is_some(), file.is_some()) {
@@ -193,13 +208,13 @@ impl RemoteWriteArgs {
         let Some(url) = &self.clickhouse else {
             return Ok(None);
         };
-        if let Err(e) =
-            jitterscope_fleet::url::check_credentials(url, "--clickhouse", CH_CREDENTIALS)
-        {
-            crate::logline::emit(
-                crate::logline::Level::Warn,
-                &format!("clickhouse: {e}; episodes are not pushed (recording goes on)"),
-            );
+        if carries_credentials(
+            url,
+            "--clickhouse",
+            CH_CREDENTIALS,
+            "clickhouse",
+            "episodes are not pushed",
+        ) {
             return Ok(None);
         }
         let user = match (&self.clickhouse_user, &self.clickhouse_password_file) {
@@ -247,13 +262,13 @@ impl RemoteWriteArgs {
         let Some(url) = &self.remote_write else {
             return Ok(None);
         };
-        if let Err(e) =
-            jitterscope_fleet::url::check_credentials(url, "--remote-write", RW_CREDENTIALS)
-        {
-            crate::logline::emit(
-                crate::logline::Level::Warn,
-                &format!("remote write: {e}; nothing is sent (recording goes on)"),
-            );
+        if carries_credentials(
+            url,
+            "--remote-write",
+            RW_CREDENTIALS,
+            "remote write",
+            "nothing is sent",
+        ) {
             return Ok(None);
         }
         let auth = match (

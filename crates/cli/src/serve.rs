@@ -81,12 +81,7 @@ fn read_token_file(p: &Path) -> Result<String> {
 /// The checks on values that clap's parsers cannot make alone (the configuration file's
 /// values go through them too, in `config check`).
 pub fn validate(a: &ServeArgs) -> Result<()> {
-    if !a.listen.ip().is_loopback() && a.auth_token_file.is_none() && !a.public_metrics {
-        bail!(
-            "--listen {} is not a loopback address: it needs --auth-token-file (every request then carries the token), or --public-metrics to serve only /metrics and /healthz beyond loopback",
-            a.listen
-        );
-    }
+    jitterscope_web::check_listen(a.listen, a.auth_token_file.is_some(), a.public_metrics)?;
     if let Some(u) = &a.clickhouse {
         crate::remote_write::check_clickhouse_url(u)?;
     }

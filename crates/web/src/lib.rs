@@ -93,14 +93,20 @@ impl AppState {
     }
 }
 
-/// Refuses a configuration that would expose the store without a token.
-pub fn check(cfg: &Config) -> Result<()> {
-    if !cfg.listen.ip().is_loopback() && cfg.token.is_none() && !cfg.public_metrics {
+/// Refuses to listen beyond loopback without a token, unless only the public paths are served
+/// to other clients (`serve`'s argument check says the same before the token file is read).
+pub fn check_listen(listen: SocketAddr, token: bool, public_metrics: bool) -> Result<()> {
+    if !listen.ip().is_loopback() && !token && !public_metrics {
         bail!(
-            "{} is not a loopback address: serving it needs --auth-token-file (every request then carries the token), or --public-metrics to serve only /metrics and /healthz beyond loopback",
-            cfg.listen
+            "--listen {listen} is not a loopback address: it needs --auth-token-file (every request then carries the token), or --public-metrics to serve only /metrics and /healthz beyond loopback"
         );
     }
+    Ok(())
+}
+
+/// Refuses a configuration that would expose the store without a token.
+pub fn check(cfg: &Config) -> Result<()> {
+    check_listen(cfg.listen, cfg.token.is_some(), cfg.public_metrics)?;
     if let Some(t) = &cfg.token {
         if t.len() < 16 {
             bail!(

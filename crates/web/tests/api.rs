@@ -470,6 +470,23 @@ fn non_loopback_ip() -> Option<IpAddr> {
     (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
 }
 
+/// Serves `cfg` without `check`, until the test process ends; its port.
+fn serve_unchecked(cfg: Config) -> u16 {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async move {
+            let l = tokio::net::TcpListener::bind(cfg.listen).await.unwrap();
+            tx.send(l.local_addr().unwrap().port()).unwrap();
+            let st = AppState::new(cfg).unwrap();
+            jitterscope_web::serve(l, st, std::future::pending())
+                .await
+                .unwrap();
+        });
+    });
+    rx.recv().unwrap()
+}
+
 #[test]
 fn non_loopback_clients_need_the_token() {
     let Some(ip) = non_loopback_ip() else {
@@ -493,21 +510,7 @@ fn non_loopback_clients_need_the_token() {
         public_metrics: false,
     };
     assert!(jitterscope_web::check(&cfg).is_err());
-    let open = {
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Runtime::new().unwrap();
-            rt.block_on(async move {
-                let l = tokio::net::TcpListener::bind(cfg.listen).await.unwrap();
-                tx.send(l.local_addr().unwrap().port()).unwrap();
-                let st = AppState::new(cfg).unwrap();
-                jitterscope_web::serve(l, st, std::future::pending())
-                    .await
-                    .unwrap();
-            });
-        });
-        rx.recv().unwrap()
-    };
+    let open = serve_unchecked(cfg);
     let (st, _, _) = request(SocketAddr::new(ip, open), "GET", "/api/v1/range", &[]);
     assert_eq!(st, 403, "a non-loopback client without a token configured");
     let (st, _, _) = request(
@@ -626,19 +629,7 @@ fn public_metrics_open_metrics_and_healthz_only() {
         public_metrics: true,
     };
     jitterscope_web::check(&cfg).expect("no token needed beyond loopback with public metrics");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(async move {
-            let l = tokio::net::TcpListener::bind(cfg.listen).await.unwrap();
-            tx.send(l.local_addr().unwrap().port()).unwrap();
-            let st = AppState::new(cfg).unwrap();
-            jitterscope_web::serve(l, st, std::future::pending())
-                .await
-                .unwrap();
-        });
-    });
-    let to = SocketAddr::new(ip, rx.recv().unwrap());
+    let to = SocketAddr::new(ip, serve_unchecked(cfg));
     let (st, _, body) = request(to, "GET", "/metrics", &[]);
     assert_eq!(st, 200);
     let body = String::from_utf8_lossy(&body);
