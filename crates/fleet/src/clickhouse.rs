@@ -1,7 +1,8 @@
 //! Episodes in ClickHouse, searchable across hosts: `record --clickhouse URL` pushes each
 //! episode as it opens and as it closes, over ClickHouse's HTTP interface (`JSONEachRow`), and
-//! the findings of each closed episode, diagnosed from the store on this thread (at nice 10)
-//! over the episode and 10 s either side.
+//! the findings of each closed episode, diagnosed from the store over the episode and 10 s
+//! either side, with the stacks sampled during it, by a worker process this thread starts (at
+//! its nice 10): the recorder's locked memory would keep for good what the reading took.
 //!
 //! The store is the write-ahead log, as for remote write: the recorder writes each episode
 //! mark into the store's signals lane, and the pusher thread reads the lane from its cursor
@@ -488,6 +489,8 @@ struct State {
     /// Closed episodes whose findings and stacks are still to be sent, oldest first (the
     /// file [`PENDING`] holds the same).
     pending: Vec<Closed>,
+    /// Whether the episode worker could not run (said once; then episodes are read here).
+    worker_failed: bool,
     ttl: Option<bool>,
     last_retention: Option<Instant>,
     inventory: Option<Inventory>,
@@ -520,6 +523,7 @@ fn run(cfg: Config, engine: Engine, stop: Receiver<()>, log: Log) {
         previous_last_ns: latest(&cfg.dir),
         cursor: crate::cursor::load(&cfg.dir, CURSOR, &cfg.url),
         pending: load_pending(&cfg.dir, &cfg.url),
+        worker_failed: false,
         ttl: None,
         last_retention: None,
         inventory: cfg.inventory_every.map(|every| Inventory {
@@ -641,7 +645,7 @@ fn push(
         st.last_retention = Some(Instant::now());
     }
     if !stopping {
-        send_findings(cfg, engine, log, &mut st.pending, asked)?;
+        send_findings(cfg, engine, log, st, asked)?;
     }
     Ok(())
 }
@@ -757,45 +761,48 @@ fn push_episodes(
 }
 
 /// Diagnoses each episode of the list, as `jitterscope diagnose --event` would, and sends its
-/// findings and stacks, one episode at a time (what one holds is freed before the next is
-/// read), taking each off the list once they are in; until a stop is `asked` for.
+/// findings and stacks, one episode at a time, taking each off the list once they are in;
+/// until a stop is `asked` for. Each episode is read in a worker process ([`rows_apart`]).
 fn send_findings(
     cfg: &Config,
     engine: &Engine,
     log: &Log,
-    pending: &mut Vec<Closed>,
+    st: &mut State,
     asked: &dyn Fn() -> bool,
 ) -> Result<(), String> {
-    while let Some(c) = pending.first() {
+    while let Some(c) = st.pending.first() {
         if asked() {
             break;
         }
-        let m = c.mark();
-        let found = finding_rows(cfg, log, &m);
-        let stacks = match stack_rows(&cfg.dir, &cfg.host, &m) {
+        let rows = match rows_apart(cfg, c) {
             Ok(rows) => rows,
             Err(e) => {
-                log(&format!(
-                    "clickhouse: cannot read the stacks of the {} episode on {}: {e}",
-                    m.kind, m.series
-                ));
-                String::new()
+                if !st.worker_failed {
+                    log(&format!(
+                        "clickhouse: {e}; episodes are diagnosed in the recorder's own memory"
+                    ));
+                    st.worker_failed = true;
+                }
+                episode_rows(&cfg.dir, &cfg.host, c)
             }
         };
-        if !found.is_empty() {
+        for s in &rows.said {
+            log(&format!("clickhouse: {s}"));
+        }
+        if !rows.findings.is_empty() {
             engine.run(
                 &format!("INSERT INTO {FINDINGS} FORMAT JSONEachRow"),
-                found.as_bytes(),
+                rows.findings.as_bytes(),
             )?;
         }
-        if !stacks.is_empty() {
+        if !rows.stacks.is_empty() {
             engine.run(
                 &format!("INSERT INTO {STACKS} FORMAT JSONEachRow"),
-                stacks.as_bytes(),
+                rows.stacks.as_bytes(),
             )?;
         }
-        pending.remove(0);
-        save_pending(&cfg.dir, &cfg.url, pending).map_err(|e| {
+        st.pending.remove(0);
+        save_pending(&cfg.dir, &cfg.url, &st.pending).map_err(|e| {
             format!(
                 "cannot save the episodes to diagnose in {}: {e}",
                 cfg.dir.display()
@@ -805,29 +812,108 @@ fn send_findings(
     Ok(())
 }
 
-/// The findings of the closed episode `m`, diagnosed from the store over it and
-/// [`MARGIN_NS`] either side, as rows of the findings table; none when it cannot be diagnosed
-/// (said: not a reason to hold the other episodes back).
-fn finding_rows(cfg: &Config, log: &Log, m: &Mark) -> String {
-    let mut found = String::new();
+/// The argument that makes the jitterscope binary the worker that reads one closed episode:
+/// `jitterscope __clickhouse-episode <store> <host> <episode as JSON>` prints its
+/// [`EpisodeRows`] as one JSON document.
+pub const WORKER_ARG: &str = "__clickhouse-episode";
+
+/// What the worker found for one closed episode.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct EpisodeRows {
+    /// Rows of the findings table (`JSONEachRow`).
+    pub findings: String,
+    /// Rows of the stacks table.
+    pub stacks: String,
+    /// What went wrong, for the recorder's log (a diagnosis or a stack read that failed is
+    /// not a reason to hold the other episodes back).
+    pub said: Vec<String>,
+}
+
+/// Diagnoses the closed episode `c` from the store at `dir` (over it and [`MARGIN_NS`] either
+/// side) and names its stacks, in this process.
+pub fn episode_rows(dir: &std::path::Path, host: &str, c: &Closed) -> EpisodeRows {
+    let m = c.mark();
+    let mut out = EpisodeRows::default();
     match jitterscope_diagnose::diagnose(
-        &cfg.dir,
+        dir,
         m.from_ns - MARGIN_NS,
         m.to_ns + MARGIN_NS,
         jitterscope_diagnose::Options::default(),
     ) {
         Ok(report) => {
             for (i, f) in report.findings.iter().enumerate() {
-                found.push_str(&finding_row(&cfg.host, m, i, f));
-                found.push('\n');
+                out.findings.push_str(&finding_row(host, &m, i, f));
+                out.findings.push('\n');
             }
         }
-        Err(e) => log(&format!(
-            "clickhouse: cannot diagnose the {} episode on {}: {e:#}",
+        Err(e) => out.said.push(format!(
+            "cannot diagnose the {} episode on {}: {e:#}",
             m.kind, m.series
         )),
     }
-    found
+    match stack_rows(dir, host, &m) {
+        Ok(rows) => out.stacks = rows,
+        Err(e) => out.said.push(format!(
+            "cannot read the stacks of the {} episode on {}: {e}",
+            m.kind, m.series
+        )),
+    }
+    out
+}
+
+/// [`episode_rows`] in a worker process: this binary again, with [`WORKER_ARG`]. The
+/// recorder's memory is locked (mlockall), and glibc cannot give locked memory back
+/// (`MADV_DONTNEED` fails on it), so every megabyte a diagnosis or the naming of a busy host's
+/// stacks once took in the recorder stayed resident for good: its RSS rose by tens of MB at
+/// episode closes, up to 260 MB over ten minutes of a busy host (issue 44). The worker's
+/// memory is not locked and goes when it exits; it runs at this thread's nice 10.
+fn rows_apart(cfg: &Config, c: &Closed) -> Result<EpisodeRows, String> {
+    let episode = serde_json::to_string(c).map_err(|e| e.to_string())?;
+    // The running binary, even when its file has been replaced since (an upgrade).
+    let out = std::process::Command::new("/proc/self/exe")
+        .arg(WORKER_ARG)
+        .arg(&cfg.dir)
+        .arg(&cfg.host)
+        .arg(episode)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .map_err(|e| format!("cannot start the episode worker: {e}"))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(format!(
+            "the episode worker failed ({}): {}",
+            out.status,
+            err.lines().next().unwrap_or("").trim()
+        ));
+    }
+    serde_json::from_slice(&out.stdout)
+        .map_err(|e| format!("the episode worker answered what it should not: {e}"))
+}
+
+/// The worker's body (`jitterscope __clickhouse-episode …`); its exit code.
+pub fn worker_main(args: &[String]) -> i32 {
+    let [dir, host, episode] = args else {
+        eprintln!("usage: jitterscope {WORKER_ARG} <store> <host> <episode as JSON>");
+        return 2;
+    };
+    // Started by the recorder, it inherited its OOM shield: a worker is what should go first.
+    let _ = std::fs::write("/proc/self/oom_score_adj", "0");
+    let c: Closed = match serde_json::from_str(episode) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{WORKER_ARG}: {episode:?}: {e}");
+            return 2;
+        }
+    };
+    let rows = episode_rows(std::path::Path::new(dir), host, &c);
+    match serde_json::to_writer(std::io::stdout().lock(), &rows) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("{WORKER_ARG}: {e}");
+            1
+        }
+    }
 }
 
 /// A closed episode whose findings and stacks are still to be sent: what their rows and
