@@ -4,7 +4,8 @@
 # a read-back test on a synthesized 24 h store, the BPF tracers' overhead (bench/tracers.sh) and
 # the stack sampler's against `perf record` (bench/profile.sh) and remote write's cost
 # (bench/fleet.sh), fleet queries over ClickHouse (bench/fleet_query.sh), the ClickHouse pusher's
-# cost (bench/fleet_pusher.sh). Writes docs/BENCHMARKS.md.
+# cost (bench/fleet_pusher.sh), the recorder's memory across an episode close (bench/memory.sh).
+# Writes docs/BENCHMARKS.md.
 #
 #   sudo make bench                      # or:
 #   sudo JITTERSCOPE=target/release/jitterscope bash bench/run.sh
@@ -29,6 +30,7 @@
 #   FLEET_*         remote write's cost and recovery, see bench/fleet.sh
 #   FLEETQ_*        fleet episodes over ClickHouse, see bench/fleet_query.sh
 #   FLEETP_*        the ClickHouse pusher's cost, see bench/fleet_pusher.sh
+#   MEM_*           the recorder's memory across an episode close, see bench/memory.sh
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -290,6 +292,9 @@ FLEET_TARGET_ROWS+=$'\n'$(cat "$TMP/fleetq-targets.md" 2>/dev/null || true)
 say "the ClickHouse pusher side by side (bench/fleet_pusher.sh)"
 JITTERSCOPE=$JITTERSCOPE FLEETP_OUT="$TMP/fleetp.md" bash "$HERE/fleet_pusher.sh"
 FLEET_SECTION+=$'\n\n'$(cat "$TMP/fleetp.md")
+say "the recorder's memory across an episode close (bench/memory.sh)"
+JITTERSCOPE=$JITTERSCOPE MEM_OUT="$TMP/memory.md" bash "$HERE/memory.sh"
+FLEET_SECTION+=$'\n\n'$(cat "$TMP/memory.md")
 
 # ---------------------------------------------------------------------------------------------
 # 3. Saturation: memory-limited cgroup thrashing with stress-ng --vm, plus stress-ng --cpu

@@ -129,6 +129,10 @@ fn main() -> ExitCode {
     if args.first().map(String::as_str) == Some(jitterscope_lab::worker::ARG) {
         return ExitCode::from(jitterscope_lab::worker::main(&args[1..]) as u8);
     }
+    // So are the ClickHouse pusher's episode workers.
+    if args.first().map(String::as_str) == Some(jitterscope_fleet::clickhouse::WORKER_ARG) {
+        return ExitCode::from(jitterscope_fleet::clickhouse::worker_main(&args[1..]) as u8);
+    }
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let file = config::locate(&argv);
     // Every command stops on a file that is missing or does not check: the readers take the

@@ -563,6 +563,7 @@ pub fn run(a: RecordArgs, ignored: &[String]) -> Result<()> {
             source_errors: notes.errors_total,
             ticks_missed,
             remote_write: remote_stats.as_ref().map(|s| s.snapshot()),
+            pid: std::process::id(),
         });
         for n in notes.drain() {
             warn(&n);

@@ -106,6 +106,11 @@ impl ClickHouse {
         }
     }
 
+    /// Kills the server (its data stays for the next `start`).
+    fn stop(&mut self) {
+        self.child = None;
+    }
+
     /// Whom to ask whether it is up: the users file's user where it has one.
     fn ready_user(&self) -> Option<(&'static str, &'static str)> {
         self.users.as_ref().map(|_| (USER.0, USER.1))
@@ -1021,4 +1026,218 @@ fn episodes_a_stopped_or_killed_recorder_left_open_are_closed() {
     let stored = stored_marks(&dir);
     assert!(stored.contains(&(killed.0.clone(), killed.1.clone(), killed.2, true)));
     assert!(!stored.contains(&(killed.0, killed.1, killed.2, false)));
+}
+
+/// What ClickHouse holds of the diagnosis of `host`'s episode that started at `start_ns`: its
+/// findings' rule ids (each row once, as the fleet reads them), the same rows counted as
+/// stored, and the samples of its stacks: of the lab's worker, and in all.
+fn diagnosis_of(ch: &ClickHouse, host: &str, start_ns: i64) -> (Vec<String>, u64, u64, u64) {
+    let q = |sql: String| ch.query(&sql).unwrap_or_default();
+    let rules: Vec<String> = q(format!(
+        "SELECT rule_id FROM jitterscope_findings FINAL WHERE host = '{host}' \
+         AND episode_start_ns = {start_ns} ORDER BY rank"
+    ))
+    .lines()
+    .map(str::to_string)
+    .collect();
+    let stored = q(format!(
+        "SELECT count() FROM jitterscope_findings WHERE host = '{host}' \
+         AND episode_start_ns = {start_ns}"
+    ))
+    .parse()
+    .unwrap_or(0);
+    let samples = |cond: &str| -> u64 {
+        q(format!(
+            "SELECT sum(samples) FROM jitterscope_stacks FINAL WHERE host = '{host}' \
+             AND episode_start_ns = {start_ns}{cond}"
+        ))
+        .parse()
+        .unwrap_or(0)
+    };
+    (
+        rules,
+        stored,
+        samples(" AND startsWith(stack, 'lab-fibtest;')"),
+        samples(""),
+    )
+}
+
+#[test]
+fn episodes_open_at_a_restart_reach_clickhouse_closed_with_their_findings_and_stacks() {
+    const T: &str =
+        "episodes_open_at_a_restart_reach_clickhouse_closed_with_their_findings_and_stacks";
+    if cannot_run(T, true) {
+        return;
+    }
+    let _g = common::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut ch = ClickHouse::new(&tmp.path().join("ch"));
+    ch.start();
+    let url = ch.url();
+    let dir = tmp.path().join("store");
+    // One cgroup throttled through four runs of the recorder: each run's detector opens an
+    // episode of its own on it.
+    let mut lab = ChildGuard::new(
+        cmd()
+            .args(["lab", "run", "cfs-throttle", "--duration", "240s"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    // With the stack sampler (as shipped), so each episode has stacks.
+    let recorder = |name: &str| {
+        let log = std::fs::File::create(tmp.path().join(format!("{name}.log"))).unwrap();
+        ChildGuard::new(
+            cmd()
+                .args([
+                    "record",
+                    "--no-tracers",
+                    "--no-mlock",
+                    "--nice",
+                    "0",
+                    "--dir",
+                ])
+                .arg(&dir)
+                .args(["--fleet-host", "h", "--clickhouse", &url])
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let log = |name: &str| std::fs::read_to_string(tmp.path().join(format!("{name}.log")));
+    let throttling = |ch: &ClickHouse, start: i64| {
+        newest_rows(ch, "h")
+            .into_iter()
+            .find(|r| r.0 == "throttling" && r.1.contains("cfs-throttle") && r.2 == start)
+    };
+    // The throttling episode a run opened (started after `after`), once ClickHouse has it.
+    let opened = |ch: &ClickHouse, after: i64| {
+        let t0 = Instant::now();
+        loop {
+            let found = newest_rows(ch, "h").into_iter().find(|r| {
+                r.0 == "throttling" && r.1.contains("cfs-throttle") && r.2 > after && r.4
+            });
+            if let Some(r) = found {
+                return r;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "no throttling episode opened after {after}: {:?}",
+                newest_rows(ch, "h")
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    };
+    let diagnosed = |ch: &ClickHouse, start: i64| {
+        let t0 = Instant::now();
+        loop {
+            let d = diagnosis_of(ch, "h", start);
+            if !d.0.is_empty() && d.3 > 0 {
+                return d;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "the episode of {start} was not diagnosed: {d:?}"
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    };
+    let stop = |r: &mut ChildGuard, name: &str| {
+        r.signal(libc::SIGTERM);
+        // Within the 10 s the service manager gives.
+        let st = r.wait_timeout(Duration::from_secs(10));
+        assert!(
+            st.is_some_and(|s| s.success()),
+            "{name}: {st:?}: {:?}",
+            log(name)
+        );
+    };
+
+    // 1. A clean stop while the episode is open: it is closed at once, not diagnosed on the
+    // way out, and remembered.
+    let mut a = recorder("a");
+    let e1 = opened(&ch, i64::MIN);
+    std::thread::sleep(Duration::from_secs(5));
+    stop(&mut a, "a");
+    assert!(!throttling(&ch, e1.2).unwrap().4, "closed at the stop");
+    let pending = std::fs::read_to_string(dir.join("clickhouse-pending.json")).unwrap();
+    assert!(pending.contains(&e1.2.to_string()), "{pending}");
+
+    // 2. The next run sends its findings and stacks; killed (-9) while its own is open.
+    let mut b = recorder("b");
+    let e2 = opened(&ch, e1.2);
+    let d1 = diagnosed(&ch, e1.2);
+    std::thread::sleep(Duration::from_secs(5));
+    b.signal(libc::SIGKILL);
+    b.wait_timeout(Duration::from_secs(10));
+    assert!(throttling(&ch, e2.2).unwrap().4, "left open by the kill");
+
+    // 3. The next run closes that one and diagnoses it; ClickHouse is down when it stops.
+    let mut c = recorder("c");
+    let e3 = opened(&ch, e2.2);
+    let d2 = diagnosed(&ch, e2.2);
+    assert!(!throttling(&ch, e2.2).unwrap().4);
+    std::thread::sleep(Duration::from_secs(5));
+    ch.stop();
+    stop(&mut c, "c");
+    let last_c = SampleReader::open(&dir)
+        .unwrap()
+        .store()
+        .latest_ts()
+        .unwrap()
+        .unwrap();
+    ch.start();
+    assert!(
+        throttling(&ch, e3.2).unwrap().4,
+        "ClickHouse was down at the stop"
+    );
+
+    // 4. The next run closes it at the last sample the stopped run took and diagnoses it.
+    // The first episode is put back on the list, as if a crash had come between sending its
+    // diagnosis and taking it off: sent again, it replaces its rows.
+    std::fs::write(dir.join("clickhouse-pending.json"), &pending).unwrap();
+    let mut d = recorder("d");
+    let d3 = diagnosed(&ch, e3.2);
+    let closed = throttling(&ch, e3.2).unwrap();
+    assert!(!closed.4);
+    assert_eq!(closed.3, last_c, "closed at the stopped run's last sample");
+    let t0 = Instant::now();
+    while std::fs::read_to_string(dir.join("clickhouse-pending.json"))
+        .is_ok_and(|p| p.contains(&e1.2.to_string()))
+    {
+        assert!(t0.elapsed() < Duration::from_secs(60), "{:?}", log("d"));
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    stop(&mut d, "d");
+    lab.signal(libc::SIGTERM);
+    lab.wait_timeout(Duration::from_secs(30));
+
+    // Each episode reached ClickHouse closed, diagnosed as CFS throttling of the lab's
+    // cgroup, with the lab's spinning worker in its stacks (throttled, it is not always most
+    // of a shared host's samples).
+    for (e, d) in [(&e1, &d1), (&e2, &d2), (&e3, &d3)] {
+        assert!(!throttling(&ch, e.2).unwrap().4, "{e:?}");
+        assert!(
+            d.0.iter().any(|r| r == "cpu.cfs-throttling"),
+            "{e:?}: {d:?}"
+        );
+        assert!(d.2 > 0, "{e:?}: lab-fibtest in {} of {} samples", d.2, d.3);
+    }
+    // The first one's diagnosis, sent twice, is one set of rows once merged.
+    ch.query("OPTIMIZE TABLE jitterscope_findings FINAL")
+        .expect("merged");
+    let again = diagnosis_of(&ch, "h", e1.2);
+    assert_eq!(again.0, d1.0);
+    assert_eq!(again.1, d1.0.len() as u64, "no duplicate rows: {again:?}");
+    assert_eq!(
+        (again.2, again.3),
+        (d1.2, d1.3),
+        "stacks replaced, not added"
+    );
+    for name in ["a", "b", "c", "d"] {
+        let l = log(name).unwrap_or_default();
+        assert!(!l.contains("panicked"), "{name}: {l}");
+    }
 }

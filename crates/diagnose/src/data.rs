@@ -22,8 +22,14 @@ use jitterscope_profile::window::{Filter, NoFiles, Space, Window};
 use jitterscope_sources::system::kernel::{parse_osrelease, KernelVersion};
 use jitterscope_sources::system::kmsg::OomKill;
 
-/// Points of the process-table series over the window (at the same spacing in the baseline).
+/// Points of the process-table series over the window (at the same spacing in the baseline,
+/// up to [`BASELINE_PROCESS_POINTS`]).
 const PROCESS_POINTS: i64 = 240;
+/// Most points of the process-table series over the baseline: a median and a MAD need no
+/// more, and at the window's spacing (a second, for a window under 4 minutes) a 10-minute
+/// baseline of 300 processes held 50 MB of points, the bulk of the ClickHouse pusher's
+/// memory at each episode close (issue 44).
+const BASELINE_PROCESS_POINTS: i64 = 120;
 
 /// One series: its metric and placeholder values, and (sample index, value) for the samples
 /// where it had a value.
@@ -135,6 +141,10 @@ pub struct Data {
     /// The identity of each container cgroup the window's records named (by path), so a
     /// culprit is named as its runtime names it, not only by id.
     pub containers: HashMap<String, jitterscope_sources::cgroup::Identity>,
+    /// The process ids of the recorders that took the samples (`RecorderStats::pid`; none in
+    /// recordings from before it was kept): the agent itself, whose memory is its budget,
+    /// never a culprit.
+    pub recorder_pids: BTreeSet<u32>,
 }
 
 /// Summary statistics of a series over the window and over the baseline.
@@ -266,6 +276,7 @@ impl Data {
         }
         let lo = from.saturating_sub(lookback_ns);
         let stride = (to.saturating_sub(from) / PROCESS_POINTS).max(1_000_000_000);
+        let base_stride = (lookback_ns / BASELINE_PROCESS_POINTS).max(stride);
         let mut d = Data {
             asked: Some((from, to)),
             ..Default::default()
@@ -351,13 +362,31 @@ impl Data {
                     }
                 }
             }
+            if let Some(pid) = sample.recorder.as_ref().map(|r| r.pid).filter(|&p| p != 0) {
+                d.recorder_pids.insert(pid);
+            }
             if d.kernel.is_empty() {
                 d.kernel = sample.host.kernel.clone();
                 d.boot_id = sample.host.boot_id.clone();
                 d.ncpu = sample.host.ncpu;
             }
             if procs_here {
-                next_procs = sample.ts_ns.saturating_add(stride - stride / 10);
+                // The baseline's spacing up to the window, whose first process point then
+                // comes at its start.
+                let step = if sample.ts_ns > from {
+                    stride
+                } else {
+                    base_stride
+                };
+                next_procs =
+                    sample
+                        .ts_ns
+                        .saturating_add(step - step / 10)
+                        .min(if sample.ts_ns > from {
+                            i64::MAX
+                        } else {
+                            from + 1
+                        });
                 prev_procs = Some(sample.clone());
             }
             prev = Some(sample);

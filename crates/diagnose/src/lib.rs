@@ -149,6 +149,10 @@ pub struct Report {
     /// otherwise); the confidences are then lowered in proportion.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub holes: Option<holes::Holes>,
+    /// What the window shows that is no finding: the recorder's own memory growing, which is
+    /// the agent's budget, not a workload's leak.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// Options of [`diagnose`].
@@ -242,6 +246,7 @@ pub fn evaluate(d: &Data) -> Report {
         findings,
         damaged: d.damage.clone(),
         holes,
+        notes: rules::leak::recorder_notes(d),
     }
 }
 

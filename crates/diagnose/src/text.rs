@@ -45,6 +45,9 @@ pub fn render(r: &Report) -> String {
             h.fraction * 100.0
         );
     }
+    for n in &r.notes {
+        let _ = writeln!(o, "note: {n}");
+    }
     if r.samples == 0 {
         let _ = writeln!(o, "no samples in this window: nothing to diagnose");
         return o;

@@ -1,7 +1,8 @@
 //! Episodes in ClickHouse, searchable across hosts: `record --clickhouse URL` pushes each
 //! episode as it opens and as it closes, over ClickHouse's HTTP interface (`JSONEachRow`), and
-//! the findings of each closed episode, diagnosed from the store on this thread (at nice 10)
-//! over the episode and 10 s either side.
+//! the findings of each closed episode, diagnosed from the store over the episode and 10 s
+//! either side, with the stacks sampled during it, by a worker process this thread starts (at
+//! its nice 10): the recorder's locked memory would keep for good what the reading took.
 //!
 //! The store is the write-ahead log, as for remote write: the recorder writes each episode
 //! mark into the store's signals lane, and the pusher thread reads the lane from its cursor
@@ -11,6 +12,18 @@
 //! series and start, whose version is the mark's last second (the close outranks the open),
 //! so a row sent twice (a crash between the insert and the cursor's save) collapses into one,
 //! and queries take the newest version with `argMax`.
+//!
+//! Findings and stacks are sent after the episode's close row, from a list of the closed
+//! episodes still to be diagnosed that is kept durably beside the cursor
+//! (`clickhouse-pending.json`, per receiver, 0600). An episode goes on the list in the round
+//! that sends its close (before the cursor moves past it) and off it once its findings and
+//! stacks are in. Stopping is quick (the service manager gives 10 s): the last round sends
+//! the marks and closes in the engine the episodes the detector leaves open, both going on the
+//! list, and diagnoses nothing. The next start diagnoses the list, and every episode of this
+//! host that a `kill -9` (or an engine down at the stop) left open in the engine, which it
+//! closes at the previous run's last sample. A diagnosis sent twice (a crash between the
+//! insert and the list's save) replaces its rows: the tables are `ReplacingMergeTree` by
+//! episode and rule (findings) or stack.
 //!
 //! Retention: `TTL` where the server has it (ClickHouse 19.6 and later); Debian's 18.16 does
 //! not, so there the pusher drops the table's daily partitions older than the retention
@@ -40,6 +53,12 @@ const STACK_WINDOW_NS: i64 = 600 * 1_000_000_000;
 const MARGIN_NS: i64 = 10 * 1_000_000_000;
 /// The cursor file's name in the store directory.
 const CURSOR: &str = "clickhouse.json";
+/// The file of closed episodes whose findings and stacks are still to be sent.
+const PENDING: &str = "clickhouse-pending.json";
+/// Closed episodes kept on that list per receiver: past this, the oldest go without their
+/// findings (said). An engine that takes the close rows but never the findings is the only way
+/// to get there.
+const MAX_PENDING: usize = 1000;
 /// Pauses between failed attempts: doubling from the first to the last.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(500), Duration::from_secs(8));
 
@@ -467,6 +486,11 @@ struct State {
     /// The store's newest sample when this run started: the previous run's last.
     previous_last_ns: Option<i64>,
     cursor: Option<i64>,
+    /// Closed episodes whose findings and stacks are still to be sent, oldest first (the
+    /// file [`PENDING`] holds the same).
+    pending: Vec<Closed>,
+    /// Whether the episode worker could not run (said once; then episodes are read here).
+    worker_failed: bool,
     ttl: Option<bool>,
     last_retention: Option<Instant>,
     inventory: Option<Inventory>,
@@ -498,6 +522,8 @@ fn run(cfg: Config, engine: Engine, stop: Receiver<()>, log: Log) {
         stale_closed: false,
         previous_last_ns: latest(&cfg.dir),
         cursor: crate::cursor::load(&cfg.dir, CURSOR, &cfg.url),
+        pending: load_pending(&cfg.dir, &cfg.url),
+        worker_failed: false,
         ttl: None,
         last_retention: None,
         inventory: cfg.inventory_every.map(|every| Inventory {
@@ -509,15 +535,31 @@ fn run(cfg: Config, engine: Engine, stop: Receiver<()>, log: Log) {
             pending: None,
         }),
     };
+    // A stop asked for while episodes are being diagnosed ends the diagnosing: they stay on
+    // the list for the next start.
+    let stop_asked = std::cell::Cell::new(false);
+    let asked = || {
+        if !stop_asked.get()
+            && matches!(
+                stop.try_recv(),
+                Ok(()) | Err(std::sync::mpsc::TryRecvError::Disconnected)
+            )
+        {
+            stop_asked.set(true);
+        }
+        stop_asked.get()
+    };
     // The first round comes at once: the inventory is taken when recording starts.
     let mut pause = Duration::ZERO;
     let mut backoff = BACKOFF.0;
     loop {
-        let stopping = match stop.recv_timeout(pause) {
-            Ok(()) | Err(RecvTimeoutError::Disconnected) => true,
-            Err(RecvTimeoutError::Timeout) => false,
-        };
-        match push(&cfg, &engine, &log, &mut state) {
+        let stopping = stop_asked.get()
+            || match stop.recv_timeout(pause) {
+                Ok(()) | Err(RecvTimeoutError::Disconnected) => true,
+                Err(RecvTimeoutError::Timeout) => false,
+            };
+        stop_asked.set(stopping);
+        match push(&cfg, &engine, &log, &mut state, stopping, &asked) {
             Ok(()) => {
                 said.ok(&log, &cfg.url);
                 pause = cfg.flush;
@@ -530,20 +572,23 @@ fn run(cfg: Config, engine: Engine, stop: Receiver<()>, log: Log) {
             }
         }
         if stopping {
-            // The detector stops with the recorder: what it left open ends here, or the
-            // fleet would count it as going on until a restart.
-            if let Err(e) = close_open(&engine, &cfg.host, i64::MAX, latest(&cfg.dir)) {
-                // The same refusal as the round's is not said twice.
-                said.fail(&log, &e);
-            }
             return;
         }
     }
 }
 
-/// One round: the schema once, the marks after the cursor, the inventory when due,
-/// retention hourly.
-fn push(cfg: &Config, engine: &Engine, log: &Log, st: &mut State) -> Result<(), String> {
+/// One round: the schema once, the marks after the cursor, the episodes a previous run left
+/// open (once), the inventory when due, retention hourly, then the findings and stacks of the
+/// closed episodes. When `stopping`: the episodes still open are closed and nothing is
+/// diagnosed; `asked` says whether a stop was asked for since.
+fn push(
+    cfg: &Config,
+    engine: &Engine,
+    log: &Log,
+    st: &mut State,
+    stopping: bool,
+    asked: &dyn Fn() -> bool,
+) -> Result<(), String> {
     // Taken whether or not the engine answers, so an outage sends the newest.
     if let Some(inv) = st.inventory.as_mut() {
         if inv.last_scan.is_none_or(|t| t.elapsed() >= inv.every) {
@@ -565,11 +610,17 @@ fn push(cfg: &Config, engine: &Engine, log: &Log, st: &mut State) -> Result<(), 
             t
         }
     };
-    push_episodes(cfg, engine, log, &mut st.cursor)?;
+    push_episodes(cfg, engine, log, &mut st.cursor, &mut st.pending)?;
     // After the backlog, whose marks may open episodes the previous run never closed.
     if !st.stale_closed {
-        close_open(engine, &cfg.host, st.started_ns, st.previous_last_ns)?;
+        let (before, last) = (st.started_ns, st.previous_last_ns);
+        close_left_open(cfg, engine, log, st, before, last)?;
         st.stale_closed = true;
+    }
+    if stopping {
+        // The detector stops with the recorder: what it left open ends here, or the fleet
+        // would count it as going on until a restart.
+        close_left_open(cfg, engine, log, st, i64::MAX, latest(&cfg.dir))?;
     }
     if let Some(inv) = st.inventory.as_mut() {
         if let Some(doc) = &inv.pending {
@@ -593,19 +644,22 @@ fn push(cfg: &Config, engine: &Engine, log: &Log, st: &mut State) -> Result<(), 
         engine.drop_expired(cfg.retain_days, wall_ns())?;
         st.last_retention = Some(Instant::now());
     }
+    if !stopping {
+        send_findings(cfg, engine, log, st, asked)?;
+    }
     Ok(())
 }
 
-/// Closes the episodes of `host` still open in the engine that started before `before_ns`,
-/// at `last_ns` (the last sample their recorder took; their own last second if earlier or
-/// unknown): their recorder stopped (or crashed) while they went on, and a new run's
-/// detector starts afresh. The store is left as it is. How many.
-pub fn close_open(
+/// The marks that close the episodes of `host` still open in the engine that started before
+/// `before_ns`, at `last_ns` (the last sample their recorder took; their own last second if
+/// earlier or unknown): their recorder stopped (or crashed) while they went on, and a new
+/// run's detector starts afresh. Nothing is written.
+pub fn left_open(
     engine: &Engine,
     host: &str,
     before_ns: i64,
     last_ns: Option<i64>,
-) -> Result<usize, String> {
+) -> Result<Vec<Mark>, String> {
     let open = engine.rows(&format!(
         "SELECT kind, series, start_ns, argMax(end_ns, version) AS last_end, \
          argMax(peak, version) AS last_peak, argMax(baseline, version) AS last_baseline, \
@@ -614,40 +668,60 @@ pub fn close_open(
          GROUP BY kind, series, start_ns HAVING is_open = 1",
         h = quote(host)
     ))?;
-    let mut rows = String::new();
-    for r in &open {
-        let end = r["last_end"]
-            .as_i64()
-            .unwrap_or(0)
-            .max(last_ns.unwrap_or(i64::MIN));
-        let m = Mark {
+    Ok(open
+        .iter()
+        .map(|r| Mark {
             kind: r["kind"].as_str().unwrap_or("").to_string(),
             series: r["series"].as_str().unwrap_or("").to_string(),
             state: MarkState::End,
             from_ns: r["start_ns"].as_i64().unwrap_or(0),
-            to_ns: end,
+            to_ns: r["last_end"]
+                .as_i64()
+                .unwrap_or(0)
+                .max(last_ns.unwrap_or(i64::MIN)),
             peak: r["last_peak"].as_f64().unwrap_or(0.0),
             baseline: r["last_baseline"].as_f64().unwrap_or(0.0),
             threshold: r["last_threshold"].as_f64().unwrap_or(0.0),
-        };
-        rows.push_str(&row(host, &m));
-        rows.push('\n');
-    }
-    if !rows.is_empty() {
-        engine.run(
-            &format!("INSERT INTO {EPISODES} FORMAT JSONEachRow"),
-            rows.as_bytes(),
-        )?;
-    }
-    Ok(open.len())
+        })
+        .collect())
 }
 
-/// The marks after the cursor, and the findings of the episodes they close.
+/// Closes in the engine the episodes [`left_open`] finds, each put on the list of those to
+/// diagnose first: a crash between the two then leaves it on the list, or open in the engine,
+/// where the next start finds it.
+fn close_left_open(
+    cfg: &Config,
+    engine: &Engine,
+    log: &Log,
+    st: &mut State,
+    before_ns: i64,
+    last_ns: Option<i64>,
+) -> Result<(), String> {
+    let marks = left_open(engine, &cfg.host, before_ns, last_ns)?;
+    if marks.is_empty() {
+        return Ok(());
+    }
+    add_pending(cfg, log, &mut st.pending, marks.iter().map(Closed::of))?;
+    let mut rows = String::new();
+    for m in &marks {
+        rows.push_str(&row(&cfg.host, m));
+        rows.push('\n');
+    }
+    engine.run(
+        &format!("INSERT INTO {EPISODES} FORMAT JSONEachRow"),
+        rows.as_bytes(),
+    )?;
+    Ok(())
+}
+
+/// The marks after the cursor; the episodes they close go on the list of those to diagnose
+/// before the cursor moves past them.
 fn push_episodes(
     cfg: &Config,
     engine: &Engine,
     log: &Log,
     cursor: &mut Option<i64>,
+    pending: &mut Vec<Closed>,
 ) -> Result<(), String> {
     let reader = SampleReader::open(&cfg.dir).map_err(|e| format!("the store: {e}"))?;
     let from = cursor.map_or(i64::MIN, |c| c.saturating_add(1));
@@ -662,7 +736,7 @@ fn push_episodes(
             rows.push_str(&row(&cfg.host, m));
             rows.push('\n');
             if m.state == MarkState::End {
-                closed.push(m.clone());
+                closed.push(Closed::of(m));
             }
         }
         upto = Some(ts);
@@ -673,47 +747,8 @@ fn push_episodes(
             rows.as_bytes(),
         )?;
     }
-    // Each closed episode diagnosed, as `jitterscope diagnose --event` would.
-    let mut found = String::new();
-    let mut stacks = String::new();
-    for m in &closed {
-        match jitterscope_diagnose::diagnose(
-            &cfg.dir,
-            m.from_ns - MARGIN_NS,
-            m.to_ns + MARGIN_NS,
-            jitterscope_diagnose::Options::default(),
-        ) {
-            Ok(report) => {
-                for (i, f) in report.findings.iter().enumerate() {
-                    found.push_str(&finding_row(&cfg.host, m, i, f));
-                    found.push('\n');
-                }
-            }
-            // Not a reason to hold the episodes back: said, and the episode goes without.
-            Err(e) => log(&format!(
-                "clickhouse: cannot diagnose the {} episode on {}: {e:#}",
-                m.kind, m.series
-            )),
-        }
-        match stack_rows(&cfg.dir, &cfg.host, m) {
-            Ok(rows) => stacks.push_str(&rows),
-            Err(e) => log(&format!(
-                "clickhouse: cannot read the stacks of the {} episode on {}: {e}",
-                m.kind, m.series
-            )),
-        }
-    }
-    if !found.is_empty() {
-        engine.run(
-            &format!("INSERT INTO {FINDINGS} FORMAT JSONEachRow"),
-            found.as_bytes(),
-        )?;
-    }
-    if !stacks.is_empty() {
-        engine.run(
-            &format!("INSERT INTO {STACKS} FORMAT JSONEachRow"),
-            stacks.as_bytes(),
-        )?;
+    if !closed.is_empty() {
+        add_pending(cfg, log, pending, closed)?;
     }
     if let Some(t) = upto {
         *cursor = Some(t);
@@ -723,6 +758,271 @@ fn push_episodes(
         }
     }
     Ok(())
+}
+
+/// Diagnoses each episode of the list, as `jitterscope diagnose --event` would, and sends its
+/// findings and stacks, one episode at a time, taking each off the list once they are in;
+/// until a stop is `asked` for. Each episode is read in a worker process ([`rows_apart`]).
+fn send_findings(
+    cfg: &Config,
+    engine: &Engine,
+    log: &Log,
+    st: &mut State,
+    asked: &dyn Fn() -> bool,
+) -> Result<(), String> {
+    while let Some(c) = st.pending.first() {
+        if asked() {
+            break;
+        }
+        let rows = match rows_apart(cfg, c) {
+            Ok(rows) => rows,
+            Err(e) => {
+                if !st.worker_failed {
+                    log(&format!(
+                        "clickhouse: {e}; episodes are diagnosed in the recorder's own memory"
+                    ));
+                    st.worker_failed = true;
+                }
+                episode_rows(&cfg.dir, &cfg.host, c)
+            }
+        };
+        for s in &rows.said {
+            log(&format!("clickhouse: {s}"));
+        }
+        if !rows.findings.is_empty() {
+            engine.run(
+                &format!("INSERT INTO {FINDINGS} FORMAT JSONEachRow"),
+                rows.findings.as_bytes(),
+            )?;
+        }
+        if !rows.stacks.is_empty() {
+            engine.run(
+                &format!("INSERT INTO {STACKS} FORMAT JSONEachRow"),
+                rows.stacks.as_bytes(),
+            )?;
+        }
+        st.pending.remove(0);
+        save_pending(&cfg.dir, &cfg.url, &st.pending).map_err(|e| {
+            format!(
+                "cannot save the episodes to diagnose in {}: {e}",
+                cfg.dir.display()
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// The argument that makes the jitterscope binary the worker that reads one closed episode:
+/// `jitterscope __clickhouse-episode <store> <host> <episode as JSON>` prints its
+/// [`EpisodeRows`] as one JSON document.
+pub const WORKER_ARG: &str = "__clickhouse-episode";
+
+/// What the worker found for one closed episode.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct EpisodeRows {
+    /// Rows of the findings table (`JSONEachRow`).
+    pub findings: String,
+    /// Rows of the stacks table.
+    pub stacks: String,
+    /// What went wrong, for the recorder's log (a diagnosis or a stack read that failed is
+    /// not a reason to hold the other episodes back).
+    pub said: Vec<String>,
+}
+
+/// Diagnoses the closed episode `c` from the store at `dir` (over it and [`MARGIN_NS`] either
+/// side) and names its stacks, in this process.
+pub fn episode_rows(dir: &std::path::Path, host: &str, c: &Closed) -> EpisodeRows {
+    let m = c.mark();
+    let mut out = EpisodeRows::default();
+    match jitterscope_diagnose::diagnose(
+        dir,
+        m.from_ns - MARGIN_NS,
+        m.to_ns + MARGIN_NS,
+        jitterscope_diagnose::Options::default(),
+    ) {
+        Ok(report) => {
+            for (i, f) in report.findings.iter().enumerate() {
+                out.findings.push_str(&finding_row(host, &m, i, f));
+                out.findings.push('\n');
+            }
+        }
+        Err(e) => out.said.push(format!(
+            "cannot diagnose the {} episode on {}: {e:#}",
+            m.kind, m.series
+        )),
+    }
+    match stack_rows(dir, host, &m) {
+        Ok(rows) => out.stacks = rows,
+        Err(e) => out.said.push(format!(
+            "cannot read the stacks of the {} episode on {}: {e}",
+            m.kind, m.series
+        )),
+    }
+    out
+}
+
+/// [`episode_rows`] in a worker process: this binary again, with [`WORKER_ARG`]. The
+/// recorder's memory is locked (mlockall), and glibc cannot give locked memory back
+/// (`MADV_DONTNEED` fails on it), so every megabyte a diagnosis or the naming of a busy host's
+/// stacks once took in the recorder stayed resident for good: its RSS rose by tens of MB at
+/// episode closes, up to 260 MB over ten minutes of a busy host (issue 44). The worker's
+/// memory is not locked and goes when it exits; it runs at this thread's nice 10.
+fn rows_apart(cfg: &Config, c: &Closed) -> Result<EpisodeRows, String> {
+    let episode = serde_json::to_string(c).map_err(|e| e.to_string())?;
+    // The running binary, even when its file has been replaced since (an upgrade).
+    let out = std::process::Command::new("/proc/self/exe")
+        .arg(WORKER_ARG)
+        .arg(&cfg.dir)
+        .arg(&cfg.host)
+        .arg(episode)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .map_err(|e| format!("cannot start the episode worker: {e}"))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(format!(
+            "the episode worker failed ({}): {}",
+            out.status,
+            err.lines().next().unwrap_or("").trim()
+        ));
+    }
+    serde_json::from_slice(&out.stdout)
+        .map_err(|e| format!("the episode worker answered what it should not: {e}"))
+}
+
+/// The worker's body (`jitterscope __clickhouse-episode …`); its exit code.
+pub fn worker_main(args: &[String]) -> i32 {
+    let [dir, host, episode] = args else {
+        eprintln!("usage: jitterscope {WORKER_ARG} <store> <host> <episode as JSON>");
+        return 2;
+    };
+    // Started by the recorder, it inherited its OOM shield: a worker is what should go first.
+    let _ = std::fs::write("/proc/self/oom_score_adj", "0");
+    let c: Closed = match serde_json::from_str(episode) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{WORKER_ARG}: {episode:?}: {e}");
+            return 2;
+        }
+    };
+    let rows = episode_rows(std::path::Path::new(dir), host, &c);
+    match serde_json::to_writer(std::io::stdout().lock(), &rows) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("{WORKER_ARG}: {e}");
+            1
+        }
+    }
+}
+
+/// A closed episode whose findings and stacks are still to be sent: what their rows and
+/// their diagnosis need of it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Closed {
+    /// Episode kind.
+    pub kind: String,
+    /// The series.
+    pub series: String,
+    /// Its first up sample.
+    pub from_ns: i64,
+    /// Where it ended (or was closed).
+    pub to_ns: i64,
+}
+
+impl Closed {
+    fn of(m: &Mark) -> Closed {
+        Closed {
+            kind: m.kind.clone(),
+            series: m.series.clone(),
+            from_ns: m.from_ns,
+            to_ns: m.to_ns,
+        }
+    }
+
+    /// Its close mark (the rows of findings and stacks read only the episode's identity and
+    /// its bounds).
+    fn mark(&self) -> Mark {
+        Mark {
+            kind: self.kind.clone(),
+            series: self.series.clone(),
+            state: MarkState::End,
+            from_ns: self.from_ns,
+            to_ns: self.to_ns,
+            peak: 0.0,
+            baseline: 0.0,
+            threshold: 0.0,
+        }
+    }
+}
+
+/// The list file: per receiver URL, as the cursor file is, so a run against another engine
+/// leaves the others' lists alone.
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+struct PendingFile {
+    receivers: std::collections::BTreeMap<String, Vec<Closed>>,
+}
+
+fn load_pending_file(dir: &std::path::Path) -> PendingFile {
+    std::fs::read(dir.join(PENDING))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default()
+}
+
+/// The closed episodes of the receiver `url` names still to be diagnosed, oldest first; none
+/// when the file is missing or unreadable. Keyed as the cursor is, by the URL's identity.
+pub fn load_pending(dir: &std::path::Path, url: &str) -> Vec<Closed> {
+    load_pending_file(dir)
+        .receivers
+        .remove(&crate::url::identity(url))
+        .unwrap_or_default()
+}
+
+/// Sets the list of `url` to `list`, durably (0600, as the cursor).
+fn save_pending(dir: &std::path::Path, url: &str, list: &[Closed]) -> std::io::Result<()> {
+    let id = crate::url::identity(url);
+    let mut all = load_pending_file(dir);
+    if list.is_empty() {
+        if all.receivers.remove(&id).is_none() {
+            return Ok(());
+        }
+    } else {
+        all.receivers.insert(id, list.to_vec());
+    }
+    crate::cursor::write_private(dir, PENDING, &serde_json::to_vec(&all)?)
+}
+
+/// Puts `closed` on the list (an episode already there keeps its place and takes the later
+/// end) and saves it.
+fn add_pending(
+    cfg: &Config,
+    log: &Log,
+    pending: &mut Vec<Closed>,
+    closed: impl IntoIterator<Item = Closed>,
+) -> Result<(), String> {
+    for c in closed {
+        match pending.iter_mut().find(|p| {
+            (p.from_ns, p.kind.as_str(), p.series.as_str())
+                == (c.from_ns, c.kind.as_str(), c.series.as_str())
+        }) {
+            Some(p) => p.to_ns = p.to_ns.max(c.to_ns),
+            None => pending.push(c),
+        }
+    }
+    if pending.len() > MAX_PENDING {
+        let dropped = pending.len() - MAX_PENDING;
+        pending.drain(..dropped);
+        log(&format!(
+            "clickhouse: {dropped} closed episodes go without their findings and stacks: more than {MAX_PENDING} waited for them"
+        ));
+    }
+    save_pending(&cfg.dir, &cfg.url, pending).map_err(|e| {
+        format!(
+            "cannot save the episodes to diagnose in {}: {e}",
+            cfg.dir.display()
+        )
+    })
 }
 
 #[cfg(test)]

@@ -44,12 +44,18 @@ pub fn load(dir: &Path, name: &str, url: &str) -> Option<i64> {
 
 /// Sets the cursor of the receiver `url` names in file `name` to `ts`, durably.
 pub fn save(dir: &Path, name: &str, url: &str, ts: i64) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let id = identity(url);
     let mut all = load_all(dir, name);
     all.receivers.retain(|k, _| identity(k) != id);
     all.receivers.insert(id, ts);
+    write_private(dir, name, &serde_json::to_vec(&all)?)
+}
+
+/// Replaces the exporter's file `name` in the store directory by `bytes`, durably and
+/// atomically, 0600 whatever the umask.
+pub fn write_private(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let tmp = dir.join(format!("{name}.tmp"));
     // A leftover temporary file of another mode is replaced, not reused with its mode.
     let _ = std::fs::remove_file(&tmp);
@@ -58,11 +64,10 @@ pub fn save(dir: &Path, name: &str, url: &str, ts: i64) -> std::io::Result<()> {
         .create_new(true)
         .mode(0o600)
         .open(&tmp)?;
-    // Whatever the umask.
     f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    f.write_all(&serde_json::to_vec(&all)?)?;
+    f.write_all(bytes)?;
     // On disk before the rename: after a power cut the file is the old one or the new one,
-    // never empty (an empty one would read as no cursor and skip the unsent gap).
+    // never empty (an empty cursor would read as none and skip the unsent gap).
     f.sync_all()?;
     std::fs::rename(&tmp, path(dir, name))
 }

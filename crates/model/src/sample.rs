@@ -130,6 +130,10 @@ pub struct RecorderStats {
     /// Remote write's progress, when `record --remote-write` is on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub remote_write: Option<RemoteWriteStats>,
+    /// The recorder's own process id (0 from recorders before it was kept), so a reader can
+    /// tell the recorder's row of the process table from the host's processes: its memory is
+    /// the agent's budget (`self.rss_bytes`), never a workload's leak.
+    pub pid: u32,
 }
 
 /// What the remote-write sender has done since the recorder started (counters) and how far

@@ -5,8 +5,8 @@
 //! globs where one instance of a metric is meant), the episode kind it raises and its floor.
 //! Episode detection (`jitterscope_diagnose::events`), the on-demand tracers (whose
 //! symptoms are two of these signals) and the web UI's fast path all read it from here. Besides
-//! them the lane holds the RSS of the [`RSS_TOP`] largest processes of each sample, which leak
-//! trends are detected on.
+//! them the lane holds the RSS of the [`RSS_TOP`] largest processes of each sample (the
+//! recorder's own left out), which leak trends are detected on.
 //!
 //! A record of the lane is [`SignalRecord`]: values by series name and the marks, MessagePack
 //! with field names behind a codec byte, as samples are.
@@ -209,7 +209,7 @@ pub struct Value {
 }
 
 /// Derives the lane's values of a sample: every series of [`SIGNALS`] and the RSS of the
-/// [`RSS_TOP`] largest processes. The recorder and the fallback for stores without the lane
+/// [`RSS_TOP`] largest processes other than the recorder (`RecorderStats::pid`). The recorder and the fallback for stores without the lane
 /// both call this, so the lane holds exactly what would be derived from the samples.
 pub struct Derive {
     spikes: Selection,
@@ -253,7 +253,18 @@ impl Derive {
                 });
             });
         let mut rss: Vec<Value> = Vec::new();
-        self.rss.for_each(cur, Some(prev), |_, _, name, v| {
+        // The recorder's own memory is the agent's budget (`self.rss_bytes`), not a host
+        // process that may leak: it takes no place in the top, so no leak trend is found on it.
+        let own = cur
+            .recorder
+            .as_ref()
+            .map(|r| r.pid)
+            .filter(|&p| p != 0)
+            .map(|p| p.to_string());
+        self.rss.for_each(cur, Some(prev), |_, labels, name, v| {
+            if own.is_some() && labels.first().copied() == own.as_deref() {
+                return;
+            }
             if let Some(v) = v.filter(|v| v.is_finite()) {
                 rss.push(Value {
                     series: name.to_string(),

@@ -487,8 +487,14 @@ impl Resolver for SystemResolver {
 ///
 /// The debug directories are `/usr/lib/debug` and `/lib/debug`, or the colon-separated list in
 /// `JITTERSCOPE_DEBUG_DIRS`.
+///
+/// One file at a time: [`Window::resolve`](crate::window::Window::resolve) asks once per file,
+/// so the parsed symbols, debug info and mapping of a file are dropped once its names are
+/// taken. Kept for the whole window, as blazesym's cache keeps them, every file of a busy
+/// host's stacks was resident at once, on the recorder's ClickHouse pusher too (issue 44).
 pub struct FileSymbolizer {
     symbolizer: Symbolizer,
+    debug_dirs: Option<Vec<std::path::PathBuf>>,
     same_file: HashMap<(String, String), bool>,
 }
 
@@ -509,7 +515,8 @@ impl FileSymbolizer {
     /// A symbolizer looking for separate debug info in `dirs` (`None`: the default ones).
     pub fn with_debug_dirs(dirs: Option<Vec<std::path::PathBuf>>) -> Self {
         FileSymbolizer {
-            symbolizer: Symbolizer::builder().set_debug_dirs(dirs).build(),
+            symbolizer: Symbolizer::builder().set_debug_dirs(dirs.clone()).build(),
+            debug_dirs: dirs,
             same_file: HashMap::new(),
         }
     }
@@ -552,6 +559,9 @@ impl Symbolize for FileSymbolizer {
                 }
             }
         }
+        self.symbolizer = Symbolizer::builder()
+            .set_debug_dirs(self.debug_dirs.clone())
+            .build();
         names
     }
 }

@@ -19,6 +19,11 @@
 //! that ended it when the recorder saw the zombie (`exit_signal`), and the kernel's OOM report
 //! when the OOM killer was the one (its cgroup and the victim's size).
 //!
+//! **The recorder itself.** The recorder's own process (`RecorderStats::pid` of the samples)
+//! is left out: its memory is the agent's budget, watched as `self.rss_bytes`, not a
+//! workload's leak. When it grew in the window the report says so in a note instead
+//! ([`recorder_notes`]).
+//!
 //! **Remediation.** Find where it grows (`jitterscope memleak --pid`: the mappings that grow,
 //! Python heap or native, the strings that pile up); for worker servers,
 //! recycle workers (gunicorn `max_requests` + `max_requests_jitter`, uwsgi `max-requests`,
@@ -146,6 +151,41 @@ pub fn fit(points: &[(f64, f64)]) -> Option<(f64, f64)> {
     Some((slope, r2))
 }
 
+/// The window's points of an RSS series: (seconds from the window's start, bytes).
+fn window_points(d: &Data, s: &crate::data::Series) -> Vec<(f64, f64)> {
+    let start = d.start as u32;
+    s.points
+        .iter()
+        .filter(|(i, _)| *i >= start)
+        .map(|&(i, v)| ((d.at(i) - d.ts[d.start]) as f64 / 1e9, v))
+        .collect()
+}
+
+/// What the report notes of the recorder's own memory: that it grew in the window (by at
+/// least what a leak must grow), as the agent's budget rather than a finding.
+pub fn recorder_notes(d: &Data) -> Vec<String> {
+    let mut out = Vec::new();
+    for s in d.each(&process::PROC_RSS_BYTES) {
+        let Some((pid, comm)) = s.pid_comm().filter(|(p, _)| d.recorder_pids.contains(p)) else {
+            continue;
+        };
+        let pts = window_points(d, s);
+        let Some((&(t0, first), &(t1, last))) = pts.first().zip(pts.last()) else {
+            continue;
+        };
+        let growth = last - first;
+        if growth >= MIN_GROWTH_BYTES && growth >= MIN_GROWTH_SHARE * first {
+            out.push(format!(
+                "the recorder itself ({comm}, pid {pid}) grew from {} to {} MiB in {:.0} s: the agent's own memory budget (self.rss_bytes), not a leak of this host's workloads; memory.leak leaves it out",
+                mib(first),
+                mib(last),
+                t1 - t0
+            ));
+        }
+    }
+    out
+}
+
 fn run(d: &Data) -> Vec<Finding> {
     let mut out = Vec::new();
     let start = d.start as u32;
@@ -153,12 +193,11 @@ fn run(d: &Data) -> Vec<Finding> {
         let Some((pid, comm)) = s.pid_comm() else {
             continue;
         };
-        let pts: Vec<(f64, f64)> = s
-            .points
-            .iter()
-            .filter(|(i, _)| *i >= start)
-            .map(|&(i, v)| ((d.at(i) - d.ts[d.start]) as f64 / 1e9, v))
-            .collect();
+        // The agent's budget, noted by `recorder_notes`.
+        if d.recorder_pids.contains(&pid) {
+            continue;
+        }
+        let pts = window_points(d, s);
         let Some((&(_, first), &(_, last))) = pts.first().zip(pts.last()) else {
             continue;
         };
