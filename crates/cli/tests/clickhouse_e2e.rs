@@ -705,6 +705,23 @@ fn the_inventory_answers_the_seeds_questions_across_hosts() {
     );
     let decaying = program(&[("LD_PRELOAD", JEMALLOC)], &["sleep", "120"]);
     let cached = nss_user(&[("NSS_SDB_USE_CACHE", "yes")]);
+    // A service whose command line and environment carry secrets: none may reach ClickHouse
+    // (the inventory takes neither, only what it derives from them).
+    let secretive = program(
+        &[("DB_PASSWORD", "hunter6"), ("MALLOC_ARENA_MAX", "2")],
+        &[
+            "sh",
+            "-c",
+            "sleep 120; :",
+            "gunicorn",
+            "--workers",
+            "2",
+            "--password=hunter7",
+            "--token",
+            "hunter8",
+            "postgres://app:hunter9@db/x",
+        ],
+    );
     std::thread::sleep(Duration::from_secs(3));
     // Host "a" starts while ClickHouse is down: its inventory waits and is sent when it
     // answers. The unguarded NSS user starts after that: a change, so a second inventory.
@@ -817,6 +834,26 @@ fn the_inventory_answers_the_seeds_questions_across_hosts() {
     assert!((2..=5).contains(&docs), "{docs} inventories of a");
     let n = dashboard_returns_data(&ch, "a", true);
     eprintln!("{n} inventory queries of the ClickHouse dashboard return data");
+    // The secretive service is in the inventory, with its allow-listed setting, and not one
+    // of its secrets is in any table.
+    let secretive_pid = secretive.pid() as u64;
+    assert!(
+        inventory_pids(&url, "a", &["MALLOC_ARENA_MAX=2"]).contains(&secretive_pid),
+        "the secretive service is not in the inventory"
+    );
+    for table in [
+        "jitterscope_episodes",
+        "jitterscope_findings",
+        "jitterscope_stacks",
+        "jitterscope_hosts",
+        "jitterscope_inventory",
+    ] {
+        let rows = ch
+            .query(&format!("SELECT * FROM {table} FORMAT JSONEachRow"))
+            .unwrap_or_default();
+        assert!(!rows.contains("hunter"), "{table} holds a secret:\n{rows}");
+    }
+    drop(secretive);
     // A condition that cannot be read is one line and exit 2 or 1, not a query.
     let bad = cmd()
         .args(["fleet", "inventory", "--clickhouse", &url, "jemalloc<5"])
