@@ -28,9 +28,18 @@ if len(ds) != 1:
 # seccompProfile field; the manifest's field is translated to it.
 if "seccompProfile:\n              type: Unconfined" not in ds[0]:
     sys.exit("image: error: the manifest's container no longer asks for an unconfined seccomp profile")
-pod = ds[0].replace("  template:\n    metadata:\n",
-                    "  template:\n    metadata:\n      annotations:\n"
-                    "        container.seccomp.security.alpha.kubernetes.io/record: unconfined\n", 1)
+# The template has annotations of its own (Prometheus'): a second `annotations:` key would be
+# invalid YAML, so the annotation joins them.
+tmpl = "  template:\n    metadata:\n"
+if tmpl not in ds[0]:
+    sys.exit("image: error: the manifest's pod template has no metadata; update image.sh")
+meta = ds[0].split(tmpl, 1)[1].split("    spec:\n", 1)[0]
+seccomp = "        container.seccomp.security.alpha.kubernetes.io/record: unconfined\n"
+if "      annotations:\n" in meta:
+    pod = ds[0].replace(tmpl + meta, tmpl + meta.replace(
+        "      annotations:\n", "      annotations:\n" + seccomp, 1), 1)
+else:
+    pod = ds[0].replace(tmpl, tmpl + "      annotations:\n" + seccomp, 1)
 # This node's containers are podman's, not Kubernetes pods: their names are in podman's
 # storage, which the manifest says to add on such nodes.
 mount = ("            - name: store\n              mountPath: /var/lib/jitterscope\n")
