@@ -2,7 +2,7 @@
 # guest) and tests/vm/image.sh (the image and the DaemonSet under podman): installs the host
 # tools, fetches Debian's kernels through a private apt configuration, builds the debootstrap
 # rootfs images and one initramfs per kernel, all cached under target/vm. Defines kernel_dir,
-# initramfs, rootfs_image, boot_guest, fresh_share, share_modules, start_engines and
+# initramfs, modules_into, rootfs_image, boot_guest, fresh_share, start_engines and
 # systemd_checks; sets ROOT, VM, BIN, IMAGE.
 # shellcheck shell=bash
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -217,6 +217,8 @@ boot_guest() {
 # starts, that every guest connection would share: an HTTP client's second connection (after
 # the server closed the first, or the outage the package test makes) would find it dead.
 start_engines() {
+  command -v victoria-metrics >/dev/null && [ -x /usr/sbin/clickhouse-server ] \
+    || die "victoria-metrics or clickhouse-server is missing (bash scripts/setup.sh --test)"
   ENGINES=$(mktemp -d "$VM/engines.XXXXXX")
   trap stop_engines EXIT
   trap 'exit 130' INT TERM
@@ -247,12 +249,11 @@ start_engines() {
 }
 stop_engines() {
   local p
-  [ -n "${ENGINE_PIDS:-}" ] || return 0
   # shellcheck disable=SC2086 # a list of pids
-  kill $ENGINE_PIDS 2>/dev/null || true
-  for p in $ENGINE_PIDS; do wait "$p" 2>/dev/null || true; done
+  [ -z "${ENGINE_PIDS:-}" ] || kill $ENGINE_PIDS 2>/dev/null || true
+  for p in ${ENGINE_PIDS:-}; do wait "$p" 2>/dev/null || true; done
   ENGINE_PIDS=
-  rm -rf "$ENGINES"
+  [ -z "${ENGINES:-}" ] || rm -rf "$ENGINES"
 }
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
