@@ -77,8 +77,11 @@ want = {("record", "startupProbe"): "httpGet", ("record", "livenessProbe"): "htt
 paths = set()
 for (name, kind), how in want.items():
     probe = ctrs[name].get(kind, {}).get(how)
-    if not probe or probe.get("port") != "metrics":
-        die(f"{name}'s {kind} is no longer a {how} on the port metrics")
+    # A port name resolves among the probe's own container's ports only (as podman and the
+    # kubelet do it): the record container names the serve container's port by its number.
+    port = "metrics" if name == "serve" else metrics["containerPort"]
+    if not probe or probe.get("port") != port:
+        die(f"{name}'s {kind} is no longer a {how} on the port {port}")
     if how == "httpGet":
         paths.add(probe["path"])
 if len(paths) != 1:
