@@ -39,7 +39,8 @@ test-vm: build
 	bash tests/vm/run.sh
 
 # The .deb installed with dpkg in a Debian guest booted with systemd (tests/vm/deb.sh): the
-# services, their user and capabilities, group read access, remove and purge. Root.
+# services, their user and capabilities, group read access, exports to a VictoriaMetrics and a
+# ClickHouse run on this host (scripts/setup.sh --test installs them), remove and purge. Root.
 test-deb: deb
 	bash tests/vm/deb.sh
 
@@ -81,7 +82,8 @@ image: build
 	bash scripts/image.sh
 
 # The image and deploy/kubernetes's pod template under podman in a Debian guest booted with
-# systemd (tests/vm/image.sh): the recorder in a pod sees and names the host's containers. Root.
+# systemd (tests/vm/image.sh): the recorder in a pod sees and names the host's containers and
+# exports under the node's name to the same engines as test-deb. Root.
 test-image: image
 	bash tests/vm/image.sh
 

@@ -8,8 +8,9 @@ OUT=/mnt/out
 exec >>"$OUT/guest.log" 2>&1
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 
-pass() { echo "PASS $1" >>"$OUT/checks"; echo "== PASS $1"; }
-fail() { echo "FAIL $1: $2" >>"$OUT/checks"; echo "== FAIL $1: $2"; }
+# guest.log's lines also say when, in seconds since the script started.
+pass() { echo "PASS $1" >>"$OUT/checks"; echo "== PASS $1 [${SECONDS}s]"; }
+fail() { echo "FAIL $1: $2" >>"$OUT/checks"; echo "== FAIL $1: $2 [${SECONDS}s]"; }
 # check NAME WHY-IF-FALSE COMMAND...
 check() {
   local name=$1 why=$2
@@ -44,6 +45,61 @@ busybox_image() {
   mkdir -p /tmp/bb/bin && cp /bin/busybox /tmp/bb/bin/busybox
   tar -C /tmp/bb -c . | podman import -q - localhost/busybox:jsvm >/dev/null
 }
+# net_up: the guest's address on qemu's user-mode network (lib.sh's start_engines), with
+# busybox's ip (the minimal rootfs has no iproute2); the engines are at 10.0.2.100. Prints the
+# interface's name.
+ENGINES_VM=http://10.0.2.100:8428
+ENGINES_CH=http://10.0.2.100:8123
+net_up() {
+  local dev
+  for dev in /sys/class/net/*; do
+    dev=${dev##*/}
+    [ "$dev" = lo ] || break
+  done
+  busybox ip addr add 10.0.2.15/24 dev "$dev" 2>/dev/null
+  busybox ip link set "$dev" up
+  busybox ip route add default via 10.0.2.2 dev "$dev" 2>/dev/null
+  echo "$dev"
+}
+# http URL: "STATUS BODY" of a GET, over bash's /dev/tcp: the guests have no curl, bookworm's
+# static busybox wget segfaults, trixie's has no python. HTTP/1.0, so the server closes the
+# connection after its answer (no chunked body); 20 s at most.
+http() {
+  local url=${1#http://} hostport path fd resp status
+  hostport=${url%%/*}
+  path=${url#"$hostport"}
+  path=/${path#/}
+  exec {fd}<>"/dev/tcp/${hostport%:*}/${hostport##*:}" || return 1
+  printf 'GET %s HTTP/1.0\r\nHost: %s\r\n\r\n' "$path" "$hostport" >&"$fd"
+  resp=$(timeout 20 cat <&"$fd")
+  exec {fd}>&-
+  status=${resp%%$'\r'*}
+  status=${status#* }
+  printf '%s %s\n' "${status%% *}" "${resp#*$'\r\n\r\n'}"
+}
+# http_get URL: the body; fails unless the status is 200.
+http_get() {
+  local r
+  r=$(http "$1") || return 1
+  printf '%s\n' "${r#* }"
+  [ "${r%% *}" = 200 ]
+}
+# urlenc STRING: percent-encoded, for a query parameter.
+urlenc() {
+  local s=$1 i c o=
+  for ((i = 0; i < ${#s}; i++)); do
+    c=${s:i:1}
+    case $c in
+      [a-zA-Z0-9._~-]) o+=$c ;;
+      *) printf -v c '%%%02X' "'$c"; o+=$c ;;
+    esac
+  done
+  echo "$o"
+}
+# ch SQL: ClickHouse's answer (18.16 reads GET queries); vm_query PROMQL: VictoriaMetrics'
+# instant query, as JSON.
+ch() { http_get "$ENGINES_CH/?query=$(urlenc "$1")"; }
+vm_query() { http_get "$ENGINES_VM/api/v1/query?query=$(urlenc "$1")${2:+&time=$2}"; }
 finish() {
   journalctl -b --no-pager >"$OUT/journal.txt" 2>&1
   sync

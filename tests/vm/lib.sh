@@ -2,7 +2,8 @@
 # guest) and tests/vm/image.sh (the image and the DaemonSet under podman): installs the host
 # tools, fetches Debian's kernels through a private apt configuration, builds the debootstrap
 # rootfs images and one initramfs per kernel, all cached under target/vm. Defines kernel_dir,
-# initramfs, rootfs_image, boot_guest, fresh_share and systemd_checks; sets ROOT, VM, BIN, IMAGE.
+# initramfs, modules_into, rootfs_image, boot_guest, fresh_share, start_engines and
+# systemd_checks; sets ROOT, VM, BIN, IMAGE.
 # shellcheck shell=bash
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 ROOT=$PWD
@@ -30,6 +31,10 @@ command -v cpio >/dev/null || need+=(cpio)
 command -v xz >/dev/null || need+=(xz-utils)
 command -v zstd >/dev/null || need+=(zstd)
 [ -f "$KEYRING" ] || need+=(debian-archive-keyring)
+# The guests' only way out: qemu's guestfwd runs one socat per connection (start_engines).
+command -v socat >/dev/null || need+=(socat)
+# tests/vm/image.sh edits the DaemonSet's manifest as YAML.
+python3 -c 'import yaml' 2>/dev/null || need+=(python3-yaml)
 if [ ${#need[@]} -gt 0 ]; then
   log "installing ${need[*]}"
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" >/dev/null \
@@ -135,7 +140,30 @@ PACKAGES=$(tr ',' '\n' <<<"$PACKAGES" | sort -u | paste -sd, -)
 rootfs_image bookworm rootfs "$PACKAGES"
 IMAGE=$ROOTFS_IMAGE
 
-# --- one initramfs per kernel: busybox, the modules for virtio disk and 9p, tests/vm/init ---
+# modules_into KDIR DIR MODULE...: the modules and what they depend on, in load order
+# (modprobe's own resolution; built-in ones print as "builtin" and are skipped), uncompressed
+# into DIR, their names appended to DIR/order.
+modules_into() {
+  local kdir=$1 dest=$2 rel m path name
+  shift 2
+  rel=$(basename "$kdir")
+  mkdir -p "$dest"
+  touch "$dest/order"
+  for m in "$@"; do
+    modprobe -d "$kdir" -S "$rel" --show-depends "$m"
+  done | awk '$1 == "insmod" { print $2 }' | awk '!seen[$0]++' | while read -r path; do
+    name=$(basename "$path")
+    case $name in
+      *.ko.xz) xz -dc "$path" >"$dest/${name%.xz}"; name=${name%.xz} ;;
+      *.ko.zst) zstd -qdc "$path" >"$dest/${name%.zst}"; name=${name%.zst} ;;
+      *) cp "$path" "$dest/$name" ;;
+    esac
+    grep -qx "$name" "$dest/order" || echo "$name" >>"$dest/order"
+  done
+}
+
+# --- one initramfs per kernel: busybox, the modules for virtio disk, 9p and virtio-net,
+# tests/vm/init ---
 initramfs() {
   local kdir=$1 rel out m dir
   rel=$(basename "$kdir")
@@ -149,19 +177,10 @@ initramfs() {
   ln -s busybox "$dir/bin/sh"
   cp "$ROOT/tests/vm/init" "$dir/init"
   : >"$dir/modules/order"
-  # modprobe's own resolution, in load order; built-in ones print as "builtin".
-  for m in virtio_pci virtio_blk ext4 9p 9pnet_virtio; do
-    modprobe -d "$kdir" -S "$rel" --show-depends "$m"
-  done | awk '$1 == "insmod" { print $2 }' | awk '!seen[$0]++' | while read -r path; do
-    local name
-    name=$(basename "$path")
-    case $name in
-      *.ko.xz) xz -dc "$path" >"$dir/modules/${name%.xz}"; name=${name%.xz} ;;
-      *.ko.zst) zstd -qdc "$path" >"$dir/modules/${name%.zst}"; name=${name%.zst} ;;
-      *) cp "$path" "$dir/modules/$name" ;;
-    esac
-    echo "$name" >>"$dir/modules/order"
-  done
+  # virtio_net: the package and image tests' guests reach the engines on the host through
+  # qemu's user-mode network (start_engines); the matrix's guests boot with `-nic none`, where
+  # the module loads and finds no device.
+  modules_into "$kdir" "$dir/modules" virtio_pci virtio_blk ext4 9p 9pnet_virtio virtio_net
   (cd "$dir" && find . | cpio -o -H newc --quiet | gzip -1 >"$out.tmp")
   rm -rf "$dir"
   mv "$out.tmp" "$out"
@@ -173,6 +192,7 @@ initramfs() {
 # boot_guest KDIR IRD TCG APPEND IN OUT [IMAGE]: one guest on a rootfs image (bookworm's by
 # default; snapshot=on: every boot starts from the same image), with the shares `in`
 # (read-only) and `out` and its serial console in OUT/console.log, bounded by GUEST_TIMEOUT.
+# No network unless GUEST_NIC holds a -nic specification (start_engines sets it).
 # Returns qemu's status (124: timed out).
 boot_guest() {
   local kdir=$1 ird=$2 tcg=$3 append=$4 in=$5 out=$6 image=${7:-$IMAGE} rel
@@ -183,8 +203,60 @@ boot_guest() {
     -drive "file=$image,format=raw,if=virtio,snapshot=on" \
     -virtfs "local,path=$in,mount_tag=in,security_model=none,readonly=on" \
     -virtfs "local,path=$out,mount_tag=out,security_model=none" \
-    -nic none -nographic -no-reboot -serial "file:$out/console.log" -monitor none \
+    -nic "${GUEST_NIC:-none}" -nographic -no-reboot -serial "file:$out/console.log" -monitor none \
     </dev/null >"$out/qemu.log" 2>&1
+}
+
+# start_engines: VictoriaMetrics (remote write) and ClickHouse (episodes, inventory) on this
+# host, on free loopback ports with data in a temporary directory, stopped and deleted when the
+# calling script exits, failed or not. The guests cannot run them (2 GiB, single-threaded TCG).
+# Sets VM_PORT and CH_PORT (the host's), and GUEST_NIC: a user-mode network whose only way out
+# is 10.0.2.100:8428 (VictoriaMetrics) and 10.0.2.100:8123 (ClickHouse). restrict=on drops
+# everything else the guest sends beyond qemu; each guestfwd runs `socat - TCP:127.0.0.1:PORT`
+# per connection. A `tcp:127.0.0.1:PORT` chardev instead is one connection, opened when qemu
+# starts, that every guest connection would share: an HTTP client's second connection (after
+# the server closed the first, or the outage the package test makes) would find it dead.
+start_engines() {
+  command -v victoria-metrics >/dev/null && [ -x /usr/sbin/clickhouse-server ] \
+    || die "victoria-metrics or clickhouse-server is missing (bash scripts/setup.sh --test)"
+  ENGINES=$(mktemp -d "$VM/engines.XXXXXX")
+  trap stop_engines EXIT
+  trap 'exit 130' INT TERM
+  VM_PORT=$(free_port)
+  victoria-metrics -storageDataPath="$ENGINES/vm" -httpListenAddr="127.0.0.1:$VM_PORT" \
+    -retentionPeriod=1 -search.latencyOffset=0s -search.disableCache \
+    </dev/null >"$ENGINES/vm.log" 2>&1 &
+  ENGINE_PIDS=$!
+  CH_PORT=$(free_port)
+  mkdir -p "$ENGINES/ch/tmp"
+  /usr/sbin/clickhouse-server --config-file=/etc/clickhouse-server/config.xml -- \
+    --path="$ENGINES/ch/" --tmp_path="$ENGINES/ch/tmp/" --http_port="$CH_PORT" \
+    --tcp_port="$(free_port)" --interserver_http_port="$(free_port)" --listen_host=127.0.0.1 \
+    --logger.log="$ENGINES/ch/server.log" --logger.errorlog="$ENGINES/ch/error.log" \
+    </dev/null >"$ENGINES/ch.log" 2>&1 &
+  ENGINE_PIDS+=" $!"
+  local i
+  for ((i = 0; i < 120; i++)); do
+    curl -sf "http://127.0.0.1:$VM_PORT/health" >/dev/null \
+      && [ "$(curl -sf "http://127.0.0.1:$CH_PORT/?query=SELECT%201")" = 1 ] && break
+    sleep 0.5
+  done
+  [ "$i" -lt 120 ] || { tail -5 "$ENGINES"/*.log "$ENGINES/ch/error.log" >&2; die "the engines did not answer in 60 s"; }
+  log "engines: victoria-metrics on 127.0.0.1:$VM_PORT, clickhouse on 127.0.0.1:$CH_PORT"
+  GUEST_NIC="user,model=virtio-net-pci,restrict=on"
+  GUEST_NIC+=",guestfwd=tcp:10.0.2.100:8428-cmd:socat - TCP:127.0.0.1:$VM_PORT"
+  GUEST_NIC+=",guestfwd=tcp:10.0.2.100:8123-cmd:socat - TCP:127.0.0.1:$CH_PORT"
+}
+stop_engines() {
+  local p
+  # shellcheck disable=SC2086 # a list of pids
+  [ -z "${ENGINE_PIDS:-}" ] || kill $ENGINE_PIDS 2>/dev/null || true
+  for p in ${ENGINE_PIDS:-}; do wait "$p" 2>/dev/null || true; done
+  ENGINE_PIDS=
+  [ -z "${ENGINES:-}" ] || rm -rf "$ENGINES"
+}
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
 # fresh_share NAME GLOB WHAT: the newest file matching GLOB (made by `make WHAT`) copied into a
