@@ -196,6 +196,14 @@ impl ElfUnwindInfo {
         Some(info)
     }
 
+    /// Whether a cached process unwinder holds its sections (its modules share the bytes).
+    fn in_use(&self) -> bool {
+        let held = |b: &Bytes| Arc::strong_count(&b.0) > 1;
+        self.eh_frame.as_ref().is_some_and(|(_, b)| held(b))
+            || self.eh_frame_hdr.as_ref().is_some_and(|(_, b)| held(b))
+            || self.debug_frame.as_ref().is_some_and(held)
+    }
+
     /// How far the file's stated addresses are moved in a process where `m` maps it: the
     /// segment holding `m`'s file offset gives the difference.
     fn bias(&self, m: &Mapping) -> Option<u64> {
@@ -265,9 +273,13 @@ fn read_vdso() -> Option<ElfUnwindInfo> {
     ElfUnwindInfo::from_object(&object::File::parse(image).ok()?)
 }
 
-/// Files whose unwind sections are kept: past this, everything is dropped and read again as
-/// needed (a host whose processes map more code than this is rare; the cost is re-reading).
-const MAX_FILE_BYTES: usize = 256 << 20;
+/// Unwind sections kept: past this, the files no cached process maps are dropped first, and
+/// everything if that is not enough; what is dropped is read again as needed (the cost is
+/// re-reading). 64 MiB holds the unwind sections of a busy host's every library and binary
+/// several times over (this host's peak was a few MB); it bounds the recorder's memory
+/// (issue 44: at most 150 MiB across an episode close), where 256 MiB left a host with much
+/// code, or with many containers mapping the same files, room to pass it.
+const MAX_FILE_BYTES: usize = 64 << 20;
 /// Processes whose unwinders are kept, likewise.
 const MAX_PROCESSES: usize = 8192;
 
@@ -356,24 +368,46 @@ impl StackUnwinder {
         } else {
             format!("{root}{}", m.path).into()
         };
-        let key = (path, m.inode);
+        // The same file seen through another process's root (every process of a container,
+        // every `podman exec`) is read once: by its build id where the kernel gave it.
+        let key = match &m.build_id {
+            Some(id) => (id.clone(), 0),
+            None => (path.clone(), m.inode),
+        };
         if let Some(i) = self.files.get(&key) {
             return i.clone();
         }
         if self.file_bytes > MAX_FILE_BYTES || self.files.len() > MAX_PROCESSES {
-            self.files.clear();
-            self.procs.clear();
-            self.file_bytes = 0;
+            self.evict();
         }
         // "(deleted)" files (an upgraded library still mapped) cannot be opened by path.
-        let info = if key.0.ends_with(" (deleted)") {
+        let info = if path.ends_with(" (deleted)") {
             None
         } else {
-            read_elf(&key.0).map(Arc::new)
+            read_elf(&path).map(Arc::new)
         };
         self.file_bytes += info.as_ref().map_or(0, |i| i.bytes);
         self.files.insert(key, info.clone());
         info
+    }
+}
+
+impl StackUnwinder {
+    /// Makes room: drops the files no cached process unwinder holds, then, if the rest is
+    /// still over half the bound, everything.
+    fn evict(&mut self) {
+        self.files
+            .retain(|_, i| i.as_ref().is_some_and(|i| i.in_use()));
+        self.file_bytes = self
+            .files
+            .values()
+            .map(|i| i.as_ref().map_or(0, |i| i.bytes))
+            .sum();
+        if self.file_bytes > MAX_FILE_BYTES / 2 || self.files.len() > MAX_PROCESSES / 2 {
+            self.files.clear();
+            self.procs.clear();
+            self.file_bytes = 0;
+        }
     }
 }
 
@@ -498,6 +532,73 @@ mod tests {
                 proptest::prop_assert_eq!(&m[..d], &dwarf[..d]);
             }
         }
+    }
+
+    /// A file's unwind information claiming `mb` MiB, with its eh_frame bytes.
+    fn info_of(mb: usize) -> Option<Arc<ElfUnwindInfo>> {
+        Some(Arc::new(ElfUnwindInfo {
+            eh_frame: Some((0..1, Bytes(Arc::from(&[0u8][..])))),
+            bytes: mb << 20,
+            ..Default::default()
+        }))
+    }
+
+    #[test]
+    fn eviction_keeps_what_a_cached_process_maps() {
+        let mut u = StackUnwinder::default();
+        let (held, a, b) = (info_of(20), info_of(30), info_of(30));
+        // A process unwinder's module shares the held file's section bytes.
+        let module = held.as_ref().unwrap().eh_frame.clone();
+        for (k, i) in [("held", &held), ("a", &a), ("b", &b)] {
+            u.files.insert((k.into(), 1), i.clone());
+        }
+        drop((held, a, b));
+        u.file_bytes = 80 << 20;
+        u.evict();
+        assert_eq!(u.files.len(), 1, "only the held file is kept");
+        assert!(u.files.contains_key(&(Arc::from("held"), 1)));
+        assert_eq!(u.file_bytes, 20 << 20);
+        // Still over half the bound in use: everything goes.
+        u.files.insert(("big".into(), 1), info_of(40));
+        let _big = u.files[&(Arc::from("big"), 1)]
+            .as_ref()
+            .unwrap()
+            .eh_frame
+            .clone();
+        u.file_bytes = 60 << 20;
+        u.evict();
+        assert!(u.files.is_empty() && u.file_bytes == 0);
+        drop(module);
+    }
+
+    #[test]
+    fn a_file_seen_through_another_root_is_read_once_by_its_build_id() {
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let m = Mapping {
+            start: 0x1000,
+            end: 0x2000,
+            pgoff: 0,
+            path: exe.to_string_lossy().as_ref().into(),
+            inode: 7,
+            build_id: Some("0123abcd".into()),
+        };
+        let mut u = StackUnwinder::default();
+        let first = u.file("", &m);
+        assert!(first.is_some(), "the test binary has unwind sections");
+        let again = u.file("/proc/self/root", &m);
+        assert!(Arc::ptr_eq(
+            first.as_ref().unwrap(),
+            again.as_ref().unwrap()
+        ));
+        assert_eq!(u.files.len(), 1);
+        // Without a build id, each root is its own key (the path is all there is).
+        let bare = Mapping {
+            build_id: None,
+            ..m
+        };
+        u.file("", &bare);
+        u.file("/proc/self/root", &bare);
+        assert_eq!(u.files.len(), 3);
     }
 
     #[test]
