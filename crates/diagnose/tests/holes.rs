@@ -3,33 +3,19 @@
 //! recorder had been stopped there. The report must name the hole, lower every confidence by
 //! its share of the window, and say so in the text; the whole recording must not.
 
-use std::path::{Path, PathBuf};
+mod common;
 
-use jitterscope_diagnose::{chain, diagnose, rules, text, Data, Options, Report};
+use std::path::Path;
+
+use common::{fixtures, report};
+
+use jitterscope_diagnose::{chain, rules, text, Data};
 use jitterscope_model::codec::Parts;
 use jitterscope_model::signals::SignalRecord;
 use jitterscope_model::stored::{Encoder, SampleReader};
 use jitterscope_store::{StoreConfig, Writer};
 
 const SCENARIO: &str = "oom-leak";
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/diagnose")
-}
-
-/// The scenario's window as `lab check` diagnosed it: (baseline start, from, to).
-fn windows() -> (i64, i64, i64) {
-    let check: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(fixtures().join(format!("{SCENARIO}.json"))).unwrap(),
-    )
-    .unwrap();
-    let w = &check["windows"];
-    (
-        w["baseline"][0].as_i64().unwrap(),
-        w["active"][0].as_i64().unwrap(),
-        w["active"][1].as_i64().unwrap(),
-    )
-}
 
 /// The recording without the samples in `[cut.0, cut.1)`, written as `record` writes.
 fn copy_without(dst: &Path, cut: (i64, i64)) -> usize {
@@ -54,22 +40,10 @@ fn copy_without(dst: &Path, cut: (i64, i64)) -> usize {
     dropped
 }
 
-fn report(dir: &Path, base: i64, from: i64, to: i64) -> Report {
-    diagnose(
-        dir,
-        from,
-        to,
-        Options {
-            lookback_ns: from - base + 1_000_000_000,
-        },
-    )
-    .unwrap()
-}
-
 #[test]
 fn holes_lower_the_confidences_and_say_so() {
-    let (base, from, to) = windows();
-    let whole = report(&fixtures().join(SCENARIO), base, from, to);
+    let (base, from, to) = common::windows(SCENARIO);
+    let whole = report(&fixtures().join(SCENARIO), (base, from, to));
     assert!(whole.holes.is_none(), "{:?}", whole.holes);
     assert!(
         !text::render(&whole).contains("holes"),
@@ -81,7 +55,7 @@ fn holes_lower_the_confidences_and_say_so() {
     let tmp = tempfile::tempdir().unwrap();
     let cut = (from + 2_500_000_000, from + 6_500_000_000);
     assert_eq!(copy_without(tmp.path(), cut), 4);
-    let r = report(tmp.path(), base, from, to);
+    let r = report(tmp.path(), (base, from, to));
 
     let h = r.holes.as_ref().expect("the hole is reported");
     assert_eq!(h.holes.len(), 1, "{h:?}");

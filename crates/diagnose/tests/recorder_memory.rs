@@ -8,10 +8,14 @@
 //! the report says in a note that the recorder grew. The same recording written with another
 //! recorder pid keeps both.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
+
+use common::{fixtures, windows};
 
 use jitterscope_diagnose::events::Online;
-use jitterscope_diagnose::{diagnose, text, Options, Report};
+use jitterscope_diagnose::{text, Report};
 use jitterscope_model::codec::Parts;
 use jitterscope_model::sample::RecorderStats;
 use jitterscope_model::stored::{Encoder, SampleReader};
@@ -19,24 +23,6 @@ use jitterscope_model::Sample;
 use jitterscope_store::{StoreConfig, Writer};
 
 const SCENARIO: &str = "native-leak";
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/diagnose")
-}
-
-/// The scenario's window as `lab check` diagnosed it: (baseline start, from, to).
-fn windows() -> (i64, i64, i64) {
-    let check: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(fixtures().join(format!("{SCENARIO}.json"))).unwrap(),
-    )
-    .unwrap();
-    let w = &check["windows"];
-    (
-        w["baseline"][0].as_i64().unwrap(),
-        w["active"][0].as_i64().unwrap(),
-        w["active"][1].as_i64().unwrap(),
-    )
-}
 
 /// The recording written again as `record` writes it (main payload, lanes, the online
 /// detector's marks), every sample taken by a recorder of pid `recorder`.
@@ -62,16 +48,7 @@ fn rewrite_as_recorder(dst: &Path, recorder: u32) {
 }
 
 fn report(dir: &Path) -> Report {
-    let (base, from, to) = windows();
-    diagnose(
-        dir,
-        from,
-        to,
-        Options {
-            lookback_ns: from - base + 1_000_000_000,
-        },
-    )
-    .unwrap()
+    common::report(dir, windows(SCENARIO))
 }
 
 /// The pids of the report's `memory.leak` findings.
@@ -136,7 +113,7 @@ fn the_recorders_own_growth_is_its_budget_not_a_leak() {
         leak_trends(&own_dir)
     );
     // Its samples still hold its row of the process table: only the leak reading leaves it out.
-    let (_, from, to) = windows();
+    let (_, from, to) = windows(SCENARIO);
     let d =
         jitterscope_diagnose::Data::load_globs(&own_dir, from, to, &[&format!("{own}*.rss_bytes")])
             .unwrap();

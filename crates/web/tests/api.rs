@@ -15,17 +15,26 @@ fn store(name: &str) -> PathBuf {
 }
 
 /// A server on `ip:0` over `dir`, running until the test process ends.
-fn start(ip: IpAddr, dir: PathBuf, token: Option<&str>, max_age: Duration) -> SocketAddr {
-    let cfg = Config {
-        listen: SocketAddr::new(ip, 0),
+/// A server of `dir` on `listen`, with no token, fleet or age limit.
+fn config(listen: SocketAddr, dir: PathBuf) -> Config {
+    Config {
+        listen,
         dir,
-        token: token.map(str::to_string),
+        token: None,
         top_processes: 3,
-        metrics_max_age: max_age,
+        metrics_max_age: Duration::ZERO,
         clickhouse: None,
         clickhouse_user: None,
         build: Vec::new(),
         public_metrics: false,
+    }
+}
+
+fn start(ip: IpAddr, dir: PathBuf, token: Option<&str>, max_age: Duration) -> SocketAddr {
+    let cfg = Config {
+        token: token.map(str::to_string),
+        metrics_max_age: max_age,
+        ..config(SocketAddr::new(ip, 0), dir)
     };
     jitterscope_web::check(&cfg).unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -498,17 +507,7 @@ fn non_loopback_clients_need_the_token() {
     let any: IpAddr = "0.0.0.0".parse().unwrap();
     // A server bound to all addresses without a token (check() refuses this configuration;
     // the router refuses such clients anyway, which is what is tested here).
-    let cfg = Config {
-        listen: SocketAddr::new(any, 0),
-        dir: store("idle"),
-        token: None,
-        top_processes: 3,
-        metrics_max_age: Duration::ZERO,
-        clickhouse: None,
-        clickhouse_user: None,
-        build: Vec::new(),
-        public_metrics: false,
-    };
+    let cfg = config(SocketAddr::new(any, 0), store("idle"));
     assert!(jitterscope_web::check(&cfg).is_err());
     let open = serve_unchecked(cfg);
     let (st, _, _) = request(SocketAddr::new(ip, open), "GET", "/api/v1/range", &[]);
@@ -618,15 +617,8 @@ fn public_metrics_open_metrics_and_healthz_only() {
     };
     let any: IpAddr = "0.0.0.0".parse().unwrap();
     let cfg = Config {
-        listen: SocketAddr::new(any, 0),
-        dir: store("idle"),
-        token: None,
-        top_processes: 3,
-        metrics_max_age: Duration::ZERO,
-        clickhouse: None,
-        clickhouse_user: None,
-        build: Vec::new(),
         public_metrics: true,
+        ..config(SocketAddr::new(any, 0), store("idle"))
     };
     jitterscope_web::check(&cfg).expect("no token needed beyond loopback with public metrics");
     let to = SocketAddr::new(ip, serve_unchecked(cfg));
