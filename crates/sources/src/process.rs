@@ -299,16 +299,6 @@ pub fn parse_pid_schedstat(buf: &[u8]) -> Result<PidSchedstat, ParseError> {
     })
 }
 
-/// Turns `/proc/<pid>/cmdline` (NUL-separated argv) into one space-separated line, bounded.
-pub fn format_cmdline(buf: &[u8], max: usize) -> String {
-    let end = buf.len().min(max);
-    let mut s = lossy(&buf[..end]).replace('\0', " ");
-    while s.ends_with(' ') {
-        s.pop();
-    }
-    s
-}
-
 /// One process in one sample: everything the recorder keeps about it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -1224,12 +1214,14 @@ mod tests {
 
     #[test]
     fn cmdline_formatting() {
+        // Formatting is the redactor's: every command line goes through it.
+        let r = Redactor::default();
         assert_eq!(
-            format_cmdline(b"python3\0-m\0http.server\0", 100),
+            r.cmdline(b"python3\0-m\0http.server\0", 100),
             "python3 -m http.server"
         );
-        assert_eq!(format_cmdline(b"abcdef", 3), "abc");
-        assert_eq!(format_cmdline(b"", 3), "");
+        assert_eq!(r.cmdline(b"abcdef", 3), "abc");
+        assert_eq!(r.cmdline(b"", 3), "");
     }
 
     proptest::proptest! {
@@ -1239,7 +1231,6 @@ mod tests {
             let _ = parse_pid_status(&b);
             let _ = parse_pid_io(&b);
             let _ = parse_pid_schedstat(&b);
-            let _ = format_cmdline(&b, 64);
         }
 
         #[test]
