@@ -319,7 +319,10 @@ def check_collectors():
     series("cgroup.io.stat", f"cgroup.{p}.io.write_bytes_per_s",
            lambda: missing(io_file, "io.stat") if io_file else "the v1 blkio hierarchy is not read")
     series("tracer.runqlat.cgroup", f"runqlat.cgroup.{p}.p99_usec", lambda: None)
-    ok, v = series_present(lines, "profile.samples_per_s")
+    # The sampler works if any second of the recording had samples: the first value alone was
+    # once 0 or missing in a CI run of a cell whose rerun sampled 118/s from its first second.
+    rates = [r for r in (d["values"].get("profile.samples_per_s") for d in lines) if r is not None]
+    ok, v = bool(rates), max(rates, default=None)
     if ok and v > 0:
         tf = sh(JS, "top-functions", "--dir", store, "--from", "0", "--json", check=False)
         hot = None
@@ -337,6 +340,7 @@ def check_collectors():
             cell("profiler", "failed", f"top-functions: {(tf.stderr.strip() or tf.stdout.strip())[-300:]}")
     else:
         line = next((l for l in facts["record_log"] if "profile" in l), "no profile line")
+        line += f"; profile.samples_per_s over the recording: {rates or 'none'}"
         cell("profiler", "absent", line)
     if ok and v > 0:
         # The probe is Debian's python3 (3.11): its spinning child's samples carry the
