@@ -128,6 +128,15 @@ fn shared(cause: &Finding, effect: &Finding) -> Option<String> {
         if b.culprit.cgroup.as_deref() == Some(cg) {
             return Some(format!("both in cgroup {cg}"));
         }
+        // A limit reaches every cgroup below it: a pod's thrash and its container's stalls.
+        if let Some(sub) = b
+            .culprit
+            .cgroup
+            .as_deref()
+            .filter(|b| *b != cg && within(b, cg))
+        {
+            return Some(format!("{sub} is inside {cg}"));
+        }
         if named(b, &format!("cgroup.{cg}.")) {
             return Some(format!(
                 "cgroup {cg}, the culprit's of {}, is in the evidence of {}",
@@ -136,6 +145,28 @@ fn shared(cause: &Finding, effect: &Finding) -> Option<String> {
         }
     }
     None
+}
+
+/// Whether cgroup path `p` is `cg` or below it.
+fn within(p: &str, cg: &str) -> bool {
+    crate::rules::pagecache::within(p, cg)
+}
+
+/// Whether the cause can reach where the consequence happened: its own cgroup, one above or
+/// below it, or the host. Two incidents in unrelated cgroups stay two roots, whatever they
+/// name in common in their evidence (a process culprit of both is one place, whatever its
+/// cgroups in two v1 hierarchies read).
+fn reaches(cause: &Finding, effect: &Finding) -> bool {
+    if cause.culprit.pid.is_some() && cause.culprit.pid == effect.culprit.pid {
+        return true;
+    }
+    match (
+        cause.culprit.cgroup.as_deref().filter(|c| *c != "/"),
+        effect.culprit.cgroup.as_deref().filter(|c| *c != "/"),
+    ) {
+        (Some(a), Some(b)) => within(a, b) || within(b, a),
+        _ => true,
+    }
 }
 
 /// Direct evidence of the mechanism between two findings, from the data, which makes a cause
@@ -225,6 +256,9 @@ fn reason(d: &Data, cause: &Finding, effect: &Finding) -> Option<String> {
         .find(|(c, e, _)| *c == cause.rule_id && *e == effect.rule_id)?;
     let direct = direct_evidence(d, cause, effect);
     if cause.confidence < MIN_CAUSE_CONFIDENCE && direct.is_none() {
+        return None;
+    }
+    if !reaches(cause, effect) {
         return None;
     }
     let actor = shared(cause, effect)?;

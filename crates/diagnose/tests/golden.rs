@@ -207,7 +207,20 @@ fn pagecache_thrash() {
     assert_eq!(f.culprit.comm.as_deref(), Some("lab-stream"));
     assert!(f.title.contains("lab-workset"), "{}", f.title);
     assert!(evidence(f, "lab-workset.majflt_per_s").value >= 1000.0);
-    assert!(has(&f.remediation, "give lab-stream its own memory cgroup"));
+    // The thrash is the cgroup's, at its limit: the limit and the stream are what to change.
+    assert!(f
+        .title
+        .contains("in memory cgroup /jitterscope-lab/pagecache-thrash at its limit"));
+    assert!(has(&f.remediation, "lab-stream in a cgroup of its own"));
+    assert!(has(&f.remediation, "have lab-stream bypass the page cache"));
+    assert!(
+        evidence(
+            f,
+            "cgroup./jitterscope-lab/pagecache-thrash.memory.refault_file_per_s"
+        )
+        .value
+            >= 10_000.0
+    );
     assert!(!f.moved_first.is_empty());
     // The reader is in a memory cgroup of its own and the root cpu cgroup (v1): the culprit
     // is named by the cgroup whose limit it filled.

@@ -45,7 +45,7 @@ rule! {
         tracer::RECLAIM_CGROUP_STALLS_PER_S, tracer::RECLAIM_CGROUP_STALL_PCT,
         tracer::RECLAIM_CGROUP_STALL_MAX_USEC, psi::SOME_PCT["memory"], mem::ZONE_FREE_OVER_MIN,
         cgroup::MEMORY_USAGE_OF_LIMIT_PCT, cgroup::MEMORY_HIGH_BYTES, cgroup::MEMORY_USAGE_BYTES,
-        process::PROC_RSS_BYTES, mem::FREE_BYTES,
+        process::PROC_RSS_BYTES, mem::FREE_BYTES, cgroup::MEMORY_REFAULT_FILE_PER_S,
 }
 
 fn run(d: &Data) -> Vec<Finding> {
@@ -74,6 +74,22 @@ fn run(d: &Data) -> Vec<Finding> {
     // names the cause (memory.pagecache-thrash); here they are the symptom.
     let majflt = d.stats(&mem::RECLAIM_PGMAJFAULT_PER_S, &[]);
     let thrash = majflt.sum >= 1000.0 && majflt.mean >= 10.0 * majflt.base_median.max(1.0);
+    // Or the stalled cgroup's own file pages come back as refaults: said, and left to the
+    // chain to rank (a thrash at the limit with a victim re-reading is the stalls' cause;
+    // one process re-reading its own file between its allocations is not).
+    let cg_refaults = cgroups
+        .first()
+        .map(|(s, _)| d.stats(&cgroup::MEMORY_REFAULT_FILE_PER_S, &[s.label(0)]));
+    let cg_thrash = cg_refaults.as_ref().is_some_and(|r| {
+        r.sum >= 10_000.0
+            && r.mean
+                >= 10.0
+                    * if r.base_n > 0 {
+                        r.base_median.max(1.0)
+                    } else {
+                        1.0
+                    }
+    });
     if thrash {
         conf = conf.min(0.8);
     }
@@ -226,6 +242,13 @@ fn run(d: &Data) -> Vec<Finding> {
             Take::Max,
             "free pages over the min watermark (lowest zone)",
         );
+    }
+    if cg_thrash && !thrash {
+        f.notes.push(format!(
+            "{:.0} file refaults in {} came with the stalls: see memory.pagecache-thrash for who evicts whom",
+            cg_refaults.map_or(0.0, |r| r.sum),
+            limit_cg.as_deref().unwrap_or("the cgroup")
+        ));
     }
     if thrash {
         f.notes.push(format!(

@@ -14,7 +14,10 @@
 
 use jitterscope_model::metrics::{process, tracer};
 
-use super::{confidence, finding, proc_culprit, rule, top_procs, top_series, Take};
+use super::{
+    cgroup_culprit, confidence, finding, proc_culprit, rule, series_fact, top_procs, top_series,
+    Take,
+};
 use crate::data::Data;
 use crate::Finding;
 
@@ -39,6 +42,26 @@ fn run(d: &Data) -> Vec<Finding> {
     }
     let cgs = top_series(d, &tracer::RUNQLAT_CGROUP_P99_USEC, |s| s.mean);
     let waiting = top_procs(d, &process::PROC_RUNQ_WAIT_PCT);
+    // The waits are where they are worst: a process of that cgroup waited, and a thread
+    // elsewhere (a kernel thread in `/`) that waited a little is not the culprit of a
+    // cgroup's queueing. With no process of it seen waiting, the cgroup itself.
+    let worst = cgs.first().map(|(s, _)| s.label(0)).filter(|cg| *cg != "/");
+    let culprit = match worst {
+        Some(cg) => waiting
+            .iter()
+            .find(|p| {
+                d.procs
+                    .get(&p.pid)
+                    .and_then(|x| x.cgroup.as_deref())
+                    .is_some_and(|x| super::pagecache::within(x, cg))
+            })
+            .map(|p| proc_culprit(d, p.pid, &p.comm, super::Res::Cpu))
+            .unwrap_or_else(|| cgroup_culprit(d, cg)),
+        None => waiting
+            .first()
+            .map(|p| proc_culprit(d, p.pid, &p.comm, super::Res::Cpu))
+            .unwrap_or_default(),
+    };
     let mut f = finding(
         &RULE,
         d,
@@ -50,10 +73,7 @@ fn run(d: &Data) -> Vec<Finding> {
                 .unwrap_or_default()
         ),
         confidence(st.mean / 1000.0, 5.0, 50.0),
-        waiting
-            .first()
-            .map(|p| proc_culprit(d, p.pid, &p.comm, super::Res::Cpu))
-            .unwrap_or_default(),
+        culprit,
     );
     f.cite(
         d,
@@ -63,6 +83,14 @@ fn run(d: &Data) -> Vec<Finding> {
         "run-queue wait, 99th percentile",
     );
     f.cite(d, &tracer::RUNQLAT_MAX_USEC, &[], Take::Max, "longest wait");
+    if let Some((s, v)) = cgs.first() {
+        f.evidence.push(series_fact(
+            s,
+            *v,
+            Take::Mean,
+            format!("run-queue wait p99 of cgroup {}, the worst", s.label(0)),
+        ));
+    }
     f.remediation.push("fewer runnable threads than CPUs for latency-critical work: a CPU quota or lower priority for the rest, or more CPUs".into());
     vec![f]
 }
@@ -74,7 +102,30 @@ mod tests {
     /// Five baseline samples at `base` µs of p99 and five in the window at `win` µs.
     fn data(base: f64, win: f64) -> Data {
         let mut d = Data::seconds(10, 5);
+        d.procs.insert(
+            9,
+            crate::data::Proc {
+                comm: "api".into(),
+                cgroup: Some("/batch".into()),
+                ..Default::default()
+            },
+        );
+        d.procs.insert(
+            15,
+            crate::data::Proc {
+                comm: "rcu_preempt".into(),
+                cgroup: Some("/".into()),
+                ..Default::default()
+            },
+        );
         for i in 0..10u32 {
+            // A kernel thread that waited more, outside the cgroup where waits are worst.
+            d.push(
+                &process::PROC_RUNQ_WAIT_PCT,
+                &["15", "rcu_preempt"],
+                i,
+                60.0,
+            );
             let v = if i < 5 { base } else { win };
             d.push(&tracer::RUNQLAT_P99_USEC, &[], i, v);
             d.push(&tracer::RUNQLAT_MAX_USEC, &[], i, v * 2.0);
@@ -95,6 +146,7 @@ mod tests {
             f[0].title
         );
         assert_eq!(f[0].culprit.comm.as_deref(), Some("api"));
+        assert_eq!(f[0].culprit.cgroup.as_deref(), Some("/batch"));
         let e = &f[0].evidence[0];
         assert_eq!(
             (e.signal.as_str(), e.unit.as_str()),

@@ -44,6 +44,21 @@ fn mem_gauge(cx: &Ctx, out: &mut Emit, f: fn(&MemoryStats) -> Option<u64>) {
     }
 }
 
+/// File refaults of the cgroup and its descendants. v2's memory.stat is hierarchical; v1's
+/// plain keys are the cgroup's own pages and its `total_` keys the subtree's, which is what v2
+/// reports. The split into `_anon`/`_file` came in 5.9; before it, `workingset_refault` was
+/// file refaults only (anonymous pages had no shadow entries).
+fn refault_file(m: &MemoryStats) -> Option<u64> {
+    [
+        "total_workingset_refault_file",
+        "total_workingset_refault",
+        "workingset_refault_file",
+        "workingset_refault",
+    ]
+    .iter()
+    .find_map(|k| m.stat(k))
+}
+
 /// User CPU in ns from whichever file the hierarchy has (v2 µs, v1 USER_HZ ticks).
 fn user_ns(c: &CpuStats, hz: u64) -> Option<u64> {
     c.user_usec
@@ -157,6 +172,13 @@ metrics! {
                 for (k, v) in c.memory.iter().flat_map(|m| &m.stat) {
                     out(&[&c.path, k], Some(*v as f64));
                 }
+            }
+        }),
+    MEMORY_REFAULT_FILE_PER_S = ("cgroup.<cgroup>.memory.refault_file_per_s", PerSecond, Rate, "File pages evicted from the cgroup and faulted back in per second, the cgroup and its descendants: where page-cache thrashing happens (memory.stat workingset_refault_file on v2, total_workingset_refault_file on v1; workingset_refault before 5.9)", |cx, out| {
+            for (c, p) in each(cx) {
+                let cv = c.memory.as_ref().and_then(refault_file);
+                let pv = p.and_then(|p| p.memory.as_ref()).and_then(refault_file);
+                rate(cx, out, &[&c.path], cv, pv, 1.0);
             }
         }),
     MEMORY_EVENTS_PER_S = ("cgroup.<cgroup>.memory.events.<event>_per_s", PerSecond, Rate, "memory.events counters per second: low, high (throttled), max (hit limit), oom, oom_kill (v2)", |cx, out| {
