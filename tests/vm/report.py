@@ -48,6 +48,7 @@ ROWS = [
     ("lab.negative-dentry", "rule on `lab check negative-dentry`"),
     ("lab.shrinker-scale", "rule on `lab check shrinker-scale`"),
     ("lab.pagecache-thrash", "rule on `lab check pagecache-thrash`"),
+    ("lab.memcg-thrash", "rule on `lab check memcg-thrash`"),
     ("lab.native-leak", "`lab check native-leak` (+ memleak)"),
     ("lab.python-leak", "`lab check python-leak` (+ memleak)"),
     ("lab.oom-leak", "`lab check oom-leak`"),

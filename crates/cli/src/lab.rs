@@ -439,7 +439,12 @@ fn check(c: CheckArgs) -> Result<()> {
             lookback_ns: windows.active.0 - baseline_from + 1_000_000_000,
         },
     )?;
-    let verdict = Verdict::of(s, &report, outcome.culprit_cgroup.as_deref());
+    let verdict = Verdict::of(
+        s,
+        &report,
+        outcome.culprit_cgroup.as_deref(),
+        outcome.culprit_comm,
+    );
     // The episodes of the workload's window, flagged where the recorder marked them live.
     let (episodes, _) =
         jitterscope_diagnose::events(&store.path, windows.active.0, windows.active.1)?;
@@ -463,6 +468,7 @@ fn check(c: CheckArgs) -> Result<()> {
                 "expected_rule": s.expected_rule,
                 "expected_links": s.expected_links,
                 "expected_culprit_cgroup": outcome.culprit_cgroup,
+                "expected_culprit_comm": outcome.culprit_comm,
                 "first_rule": verdict.first,
                 "problems": verdict.problems,
                 "mechanism_rules": verdict.mechanisms,
@@ -536,7 +542,12 @@ struct Verdict {
 }
 
 impl Verdict {
-    fn of(s: &Scenario, r: &jitterscope_diagnose::Report, cgroup: Option<&str>) -> Self {
+    fn of(
+        s: &Scenario,
+        r: &jitterscope_diagnose::Report,
+        cgroup: Option<&str>,
+        comm: Option<&str>,
+    ) -> Self {
         let first = r.findings.first().map(|f| f.rule_id);
         let mechanisms: Vec<&'static str> = r
             .findings
@@ -559,6 +570,14 @@ impl Verdict {
                 problems.push(format!(
                     "culprit cgroup {} instead of {want}",
                     f.culprit.cgroup.as_deref().unwrap_or("(none)")
+                ));
+            }
+        }
+        if let (Some(want), Some(f)) = (comm, r.findings.first()) {
+            if f.culprit.comm.as_deref() != Some(want) {
+                problems.push(format!(
+                    "culprit {} instead of {want}",
+                    f.culprit.comm.as_deref().unwrap_or("(none)")
                 ));
             }
         }

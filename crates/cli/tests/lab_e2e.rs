@@ -284,6 +284,25 @@ fn pagecache_thrash_evicts_the_working_set() {
     assert_eq!(f[1]["caused_by"][0]["finding"], 1, "{f}");
 }
 
+#[test]
+fn memcg_thrash_names_the_reader_inside_the_limited_cgroup() {
+    // `check` asserts the thrash first, the stalls linked under it, and its culprit: `cat`,
+    // in the limited cgroup, not the launcher in the other cgroup that reaped it.
+    let _s = serial();
+    let Some(v) = check("memcg-thrash", 8) else {
+        return;
+    };
+    let f = &v["diagnosis"]["report"]["findings"];
+    assert_eq!(f[0]["culprit"]["comm"], "cat", "{f}");
+    assert_eq!(
+        f[0]["culprit"]["cgroup"],
+        "/jitterscope-lab/memcg-thrash/limited"
+    );
+    assert!(value(&v, "limited.memory.refault_file_per_s") >= 1000.0);
+    assert_eq!(f[1]["rule_id"], "memory.direct-reclaim", "{f}");
+    assert_eq!(f[1]["caused_by"][0]["finding"], 1, "{f}");
+}
+
 /// `names` negative dentries, looked up in a directory of their own: removing it (the
 /// returned guard's drop) prunes them.
 fn dentry_pile(names: u64) -> tempfile::TempDir {
@@ -703,6 +722,7 @@ fn list_documents_every_scenario() {
             "tlb-shootdown",
             "reclaim-storm",
             "pagecache-thrash",
+            "memcg-thrash",
             "native-leak",
             "python-leak",
             "oom-leak",

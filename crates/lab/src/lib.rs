@@ -53,6 +53,9 @@ pub struct Started {
     /// The cgroup the first finding must name as its culprit's (the lab cgroup whose limit
     /// the mechanism hit), when the scenario knows it.
     pub culprit_cgroup: Option<String>,
+    /// The name the first finding's culprit must have (the process that did the work), when
+    /// the scenario's point is who is named.
+    pub culprit_comm: Option<&'static str>,
 }
 
 /// The context a scenario starts in.
@@ -125,6 +128,8 @@ pub struct Outcome {
     pub checks: Vec<Check>,
     /// The cgroup the first finding's culprit must be in (see [`Started::culprit_cgroup`]).
     pub culprit_cgroup: Option<String>,
+    /// The name the first finding's culprit must have (see [`Started::culprit_comm`]).
+    pub culprit_comm: Option<&'static str>,
     /// Cut short by a signal.
     pub interrupted: bool,
     /// What the cleanup removed.
@@ -239,6 +244,7 @@ pub fn run(
         workers,
         checks: started.checks,
         culprit_cgroup: started.culprit_cgroup,
+        culprit_comm: started.culprit_comm,
         interrupted: stop::requested(),
         cleaned,
         memleak,

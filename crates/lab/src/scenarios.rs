@@ -142,6 +142,29 @@ pub static SCENARIOS: &[Scenario] = &[
         start: pagecache_thrash,
     },
     Scenario {
+        name: "memcg-thrash",
+        mirrors: "case 5 inside a container: page-cache thrash at a memory cgroup's limit, the \
+            streaming reader started from outside the cgroup",
+        reproduces: "one memory-limited cgroup holding a service that re-reads its hot file \
+            through read() (lab-reread) and a stream of `cat`s of a file several times the \
+            limit. Each `cat` is started by a `sh -c` wrapper that moves itself into the \
+            limited cgroup; the wrappers are started by a loop in another cgroup, which reaps \
+            them and so gets the readers' bytes in its own counters. The stream evicts the hot \
+            file, which comes back from storage on every pass (refaults of the cgroup), and \
+            allocations at the limit stall in memcg reclaim.",
+        signals: "cgroup.<lab>/limited.memory.refault_file_per_s, \
+            proc.<pid>.lab-reread.read_bytes_per_s, proc.<pid>.sh.reaped_read_bytes_per_s, \
+            reclaim.cgroup.<lab>/limited.stalls_per_s",
+        bounds: "memory: cgroup limit 160 MiB (low) / 256 MiB (high); disk: 96 + 384 MiB (low) / \
+            128 MiB + 2 GiB (high), removed afterwards",
+        control: false,
+        expected_rule: Some("memory.pagecache-thrash"),
+        expected_links: &[("memory.pagecache-thrash", "memory.direct-reclaim")],
+        record_args: &[],
+        controllers: &["memory"],
+        start: memcg_thrash,
+    },
+    Scenario {
         name: "native-leak",
         mirrors: "case 5 (a C extension leaking outside the Python heap; strings found with \
             `strings | sort | uniq -c` on the [heap] dump)",
@@ -428,6 +451,7 @@ fn cfs_throttle(e: &mut Env) -> Result<Started> {
     let p = &cg.path;
     Ok(Started {
         culprit_cgroup: None,
+        culprit_comm: None,
         notes: vec![format!(
             "cgroup {p}: quota {} ms per {} ms; fibtest pid {pid}: fast thread on CPU {fast_cpu}, \
              {slow} slow threads on CPU {slow_cpu}",
@@ -481,6 +505,7 @@ fn negative_dentry(e: &mut Env) -> Result<Started> {
     let p = &cg.path;
     Ok(Started {
         culprit_cgroup: None,
+        culprit_comm: None,
         notes: vec![format!(
             "cgroup {p}: memory limit {} MiB; lab-nss-probe pid {pid}: {names} new names per \
              batch in {}, then {} MiB of anonymous memory",
@@ -572,6 +597,7 @@ fn shrinker_scale(e: &mut Env) -> Result<Started> {
     }
     Ok(Started {
         culprit_cgroup: None,
+        culprit_comm: None,
         notes,
         checks: vec![
             Check::new(
@@ -635,6 +661,7 @@ fn tlb_shootdown(e: &mut Env) -> Result<Started> {
     )?;
     Ok(Started {
         culprit_cgroup: None,
+        culprit_comm: None,
         notes: vec![format!(
             "lab-madvise pid {pid}: {threads} threads over {ncpu} CPUs, {region} KiB each, \
              madvise(MADV_DONTNEED) after every touch{}; lab-victim pid {vpid} sleeps 1 ms in a loop",
@@ -686,6 +713,7 @@ fn reclaim_storm(e: &mut Env) -> Result<Started> {
     let p = &cg.path;
     Ok(Started {
         culprit_cgroup: Some(p.clone()),
+        culprit_comm: None,
         notes: vec![format!(
             "cgroup {p}: memory limit {} MiB; lab-reclaim pid {pid} reads {} MiB of file, then \
              touches {} MiB of anonymous memory, in a loop",
@@ -742,6 +770,7 @@ fn pagecache_thrash(e: &mut Env) -> Result<Started> {
     let p = &cg.path;
     Ok(Started {
         culprit_cgroup: Some(p.clone()),
+        culprit_comm: None,
         notes: vec![format!(
             "cgroup {p}: memory limit {} MiB; lab-workset pid {wpid} re-reads a {} MiB mapped \
              file; lab-stream pid {spid} streams a {} MiB file",
@@ -772,6 +801,82 @@ fn pagecache_thrash(e: &mut Env) -> Result<Started> {
     })
 }
 
+fn memcg_thrash(e: &mut Env) -> Result<Started> {
+    let (limit, hot, big) = e.intensity.pick(
+        (160 * MIB, 96 * MIB, 384 * MIB),
+        (256 * MIB, 128 * MIB, 2048 * MIB),
+    );
+    let hot_file = e.sb.dir().join("hot.dat");
+    let big_file = e.sb.dir().join("stream.dat");
+    make_file(&hot_file, hot)?;
+    make_file(&big_file, big)?;
+    let cg = e.sb.cgroup("limited", Limits::memory(limit))?;
+    // A sibling leaf: v2 takes processes only in leaves, and the launcher must be elsewhere.
+    let outside = e.sb.cgroup("launcher", Limits::default())?;
+    let rpid = e.sb.spawn(
+        &cg,
+        "reread",
+        worker(
+            "reread",
+            &[("file", path_str(&hot_file)?), ("pause_ms", "200".into())],
+        )?,
+    )?;
+    // The wrapper joins the limited cgroup in every hierarchy before it starts the reader,
+    // as a container runtime's exec or a `systemd-run --scope` does.
+    let procs: Vec<String> = cg
+        .dirs()
+        .map(|d| path_str(&d.join("cgroup.procs")))
+        .collect::<Result<_>>()?;
+    let wrapper = "for p in \"$@\"; do echo $$ > \"$p\" || exit 1; done; cat \"$F\" > /dev/null";
+    let mut launcher = Command::new("sh");
+    launcher
+        .arg("-c")
+        .arg(format!(
+            "while :; do sh -c '{wrapper}' wrapper {} > /dev/null || exit 1; done",
+            procs
+                .iter()
+                .map(|p| format!("'{p}'"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ))
+        .env("F", path_str(&big_file)?);
+    let lpid = e.sb.spawn(&outside, "stream-launcher", launcher)?;
+    let p = &cg.path;
+    Ok(Started {
+        culprit_cgroup: Some(p.clone()),
+        culprit_comm: Some("cat"),
+        notes: vec![format!(
+            "cgroup {p}: memory limit {} MiB; lab-reread pid {rpid} re-reads a {} MiB file; \
+             sh pid {lpid} in {} starts `sh -c` wrappers that join {p} and `cat` a {} MiB \
+             file, one after the other",
+            limit / MIB,
+            hot / MIB,
+            outside.path,
+            big / MIB
+        )],
+        checks: vec![
+            Check::new(
+                "the limited cgroup's evicted file pages refault",
+                Select::labels(&cgroup::MEMORY_REFAULT_FILE_PER_S, &[p]),
+                Stat::Sum,
+                Cmp::AtLeast(1000.0),
+            ),
+            Check::new(
+                "lab-reread reads its hot file back from storage",
+                Select::labels(&process::PROC_READ_BYTES_PER_S, &["*", "lab-reread"]),
+                Stat::Sum,
+                Cmp::AtLeast(16.0 * MIB as f64),
+            ),
+            Check::new(
+                "the launcher outside gets the readers' bytes when it reaps them",
+                Select::labels(&process::PROC_REAPED_READ_BYTES_PER_S, &["*", "sh"]),
+                Stat::Sum,
+                Cmp::AtLeast(big as f64),
+            ),
+        ],
+    })
+}
+
 fn leak(e: &mut Env, mode: &str, comm: &str) -> Result<Started> {
     let (rate, cap) = e
         .intensity
@@ -796,6 +901,7 @@ fn leak(e: &mut Env, mode: &str, comm: &str) -> Result<Started> {
             cap / MIB
         )],
         culprit_cgroup: Some(cg.path.clone()),
+        culprit_comm: None,
         checks: vec![Check::new(
             format!("{comm}'s RSS grows"),
             Select::labels(&process::PROC_RSS_BYTES, &["*", comm]),
@@ -839,6 +945,7 @@ fn oom_leak(e: &mut Env) -> Result<Started> {
     let p = &cg.path;
     Ok(Started {
         culprit_cgroup: Some(p.clone()),
+        culprit_comm: None,
         notes: vec![format!(
             "cgroup {p}: memory limit {} MiB; lab-oom-leak pid {pid} grows {} MiB/s until the OOM killer ends it",
             limit / MIB,
@@ -890,6 +997,7 @@ fn worker_leak(e: &mut Env) -> Result<Started> {
     let p = &cg.path;
     Ok(Started {
         culprit_cgroup: Some(p.clone()),
+        culprit_comm: None,
         notes: vec![format!(
             "cgroup {p}: memory limit {} MiB; lab-prefork pid {pid} forks two lab-leak-worker \
              that grow {} MiB/s each; after {:.1} s it kills them, leaves them zombies for 2 s, \
@@ -946,6 +1054,7 @@ fn nss_probe(e: &mut Env) -> Result<Started> {
     let p = &cg.path;
     Ok(Started {
         culprit_cgroup: Some(p.clone()),
+        culprit_comm: None,
         notes: vec![format!(
             "cgroup {p}: sh pid {pid} runs certutil -L -d {sql} every ~1.5 s with \
              NSS_SDB_USE_CACHE=probe"
@@ -985,6 +1094,7 @@ fn cpu_saturation(e: &mut Env) -> Result<Started> {
     checks.extend(quiet_checks(&cg));
     Ok(Started {
         culprit_cgroup: None,
+        culprit_comm: None,
         notes: vec![format!(
             "cgroup {} (no quota): lab-busy pid {pid}, one thread per CPU",
             cg.path
@@ -998,6 +1108,7 @@ fn idle(e: &mut Env) -> Result<Started> {
     let pid = e.sb.spawn(&cg, "idle", worker("idle", &[])?)?;
     Ok(Started {
         culprit_cgroup: None,
+        culprit_comm: None,
         notes: vec![format!("cgroup {}: lab-idle pid {pid} sleeps", cg.path)],
         checks: quiet_checks(&cg),
     })

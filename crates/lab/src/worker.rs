@@ -73,6 +73,7 @@ pub fn main(args: &[String]) -> i32 {
         "cache-burst" => cache_burst(&a),
         "working-set" => working_set(&a),
         "stream" => stream(&a),
+        "reread" => reread(&a),
         "busy" => busy(&a),
         "idle" => idle(),
         k => bail!("unknown worker kind {k:?}"),
@@ -628,6 +629,34 @@ fn stream(a: &Args) -> Result<Value> {
     }
     Ok(json!({
         "bytes_read": total,
+        "read_mib_per_s": total as f64 / (1 << 20) as f64 / t0.elapsed().as_secs_f64(),
+    }))
+}
+
+/// A service's hot file read through `read()` again and again, with a pause between passes:
+/// while it fits in its cgroup it is served from the page cache; once something evicts it,
+/// every pass reads it back from storage (refaults, no major faults: nothing is mapped).
+fn reread(a: &Args) -> Result<Value> {
+    set_comm("lab-reread");
+    let file = a.str("file")?;
+    let pause = Duration::from_millis(a.u64("pause_ms")?);
+    let mut buf = vec![0u8; 1 << 20];
+    let (mut total, mut passes) = (0u64, 0u64);
+    let mut slowest = Duration::ZERO;
+    let t0 = Instant::now();
+    while !stop::requested() {
+        let t = Instant::now();
+        total += read_all(file, &mut buf)?;
+        passes += 1;
+        slowest = slowest.max(t.elapsed());
+        if !stop::sleep(pause) {
+            break;
+        }
+    }
+    Ok(json!({
+        "bytes_read": total,
+        "passes": passes,
+        "slowest_pass_ms": slowest.as_secs_f64() * 1e3,
         "read_mib_per_s": total as f64 / (1 << 20) as f64 / t0.elapsed().as_secs_f64(),
     }))
 }
