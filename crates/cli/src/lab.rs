@@ -114,7 +114,8 @@ fn list(json: bool, markdown: bool) -> Result<()> {
                 json!({
                     "name": s.name, "mirrors": s.mirrors, "reproduces": s.reproduces,
                     "signals": s.signals, "bounds": s.bounds, "control": s.control,
-                    "expected_rule": s.expected_rule, "controllers": s.controllers,
+                    "expected_rule": s.expected_rule, "expected_roots": s.expected_roots,
+                    "controllers": s.controllers,
                 })
             })
             .collect();
@@ -140,6 +141,14 @@ fn list(json: bool, markdown: bool) -> Result<()> {
                 .map(|(_, e)| format!(", which must cause `{e}`"))
                 .collect();
             match s.expected_rule {
+                Some(_) if !s.expected_roots.is_empty() => {
+                    let roots: Vec<String> =
+                        s.expected_roots.iter().map(|r| format!("`{r}`")).collect();
+                    println!(
+                        "- **Expected findings**: {}, each a root with its culprit in its own cgroup, neither chained under the other\n",
+                        roots.join(" and ")
+                    )
+                }
                 Some(r) => println!("- **Expected finding**: `{r}` first{}\n", links.concat()),
                 None => println!("- **Expected finding**: none (no mechanism rule may fire)\n"),
             }
@@ -444,6 +453,7 @@ fn check(c: CheckArgs) -> Result<()> {
         &report,
         outcome.culprit_cgroup.as_deref(),
         outcome.culprit_comm,
+        &outcome.roots,
     );
     // The episodes of the workload's window, flagged where the recorder marked them live.
     let (episodes, _) =
@@ -469,6 +479,7 @@ fn check(c: CheckArgs) -> Result<()> {
                 "expected_links": s.expected_links,
                 "expected_culprit_cgroup": outcome.culprit_cgroup,
                 "expected_culprit_comm": outcome.culprit_comm,
+                "expected_roots": outcome.roots,
                 "first_rule": verdict.first,
                 "problems": verdict.problems,
                 "mechanism_rules": verdict.mechanisms,
@@ -547,6 +558,7 @@ impl Verdict {
         r: &jitterscope_diagnose::Report,
         cgroup: Option<&str>,
         comm: Option<&str>,
+        roots: &[(&'static str, String)],
     ) -> Self {
         let first = r.findings.first().map(|f| f.rule_id);
         let mechanisms: Vec<&'static str> = r
@@ -581,8 +593,33 @@ impl Verdict {
                 ));
             }
         }
+        // Several incidents at once: each a root, with its culprit in its own cgroup; the
+        // first may be either.
+        for rule in s.expected_roots {
+            if !roots.iter().any(|(r, _)| r == rule) {
+                problems.push(format!("the scenario did not say where {rule} happens"));
+            }
+        }
+        for (rule, cg) in roots {
+            let root = r
+                .findings
+                .iter()
+                .find(|f| f.rule_id == *rule && f.culprit.cgroup.as_deref() == Some(cg.as_str()));
+            match root {
+                None => problems.push(format!("no {rule} finding with its culprit in {cg}")),
+                Some(f) if !f.caused_by.is_empty() => problems.push(format!(
+                    "{rule} in {cg} is chained under {}",
+                    f.caused_by[0].rule_id
+                )),
+                Some(_) => {}
+            }
+        }
+        let first_ok = |rule: &str| match roots.is_empty() {
+            true => first == Some(rule),
+            false => roots.iter().any(|(r, _)| first == Some(*r)),
+        };
         let pass = match s.expected_rule {
-            Some(rule) => first == Some(rule) && problems.is_empty(),
+            Some(rule) => first_ok(rule) && problems.is_empty(),
             None => mechanisms.is_empty(),
         };
         Verdict {

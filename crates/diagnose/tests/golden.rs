@@ -200,6 +200,63 @@ fn reclaim_storm() {
     assert!(evidence(f, "reclaim.stalls_per_s").value >= 5.0);
 }
 
+/// Seed 5 inside a container: the thrash of the limited cgroup first, its culprit the reader
+/// inside it (not the launcher in another cgroup that reaped it), the stalls chained under it.
+#[test]
+fn memcg_thrash() {
+    let r = run("memcg-thrash");
+    let f = first(&r, "memory.pagecache-thrash");
+    assert_eq!(f.culprit.comm.as_deref(), Some("cat"), "{}", f.title);
+    assert_eq!(
+        f.culprit.cgroup.as_deref(),
+        Some("/jitterscope-lab/memcg-thrash/limited")
+    );
+    assert!(f.title.contains("at its limit"), "{}", f.title);
+    assert!(f.title.contains("lab-reread"), "{}", f.title);
+    assert!(f.confidence >= 0.85);
+    assert!(
+        evidence(
+            f,
+            "cgroup./jitterscope-lab/memcg-thrash/limited.memory.refault_file_per_s"
+        )
+        .value
+            >= 1000.0
+    );
+    assert!(has(&f.remediation, "have cat bypass the page cache"));
+    let second = &r.findings[1];
+    assert_eq!(second.rule_id, "memory.direct-reclaim");
+    assert_eq!(f.causes[0].finding, 2);
+    assert_eq!(second.caused_by[0].finding, 1);
+}
+
+/// Throttling in one cgroup and a thrash in another: two roots, each with its own culprit.
+#[test]
+fn two_incidents() {
+    let r = run("two-incidents");
+    let root = |rule: &str| {
+        r.findings
+            .iter()
+            .find(|f| f.rule_id == rule)
+            .unwrap_or_else(|| panic!("no {rule} in {:#?}", r.findings))
+    };
+    let cpu = root("cpu.cfs-throttling");
+    let mem = root("memory.pagecache-thrash");
+    assert!(cpu.caused_by.is_empty() && mem.caused_by.is_empty());
+    assert_eq!(
+        cpu.culprit.cgroup.as_deref(),
+        Some("/jitterscope-lab/two-incidents/throttled")
+    );
+    assert_eq!(mem.culprit.comm.as_deref(), Some("cat"));
+    assert_eq!(
+        mem.culprit.cgroup.as_deref(),
+        Some("/jitterscope-lab/two-incidents/memcg/limited")
+    );
+    // The stalls are the thrash's, not the throttling's.
+    let stalls = root("memory.direct-reclaim");
+    assert_eq!(stalls.caused_by.len(), 1);
+    assert_eq!(stalls.caused_by[0].rule_id, "memory.pagecache-thrash");
+}
+
 #[test]
 fn pagecache_thrash() {
     let r = run("pagecache-thrash");

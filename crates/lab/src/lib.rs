@@ -56,6 +56,9 @@ pub struct Started {
     /// The name the first finding's culprit must have (the process that did the work), when
     /// the scenario's point is who is named.
     pub culprit_comm: Option<&'static str>,
+    /// Incidents that must each be a root of the report, (rule, the lab cgroup its culprit
+    /// is in), when a scenario runs several at once: none may be chained under another.
+    pub roots: Vec<(&'static str, String)>,
 }
 
 /// The context a scenario starts in.
@@ -86,6 +89,10 @@ pub struct Scenario {
     pub expected_rule: Option<&'static str>,
     /// Cause → consequence links between findings the diagnosis must make (rule ids).
     pub expected_links: &'static [(&'static str, &'static str)],
+    /// Rules that must each be a root of the report when the scenario runs several incidents
+    /// at once (their cgroups come from [`Started::roots`]); `expected_rule` is then one of
+    /// them and either may rank first.
+    pub expected_roots: &'static [&'static str],
     /// Options of the recorder `lab check` runs for it, beyond `--interval 1s --dir`.
     pub record_args: &'static [&'static str],
     /// Controllers its cgroups need.
@@ -130,6 +137,8 @@ pub struct Outcome {
     pub culprit_cgroup: Option<String>,
     /// The name the first finding's culprit must have (see [`Started::culprit_comm`]).
     pub culprit_comm: Option<&'static str>,
+    /// The roots the report must have (see [`Started::roots`]).
+    pub roots: Vec<(&'static str, String)>,
     /// Cut short by a signal.
     pub interrupted: bool,
     /// What the cleanup removed.
@@ -245,6 +254,7 @@ pub fn run(
         checks: started.checks,
         culprit_cgroup: started.culprit_cgroup,
         culprit_comm: started.culprit_comm,
+        roots: started.roots,
         interrupted: stop::requested(),
         cleaned,
         memleak,

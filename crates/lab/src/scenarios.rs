@@ -38,6 +38,7 @@ pub static SCENARIOS: &[Scenario] = &[
         control: false,
         expected_rule: Some("cpu.cfs-throttling"),
         expected_links: &[],
+        expected_roots: &[],
         record_args: &[],
         controllers: &["cpu"],
         start: cfs_throttle,
@@ -58,6 +59,7 @@ pub static SCENARIOS: &[Scenario] = &[
         control: false,
         expected_rule: Some("memory.dcache-bloat"),
         expected_links: &[],
+        expected_roots: &[],
         record_args: &[],
         controllers: &["memory"],
         start: negative_dentry,
@@ -82,6 +84,7 @@ pub static SCENARIOS: &[Scenario] = &[
         control: false,
         expected_rule: Some("memory.shrinker-cost"),
         expected_links: &[],
+        expected_roots: &[],
         record_args: &[],
         controllers: &["memory"],
         start: shrinker_scale,
@@ -100,6 +103,7 @@ pub static SCENARIOS: &[Scenario] = &[
         control: false,
         expected_rule: Some("cpu.tlb-shootdown"),
         expected_links: &[],
+        expected_roots: &[],
         record_args: &[],
         controllers: &["cpu"],
         start: tlb_shootdown,
@@ -117,6 +121,7 @@ pub static SCENARIOS: &[Scenario] = &[
         control: false,
         expected_rule: Some("memory.direct-reclaim"),
         expected_links: &[],
+        expected_roots: &[],
         record_args: &[],
         controllers: &["memory"],
         start: reclaim_storm,
@@ -137,6 +142,7 @@ pub static SCENARIOS: &[Scenario] = &[
         control: false,
         expected_rule: Some("memory.pagecache-thrash"),
         expected_links: &[("memory.pagecache-thrash", "memory.direct-reclaim")],
+        expected_roots: &[],
         record_args: &[],
         controllers: &["memory"],
         start: pagecache_thrash,
@@ -160,9 +166,31 @@ pub static SCENARIOS: &[Scenario] = &[
         control: false,
         expected_rule: Some("memory.pagecache-thrash"),
         expected_links: &[("memory.pagecache-thrash", "memory.direct-reclaim")],
+        expected_roots: &[],
         record_args: &[],
         controllers: &["memory"],
         start: memcg_thrash,
+    },
+    Scenario {
+        name: "two-incidents",
+        mirrors: "two of the seeds at once on one host: case 2's throttling in one container \
+            while case 5's page-cache thrash happens in another",
+        reproduces: "cfs-throttle's fibtest in one lab cgroup with a small CFS quota, and \
+            memcg-thrash's re-reader and stream of `cat`s in a memory-limited cgroup beside it \
+            (their launcher in a third). Each incident must be a root of the report with its \
+            own culprit and cgroup; neither may be chained under the other.",
+        signals: "cgroup.<lab>/throttled.cpu.throttled_pct, \
+            cgroup.<lab>/memcg/limited.memory.refault_file_per_s, reclaim stalls of the limited \
+            cgroup, run-queue waits of the throttled one",
+        bounds: "as cfs-throttle and memcg-thrash together: CPU 0.2 core (the quota, low); \
+            memory limit 160 MiB, disk 96 + 384 MiB (low)",
+        control: false,
+        expected_rule: Some("cpu.cfs-throttling"),
+        expected_links: &[],
+        expected_roots: &["cpu.cfs-throttling", "memory.pagecache-thrash"],
+        record_args: &[],
+        controllers: &["cpu", "memory"],
+        start: two_incidents,
     },
     Scenario {
         name: "native-leak",
@@ -178,6 +206,7 @@ pub static SCENARIOS: &[Scenario] = &[
         control: false,
         expected_rule: Some("memory.leak"),
         expected_links: &[],
+        expected_roots: &[],
         record_args: &[],
         controllers: &["memory"],
         start: native_leak,
@@ -194,6 +223,7 @@ pub static SCENARIOS: &[Scenario] = &[
         control: false,
         expected_rule: Some("memory.leak"),
         expected_links: &[],
+        expected_roots: &[],
         record_args: &[],
         controllers: &["memory"],
         start: python_leak,
@@ -214,6 +244,7 @@ pub static SCENARIOS: &[Scenario] = &[
         control: false,
         expected_rule: Some("memory.leak"),
         expected_links: &[("memory.leak", "memory.oom-kill")],
+        expected_roots: &[],
         record_args: &[],
         controllers: &["memory"],
         start: oom_leak,
@@ -233,6 +264,7 @@ pub static SCENARIOS: &[Scenario] = &[
         control: false,
         expected_rule: Some("memory.leak"),
         expected_links: &[],
+        expected_roots: &[],
         record_args: &[],
         controllers: &["memory"],
         start: worker_leak,
@@ -256,6 +288,7 @@ pub static SCENARIOS: &[Scenario] = &[
         control: false,
         expected_rule: Some("fs.failing-lookups"),
         expected_links: &[],
+        expected_roots: &[],
         record_args: &["--census-every", "3s"],
         controllers: &["cpu"],
         start: nss_probe,
@@ -271,6 +304,7 @@ pub static SCENARIOS: &[Scenario] = &[
         control: true,
         expected_rule: None,
         expected_links: &[],
+        expected_roots: &[],
         record_args: &[],
         controllers: &["cpu"],
         start: cpu_saturation,
@@ -284,6 +318,7 @@ pub static SCENARIOS: &[Scenario] = &[
         control: true,
         expected_rule: None,
         expected_links: &[],
+        expected_roots: &[],
         record_args: &[],
         controllers: &["cpu"],
         start: idle,
@@ -430,9 +465,15 @@ fn make_file(path: &Path, bytes: u64) -> Result<()> {
 }
 
 fn cfs_throttle(e: &mut Env) -> Result<Started> {
+    Ok(throttle_in(e, "")?.0)
+}
+
+/// fibtest in the lab cgroup `rel` (the scenario's own when empty) with a small quota; the
+/// cgroup's path.
+fn throttle_in(e: &mut Env, rel: &str) -> Result<(Started, String)> {
     let (quota, slow) = e.intensity.pick((20_000, 2), (10_000, 8));
     let period = 100_000;
-    let cg = e.sb.cgroup("", Limits::cpu(quota, period))?;
+    let cg = e.sb.cgroup(rel, Limits::cpu(quota, period))?;
     let cpus = cpus();
     let fast_cpu = cpus[0];
     let slow_cpu = *cpus.last().unwrap_or(&0);
@@ -449,36 +490,40 @@ fn cfs_throttle(e: &mut Env) -> Result<Started> {
         )?,
     )?;
     let p = &cg.path;
-    Ok(Started {
-        culprit_cgroup: None,
-        culprit_comm: None,
-        notes: vec![format!(
+    Ok((
+        Started {
+            culprit_cgroup: None,
+            culprit_comm: None,
+            roots: Vec::new(),
+            notes: vec![format!(
             "cgroup {p}: quota {} ms per {} ms; fibtest pid {pid}: fast thread on CPU {fast_cpu}, \
              {slow} slow threads on CPU {slow_cpu}",
             quota / 1000,
             period / 1000
         )],
-        checks: vec![
-            Check::new(
-                "the lab cgroup is throttled in most periods",
-                Select::labels(&cgroup::CPU_THROTTLED_PCT, &[p]),
-                Stat::Mean,
-                Cmp::AtLeast(50.0),
-            ),
-            Check::new(
-                "while using a fraction of one core",
-                Select::labels(&cgroup::CPU_USAGE_PCT, &[p]),
-                Stat::Mean,
-                Cmp::Below(50.0),
-            ),
-            Check::new(
-                "throttled time accumulates",
-                Select::labels(&cgroup::CPU_THROTTLED_MS_PER_S, &[p]),
-                Stat::Mean,
-                Cmp::AtLeast(50.0),
-            ),
-        ],
-    })
+            checks: vec![
+                Check::new(
+                    "the lab cgroup is throttled in most periods",
+                    Select::labels(&cgroup::CPU_THROTTLED_PCT, &[p]),
+                    Stat::Mean,
+                    Cmp::AtLeast(50.0),
+                ),
+                Check::new(
+                    "while using a fraction of one core",
+                    Select::labels(&cgroup::CPU_USAGE_PCT, &[p]),
+                    Stat::Mean,
+                    Cmp::Below(50.0),
+                ),
+                Check::new(
+                    "throttled time accumulates",
+                    Select::labels(&cgroup::CPU_THROTTLED_MS_PER_S, &[p]),
+                    Stat::Mean,
+                    Cmp::AtLeast(50.0),
+                ),
+            ],
+        },
+        p.clone(),
+    ))
 }
 
 fn negative_dentry(e: &mut Env) -> Result<Started> {
@@ -506,6 +551,7 @@ fn negative_dentry(e: &mut Env) -> Result<Started> {
     Ok(Started {
         culprit_cgroup: None,
         culprit_comm: None,
+        roots: Vec::new(),
         notes: vec![format!(
             "cgroup {p}: memory limit {} MiB; lab-nss-probe pid {pid}: {names} new names per \
              batch in {}, then {} MiB of anonymous memory",
@@ -598,6 +644,7 @@ fn shrinker_scale(e: &mut Env) -> Result<Started> {
     Ok(Started {
         culprit_cgroup: None,
         culprit_comm: None,
+        roots: Vec::new(),
         notes,
         checks: vec![
             Check::new(
@@ -662,6 +709,7 @@ fn tlb_shootdown(e: &mut Env) -> Result<Started> {
     Ok(Started {
         culprit_cgroup: None,
         culprit_comm: None,
+        roots: Vec::new(),
         notes: vec![format!(
             "lab-madvise pid {pid}: {threads} threads over {ncpu} CPUs, {region} KiB each, \
              madvise(MADV_DONTNEED) after every touch{}; lab-victim pid {vpid} sleeps 1 ms in a loop",
@@ -714,6 +762,7 @@ fn reclaim_storm(e: &mut Env) -> Result<Started> {
     Ok(Started {
         culprit_cgroup: Some(p.clone()),
         culprit_comm: None,
+        roots: Vec::new(),
         notes: vec![format!(
             "cgroup {p}: memory limit {} MiB; lab-reclaim pid {pid} reads {} MiB of file, then \
              touches {} MiB of anonymous memory, in a loop",
@@ -771,6 +820,7 @@ fn pagecache_thrash(e: &mut Env) -> Result<Started> {
     Ok(Started {
         culprit_cgroup: Some(p.clone()),
         culprit_comm: None,
+        roots: Vec::new(),
         notes: vec![format!(
             "cgroup {p}: memory limit {} MiB; lab-workset pid {wpid} re-reads a {} MiB mapped \
              file; lab-stream pid {spid} streams a {} MiB file",
@@ -802,6 +852,11 @@ fn pagecache_thrash(e: &mut Env) -> Result<Started> {
 }
 
 fn memcg_thrash(e: &mut Env) -> Result<Started> {
+    thrash_in(e, "")
+}
+
+/// The memcg thrash in lab cgroups `<under>limited` and `<under>launcher`.
+fn thrash_in(e: &mut Env, under: &str) -> Result<Started> {
     let (limit, hot, big) = e.intensity.pick(
         (160 * MIB, 96 * MIB, 384 * MIB),
         (256 * MIB, 128 * MIB, 2048 * MIB),
@@ -810,9 +865,11 @@ fn memcg_thrash(e: &mut Env) -> Result<Started> {
     let big_file = e.sb.dir().join("stream.dat");
     make_file(&hot_file, hot)?;
     make_file(&big_file, big)?;
-    let cg = e.sb.cgroup("limited", Limits::memory(limit))?;
+    let cg =
+        e.sb.cgroup(&format!("{under}limited"), Limits::memory(limit))?;
     // A sibling leaf: v2 takes processes only in leaves, and the launcher must be elsewhere.
-    let outside = e.sb.cgroup("launcher", Limits::default())?;
+    let outside =
+        e.sb.cgroup(&format!("{under}launcher"), Limits::default())?;
     let rpid = e.sb.spawn(
         &cg,
         "reread",
@@ -845,6 +902,7 @@ fn memcg_thrash(e: &mut Env) -> Result<Started> {
     Ok(Started {
         culprit_cgroup: Some(p.clone()),
         culprit_comm: Some("cat"),
+        roots: Vec::new(),
         notes: vec![format!(
             "cgroup {p}: memory limit {} MiB; lab-reread pid {rpid} re-reads a {} MiB file; \
              sh pid {lpid} in {} starts `sh -c` wrappers that join {p} and `cat` a {} MiB \
@@ -877,6 +935,27 @@ fn memcg_thrash(e: &mut Env) -> Result<Started> {
     })
 }
 
+/// Throttling in one cgroup while another thrashes at its memory limit: two incidents, two
+/// roots, each with its own culprit.
+fn two_incidents(e: &mut Env) -> Result<Started> {
+    let (cpu, throttled) = throttle_in(e, "throttled")?;
+    let mem = thrash_in(e, "memcg/")?;
+    let roots = vec![
+        ("cpu.cfs-throttling", throttled),
+        (
+            "memory.pagecache-thrash",
+            mem.culprit_cgroup.clone().unwrap_or_default(),
+        ),
+    ];
+    Ok(Started {
+        checks: cpu.checks.into_iter().chain(mem.checks).collect(),
+        notes: cpu.notes.into_iter().chain(mem.notes).collect(),
+        culprit_cgroup: None,
+        culprit_comm: None,
+        roots,
+    })
+}
+
 fn leak(e: &mut Env, mode: &str, comm: &str) -> Result<Started> {
     let (rate, cap) = e
         .intensity
@@ -902,6 +981,7 @@ fn leak(e: &mut Env, mode: &str, comm: &str) -> Result<Started> {
         )],
         culprit_cgroup: Some(cg.path.clone()),
         culprit_comm: None,
+        roots: Vec::new(),
         checks: vec![Check::new(
             format!("{comm}'s RSS grows"),
             Select::labels(&process::PROC_RSS_BYTES, &["*", comm]),
@@ -946,6 +1026,7 @@ fn oom_leak(e: &mut Env) -> Result<Started> {
     Ok(Started {
         culprit_cgroup: Some(p.clone()),
         culprit_comm: None,
+        roots: Vec::new(),
         notes: vec![format!(
             "cgroup {p}: memory limit {} MiB; lab-oom-leak pid {pid} grows {} MiB/s until the OOM killer ends it",
             limit / MIB,
@@ -998,6 +1079,7 @@ fn worker_leak(e: &mut Env) -> Result<Started> {
     Ok(Started {
         culprit_cgroup: Some(p.clone()),
         culprit_comm: None,
+        roots: Vec::new(),
         notes: vec![format!(
             "cgroup {p}: memory limit {} MiB; lab-prefork pid {pid} forks two lab-leak-worker \
              that grow {} MiB/s each; after {:.1} s it kills them, leaves them zombies for 2 s, \
@@ -1055,6 +1137,7 @@ fn nss_probe(e: &mut Env) -> Result<Started> {
     Ok(Started {
         culprit_cgroup: Some(p.clone()),
         culprit_comm: None,
+        roots: Vec::new(),
         notes: vec![format!(
             "cgroup {p}: sh pid {pid} runs certutil -L -d {sql} every ~1.5 s with \
              NSS_SDB_USE_CACHE=probe"
@@ -1095,6 +1178,7 @@ fn cpu_saturation(e: &mut Env) -> Result<Started> {
     Ok(Started {
         culprit_cgroup: None,
         culprit_comm: None,
+        roots: Vec::new(),
         notes: vec![format!(
             "cgroup {} (no quota): lab-busy pid {pid}, one thread per CPU",
             cg.path
@@ -1109,6 +1193,7 @@ fn idle(e: &mut Env) -> Result<Started> {
     Ok(Started {
         culprit_cgroup: None,
         culprit_comm: None,
+        roots: Vec::new(),
         notes: vec![format!("cgroup {}: lab-idle pid {pid} sleeps", cg.path)],
         checks: quiet_checks(&cg),
     })
