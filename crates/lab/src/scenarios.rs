@@ -161,7 +161,7 @@ pub static SCENARIOS: &[Scenario] = &[
         signals: "cgroup.<lab>/limited.memory.refault_file_per_s, \
             proc.<pid>.lab-reread.read_bytes_per_s, proc.<pid>.sh.reaped_read_bytes_per_s, \
             reclaim.cgroup.<lab>/limited.stalls_per_s",
-        bounds: "memory: cgroup limit 160 MiB (low) / 256 MiB (high); disk: 96 + 384 MiB (low) / \
+        bounds: "memory: cgroup limit 160 MiB (low) / 256 MiB (high); disk: 64 + 384 MiB (low) / \
             128 MiB + 2 GiB (high), removed afterwards",
         control: false,
         expected_rule: Some("memory.pagecache-thrash"),
@@ -183,7 +183,7 @@ pub static SCENARIOS: &[Scenario] = &[
             cgroup.<lab>/memcg/limited.memory.refault_file_per_s, reclaim stalls of the limited \
             cgroup, run-queue waits of the throttled one",
         bounds: "as cfs-throttle and memcg-thrash together: CPU 0.2 core (the quota, low); \
-            memory limit 160 MiB, disk 96 + 384 MiB (low)",
+            memory limit 160 MiB, disk 64 + 384 MiB (low)",
         control: false,
         expected_rule: Some("cpu.cfs-throttling"),
         expected_links: &[],
@@ -857,8 +857,12 @@ fn memcg_thrash(e: &mut Env) -> Result<Started> {
 
 /// The memcg thrash in lab cgroups `<under>limited` and `<under>launcher`.
 fn thrash_in(e: &mut Env, under: &str) -> Result<Started> {
+    // A hot set well inside the limit, re-read once a second as a service serves it, and a
+    // stream several times the limit: the stream reads more than the service, as a backup or a
+    // scan does (the rule names the largest reader inside the cgroup; under emulation, where
+    // the disk is slow, a service re-reading without pause read more than the stream).
     let (limit, hot, big) = e.intensity.pick(
-        (160 * MIB, 96 * MIB, 384 * MIB),
+        (160 * MIB, 64 * MIB, 384 * MIB),
         (256 * MIB, 128 * MIB, 2048 * MIB),
     );
     let hot_file = e.sb.dir().join("hot.dat");
@@ -875,7 +879,7 @@ fn thrash_in(e: &mut Env, under: &str) -> Result<Started> {
         "reread",
         worker(
             "reread",
-            &[("file", path_str(&hot_file)?), ("pause_ms", "200".into())],
+            &[("file", path_str(&hot_file)?), ("pause_ms", "1000".into())],
         )?,
     )?;
     // The wrapper joins the limited cgroup in every hierarchy before it starts the reader,
