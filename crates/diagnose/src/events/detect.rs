@@ -215,7 +215,7 @@ impl LeakDetector {
         })?;
         let shape = Shape::of(pts.as_deref()?)?;
         matches!(
-            judge(shape, false, false),
+            judge(shape, false),
             Some(Verdict::Leak | Verdict::Unconfirmed)
         )
         .then_some(shape)
