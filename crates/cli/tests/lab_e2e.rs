@@ -488,6 +488,34 @@ fn controls_move_no_mechanism_signal() {
     }
 }
 
+/// Issue 46: a host that is busy and healthy (a compile loop, a compressing backup, cron
+/// churn, a web server under load, a database, both CPUs saturated, a service warming up,
+/// short-lived tools that grow and exit) gets no claim of a mechanism: advice below 0.5 at
+/// most, and no leak-trend episode. 90 s: long enough for the warm-up to level off and for
+/// several compiler and tool runs to come and go.
+#[test]
+fn a_busy_healthy_host_gets_no_mechanism_claim() {
+    let _s = serial();
+    let Some(v) = check("soak", 90) else {
+        return;
+    };
+    let findings = v["diagnosis"]["report"]["findings"].as_array().unwrap();
+    let claims: Vec<&Value> = findings
+        .iter()
+        .filter(|f| f["mechanism"] == true && f["confidence"].as_f64().unwrap_or(1.0) >= 0.5)
+        .collect();
+    assert!(claims.is_empty(), "claims on a healthy host: {claims:?}");
+    let ev = v["events"].as_array().expect("events");
+    assert!(
+        !ev.iter().any(|e| e["kind"] == "leak-trend"),
+        "leak trends on a healthy host: {ev:?}"
+    );
+    // The load was there: the compiler, the backup and the warm-up ran.
+    assert!(value(&v, ".cc1.rss_bytes") >= 1.0);
+    assert!(value(&v, ".gzip.rss_bytes") >= 1.0);
+    assert!(value(&v, ".lab-warmup.rss_bytes") >= 16.0 * 1048576.0);
+}
+
 /// Starts `lab run <name> --intensity low --duration 120s` and waits until `ready` holds.
 fn start_run(name: &str, ready: impl Fn() -> bool) -> ChildGuard {
     start_lab("run", name, ready)
@@ -711,6 +739,7 @@ fn list_documents_every_scenario() {
             "oom-leak",
             "worker-leak",
             "nss-probe",
+            "soak",
             "cpu-saturation",
             "idle"
         ]
