@@ -37,6 +37,9 @@ for i in range(1500000):
         oom-leak|worker-leak) duration=10s ;;
         # Census intervals every 3 s: enough of them in the window.
         nss-probe) duration=10s ;;
+        # A live process's growth is a leak, and a leak-trend episode, after 90 s of it
+        # (memory.leak's CONFIRM_S): shorter, it could be a service warming up.
+        native-leak|python-leak) duration=100s ;;
         *) duration=6s ;;
     esac
     rm -rf "${out:?}/$s" "$out/$s.json"

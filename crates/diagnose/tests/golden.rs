@@ -661,9 +661,11 @@ fn reports_match_the_blessed_ones() {
             dg["first_rule"] = findings
                 .first()
                 .map_or(serde_json::Value::Null, |f| f["rule_id"].clone());
+            // As `lab check` lists them: the mechanism findings that claim a cause (0.5 and
+            // up), not those that only advise.
             dg["mechanism_rules"] = findings
                 .iter()
-                .filter(|f| f["mechanism"] == true)
+                .filter(|f| f["mechanism"] == true && f["confidence"].as_f64() >= Some(0.5))
                 .map(|f| f["rule_id"].clone())
                 .collect();
             dg["report"] = got;

@@ -199,10 +199,11 @@ pub static SCENARIOS: &[Scenario] = &[
         reproduces: "a Python process that, through ctypes, mallocs 4 KiB blocks of 64-byte \
             records `jitterscope.lab.context_info{req=N}` and never frees them, while its Python \
             objects stay flat.",
-        signals: "proc.<pid>.lab-native-leak.rss_bytes growing steadily (~8 MiB/s low, 32 MiB/s \
-            high); `jitterscope memleak` finds the marker among the growing strings",
-        bounds: "memory: stops growing at 96 MiB (low) / 1 GiB (high); cgroup limit 256 MiB above \
-            that",
+        signals: "proc.<pid>.lab-native-leak.rss_bytes growing steadily for the whole run (8 MiB/s \
+            low, 32 MiB/s high, slower when the run is long enough to reach the cap before its \
+            end); `jitterscope memleak` finds the marker among the growing strings",
+        bounds: "memory: at most 96 MiB (low) / 1 GiB (high), reached at the end of the run; \
+            cgroup limit 256 MiB above that",
         control: false,
         expected_rule: Some("memory.leak"),
         expected_links: &[],
@@ -216,10 +217,10 @@ pub static SCENARIOS: &[Scenario] = &[
         mirrors: "case 5's contrast (growth inside the Python heap, which gc and guppy can see)",
         reproduces: "a Python process appending dicts holding strings to a module-level list \
             that is never trimmed.",
-        signals: "proc.<pid>.lab-python-leak.rss_bytes growing steadily; `jitterscope memleak` \
-            attributes it to Python objects",
-        bounds: "memory: stops growing at 96 MiB (low) / 1 GiB (high) of objects; cgroup limit \
-            256 MiB above that",
+        signals: "proc.<pid>.lab-python-leak.rss_bytes growing steadily for the whole run (as \
+            native-leak); `jitterscope memleak` attributes it to Python objects",
+        bounds: "memory: at most 96 MiB (low) / 1 GiB (high) of objects, reached at the end of \
+            the run; cgroup limit 256 MiB above that",
         control: false,
         expected_rule: Some("memory.leak"),
         expected_links: &[],
@@ -292,6 +293,34 @@ pub static SCENARIOS: &[Scenario] = &[
         record_args: &["--census-every", "3s"],
         controllers: &["cpu"],
         start: nss_probe,
+    },
+    Scenario {
+        name: "soak",
+        mirrors: "a control: a host that is busy and healthy, where jitterscope runs most of \
+            the time (issue 46: leak findings for compilers and services warming up)",
+        reproduces: "the usual work of a busy host at once, each part in its own lab cgroup: a \
+            compile loop (gcc -O2 on a generated C unit of 500 functions, again and again until \
+            30 s before the end: cc1 grows by about 100 MiB for several seconds and exits), a compressing backup \
+            (tar czf of /usr/share into the lab directory, in a loop), cron-like churn (a \
+            dozen short processes a second), a web server (Python's http.server on 127.0.0.1) \
+            under a loopback load generator, a database doing random reads that fit in memory \
+            (SQLite through python3), CPU saturation (one spinning thread per CPU), a service \
+            warming up (its RSS rises by 32 MiB for a minute, or a third of a shorter run, then \
+            stays flat), and short-lived tools that grow 20-30 MiB over 4-12 s and exit \
+            normally.",
+        signals: "cpu.usr_pct high; cc1, gzip, lab-httpd, lab-sqlite, lab-warmup and lab-tool \
+            processes; no mechanism rule at 0.5 or above, no leak-trend episode",
+        bounds: "CPU: every CPU; memory: a few hundred MiB (cc1, the tools, the warm-up, the \
+            database); disk: a generated C file, the backup archive of /usr/share (a few \
+            hundred MiB, rewritten each round), a database of about 30 MiB, 4 MiB of web \
+            files, all in the lab directory; network: loopback only",
+        control: true,
+        expected_rule: None,
+        expected_links: &[],
+        expected_roots: &[],
+        record_args: &[],
+        controllers: &["cpu", "memory"],
+        start: soak,
     },
     Scenario {
         name: "cpu-saturation",
@@ -964,6 +993,11 @@ fn leak(e: &mut Env, mode: &str, comm: &str) -> Result<Started> {
     let (rate, cap) = e
         .intensity
         .pick((8 * MIB, 96 * MIB), (32 * MIB, 1024 * MIB));
+    // A leak grows until the process ends: one that reached its cap early and stayed flat for
+    // the rest of the run would look like a warm-up, which `memory.leak` rightly leaves alone
+    // (at 8 MiB/s the 96 MiB cap came after 12 s of a 30 s run). Slower, then, so the cap
+    // comes at the end.
+    let rate = rate.min((cap as f64 / e.duration.as_secs_f64().max(1.0)) as u64);
     let cg: LabCgroup = e.sb.cgroup("", Limits::memory(cap + 256 * MIB))?;
     let mut cmd = Command::new("python3");
     cmd.arg("-c")
@@ -977,10 +1011,10 @@ fn leak(e: &mut Env, mode: &str, comm: &str) -> Result<Started> {
     let expect = (rate as f64 * e.duration.as_secs_f64()).min(cap as f64);
     Ok(Started {
         notes: vec![format!(
-            "cgroup {}: memory limit {} MiB; {comm} pid {pid} grows {} MiB/s up to {} MiB",
+            "cgroup {}: memory limit {} MiB; {comm} pid {pid} grows {:.1} MiB/s up to {} MiB",
             cg.path,
             (cap + 256 * MIB) / MIB,
-            rate / MIB,
+            rate as f64 / MIB as f64,
             cap / MIB
         )],
         culprit_cgroup: Some(cg.path.clone()),
@@ -1164,6 +1198,211 @@ fn nss_probe(e: &mut Env) -> Result<Started> {
                 Select::all(&mem::DENTRY_NR_NEGATIVE),
                 Stat::Rise,
                 Cmp::Below(100_000.0),
+            ),
+        ],
+    })
+}
+
+/// The C unit the soak's compile loop builds: `n` functions of loops and branches; at 500,
+/// cc1 at -O2 takes 3-4 s and 110 MiB on an idle 2-CPU host, as a large unit of a real
+/// project does, and three times as long on a saturated one.
+fn generated_c(n: usize) -> String {
+    let mut c = String::with_capacity(n * 420);
+    for i in 0..n {
+        c.push_str(&format!(
+            "static int tab{i}[64];\n\
+             int f{i}(int x, const int *v, int n) {{\n\
+             \x20   int s = x;\n\
+             \x20   for (int j = 0; j < n; j++) {{\n\
+             \x20       s += v[j] * (j ^ {i}) + tab{i}[j & 63];\n\
+             \x20       if (s > {k}) s -= v[(j + {i}) % (n ? n : 1)];\n\
+             \x20       tab{i}[(s + j) & 63] ^= s;\n\
+             \x20   }}\n\
+             \x20   switch (s & 7) {{ case 0: return s + {i}; case 1: return s * 3; \
+             case 2: return s - {i}; case 3: return s >> 1; default: return s; }}\n\
+             }}\n",
+            k = i * 7 + 13
+        ));
+    }
+    c.push_str("int main(void) { int v[8] = {1, 2, 3, 4, 5, 6, 7, 8}; int s = 0;\n");
+    for i in (0..n).step_by(10) {
+        c.push_str(&format!("    s += f{i}(s, v, 8);\n"));
+    }
+    c.push_str("    return s & 1;\n}\n");
+    c
+}
+
+/// A loopback port free now, for the soak's web server (its load generator retries until the
+/// server listens).
+fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("no loopback port")?;
+    Ok(l.local_addr()?.port())
+}
+
+fn soak(e: &mut Env) -> Result<Started> {
+    let dir = e.sb.dir().to_path_buf();
+    let d = path_str(&dir)?;
+    let script = dir.join("soak.py");
+    std::fs::write(&script, include_str!("py/soak.py"))?;
+    let py = |args: &[&str]| {
+        let mut c = Command::new("python3");
+        c.arg(&script).args(args);
+        c
+    };
+    // A shell loop whose children must not hold the worker's stdout: the lab reads it to the
+    // end when the worker stops, and a tar still running would hold it open.
+    let sh = |body: &str| {
+        let mut c = Command::new("sh");
+        c.arg("-c")
+            .arg(format!("exec >/dev/null 2>&1; cd '{d}' || exit 1; {body}"));
+        c
+    };
+    let mut notes = Vec::new();
+
+    // The compile loop: real gcc, a pause between builds as make's other steps would leave.
+    // No build starts in the last 30 s: the lab's teardown SIGKILLs what still runs, inside
+    // the diagnosed window, and a compiler killed while it grows is a growth ended by a kill,
+    // which memory.leak counts as a leak (the killed case). A healthy host's compiles end.
+    std::fs::write(dir.join("unit.c"), generated_c(500))?;
+    let builds_s = e.duration.as_secs().saturating_sub(30);
+    let cg = e.sb.cgroup("build", Limits::default())?;
+    let pid = e.sb.spawn(
+        &cg,
+        "build",
+        sh(&format!(
+            "end=$(( $(date +%s) + {builds_s} )); \
+             while [ \"$(date +%s)\" -lt \"$end\" ]; do gcc -O2 -c unit.c -o unit.o; sleep 1; done; \
+             exec sleep 1000000"
+        )),
+    )?;
+    notes.push(format!("{}: a gcc -O2 loop (sh pid {pid})", cg.path));
+
+    // The backup: a large tree compressed into the lab directory, round after round.
+    let cg = e.sb.cgroup("backup", Limits::default())?;
+    let pid = e.sb.spawn(
+        &cg,
+        "backup",
+        sh("while :; do tar czf backup.tgz -C /usr share 2>/dev/null; sleep 2; done"),
+    )?;
+    notes.push(format!("{}: tar czf of /usr/share (sh pid {pid})", cg.path));
+
+    // Cron-like churn: short processes, a dozen a second.
+    let cg = e.sb.cgroup("cron", Limits::default())?;
+    let pid = e.sb.spawn(
+        &cg,
+        "cron",
+        sh(
+            "while :; do for i in 1 2 3; do date; ls /usr/bin | wc -l; cat /proc/loadavg; \
+            sh -c 'uname -a'; done; sleep 1; done",
+        ),
+    )?;
+    notes.push(format!("{}: cron-like churn (sh pid {pid})", cg.path));
+
+    // The web server and its loopback load generator, in separate cgroups (as a service and
+    // its clients would be).
+    let www = dir.join("www");
+    std::fs::create_dir_all(&www)?;
+    let mut names = Vec::new();
+    for (i, size) in [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20]
+        .iter()
+        .cycle()
+        .take(10)
+        .enumerate()
+    {
+        let name = format!("f{i}.bin");
+        std::fs::write(www.join(&name), vec![b'w'; *size])?;
+        names.push(name);
+    }
+    let port = free_port()?.to_string();
+    let cg = e.sb.cgroup("web", Limits::default())?;
+    let pid =
+        e.sb.spawn(&cg, "httpd", py(&["httpd", &path_str(&www)?, &port]))?;
+    let cg2 = e.sb.cgroup("load", Limits::default())?;
+    let lpid =
+        e.sb.spawn(&cg2, "load", py(&["load", &port, &names.join(",")]))?;
+    notes.push(format!(
+        "{}: lab-httpd pid {pid} on 127.0.0.1:{port}; {}: lab-load pid {lpid}",
+        cg.path, cg2.path
+    ));
+
+    // The database: random reads that fit in memory.
+    let cg = e.sb.cgroup("db", Limits::default())?;
+    let db = dir.join("soak.sqlite");
+    let pid =
+        e.sb.spawn(&cg, "db", py(&["db", &path_str(&db)?, "150000"]))?;
+    notes.push(format!("{}: lab-sqlite pid {pid}", cg.path));
+
+    // CPU saturation: a spinning thread per CPU.
+    let cg = e.sb.cgroup("cpu", Limits::default())?;
+    let pid = e.sb.spawn(&cg, "busy", worker("busy", &[])?)?;
+    notes.push(format!("{}: lab-busy pid {pid}", cg.path));
+
+    // A service warming up: a minute, or a third of a shorter run, so that a run shows it
+    // level off as a real one does.
+    let ramp = (e.duration.as_secs_f64() / 3.0).min(60.0);
+    let cg = e.sb.cgroup("warmup", Limits::default())?;
+    let pid = e.sb.spawn(
+        &cg,
+        "warmup",
+        py(&["warmup", &(32 * MIB).to_string(), &format!("{ramp:.0}")]),
+    )?;
+    notes.push(format!(
+        "{}: lab-warmup pid {pid} grows 32 MiB over {ramp:.0} s, then stays flat",
+        cg.path
+    ));
+
+    // Short-lived tools that grow and exit.
+    let cg = e.sb.cgroup("tools", Limits::default())?;
+    let pid = e.sb.spawn(&cg, "tools", py(&["tools"]))?;
+    notes.push(format!(
+        "{}: lab-tools pid {pid} runs lab-tool after lab-tool (20-30 MiB over 4-12 s each)",
+        cg.path
+    ));
+
+    let ran = |what: &str, comm: &str| {
+        Check::new(
+            format!("{what} ran"),
+            Select::labels(&process::PROC_RSS_BYTES, &["*", comm]),
+            Stat::Series,
+            Cmp::AtLeast(1.0),
+        )
+    };
+    Ok(Started {
+        culprit_cgroup: None,
+        culprit_comm: None,
+        roots: Vec::new(),
+        notes,
+        checks: vec![
+            Check::new(
+                "user CPU busy",
+                Select::all(&cpu::USR_PCT),
+                Stat::Mean,
+                Cmp::AtLeast(50.0),
+            ),
+            ran("gcc's cc1", "cc1"),
+            ran("the backup's gzip", "gzip"),
+            ran("the web server", "lab-httpd"),
+            ran("the database", "lab-sqlite"),
+            ran("a short-lived tool", "lab-tool"),
+            Check::new(
+                "the service warmed up",
+                Select::labels(&process::PROC_RSS_BYTES, &["*", "lab-warmup"]),
+                Stat::Growth,
+                Cmp::AtLeast(16.0 * MIB as f64),
+            ),
+            // Busy, and healthy: the tracer that would see reclaim stalls ran, and nothing was
+            // throttled (no quota anywhere).
+            Check::new(
+                "the reclaim tracer ran",
+                Select::labels(&tracer::ATTACHED, &["reclaim"]),
+                Stat::Max,
+                Cmp::AtLeast(1.0),
+            ),
+            Check::new(
+                "no lab cgroup throttled",
+                Select::labels(&cgroup::CPU_THROTTLED_PCT, &[LAB_CGROUPS]),
+                Stat::Max,
+                Cmp::Below(5.0),
             ),
         ],
     })

@@ -4,7 +4,9 @@
 use std::collections::VecDeque;
 
 use crate::data::median_mad;
-use crate::rules::leak::{fit, steady_growth, MIN_GROWTH_BYTES, MIN_GROWTH_SHARE};
+use crate::rules::leak::{
+    fit, judge, steady_growth, Shape, Verdict, CONFIRM_S, MIN_GROWTH_BYTES, MIN_GROWTH_SHARE,
+};
 
 /// Baseline window, in samples (5 minutes at 1 s).
 pub const WINDOW: usize = 300;
@@ -154,7 +156,8 @@ impl LeakDetector {
             return None;
         }
         let first_eligible = *self.first_eligible.get_or_insert(ts);
-        let leaking = self.leaking();
+        let shape = self.leaking();
+        let leaking = shape.is_some();
         if !leaking {
             self.ended_peak = None;
         }
@@ -175,7 +178,12 @@ impl LeakDetector {
                 }
                 None
             }
-            None if leaking && self.ended_peak.is_none_or(|p| v > p) => {
+            // Opened only once the growth has lasted [`CONFIRM_S`]: what comes next is
+            // unknown here, and a service warming up grows as steadily as a leak for about a
+            // minute before it levels off. The episode still starts where the growth did.
+            None if shape.is_some_and(|s| s.grew_s >= CONFIRM_S)
+                && self.ended_peak.is_none_or(|p| v > p) =>
+            {
                 let (t0, v0) = self.pts[0];
                 let e = Episode {
                     from: t0.max(first_eligible),
@@ -191,20 +199,26 @@ impl LeakDetector {
         }
     }
 
-    /// Whether the window passes the `memory.leak` test.
-    fn leaking(&self) -> bool {
-        let (Some(&(t0, first)), Some(&(_, last))) = (self.pts.front(), self.pts.back()) else {
-            return false;
-        };
-        steady_growth(self.pts.len(), first, last, self.ups, || {
-            let xy: Vec<(f64, f64)> = self
-                .pts
+    /// The shape of the window's growth when it passes the `memory.leak` test for a live
+    /// process (steady, long enough, not levelled off), whether or not it is confirmed yet.
+    fn leaking(&self) -> Option<Shape> {
+        let (&(t0, first), &(_, last)) = (self.pts.front()?, self.pts.back()?);
+        let xy = || -> Vec<(f64, f64)> {
+            self.pts
                 .iter()
                 .map(|&(t, v)| ((t - t0) as f64 / 1e9, v))
-                .collect();
-            fit(&xy)
-        })
-        .is_some()
+                .collect()
+        };
+        let mut pts = None;
+        steady_growth(self.pts.len(), first, last, self.ups, || {
+            fit(pts.insert(xy()))
+        })?;
+        let shape = Shape::of(pts.as_deref()?)?;
+        matches!(
+            judge(shape, false),
+            Some(Verdict::Leak | Verdict::Unconfirmed)
+        )
+        .then_some(shape)
     }
 
     /// The trend still open at the end of the data, if any.

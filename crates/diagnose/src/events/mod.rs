@@ -17,7 +17,12 @@
 //! **Leak trends.** The RSS of the 10 largest processes of each sample; a process is leaking
 //! while its last 5 minutes (at least 5 samples) grew by 16 MiB and 5% or more, with at least
 //! 80% of steps up and a line fitting them with R² >= 0.8: the `memory.leak` rule's test, run
-//! on a sliding window. A trend runs to its last new high, and ends after 60 s without one.
+//! on a sliding window, with its judgement of the growth's shape (grown for 20 s or more, not
+//! levelled off). An episode opens only once the growth has lasted 90 s: a point in time has
+//! no future, and a service warming up after its start grows as steadily as a leak for about
+//! a minute before it levels off (the rule, which sees the whole window, says "too soon to
+//! tell" below 0.5 meanwhile). The episode starts where the growth did. A trend runs to its
+//! last new high, and ends after 60 s without one.
 //!
 //! **Online and offline, one detector.** `record` derives these signals from each sample
 //! ([`Online`]), feeds them to the detectors below and writes both the values and the marks
@@ -231,23 +236,56 @@ mod tests {
 
     #[test]
     fn steady_rss_growth_is_a_leak_trend_and_flat_or_noisy_is_not() {
-        // 100 MiB, then 2 MiB/s for 30 s, then flat for 60 s.
+        // 100 MiB, then 1 MiB/s for 120 s, then flat for 90 s.
         let mut v = vec![100.0 * MIB; 20];
-        v.extend((1..=30).map(|i| (100.0 + 2.0 * i as f64) * MIB));
-        v.extend(vec![160.0 * MIB; 60]);
+        v.extend((1..=120).map(|i| (100.0 + i as f64) * MIB));
+        v.extend(vec![220.0 * MIB; 90]);
         let ev = leak(&v, 10);
         assert_eq!(ev.len(), 1, "{ev:?}");
         let e = &ev[0];
         assert_eq!(e.kind, "leak-trend");
-        assert_eq!(e.peak, 160.0 * MIB);
+        assert_eq!(e.peak, 220.0 * MIB);
         assert!(e.from_ns >= 1_010_000_000_000, "{e:?}");
-        assert_eq!(e.to_ns, 1_049_000_000_000, "ends at its last new high");
+        assert!(
+            e.from_ns <= 1_020_000_000_000,
+            "starts where the growth did: {e:?}"
+        );
+        assert_eq!(e.to_ns, 1_139_000_000_000, "ends at its last new high");
         assert!(leak(&[300.0 * MIB; 100], 10).is_empty());
         // Up and down by 40 MiB: grows overall, but not steadily.
         let saw: Vec<f64> = (0..100)
             .map(|i| (100.0 + i as f64 * 0.5 + if i % 2 == 0 { 40.0 } else { 0.0 }) * MIB)
             .collect();
         assert!(leak(&saw, 10).is_empty(), "{:?}", leak(&saw, 10));
+    }
+
+    #[test]
+    fn warm_ups_and_short_lived_growth_are_no_leak_trend() {
+        // A service just started: 60 -> 84 MiB in 45 s, then flat for four minutes.
+        let mut v: Vec<f64> = (0..45)
+            .map(|i| (60.0 + 24.0 * i as f64 / 45.0) * MIB)
+            .collect();
+        v.extend(vec![84.0 * MIB; 240]);
+        assert!(leak(&v, 0).is_empty(), "{:?}", leak(&v, 0));
+        // A cache filling for 80 s with the rate decaying as it fills (a database warming
+        // up), then flat.
+        let v: Vec<f64> = (0..400)
+            .map(|i| (200.0 + 300.0 * (1.0 - (-(i as f64) / 25.0).exp())) * MIB)
+            .collect();
+        assert!(leak(&v, 0).is_empty(), "{:?}", leak(&v, 0));
+        // Compiler runs one after another in one process series each: 25 MiB in 6 s, gone.
+        for k in 0..10 {
+            let v: Vec<f64> = (0..7).map(|i| (8.0 + 4.0 * i as f64) * MIB).collect();
+            assert!(leak(&v, 0).is_empty(), "run {k}");
+        }
+        // A leak in a service started with the window: no episode in its first 90 s, one
+        // once it kept growing, starting where it started.
+        let v: Vec<f64> = (0..80).map(|i| (60.0 + i as f64) * MIB).collect();
+        assert!(leak(&v, 0).is_empty(), "{:?}", leak(&v, 0));
+        let v: Vec<f64> = (0..150).map(|i| (60.0 + i as f64) * MIB).collect();
+        let ev = leak(&v, 0);
+        assert_eq!(ev.len(), 1, "{ev:?}");
+        assert!(ev[0].from_ns <= 1_002_000_000_000, "{ev:?}");
     }
 
     #[test]

@@ -11,6 +11,26 @@
 //! its starting RSS, with R² >= 0.8 (steady, not a spike) and at least 80% of its steps
 //! non-negative. Confidence by R² and growth.
 //!
+//! **How long it grew, and whether it still does.** A steady line is not enough: a program
+//! building its working set grows as steadily as a leak, only not for long, and then stops.
+//! The shape of the growth ([`Shape`]) tells them apart: how long it grew (its 10%→90% rise,
+//! scaled to the whole of a steady growth) and how long it has been flat since.
+//! - Growth that stopped, flat for at least 10 s and a quarter of the time it grew, is a
+//!   warm-up (a service filling its caches after a start, a batch's working set): no finding.
+//!   A leak does not level off while the process lives.
+//! - A process that grew for under 20 s and then exited, or still runs, is showing its working
+//!   set: a compiler's `cc1` grows 20–30 MiB in 4–12 s on every large unit and exits normally.
+//!   No finding.
+//! - Steady growth that ran until a signal or the OOM killer ended the process is a leak
+//!   however short: the kill cut the growth, not the program's work.
+//! - A process still growing after 20 s but not yet 90 s may be warming up: a just-started
+//!   Prometheus or recorder grows for about a minute and levels off. It is a finding below 0.5
+//!   (advice), said so; after 90 s of unbroken growth it is a leak. The same holds for one
+//!   that grew that long and then exited normally: on a busy host a compiler sharing the CPUs
+//!   builds its working set for half a minute or more, and exits all the same; a batch job
+//!   that leaked for minutes before it finished is a leak. The leak-trend detector, which
+//!   cannot see what comes next, opens an episode only after 90 s.
+//!
 //! **The end of the process.** Most leaks end in a kill: the OOM killer, a supervisor's
 //! restart, a deploy. An ended process has no memory map, so the kernel reports its RSS as 0
 //! (a zombie), or it is gone from /proc; the recorder's series stop there instead of falling
@@ -102,6 +122,85 @@ pub const MIN_GROWTH_SHARE: f64 = 0.05;
 pub const MIN_UP_SHARE: f64 = 0.8;
 /// Least R² of the line fit.
 pub const MIN_R2: f64 = 0.8;
+/// Least time, seconds, a growth must have lasted ([`Shape::grew_s`]) to be a leak, unless a
+/// signal or the OOM killer ended it: below it, a working set being built.
+pub const MIN_GREW_S: f64 = 20.0;
+/// Time, seconds, after which a live process's unbroken growth is a leak rather than a
+/// possible warm-up (services warm up for about a minute); the leak-trend detector opens an
+/// episode only after it.
+pub const CONFIRM_S: f64 = 90.0;
+/// Least flat stretch, seconds, at the end of a growth for it to have stopped...
+pub const MIN_FLAT_S: f64 = 10.0;
+/// ...and least share of the time it grew: a steady leak sampled each second is "flat" for
+/// about 1/8 of it (the last tenth of its rise), never a quarter.
+pub const FLAT_SHARE: f64 = 0.25;
+/// Highest confidence of a growth too young to tell from a warm-up: advice, below 0.5.
+pub const ADVISORY_MAX: f64 = 0.45;
+
+/// The shape of a growth: how long it rose and how long it has been flat since. Judged from
+/// the 10% and 90% marks of the growth (first to last point), so one noisy sample at either
+/// end does not move them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Shape {
+    /// Seconds the growth lasted: its 10%→90% rise time divided by 0.8, which for a steady
+    /// growth is the time from its start to its end.
+    pub grew_s: f64,
+    /// Seconds from when it reached 90% of its growth to the last point.
+    pub flat_s: f64,
+}
+
+impl Shape {
+    /// The shape of points (t seconds, value) that grew (last above first), or `None`.
+    pub fn of(points: &[(f64, f64)]) -> Option<Shape> {
+        let (&(_, first), &(t_end, last)) = (points.first()?, points.last()?);
+        let g = last - first;
+        if g <= 0.0 {
+            return None;
+        }
+        let t_lo = points.iter().find(|p| p.1 > first + 0.1 * g)?.0;
+        let t_hi = points.iter().find(|p| p.1 >= last - 0.1 * g)?.0;
+        Some(Shape {
+            grew_s: (t_hi - t_lo).max(0.0) / 0.8,
+            flat_s: t_end - t_hi,
+        })
+    }
+
+    /// Whether the growth stopped: flat at the end for long enough, absolutely and against
+    /// how long it grew.
+    pub fn stopped(&self) -> bool {
+        self.flat_s >= MIN_FLAT_S && self.flat_s >= FLAT_SHARE * self.grew_s
+    }
+}
+
+/// What a steady growth of a given [`Shape`] is, knowing how (and whether) the process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// A leak.
+    Leak,
+    /// Still growing, alive, for too short a time to tell a leak from a warm-up.
+    Unconfirmed,
+}
+
+/// The verdict on a steady growth (one [`steady_growth`] passed): `None` when it is not a
+/// leak. `killed`: a signal or the OOM killer ended the process. A normal exit weighs like a
+/// live process: a tool slowed down on a busy host (a compiler sharing two cores with
+/// everything else) builds its working set for longer, and exits all the same.
+pub fn judge(shape: Shape, killed: bool) -> Option<Verdict> {
+    if shape.stopped() {
+        return None;
+    }
+    if killed {
+        return Some(Verdict::Leak);
+    }
+    if shape.grew_s < MIN_GREW_S {
+        return None;
+    }
+    if shape.grew_s >= CONFIRM_S {
+        Some(Verdict::Leak)
+    } else {
+        Some(Verdict::Unconfirmed)
+    }
+}
 
 /// The leak test, shared by this rule (over a window) and the leak-trend detector (over a
 /// sliding five minutes): `n` points from `first` to `last`, `ups` of the `n - 1` steps not
@@ -207,6 +306,15 @@ fn run(d: &Data) -> Vec<Finding> {
             continue;
         };
         let end = end_of(d, pid, comm);
+        let killed = end
+            .as_ref()
+            .is_some_and(|e| e.signal.is_some() || e.oom.is_some());
+        let Some(shape) = Shape::of(&pts) else {
+            continue;
+        };
+        let Some(verdict) = judge(shape, killed) else {
+            continue;
+        };
         let ended = match &end {
             None => String::new(),
             Some(e) => match (&e.oom, e.signal) {
@@ -222,19 +330,36 @@ fn run(d: &Data) -> Vec<Finding> {
                 (None, None) => ", then it ended".into(),
             },
         };
+        let mut conf =
+            confidence(r2, 0.8, 0.99) * 0.6 + confidence(growth / MIB, 16.0, 512.0) * 0.4;
+        // Too young to tell from a warm-up: advice, said so in the title.
+        let young = match verdict {
+            Verdict::Leak => String::new(),
+            Verdict::Unconfirmed if end.is_some() => {
+                conf = conf.min(ADVISORY_MAX);
+                format!(
+                    ", after {:.0} s of growth: a leak, or the working set of what it did (a leak keeps growing past {:.0} s)",
+                    shape.grew_s, CONFIRM_S
+                )
+            }
+            Verdict::Unconfirmed => {
+                conf = conf.min(ADVISORY_MAX);
+                format!(
+                    ", for {:.0} s so far: a leak, or a warm-up that will level off (after {:.0} s of unbroken growth it is a leak)",
+                    shape.grew_s, CONFIRM_S
+                )
+            }
+        };
         let mut f = finding(
             &RULE,
             d,
             format!(
-                "{comm} ({pid}) grows steadily: +{} MiB in {:.0} s ({} MiB/min, R² {r2:.2}){ended}",
+                "{comm} ({pid}) grows steadily: +{} MiB in {:.0} s ({} MiB/min, R² {r2:.2}){ended}{young}",
                 mib(growth),
                 pts[pts.len() - 1].0 - pts[0].0,
                 mib(slope * 60.0)
             ),
-            ((confidence(r2, 0.8, 0.99) * 0.6 + confidence(growth / MIB, 16.0, 512.0) * 0.4)
-                * 100.0)
-                .round()
-                / 100.0,
+            (conf * 100.0).round() / 100.0,
             proc_culprit(d, pid, comm, super::Res::Memory),
         );
         f.onset = s
@@ -322,6 +447,131 @@ fn run(d: &Data) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A window of `n` one-second samples from index 0 (no baseline), with one process's RSS
+    /// (MiB) at the given indexes and, when `end` is `Some((index, signal))`, its end there.
+    fn data(n: usize, rss: &[(u32, f64)], end: Option<(u32, Option<f64>)>) -> Data {
+        let mut d = Data {
+            ts: (0..n as i64).map(|i| (1_000 + i) * 1_000_000_000).collect(),
+            start: 0,
+            ..Default::default()
+        };
+        for &(i, v) in rss {
+            d.push(&process::PROC_RSS_BYTES, &["7", "app"], i, v * MIB);
+        }
+        if let Some((i, sig)) = end {
+            d.push(&process::PROC_EXITED, &["7", "app"], i, 1.0);
+            if let Some(sig) = sig {
+                d.push(&process::PROC_EXIT_SIGNAL, &["7", "app"], i, sig);
+            }
+        }
+        d
+    }
+
+    /// RSS (MiB) from `from` for `secs` samples: `base`, then `rate` MiB/s for `grow` samples,
+    /// then flat.
+    fn ramp(from: u32, secs: u32, base: f64, rate: f64, grow: u32) -> Vec<(u32, f64)> {
+        (0..secs)
+            .map(|k| (from + k, base + rate * k.min(grow) as f64))
+            .collect()
+    }
+
+    #[test]
+    fn a_tool_that_grows_for_seconds_and_exits_normally_shows_its_working_set() {
+        // gcc's cc1: +22.5 MiB in 4 s, R² ~1, then it exits (no signal), in a 60 s window.
+        let d = data(60, &ramp(20, 6, 8.0, 5.6, 5), Some((26, None)));
+        assert!(run(&d).is_empty(), "{:?}", run(&d));
+        // A large unit: +30 MiB over 12 s, then it exits.
+        let d = data(60, &ramp(20, 13, 8.0, 2.5, 12), Some((33, None)));
+        assert!(run(&d).is_empty(), "{:?}", run(&d));
+        // The same growth still running at the window's end: too short to be anything.
+        let d = data(30, &ramp(18, 12, 8.0, 2.5, 12), None);
+        assert!(run(&d).is_empty(), "{:?}", run(&d));
+    }
+
+    #[test]
+    fn growth_that_levels_off_is_a_warm_up() {
+        // A recorder just started: 60 -> 84 MiB in 45 s, then flat for a minute.
+        let d = data(110, &ramp(0, 110, 60.0, 24.0 / 45.0, 45), None);
+        assert!(run(&d).is_empty(), "{:?}", run(&d));
+        // A database filling its caches for a minute, then flat, in a 10-minute window.
+        let d = data(600, &ramp(0, 600, 200.0, 1.5, 60), None);
+        assert!(run(&d).is_empty(), "{:?}", run(&d));
+        // Warm-up, then a deploy's SIGTERM: the plateau says it had stopped growing.
+        let d = data(120, &ramp(0, 110, 60.0, 1.0, 40), Some((110, Some(15.0))));
+        assert!(run(&d).is_empty(), "{:?}", run(&d));
+    }
+
+    #[test]
+    fn steady_growth_for_minutes_is_a_leak_whether_it_lives_or_exits() {
+        // Alive, 1 MiB/s for all of a 5-minute window.
+        let d = data(300, &ramp(0, 300, 100.0, 1.0, 300), None);
+        let f = run(&d);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(f[0].confidence >= 0.5, "{f:?}");
+        assert!(!f[0].title.contains("warm-up"), "{}", f[0].title);
+        // 2 minutes of steady growth, then a normal exit: a leak that ran until the job
+        // finished.
+        let d = data(150, &ramp(5, 120, 50.0, 1.0, 120), Some((125, None)));
+        let f = run(&d);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(f[0].confidence >= 0.5, "{f:?}");
+        assert!(f[0].title.ends_with("then it ended"), "{}", f[0].title);
+        // 40 s of it, then a normal exit (a compiler slowed down on a busy host): advice.
+        let d = data(60, &ramp(5, 40, 50.0, 1.0, 40), Some((45, None)));
+        let f = run(&d);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(f[0].confidence < 0.5, "{f:?}");
+        assert!(
+            f[0].title.contains("the working set of what it did"),
+            "{}",
+            f[0].title
+        );
+    }
+
+    #[test]
+    fn a_kill_cuts_the_growth_short_and_it_is_still_a_leak() {
+        // 8 s of growth at 8 MiB/s, then SIGKILL (a supervisor, kill -9).
+        let d = data(30, &ramp(10, 9, 20.0, 8.0, 8), Some((19, Some(9.0))));
+        let f = run(&d);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(
+            f[0].title.ends_with("killed by SIGKILL (9)"),
+            "{}",
+            f[0].title
+        );
+        assert!(f[0].confidence >= 0.5, "{f:?}");
+    }
+
+    #[test]
+    fn a_live_process_growing_for_under_a_minute_and_a_half_is_only_advice() {
+        // Started 40 s ago and still growing at the window's end: a leak or a warm-up.
+        let d = data(40, &ramp(0, 40, 60.0, 1.0, 40), None);
+        let f = run(&d);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(f[0].confidence < 0.5, "{f:?}");
+        assert!(
+            f[0].title.contains("warm-up that will level off"),
+            "{}",
+            f[0].title
+        );
+        // The same growth kept up past 90 s is a leak.
+        let d = data(120, &ramp(0, 120, 60.0, 1.0, 120), None);
+        let f = run(&d);
+        assert!(f[0].confidence >= 0.5, "{f:?}");
+    }
+
+    #[test]
+    fn shapes_measure_the_rise_and_the_plateau() {
+        let line: Vec<(f64, f64)> = (0..=100).map(|i| (i as f64, i as f64)).collect();
+        let s = Shape::of(&line).unwrap();
+        assert!((s.grew_s - 100.0).abs() < 2.0, "{s:?}");
+        assert!(s.flat_s <= 10.0 && !s.stopped(), "{s:?}");
+        let plateau: Vec<(f64, f64)> = (0..=100).map(|i| (i as f64, i.min(40) as f64)).collect();
+        let s = Shape::of(&plateau).unwrap();
+        assert!((s.grew_s - 40.0).abs() < 2.0 && s.stopped(), "{s:?}");
+        assert_eq!(Shape::of(&[(0.0, 5.0), (1.0, 5.0)]), None);
+    }
 
     #[test]
     fn fits_lines() {
