@@ -12,10 +12,13 @@
 //! (driver), the disk with most reads, and the order in which those moved.
 //!
 //! **Thresholds.** A finding when file refaults sum to >= 10,000 pages in the window at >= 10x
-//! the baseline, or major faults to >= 1,000 at >= 10x: a few refaults are normal LRU aging.
-//! Confidence by the refault ratio, 0.5 at 10x, 0.95 at 1000x; at least 0.85 when a process
-//! took >= 1,000 major faults (the harm itself), at most 0.6 when none did (files re-read by
-//! their own reader, nobody else harmed).
+//! the baseline (host-wide, or of one memory cgroup: `cgroup.<cg>.memory.refault_file_per_s`),
+//! or major faults to >= 1,000 at >= 10x: a few refaults are normal LRU aging. Confidence by
+//! the refault ratio, 0.5 at 10x, 0.95 at 1000x; at least 0.85 when a process took >= 1,000
+//! major faults, or when the cgroup is at its limit and a second process of it reads its
+//! evicted files back (the harm itself); at most 0.6 with such a reader and no limit; at most
+//! 0.45, advice, when nobody but the reader is harmed (its own files re-read: a backup's loop
+//! over a tree).
 //!
 //! **Remediation.** Confine the streaming reader (its own memory cgroup with a limit, so it
 //! recycles its own cache; `POSIX_FADV_DONTNEED`/`O_DIRECT` in the reader); protect the
@@ -50,6 +53,9 @@ rule! {
 /// Refaults (pages) in the window, and their multiple of the baseline, before a finding.
 const MIN_REFAULTS: f64 = 10_000.0;
 const MIN_RATIO: f64 = 10.0;
+
+/// The confidence of a thrash that harms no one but its reader: below a claim (0.5).
+const ADVICE: f64 = 0.45;
 
 /// Usage of the hard limit (or of `memory.high`) at which a cgroup is at its limit: the
 /// kernel reclaims inside it from there on.
@@ -323,8 +329,15 @@ fn run(d: &Data) -> Vec<Finding> {
         // A process faulting thousands of pages back, or a cgroup at its limit reading its own
         // working set back, is the harm itself, whatever the baseline's refault rate was.
         confidence(scale, 10.0, 1000.0).max(0.85)
-    } else {
+    } else if reread.is_some() {
+        // Another process reads back what was evicted, with no limit forcing it: a claim,
+        // weaker than a victim faulting.
         confidence(scale, 10.0, 1000.0).min(0.6)
+    } else {
+        // Files re-read by their own reader (a backup's loop over a tree, a build reading its
+        // sources again), nobody else harmed: advice, never a claim. The soak's `tar czf`
+        // loop claimed 0.6 on a busy, healthy host.
+        confidence(scale, 10.0, 1000.0).min(ADVICE)
     };
     let mut f = finding(&RULE, d, title, conf, culprit);
     let cg_series = cg
@@ -705,6 +718,33 @@ mod tests {
             f.remediation
         );
         assert!(f.remediation[0].contains("raise /lab's memory limit"));
+    }
+
+    #[test]
+    fn a_reader_re_reading_its_own_files_is_advice() {
+        // A backup loop over a tree in a cgroup of its own: its files come back as refaults,
+        // and nobody else reads or faults.
+        let mut d = Data::seconds(12, 4);
+        d.procs.insert(40, proc("tar", 1, "/backup"));
+        for i in 0..12u32 {
+            let on = i >= 4;
+            d.push(
+                &cgroup::MEMORY_REFAULT_FILE_PER_S,
+                &["/backup"],
+                i,
+                if on { 3000.0 } else { 0.0 },
+            );
+            d.push(
+                &mem::RECLAIM_REFAULT_FILE_PER_S,
+                &[],
+                i,
+                if on { 3000.0 } else { 5.0 },
+            );
+            d.push(&process::PROC_READ_BYTES_PER_S, &["40", "tar"], i, 2e6);
+        }
+        let f = &run(&d)[0];
+        assert_eq!(f.culprit.comm.as_deref(), Some("tar"));
+        assert!(f.confidence < 0.5, "{} {}", f.confidence, f.title);
     }
 
     #[test]
