@@ -508,13 +508,14 @@ fn native_leak_grows() {
 #[test]
 fn python_leak_grows() {
     let _s = serial();
-    // The recorder opens a leak-trend episode after 90 s of unbroken growth (before, it could
-    // be a service warming up): long enough for that.
-    let Some(v) = check("python-leak", 100) else {
+    // The default duration. The recorder opens a leak-trend episode only after 90 s of
+    // unbroken growth (before, it could be a service warming up); that the recorder marks it
+    // live is checked on the 100 s golden recordings (crates/diagnose/tests/events_lanes.rs),
+    // not here: 70 s more of CI for what they already show.
+    let Some(v) = check("python-leak", 30) else {
         return;
     };
     assert!(value(&v, "lab-python-leak.rss_bytes") >= 16.0 * 1048576.0);
-    marked_live(&v, "leak-trend", ".lab-python-leak.rss_bytes");
     let m = &v["memleak"];
     assert!(
         m["verdict"]
