@@ -459,7 +459,8 @@ JITTERSCOPE=$JITTERSCOPE PROFILE_OUT=$TMP/profile.md PROFILE_TARGETS=$TMP/profil
 PROFILE_SECTION=$(cat "$TMP/profile.md")
 
 # ---------------------------------------------------------------------------------------------
-# Diagnosis read-back: diagnose over 1 h with 500 processes, events over 24 h (bench/diagnose.sh).
+# Diagnosis read-back: diagnose over 1 h and over 10 minutes of a 24 h store, 500 processes in
+# 50 cgroups; events over 24 h; the readers' peak RSS (bench/diagnose.sh).
 say "diagnosis read-back (bench/diagnose.sh)"
 JITTERSCOPE=$JITTERSCOPE SYNTH_STORE=$SYNTH DIAGNOSE_OUT="$TMP/diagnose.md" \
     DIAGNOSE_TARGETS="$TMP/diagnose-targets.md" bash "$HERE/diagnose.sh"

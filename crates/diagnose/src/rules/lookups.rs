@@ -163,7 +163,8 @@ fn run(d: &Data) -> Vec<Finding> {
     producers
         .iter()
         .take(3)
-        .map(|p| one(d, p, &cx, &patterns))
+        .enumerate()
+        .map(|(i, p)| one(d, p, &cx, &patterns, i == 0))
         .collect()
 }
 
@@ -176,13 +177,20 @@ struct Coverage {
     rise: Option<(f64, f64)>,
 }
 
-fn one(d: &Data, p: &Producer, cx: &Coverage, patterns: &[(&Series, f64)]) -> Finding {
+fn one(d: &Data, p: &Producer, cx: &Coverage, patterns: &[(&Series, f64)], top: bool) -> Finding {
     let traced = cx.traced;
     let rate = p.mean(traced);
     let (pid, _, series) = p.top;
     // The patterns this command's processes probed (a pattern sample names up to four).
     let probed: Vec<&(&Series, f64)> = patterns.iter().take(8).collect();
-    let nss_names = probed.iter().any(|(s, _)| s.label(0).contains(NSS_PROBE));
+    // The pattern samples do not say which process probed a name: NSS's names identify only
+    // the top producer, and only when they are the top pattern. Beside a busy SQLite (its
+    // journal look-ups fail 19k times a second on the soak), certutil's probe names in the
+    // list made SQLite "NSS softokn's access probe".
+    let nss_names = top
+        && probed
+            .first()
+            .is_some_and(|(s, _)| s.label(0).contains(NSS_PROBE));
     let lib = p
         .pids
         .iter()
@@ -372,5 +380,51 @@ mod tests {
         assert!(run(&d).is_empty());
         let d = data(&[], &[], 10);
         assert!(run(&d).is_empty());
+    }
+
+    #[test]
+    fn probe_names_of_one_program_do_not_name_another() {
+        // A busy SQLite failing its journal look-ups beside certutil's NSS probes: the pattern
+        // samples do not say who probed what, and SQLite, the top producer, is not NSS.
+        let mut d = data(
+            &[
+                (20, "python3", &[(3, 19_000.0), (7, 18_000.0)]),
+                (30, "certutil", &[(3, 5_000.0), (7, 5_200.0)]),
+            ],
+            &[3, 7],
+            10,
+        );
+        for i in [3, 7] {
+            d.push(
+                &tracer::LOOKUPS_PATTERN_SAMPLES,
+                &["/srv/db.sqlite-journal"],
+                i,
+                30.0,
+            );
+            d.push(
+                &tracer::LOOKUPS_PATTERN_SAMPLES,
+                &[".*_dOeSnotExist_.db"],
+                i,
+                10.0,
+            );
+        }
+        let f = run(&d);
+        assert_eq!(f[0].culprit.comm.as_deref(), Some("python3"), "{f:?}");
+        assert!(!f[0].title.contains("NSS"), "{}", f[0].title);
+        // Alone, the probe names are NSS's.
+        let mut d = data(
+            &[(30, "certutil", &[(3, 5_000.0), (7, 5_200.0)])],
+            &[3, 7],
+            10,
+        );
+        for i in [3, 7] {
+            d.push(
+                &tracer::LOOKUPS_PATTERN_SAMPLES,
+                &[".*_dOeSnotExist_.db"],
+                i,
+                10.0,
+            );
+        }
+        assert!(run(&d)[0].title.contains("NSS"), "{}", run(&d)[0].title);
     }
 }

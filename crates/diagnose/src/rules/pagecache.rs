@@ -82,6 +82,14 @@ fn ratio(s: &crate::data::Stats) -> f64 {
         }
 }
 
+/// Whether process `pid` was seen in memory cgroup `cg` or below it.
+fn in_memcg(d: &Data, pid: u32, cg: &str) -> bool {
+    d.procs
+        .get(&pid)
+        .and_then(|p| p.memory_cgroup.as_deref())
+        .is_some_and(|p| within(p, cg))
+}
+
 /// Whether cgroup path `p` is `cg` or below it.
 pub(crate) fn within(p: &str, cg: &str) -> bool {
     cg == "/" || p == cg || p.strip_prefix(cg).is_some_and(|r| r.starts_with('/'))
@@ -141,12 +149,7 @@ struct Driver {
 }
 
 fn driver_in(d: &Data, cg: &str, readers: &[ProcSum], reapers: &[ProcSum]) -> Option<Driver> {
-    let in_cg = |pid: u32| {
-        d.procs
-            .get(&pid)
-            .and_then(|p| p.memory_cgroup.as_deref())
-            .is_some_and(|p| within(p, cg))
-    };
+    let in_cg = |pid: u32| in_memcg(d, pid, cg);
     let mut groups: std::collections::BTreeMap<String, Driver> = Default::default();
     let mut best: std::collections::BTreeMap<String, f64> = Default::default();
     for r in readers.iter().filter(|r| in_cg(r.pid)) {
@@ -262,10 +265,7 @@ fn run(d: &Data) -> Vec<Finding> {
         readers.iter().find(|r| {
             r.comm != dr.comm
                 && r.sum >= (16.0 * 1_048_576.0f64).max(0.05 * dr.bytes)
-                && d.procs
-                    .get(&r.pid)
-                    .and_then(|p| p.memory_cgroup.as_deref())
-                    .is_some_and(|p| within(p, c.path))
+                && in_memcg(d, r.pid, c.path)
         })
     });
     let limit_harm = cg.as_ref().is_some_and(|c| c.at_limit) && reread.is_some();
@@ -393,12 +393,7 @@ fn run(d: &Data) -> Vec<Finding> {
     let cited: Vec<&ProcSum> = match &cg {
         Some(c) => readers
             .iter()
-            .filter(|r| {
-                d.procs
-                    .get(&r.pid)
-                    .and_then(|p| p.memory_cgroup.as_deref())
-                    .is_some_and(|p| within(p, c.path))
-            })
+            .filter(|r| in_memcg(d, r.pid, c.path))
             .take(2)
             .collect(),
         None => readers.iter().take(2).collect(),
@@ -526,14 +521,7 @@ fn host_driver<'d>(
             .sum();
         r.sum - seen
     };
-    let inside = |pid: u32| {
-        cg.is_none_or(|cg| {
-            d.procs
-                .get(&pid)
-                .and_then(|p| p.memory_cgroup.as_deref())
-                .is_some_and(|p| within(p, cg))
-        })
-    };
+    let inside = |pid: u32| cg.is_none_or(|cg| in_memcg(d, pid, cg));
     let reader = readers.iter().find(|r| inside(r.pid));
     let reaper = reapers.iter().filter(|r| inside(r.pid)).find(|r| {
         let rest = unseen(r);
