@@ -468,6 +468,13 @@ DIAGNOSE_SECTION=$(cat "$TMP/diagnose.md")
 PROFILE_TARGET_ROWS=$(cat "$TMP/profile-targets.md")
 DIAGNOSE_TARGET_ROWS=$(cat "$TMP/diagnose-targets.md" 2>/dev/null || true)
 
+# False alarms on a busy, healthy host: the 10-minute soak (bench/soak.sh).
+say "false alarms (bench/soak.sh)"
+JITTERSCOPE=$JITTERSCOPE SOAK_OUT="$TMP/soak.md" SOAK_TARGETS="$TMP/soak-targets.md" \
+    bash "$HERE/soak.sh"
+SOAK_SECTION=$(cat "$TMP/soak.md")
+SOAK_TARGET_ROWS=$(cat "$TMP/soak-targets.md" 2>/dev/null || true)
+
 # memleak: census speed and the target's slowdown while it is read (bench/memleak.sh).
 say "memleak census (bench/memleak.sh)"
 JITTERSCOPE=$JITTERSCOPE MEMLEAK_OUT="$TMP/memleak.md" MEMLEAK_TARGETS="$TMP/memleak-targets.md" \
@@ -630,6 +637,8 @@ $PROFILE_SECTION
 
 $DIAGNOSE_SECTION
 
+$SOAK_SECTION
+
 $MEMLEAK_SECTION
 
 $VIEWS_SECTION
@@ -651,6 +660,7 @@ $FLEET_TARGET_ROWS
 $TRACER_TARGET_ROWS
 $PROFILE_TARGET_ROWS
 $DIAGNOSE_TARGET_ROWS
+$SOAK_TARGET_ROWS
 $MEMLEAK_TARGET_ROWS
 $SERVE_TARGET_ROWS
 
