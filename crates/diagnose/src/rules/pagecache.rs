@@ -152,23 +152,33 @@ struct Driver {
     launcher: Option<usize>,
 }
 
+/// The group of readers named `comm`, made with `pid` as its first.
+fn group<'g>(
+    groups: &'g mut std::collections::BTreeMap<String, Driver>,
+    comm: &str,
+    pid: u32,
+) -> &'g mut Driver {
+    groups.entry(comm.to_string()).or_insert_with(|| Driver {
+        comm: comm.to_string(),
+        pid,
+        pids: 0,
+        bytes: 0.0,
+        launcher: None,
+    })
+}
+
 fn driver_in(d: &Data, cg: &str, readers: &[ProcSum], reapers: &[ProcSum]) -> Option<Driver> {
     let in_cg = |pid: u32| in_memcg(d, pid, cg);
     let mut groups: std::collections::BTreeMap<String, Driver> = Default::default();
-    let mut best: std::collections::BTreeMap<String, f64> = Default::default();
+    // The pid named is the one that read most itself.
+    let mut most: std::collections::BTreeMap<String, f64> = Default::default();
     for r in readers.iter().filter(|r| in_cg(r.pid)) {
-        let g = groups.entry(r.comm.clone()).or_insert(Driver {
-            comm: r.comm.clone(),
-            pid: r.pid,
-            pids: 0,
-            bytes: 0.0,
-            launcher: None,
-        });
+        let g = group(&mut groups, &r.comm, r.pid);
         g.bytes += r.sum;
         g.pids += 1;
-        let b = best.entry(r.comm.clone()).or_insert(0.0);
-        if r.sum > *b {
-            *b = r.sum;
+        let m = most.entry(r.comm.clone()).or_insert(0.0);
+        if r.sum > *m {
+            *m = r.sum;
             g.pid = r.pid;
         }
     }
@@ -216,13 +226,7 @@ fn driver_in(d: &Data, cg: &str, readers: &[ProcSum], reapers: &[ProcSum]) -> Op
         if unseen <= 0.0 {
             continue;
         }
-        let g = groups.entry(comm.to_string()).or_insert(Driver {
-            comm: comm.to_string(),
-            pid,
-            pids: 0,
-            bytes: 0.0,
-            launcher: None,
-        });
+        let g = group(&mut groups, comm, pid);
         g.bytes += unseen;
         g.pids = g.pids.max(inside.iter().filter(|x| x.2 == comm).count());
         g.launcher.get_or_insert(i);
