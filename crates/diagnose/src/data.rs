@@ -145,6 +145,9 @@ pub struct Data {
     /// recordings from before it was kept): the agent itself, whose memory is its budget,
     /// never a culprit.
     pub recorder_pids: BTreeSet<u32>,
+    /// The command names the lookups tracer saw failing each name pattern in the window (up
+    /// to four per pattern and interval): which producer probed which names.
+    pub lookup_comms: HashMap<String, BTreeSet<String>>,
 }
 
 /// Summary statistics of a series over the window and over the baseline.
@@ -316,6 +319,11 @@ impl Data {
                     if c.identity.name.is_some() && !d.containers.contains_key(&c.path) {
                         d.containers.insert(c.path.clone(), c.identity.clone());
                     }
+                }
+                let lookups = sample.tracers.as_ref().and_then(|t| t.lookups.as_ref());
+                for p in lookups.iter().flat_map(|l| &l.patterns) {
+                    let comms = d.lookup_comms.entry(p.pattern.clone()).or_default();
+                    comms.extend(p.comms.iter().cloned());
                 }
                 for k in sample.oom_kills.iter().flatten() {
                     // The log's clock counts from boot like the sample's monotonic one; a
