@@ -48,9 +48,9 @@ enum LabCmd {
 struct RunArgs {
     /// Scenario name (see `jitterscope lab list`).
     scenario: String,
-    /// How long the workload runs.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
-    duration: Duration,
+    /// How long the workload runs [default: the scenario's, in `lab list`: 15 to 90 s]
+    #[arg(long, value_parser = parse_duration)]
+    duration: Option<Duration>,
     /// Low: small sizes, enough for every signature. High: the seed case's scale (still
     /// bounded; see `lab list`).
     #[arg(long, value_enum, default_value_t = Level::Low)]
@@ -58,6 +58,10 @@ struct RunArgs {
     /// Print the outcome as JSON.
     #[arg(long)]
     json: bool,
+    /// Run a control scenario as background load (`soak`: a busy, healthy host) in the same
+    /// sandbox: it starts first, runs alone for 8 s, then through the whole scenario.
+    #[arg(long, value_name = "CONTROL")]
+    beside: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -116,6 +120,7 @@ fn list(json: bool, markdown: bool) -> Result<()> {
                     "signals": s.signals, "bounds": s.bounds, "control": s.control,
                     "expected_rule": s.expected_rule, "expected_roots": s.expected_roots,
                     "controllers": s.controllers,
+                    "default_duration_s": s.default_duration.as_secs(),
                 })
             })
             .collect();
@@ -135,6 +140,10 @@ fn list(json: bool, markdown: bool) -> Result<()> {
             println!("- **Reproduces**: {}", md(s.reproduces));
             println!("- **Signals**: {}", md(s.signals));
             println!("- **Bounds**: {}", md(s.bounds));
+            println!(
+                "- **Default duration**: {}",
+                fmt_duration(s.default_duration)
+            );
             let links: Vec<String> = s
                 .expected_links
                 .iter()
@@ -163,21 +172,44 @@ fn list(json: bool, markdown: bool) -> Result<()> {
         println!("  reproduces: {}", s.reproduces);
         println!("  signals:    {}", s.signals);
         println!("  bounds:     {}", s.bounds);
+        println!(
+            "  duration:   {} unless --duration",
+            fmt_duration(s.default_duration)
+        );
         println!();
     }
     Ok(())
 }
 
-fn validate(r: &RunArgs) -> Result<&'static Scenario> {
+/// The scenario and the background load it runs beside, if any.
+fn validate(r: &RunArgs) -> Result<(&'static Scenario, Option<&'static Scenario>, Duration)> {
     let s = jitterscope_lab::find(&r.scenario)?;
-    if r.duration < Duration::from_secs(1) || r.duration > MAX_DURATION {
+    let duration = r.duration.unwrap_or(s.default_duration);
+    let beside = match r.beside.as_deref() {
+        None => None,
+        Some(b) => {
+            let b = jitterscope_lab::find(b)?;
+            if !b.control {
+                bail!(
+                    "--beside {} is not a control scenario: only benign load (soak, \
+                     cpu-saturation, idle) can run beside another",
+                    b.name
+                );
+            }
+            if b.name == s.name {
+                bail!("--beside {} is the scenario itself", b.name);
+            }
+            Some(b)
+        }
+    };
+    if duration < Duration::from_secs(1) || duration > MAX_DURATION {
         bail!(
             "--duration {} is outside 1s..{}",
-            fmt_duration(r.duration),
+            fmt_duration(duration),
             fmt_duration(MAX_DURATION)
         );
     }
-    Ok(s)
+    Ok((s, beside, duration))
 }
 
 fn progress(line: &str) {
@@ -239,10 +271,12 @@ fn exit_interrupted(o: &Outcome) -> ! {
 }
 
 fn run_one(r: RunArgs) -> Result<()> {
-    let s = validate(&r)?;
+    let (s, beside, duration) = validate(&r)?;
     stop::install();
-    let o = jitterscope_lab::run(s, r.intensity.into(), r.duration, &mut |l| progress(l))
-        .map_err(exit_if_stopped)?;
+    let o = jitterscope_lab::run(s, beside, r.intensity.into(), duration, &mut |l| {
+        progress(l)
+    })
+    .map_err(exit_if_stopped)?;
     if o.interrupted {
         exit_interrupted(&o);
     }
@@ -382,7 +416,7 @@ impl Drop for StoreDir {
 }
 
 fn check(c: CheckArgs) -> Result<()> {
-    let s = validate(&c.run)?;
+    let (s, beside, duration) = validate(&c.run)?;
     jitterscope_lab::sandbox::require_root("`jitterscope lab check`")?;
     stop::install();
     let store = match c.dir {
@@ -402,16 +436,19 @@ fn check(c: CheckArgs) -> Result<()> {
         }
     };
     let mut rec = Recorder::start(&store.path, s.record_args)?;
-    // Three samples: the first has no rates, the next two are the baseline.
-    let baseline_from = match rec.wait_for(&store.path, Duration::from_secs(30), |t| t.len() >= 3) {
-        Ok(ts) => ts[0],
-        Err(e) => {
-            let err = rec.stop();
-            bail!("{e}: {}", err.trim().replace('\n', " | "));
-        }
-    };
+    // Three samples: the first has no rates, the next two are the baseline. Beside a load,
+    // the baseline comes from the seconds the load runs alone, and one sample will do.
+    let first = if beside.is_some() { 1 } else { 3 };
+    let baseline_from =
+        match rec.wait_for(&store.path, Duration::from_secs(30), |t| t.len() >= first) {
+            Ok(ts) => ts[0],
+            Err(e) => {
+                let err = rec.stop();
+                bail!("{e}: {}", err.trim().replace('\n', " | "));
+            }
+        };
     progress(&format!("recording into {}", store.path.display()));
-    let outcome = jitterscope_lab::run(s, c.run.intensity.into(), c.run.duration, &mut |l| {
+    let outcome = jitterscope_lab::run(s, beside, c.run.intensity.into(), duration, &mut |l| {
         progress(l)
     });
     let outcome = match outcome {
@@ -432,6 +469,8 @@ fn check(c: CheckArgs) -> Result<()> {
     });
     let rec_err = rec.stop();
     waited?;
+    // Beside a load, the baseline is the busy host's, not the idle seconds before the load.
+    let baseline_from = outcome.load_from_ns.unwrap_or(baseline_from);
     let windows = Windows {
         baseline: (baseline_from, outcome.setup_from_ns),
         active: (outcome.active_from_ns, tail),
@@ -456,6 +495,7 @@ fn check(c: CheckArgs) -> Result<()> {
         outcome.culprit_cgroup.as_deref(),
         outcome.culprit_comm,
         &outcome.roots,
+        beside.map(|b| b.name),
     );
     // The episodes of the workload's window, flagged where the recorder marked them live.
     let (episodes, _) =
@@ -468,6 +508,7 @@ fn check(c: CheckArgs) -> Result<()> {
     if c.run.json {
         let v = json!({
             "scenario": outcome.scenario,
+            "beside": beside.map(|b| b.name),
             "intensity": outcome.intensity,
             "duration_s": outcome.duration_s,
             "store": (!store.temporary).then(|| store.path.display().to_string()),
@@ -564,8 +605,21 @@ impl Verdict {
         cgroup: Option<&str>,
         comm: Option<&str>,
         roots: &[(&'static str, String)],
+        beside: Option<&str>,
     ) -> Self {
-        let first = r.findings.first().map(|f| f.rule_id);
+        // Beside a load, the load's own findings (a saturated CPU, an SQLite's look-ups: the
+        // busy host) may rank anywhere; what the scenario reproduces must rank first among
+        // the rest. A claim that blames the load is a problem of its own (below).
+        let load = beside.map(|b| format!("/{}/{b}", jitterscope_lab::sandbox::PARENT));
+        let in_load = |f: &&jitterscope_diagnose::Finding| {
+            let cg = f.culprit.cgroup.as_deref().unwrap_or("");
+            load.as_deref().is_some_and(|l| {
+                cg == l || cg.strip_prefix(l).is_some_and(|rest| rest.starts_with('/'))
+            })
+        };
+        let ours: Vec<&jitterscope_diagnose::Finding> =
+            r.findings.iter().filter(|f| !in_load(f)).collect();
+        let first = ours.first().map(|f| f.rule_id);
         // A control passes when no mechanism rule claims a cause: advice below 0.5 (a growth
         // too young to tell from a warm-up) is allowed on a busy host, a claim is not.
         let mechanisms: Vec<&'static str> = r
@@ -584,7 +638,7 @@ impl Verdict {
                 problems.push(format!("no link {cause} → {effect}"));
             }
         }
-        if let (Some(want), Some(f)) = (cgroup, r.findings.first()) {
+        if let (Some(want), Some(f)) = (cgroup, ours.first()) {
             if f.culprit.cgroup.as_deref() != Some(want) {
                 problems.push(format!(
                     "culprit cgroup {} instead of {want}",
@@ -592,7 +646,7 @@ impl Verdict {
                 ));
             }
         }
-        if let (Some(want), Some(f)) = (comm, r.findings.first()) {
+        if let (Some(want), Some(f)) = (comm, ours.first()) {
             if f.culprit.comm.as_deref() != Some(want) {
                 problems.push(format!(
                     "culprit {} instead of {want}",
@@ -621,13 +675,29 @@ impl Verdict {
                 Some(_) => {}
             }
         }
+        // The background load is a busy, healthy host: a claim with its culprit there is a
+        // false alarm, whatever the scenario beside it does.
+        for f in r
+            .findings
+            .iter()
+            .filter(|f| f.mechanism && f.confidence >= CLAIM)
+        {
+            if in_load(&f) {
+                problems.push(format!(
+                    "{} at {:.2} blames the background load ({})",
+                    f.rule_id,
+                    f.confidence,
+                    f.culprit.cgroup.as_deref().unwrap_or("")
+                ));
+            }
+        }
         let first_ok = |rule: &str| match roots.is_empty() {
             true => first == Some(rule),
             false => roots.iter().any(|(r, _)| first == Some(*r)),
         };
         let pass = match s.expected_rule {
             Some(rule) => first_ok(rule) && problems.is_empty(),
-            None => mechanisms.is_empty(),
+            None => mechanisms.is_empty() && problems.is_empty(),
         };
         Verdict {
             first,

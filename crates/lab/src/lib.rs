@@ -95,6 +95,10 @@ pub struct Scenario {
     pub expected_roots: &'static [&'static str],
     /// Options of the recorder `lab check` runs for it, beyond `--interval 1s --dir`.
     pub record_args: &'static [&'static str],
+    /// How long `lab run` and `lab check` run it unless told: what its signature and its
+    /// rule need on a busy host, with room to spare (a leak must grow for tens of seconds
+    /// to be told from a working set; a throttled cgroup shows in seconds).
+    pub default_duration: Duration,
     /// Controllers its cgroups need.
     pub controllers: &'static [&'static str],
     /// Creates its cgroups and files and starts its workers.
@@ -123,6 +127,9 @@ pub struct Outcome {
     pub duration_s: f64,
     /// When set-up started (ns since the epoch).
     pub setup_from_ns: i64,
+    /// With a background load, when it had settled: the baseline is from there to
+    /// `setup_from_ns`.
+    pub load_from_ns: Option<i64>,
     /// When the workload started.
     pub active_from_ns: i64,
     /// When the workload was stopped.
@@ -151,16 +158,62 @@ pub struct Outcome {
 /// Wall-clock time, ns since the Unix epoch.
 pub use jitterscope_sources::units::wall_ns as now_ns;
 
-/// Runs `s`: set-up, `duration` of workload, stop, clean up. `progress` gets one line per
+/// How long a background load runs before the scenario starts: its set-up (a compiler's
+/// first build, the web server's first requests) is over and the seconds before the scenario
+/// are a baseline of the busy host, not of an idle one.
+pub const BESIDE_SETTLE: Duration = Duration::from_secs(8);
+
+/// Of [`BESIDE_SETTLE`], the part still starting up; the rest is the baseline.
+const BESIDE_WARMUP: Duration = Duration::from_secs(3);
+
+/// Runs `s`: set-up, `duration` of workload, stop, clean up. With `beside`, that scenario
+/// (a control: the `soak` load) starts first in the same sandbox, runs for
+/// [`BESIDE_SETTLE`] alone and then through the whole of `s`. `progress` gets one line per
 /// step. A stop signal (see [`stop::install`]) ends the workload early; cleanup still runs.
 pub fn run(
     s: &Scenario,
+    beside: Option<&Scenario>,
     intensity: Intensity,
     duration: Duration,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Outcome> {
-    let setup_from_ns = now_ns();
-    let mut sb = sandbox::Sandbox::open(s.name, s.controllers, progress)?;
+    let mut controllers: Vec<&str> = s.controllers.to_vec();
+    for c in beside.map(|b| b.controllers).unwrap_or_default() {
+        if !controllers.contains(c) {
+            controllers.push(c);
+        }
+    }
+    let mut setup_from_ns = now_ns();
+    let mut sb = sandbox::Sandbox::open(s.name, &controllers, progress)?;
+    let mut load_from_ns = None;
+    if let Some(b) = beside {
+        sb.scope(b.name)?;
+        let started = (b.start)(&mut Env {
+            sb: &mut sb,
+            intensity,
+            duration: duration + BESIDE_SETTLE,
+        })?;
+        sb.scope(s.name)?;
+        for n in &started.notes {
+            progress(n);
+        }
+        progress(&format!(
+            "{} runs alone for {} before {} starts beside it",
+            b.name,
+            fmt_duration(BESIDE_SETTLE),
+            s.name
+        ));
+        let from = Instant::now();
+        let mut baseline = None;
+        while stop::sleep(Duration::from_millis(200)) && from.elapsed() < BESIDE_SETTLE {
+            sb.check_workers()?;
+            if baseline.is_none() && from.elapsed() >= BESIDE_WARMUP {
+                baseline = Some(now_ns());
+            }
+        }
+        load_from_ns = baseline;
+        setup_from_ns = now_ns();
+    }
     let started = {
         let mut env = Env {
             sb: &mut sb,
@@ -247,6 +300,7 @@ pub fn run(
         intensity,
         duration_s: duration.as_secs_f64(),
         setup_from_ns,
+        load_from_ns,
         active_from_ns,
         active_to_ns,
         notes: started.notes,

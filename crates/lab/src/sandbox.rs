@@ -233,7 +233,13 @@ pub struct Stopped {
 
 /// A scenario's sandbox. Dropping it stops the workers and removes everything the lab created.
 pub struct Sandbox {
+    /// The scenario it was opened for.
+    home: String,
+    /// The scenario whose directory and cgroups are being made.
     scenario: String,
+    /// Prepended to worker roles: `<load>/` while a background load starts (see
+    /// [`Sandbox::scope`]), so its roles stay apart from the scenario's.
+    role_prefix: String,
     places: Vec<Place>,
     dir: PathBuf,
     workers: Vec<Worker>,
@@ -257,7 +263,9 @@ impl Sandbox {
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create the lab directory {}", dir.display()))?;
         let mut sb = Sandbox {
+            home: scenario.to_string(),
             scenario: scenario.to_string(),
+            role_prefix: String::new(),
             places,
             dir,
             workers: Vec::new(),
@@ -266,6 +274,24 @@ impl Sandbox {
         };
         sb.cgroup("", Limits::default())?;
         Ok(sb)
+    }
+
+    /// Makes what follows belong to `scenario`: its directory, its cgroups under
+    /// `jitterscope-lab/<scenario>`, and, unless it is the one the sandbox was opened for, its
+    /// roles prefixed `<scenario>/`. A background load (`lab check --beside`) starts this way
+    /// in the scenario's sandbox: one lock, one cleanup.
+    pub fn scope(&mut self, scenario: &str) -> Result<()> {
+        self.role_prefix = if scenario == self.home {
+            String::new()
+        } else {
+            format!("{scenario}/")
+        };
+        self.scenario = scenario.to_string();
+        self.dir = base_dir().join(scenario);
+        std::fs::create_dir_all(&self.dir)
+            .with_context(|| format!("cannot create the lab directory {}", self.dir.display()))?;
+        self.cgroup("", Limits::default())?;
+        Ok(())
     }
 
     /// The scenario's directory (under [`base_dir`]).
@@ -413,7 +439,7 @@ impl Sandbox {
             .with_context(|| format!("cannot start the {role} worker in {}", cg.path))?;
         let pid = child.id();
         self.workers.push(Worker {
-            role: role.to_string(),
+            role: format!("{}{role}", self.role_prefix),
             child,
             exited: None,
             ends,

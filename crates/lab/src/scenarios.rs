@@ -6,6 +6,7 @@ use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
@@ -32,7 +33,7 @@ pub static SCENARIOS: &[Scenario] = &[
             5.4+) the cgroup uses its whole quota (usage_of_quota_pct near 100); on the \
             affected ones (512ac999d275, 4.18 to 5.3) it is throttled well below its quota, \
             which is what case 2 found.",
-        signals: "cgroup <lab>/cfs-throttle: cpu.throttled_pct > 50, nr_throttled_per_s, \
+        signals: "cgroup <lab>/cfs-throttle: cpu.throttled_pct > 10 (near 100 alone), nr_throttled_per_s, \
             throttled_ms_per_s; usage_pct at the quota (20% low, 10% high) — far below one core",
         bounds: "CPU: the quota (0.2 core low, 0.1 core high); no memory use to speak of",
         control: false,
@@ -40,6 +41,7 @@ pub static SCENARIOS: &[Scenario] = &[
         expected_links: &[],
         expected_roots: &[],
         record_args: &[],
+        default_duration: Duration::from_secs(15),
         controllers: &["cpu"],
         start: cfs_throttle,
     },
@@ -61,6 +63,7 @@ pub static SCENARIOS: &[Scenario] = &[
         expected_links: &[],
         expected_roots: &[],
         record_args: &[],
+        default_duration: Duration::from_secs(30),
         controllers: &["memory"],
         start: negative_dentry,
     },
@@ -86,6 +89,7 @@ pub static SCENARIOS: &[Scenario] = &[
         expected_links: &[],
         expected_roots: &[],
         record_args: &[],
+        default_duration: Duration::from_secs(30),
         controllers: &["memory"],
         start: shrinker_scale,
     },
@@ -105,6 +109,7 @@ pub static SCENARIOS: &[Scenario] = &[
         expected_links: &[],
         expected_roots: &[],
         record_args: &[],
+        default_duration: Duration::from_secs(15),
         controllers: &["cpu"],
         start: tlb_shootdown,
     },
@@ -123,6 +128,7 @@ pub static SCENARIOS: &[Scenario] = &[
         expected_links: &[],
         expected_roots: &[],
         record_args: &[],
+        default_duration: Duration::from_secs(20),
         controllers: &["memory"],
         start: reclaim_storm,
     },
@@ -144,6 +150,7 @@ pub static SCENARIOS: &[Scenario] = &[
         expected_links: &[("memory.pagecache-thrash", "memory.direct-reclaim")],
         expected_roots: &[],
         record_args: &[],
+        default_duration: Duration::from_secs(20),
         controllers: &["memory"],
         start: pagecache_thrash,
     },
@@ -168,6 +175,7 @@ pub static SCENARIOS: &[Scenario] = &[
         expected_links: &[("memory.pagecache-thrash", "memory.direct-reclaim")],
         expected_roots: &[],
         record_args: &[],
+        default_duration: Duration::from_secs(20),
         controllers: &["memory"],
         start: memcg_thrash,
     },
@@ -189,6 +197,7 @@ pub static SCENARIOS: &[Scenario] = &[
         expected_links: &[],
         expected_roots: &["cpu.cfs-throttling", "memory.pagecache-thrash"],
         record_args: &[],
+        default_duration: Duration::from_secs(20),
         controllers: &["cpu", "memory"],
         start: two_incidents,
     },
@@ -209,6 +218,7 @@ pub static SCENARIOS: &[Scenario] = &[
         expected_links: &[],
         expected_roots: &[],
         record_args: &[],
+        default_duration: Duration::from_secs(30),
         controllers: &["memory"],
         start: native_leak,
     },
@@ -226,6 +236,7 @@ pub static SCENARIOS: &[Scenario] = &[
         expected_links: &[],
         expected_roots: &[],
         record_args: &[],
+        default_duration: Duration::from_secs(30),
         controllers: &["memory"],
         start: python_leak,
     },
@@ -247,6 +258,7 @@ pub static SCENARIOS: &[Scenario] = &[
         expected_links: &[("memory.leak", "memory.oom-kill")],
         expected_roots: &[],
         record_args: &[],
+        default_duration: Duration::from_secs(30),
         controllers: &["memory"],
         start: oom_leak,
     },
@@ -267,6 +279,7 @@ pub static SCENARIOS: &[Scenario] = &[
         expected_links: &[],
         expected_roots: &[],
         record_args: &[],
+        default_duration: Duration::from_secs(15),
         controllers: &["memory"],
         start: worker_leak,
     },
@@ -291,6 +304,7 @@ pub static SCENARIOS: &[Scenario] = &[
         expected_links: &[],
         expected_roots: &[],
         record_args: &["--census-every", "3s"],
+        default_duration: Duration::from_secs(30),
         controllers: &["cpu"],
         start: nss_probe,
     },
@@ -299,8 +313,9 @@ pub static SCENARIOS: &[Scenario] = &[
         mirrors: "a control: a host that is busy and healthy, where jitterscope runs most of \
             the time (issue 46: leak findings for compilers and services warming up)",
         reproduces: "the usual work of a busy host at once, each part in its own lab cgroup: a \
-            compile loop (gcc -O2 on a generated C unit of 500 functions, again and again until \
-            30 s before the end: cc1 grows by about 100 MiB for several seconds and exits), a compressing backup \
+            compile loop (gcc -O2 on a generated C unit of 500 functions, again and again; \
+            cc1 grows by about 100 MiB for several seconds and exits, and a build under way \
+            when the run stops is let finish), a compressing backup \
             (tar czf of /usr/share into the lab directory, in a loop), cron-like churn (a \
             dozen short processes a second), a web server (Python's http.server on 127.0.0.1) \
             under a loopback load generator, a database doing random reads that fit in memory \
@@ -319,6 +334,7 @@ pub static SCENARIOS: &[Scenario] = &[
         expected_links: &[],
         expected_roots: &[],
         record_args: &[],
+        default_duration: Duration::from_secs(90),
         controllers: &["cpu", "memory"],
         start: soak,
     },
@@ -335,6 +351,7 @@ pub static SCENARIOS: &[Scenario] = &[
         expected_links: &[],
         expected_roots: &[],
         record_args: &[],
+        default_duration: Duration::from_secs(15),
         controllers: &["cpu"],
         start: cpu_saturation,
     },
@@ -349,6 +366,7 @@ pub static SCENARIOS: &[Scenario] = &[
         expected_links: &[],
         expected_roots: &[],
         record_args: &[],
+        default_duration: Duration::from_secs(15),
         controllers: &["cpu"],
         start: idle,
     },
@@ -531,11 +549,17 @@ fn throttle_in(e: &mut Env, rel: &str) -> Result<(Started, String)> {
             period / 1000
         )],
             checks: vec![
+                // Alone it is throttled in nearly every period, 500 ms a second. On a
+                // saturated host its threads also wait for a CPU (its weight is the default),
+                // use less of the quota and are throttled in fewer periods: beside the soak
+                // load and a memcg thrash, 20-40% of periods and 63-209 ms a second were
+                // seen, and throttled below the quota, case 2's signature. The controls stay
+                // under 5%.
                 Check::new(
-                    "the lab cgroup is throttled in most periods",
+                    "the lab cgroup is throttled in a share of periods",
                     Select::labels(&cgroup::CPU_THROTTLED_PCT, &[p]),
                     Stat::Mean,
-                    Cmp::AtLeast(50.0),
+                    Cmp::AtLeast(10.0),
                 ),
                 Check::new(
                     "while using a fraction of one core",
@@ -547,7 +571,7 @@ fn throttle_in(e: &mut Env, rel: &str) -> Result<(Started, String)> {
                     "throttled time accumulates",
                     Select::labels(&cgroup::CPU_THROTTLED_MS_PER_S, &[p]),
                     Stat::Mean,
-                    Cmp::AtLeast(50.0),
+                    Cmp::AtLeast(20.0),
                 ),
             ],
         },
@@ -1260,20 +1284,20 @@ fn soak(e: &mut Env) -> Result<Started> {
     let mut notes = Vec::new();
 
     // The compile loop: real gcc, a pause between builds as make's other steps would leave.
-    // No build starts in the last 30 s: the lab's teardown SIGKILLs what still runs, inside
-    // the diagnosed window, and a compiler killed while it grows is a growth ended by a kill,
-    // which memory.leak counts as a leak (the killed case). A healthy host's compiles end.
+    // On SIGTERM the loop lets the build under way finish: a compiler the teardown killed
+    // while it grows is a growth ended by a kill, which memory.leak rightly counts as a leak.
+    // A healthy host's compiles end. (`wait` returns early when the trapped signal arrives;
+    // the second waits for gcc itself.)
     std::fs::write(dir.join("unit.c"), generated_c(500))?;
-    let builds_s = e.duration.as_secs().saturating_sub(30);
     let cg = e.sb.cgroup("build", Limits::default())?;
     let pid = e.sb.spawn(
         &cg,
         "build",
-        sh(&format!(
-            "end=$(( $(date +%s) + {builds_s} )); \
-             while [ \"$(date +%s)\" -lt \"$end\" ]; do gcc -O2 -c unit.c -o unit.o; sleep 1; done; \
-             exec sleep 1000000"
-        )),
+        sh("stop=; trap 'stop=1' TERM; \
+            while [ -z \"$stop\" ]; do \
+              gcc -O2 -c unit.c -o unit.o & wait $! || wait $!; \
+              [ -n \"$stop\" ] || sleep 1; \
+            done"),
     )?;
     notes.push(format!("{}: a gcc -O2 loop (sh pid {pid})", cg.path));
 
