@@ -61,6 +61,11 @@ NOT_RUN = [
     ("oom-leak", "its memory limit is set from the leak rate the host reaches (12 MiB/s); under TCG the leak grew 7 MiB/s and met the OOM killer only after the run."),
     ("nss-probe", "certutil under TCG made 465 failed look-ups a second, below the census's threshold."),
 ]
+# Scenarios run on some guests only, and why.
+SOME_KERNELS = [
+    ("native-leak", "5.10 only: what the leak rule reads (RSS, smaps, how the process ended) does not change between these kernels. lab_e2e runs it on the host's kernel beside the soak load."),
+    ("worker-leak", "5.10 only, for the same reason."),
+]
 LAYOUT_TEXT = {
     "v2": "cgroup2 only at /sys/fs/cgroup, cpuset cpu io memory pids enabled at the root (systemd's unified boot)",
     "v1": "cgroup v1, one mount per controller with `cpu,cpuacct` and `net_cls,net_prio` co-mounted, "
@@ -246,6 +251,8 @@ def write_doc(a, results, keys, titles, expect):
     out.append("")
     for n, why in NOT_RUN:
         out.append(f"- `{n}`: {why}")
+    for n, why in SOME_KERNELS:
+        out.append(f"- `{n}` on {why}")
     out.append("")
     out.append("## Lab scenarios: first rule and culprit")
     out.append("")
