@@ -196,6 +196,53 @@ pub fn median(v: &mut [f64]) -> f64 {
     }
 }
 
+/// Builds the series of a read: the series of a host come out of every sample in the same
+/// order, so each value is first tried against the series the same position held in the
+/// sample before (one string comparison), and looked up only when that is not it. Finding
+/// each of 50 cgroups' series in an ordered map by name was a third of diagnosing 10
+/// minutes (perf: the map walk and its string comparisons).
+#[derive(Default)]
+struct Builder {
+    series: Vec<(String, Series)>,
+    index: HashMap<String, usize>,
+    /// Slot of each position in the previous sample, and of this one so far.
+    before: Vec<usize>,
+    now: Vec<usize>,
+}
+
+impl Builder {
+    /// Starts a sample.
+    fn begin(&mut self) {
+        if !self.now.is_empty() {
+            std::mem::swap(&mut self.before, &mut self.now);
+            self.now.clear();
+        }
+    }
+
+    fn push(&mut self, def: &'static MetricDef, labels: &[&str], name: &str, idx: u32, v: f64) {
+        let k = self.now.len();
+        let slot = match self.before.get(k) {
+            Some(&i) if self.series[i].0 == name => i,
+            _ => match self.index.get(name) {
+                Some(&i) => i,
+                None => {
+                    self.series
+                        .push((name.to_string(), Series::new(def, labels)));
+                    self.index.insert(name.to_string(), self.series.len() - 1);
+                    self.series.len() - 1
+                }
+            },
+        };
+        self.series[slot].1.points.push((idx, v));
+        self.now.push(slot);
+    }
+
+    /// Hands the series to `d`.
+    fn finish(self, d: &mut Data) {
+        d.series.extend(self.series);
+    }
+}
+
 impl Data {
     /// `n` empty samples one second apart from time 0, the window starting at index `start`
     /// (for data built by hand: tests, tools).
@@ -285,6 +332,7 @@ impl Data {
             ..Default::default()
         };
         let mut win = Window::new();
+        let (mut host_series, mut proc_series) = (Builder::default(), Builder::default());
         let mut prev: Option<Sample> = None;
         let mut prev_procs: Option<Sample> = None;
         let mut next_procs = i64::MIN;
@@ -358,11 +406,11 @@ impl Data {
                         },
                     ));
                     if !host_sel.is_empty() {
-                        d.add_series(&sample, p, host_sel, idx);
+                        d.add_series(&sample, p, host_sel, idx, &mut host_series);
                     }
                     if procs_here {
                         if let (Some(pp), false) = (prev_procs.as_ref(), proc_sel.is_empty()) {
-                            d.add_series(&sample, pp, proc_sel, idx);
+                            d.add_series(&sample, pp, proc_sel, idx, &mut proc_series);
                         }
                         if in_window && detail {
                             d.absorb(&sample, &mut win);
@@ -400,6 +448,8 @@ impl Data {
             prev = Some(sample);
         }
         d.damage = samples.damage();
+        host_series.finish(&mut d);
+        proc_series.finish(&mut d);
         if !started {
             d.start = d.ts.len();
         }
@@ -418,16 +468,25 @@ impl Data {
     }
 
     /// Evaluates `sel` on `cur` against `prev` and appends the values at index `idx`.
-    fn add_series(&mut self, cur: &Sample, prev: &Sample, sel: &Selection, idx: u32) {
+    fn add_series(
+        &mut self,
+        cur: &Sample,
+        prev: &Sample,
+        sel: &Selection,
+        idx: u32,
+        b: &mut Builder,
+    ) {
+        b.begin();
         sel.for_each(cur, Some(prev), |def, labels, name, v| {
             if let Some(v) = v.filter(|v| v.is_finite()) {
-                self.push_point(def, labels, name, idx, v);
+                b.push(def, labels, name, idx, v);
             }
         });
     }
 
     /// Appends the value of series `name` (of `def`, with `labels`) at sample `idx`; the
-    /// series is built only the first time it is seen.
+    /// series is built only the first time it is seen. (A store's samples go through a
+    /// [`Builder`] instead.)
     pub fn push_point(
         &mut self,
         def: &'static MetricDef,
