@@ -128,13 +128,179 @@ pub struct MemoryStats {
     /// v1 `memory.failcnt`: times the limit was hit.
     pub failcnt: Option<u64>,
     /// Every `memory.stat` key and value, in file order (v1 keys include `total_*`).
-    pub stat: Vec<(String, u64)>,
+    #[serde(deserialize_with = "de_keyed")]
+    pub stat: Vec<(StatKey, u64)>,
     /// Every v2 `memory.events` key and value (low, high, max, oom, oom_kill, oom_group_kill).
-    pub events: Vec<(String, u64)>,
+    #[serde(deserialize_with = "de_keyed")]
+    pub events: Vec<(StatKey, u64)>,
     /// v1 `memory.oom_control` `oom_kill` (4.13+).
     pub oom_kill: Option<u64>,
     /// v1 `memory.oom_control` `under_oom`.
     pub under_oom: Option<bool>,
+}
+
+/// A key of a flat keyed file (`memory.stat`, `memory.events`): the kernel's names are shared
+/// statics, others (a newer kernel's) are owned. Reading back a day of 50 cgroups' records
+/// allocated a string for each of their ~60 keys in every sample, a seventh of diagnosing
+/// 10 minutes (perf).
+pub type StatKey = std::borrow::Cow<'static, str>;
+
+/// The keys of `memory.stat` and `memory.events` on v1 and v2 up to 6.18 (the fixtures' and
+/// this host's; tests/fixtures), sorted so that a duplicate shows.
+static KNOWN_KEYS: &[&str] = &[
+    "active_anon",
+    "active_file",
+    "anon",
+    "anon_thp",
+    "cache",
+    "dirty",
+    "file",
+    "file_dirty",
+    "file_mapped",
+    "file_thp",
+    "file_writeback",
+    "hierarchical_memory_limit",
+    "hierarchical_memsw_limit",
+    "high",
+    "hugetlb",
+    "inactive_anon",
+    "inactive_file",
+    "kernel",
+    "kernel_stack",
+    "low",
+    "mapped_file",
+    "max",
+    "numa_hint_faults",
+    "numa_pages_migrated",
+    "numa_pte_updates",
+    "oom",
+    "oom_group_kill",
+    "oom_kill",
+    "pagetables",
+    "percpu",
+    "pgactivate",
+    "pgdeactivate",
+    "pgdemote_direct",
+    "pgdemote_khugepaged",
+    "pgdemote_kswapd",
+    "pgdemote_proactive",
+    "pgfault",
+    "pglazyfree",
+    "pglazyfreed",
+    "pgmajfault",
+    "pgpgin",
+    "pgpgout",
+    "pgpromote_success",
+    "pgrefill",
+    "pgscan",
+    "pgscan_direct",
+    "pgscan_khugepaged",
+    "pgscan_kswapd",
+    "pgscan_proactive",
+    "pgsteal",
+    "pgsteal_direct",
+    "pgsteal_khugepaged",
+    "pgsteal_kswapd",
+    "pgsteal_proactive",
+    "rss",
+    "rss_huge",
+    "sec_pagetables",
+    "shmem",
+    "shmem_thp",
+    "slab",
+    "slab_reclaimable",
+    "slab_unreclaimable",
+    "sock",
+    "swap",
+    "swapcached",
+    "swpin_zero",
+    "swpout_zero",
+    "thp_collapse_alloc",
+    "thp_fault_alloc",
+    "thp_migration_alloc",
+    "thp_swpout",
+    "thp_swpout_fallback",
+    "total_active_anon",
+    "total_active_file",
+    "total_cache",
+    "total_dirty",
+    "total_hierarchical_memory_limit",
+    "total_inactive_anon",
+    "total_inactive_file",
+    "total_mapped_file",
+    "total_pgfault",
+    "total_pgmajfault",
+    "total_pgpgin",
+    "total_pgpgout",
+    "total_pgrefill",
+    "total_rss",
+    "total_rss_huge",
+    "total_shmem",
+    "total_swap",
+    "total_swapcached",
+    "total_unevictable",
+    "total_workingset_activate",
+    "total_workingset_nodereclaim",
+    "total_workingset_refault",
+    "total_workingset_refault_anon",
+    "total_workingset_refault_file",
+    "total_workingset_restore",
+    "total_writeback",
+    "unevictable",
+    "vmalloc",
+    "workingset_activate",
+    "workingset_activate_anon",
+    "workingset_activate_file",
+    "workingset_nodereclaim",
+    "workingset_refault",
+    "workingset_refault_anon",
+    "workingset_refault_file",
+    "workingset_restore",
+    "workingset_restore_anon",
+    "workingset_restore_file",
+    "writeback",
+    "zswap",
+    "zswapped",
+    "zswpin",
+    "zswpout",
+    "zswpwb",
+];
+
+/// `key` as a [`StatKey`]: the shared static when the kernel's, else owned. A hash set: a
+/// binary search's seven calls to `memcmp` per key cost more than the allocation it saved.
+pub fn stat_key(key: &str) -> StatKey {
+    static SET: std::sync::OnceLock<rustc_hash::FxHashSet<&'static str>> =
+        std::sync::OnceLock::new();
+    let set = SET.get_or_init(|| KNOWN_KEYS.iter().copied().collect());
+    match set.get(key) {
+        Some(k) => std::borrow::Cow::Borrowed(k),
+        None => std::borrow::Cow::Owned(key.to_string()),
+    }
+}
+
+/// Reads `[[key, value], ...]` with each key through [`stat_key`].
+fn de_keyed<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<(StatKey, u64)>, D::Error> {
+    struct Key(StatKey);
+    impl<'de> Deserialize<'de> for Key {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl serde::de::Visitor<'_> for V {
+                type Value = Key;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("a key")
+                }
+                fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Key, E> {
+                    Ok(Key(stat_key(v)))
+                }
+                fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Key, E> {
+                    Ok(Key(stat_key(&String::from_utf8_lossy(v))))
+                }
+            }
+            d.deserialize_str(V)
+        }
+    }
+    let v: Vec<(Key, u64)> = Deserialize::deserialize(d)?;
+    Ok(v.into_iter().map(|(k, n)| (k.0, n)).collect())
 }
 
 impl MemoryStats {

@@ -137,13 +137,17 @@ pub fn parse_cpuacct_stat(buf: &[u8]) -> Result<CpuacctStat, ParseError> {
 
 /// Parses a flat keyed file (`memory.stat`, `memory.events`, v1 `memory.stat`): every line
 /// `key value`, kept in file order because that order groups related keys for a reader.
-pub fn parse_keyed(buf: &[u8]) -> Result<Vec<(String, u64)>, ParseError> {
+pub fn parse_keyed(buf: &[u8]) -> Result<Vec<(super::StatKey, u64)>, ParseError> {
     let mut out = Vec::with_capacity(64);
     for (n, l) in lines(buf) {
         let mut it = fields(l);
         let Some(key) = it.next() else { continue };
         let v = value_of(it, n, "keyed file")?;
-        out.push((lossy(key), v));
+        let key = match std::str::from_utf8(key) {
+            Ok(k) => super::stat_key(k),
+            Err(_) => lossy(key).into(),
+        };
+        out.push((key, v));
     }
     Ok(out)
 }
@@ -388,7 +392,7 @@ mod tests {
     #[test]
     fn keyed_v1_memory_stat_captured() {
         let kv = parse_keyed(&host("memory/jitterscope-fixture/memory.stat")).unwrap();
-        assert_eq!(kv[0], ("cache".to_string(), 0));
+        assert_eq!(kv[0], ("cache".into(), 0));
         let limit = kv
             .iter()
             .find(|(k, _)| k == "hierarchical_memory_limit")

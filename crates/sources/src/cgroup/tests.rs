@@ -826,3 +826,51 @@ fn live_nested_and_recreated_cgroups_are_read() {
         r.last_walk().first_error
     );
 }
+
+#[test]
+fn known_keys_are_sorted_and_shared() {
+    // binary_search needs them sorted; a duplicate would mean a bad merge of the table.
+    assert!(KNOWN_KEYS.windows(2).all(|w| w[0] < w[1]));
+    assert!(matches!(
+        stat_key("workingset_refault_file"),
+        std::borrow::Cow::Borrowed(_)
+    ));
+    // A key this build does not know (a newer kernel's) is kept as it is.
+    assert_eq!(stat_key("pgfoo_new"), "pgfoo_new");
+}
+
+#[test]
+fn every_recorded_memory_stat_key_is_known() {
+    // The fixtures are this machine's and the VM guests' files: a key missing from the table
+    // still works, but costs an allocation in every record read back.
+    let mut missing = std::collections::BTreeSet::new();
+    let mut seen = 0;
+    for tree in ["host", "edge/cgroup-v1-only", "edge/cgroup-v2-only"] {
+        let (cgs, _) = read(tree);
+        for c in &cgs {
+            for (k, _) in c.memory.iter().flat_map(|m| m.stat.iter().chain(&m.events)) {
+                seen += 1;
+                if matches!(k, std::borrow::Cow::Owned(_)) {
+                    missing.insert(k.to_string());
+                }
+            }
+        }
+    }
+    assert!(seen > 100, "{seen} keys read");
+    assert!(missing.is_empty(), "add to KNOWN_KEYS: {missing:?}");
+}
+
+#[test]
+fn keyed_files_read_back_as_written() {
+    let m = MemoryStats {
+        stat: vec![("anon".into(), 1), ("pgfoo_new".into(), 2)],
+        events: vec![("oom_kill".into(), 3)],
+        ..Default::default()
+    };
+    let b = rmp_serde::to_vec_named(&m).unwrap();
+    let back: MemoryStats = rmp_serde::from_slice(&b).unwrap();
+    assert_eq!(back, m);
+    assert!(matches!(back.stat[0].0, std::borrow::Cow::Borrowed(_)));
+    let j: MemoryStats = serde_json::from_str(&serde_json::to_string(&m).unwrap()).unwrap();
+    assert_eq!(j, m);
+}
