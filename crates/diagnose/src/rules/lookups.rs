@@ -543,10 +543,18 @@ mod tests {
         );
         d.procs.entry(20).or_default().cgroup = Some("/soak/db".into());
         for i in [3, 7] {
-            for (pat, n) in [("/srv/db.sqlite-journal", 40.0), (".*_dOeSnotExist_.db", 20.0)] {
+            for (pat, n) in [
+                ("/srv/db.sqlite-journal", 40.0),
+                (".*_dOeSnotExist_.db", 20.0),
+            ] {
                 d.push(&tracer::LOOKUPS_PATTERN_SAMPLES, &[pat], i, n);
             }
-            d.push(&tracer::LOOKUPS_CGROUP_ENOENT_PER_S, &["/soak/db"], i, 16_200.0);
+            d.push(
+                &tracer::LOOKUPS_CGROUP_ENOENT_PER_S,
+                &["/soak/db"],
+                i,
+                16_200.0,
+            );
             d.push(&tracer::LOOKUPS_CGROUP_ENOENT_PER_S, &["/nss"], i, 6_200.0);
         }
         let comms = |c: &str| BTreeSet::from([c.to_string()]);
@@ -570,7 +578,11 @@ mod tests {
         assert!(f[1].title.contains("the same names"), "{}", f[1].title);
         assert!(!f[1].title.contains("NSS"), "{}", f[1].title);
         assert!(f[1].confidence <= REPEATED_MAX, "{}", f[1].confidence);
-        assert!(f[1].remediation[0].contains("WAL"), "{:?}", f[1].remediation);
+        assert!(
+            f[1].remediation[0].contains("WAL"),
+            "{:?}",
+            f[1].remediation
+        );
     }
 
     #[test]
@@ -578,7 +590,12 @@ mod tests {
         // certutil has no process-table entry; /soak/db holds more failures than certutil's
         // total, but they are SQLite's, which the process table places there.
         let f = run(&sqlite_beside_certutil());
-        assert_eq!(f[0].culprit.cgroup.as_deref(), Some("/nss"), "{:?}", f[0].culprit);
+        assert_eq!(
+            f[0].culprit.cgroup.as_deref(),
+            Some("/nss"),
+            "{:?}",
+            f[0].culprit
+        );
         assert_eq!(f[1].culprit.cgroup.as_deref(), Some("/soak/db"));
     }
 }
