@@ -581,29 +581,38 @@ fn controls_move_no_mechanism_signal() {
 /// Issue 46: a host that is busy and healthy (a compile loop, a compressing backup, cron
 /// churn, a web server under load, a database, both CPUs saturated, a service warming up,
 /// short-lived tools that grow and exit) gets no claim of a mechanism: advice below 0.5 at
-/// most, and no leak-trend episode. 90 s: long enough for the warm-up to level off and for
-/// several compiler and tool runs to come and go.
+/// most. The `idle` control beside the soak: as a control, any mechanism claim fails it. (The
+/// beside runs above fail on a claim that blames the soak; the 10-minute soak in `make bench`
+/// also counts leak-trend episodes, which open only after 90 s of growth.)
 #[test]
 fn a_busy_healthy_host_gets_no_mechanism_claim() {
     let _s = serial();
-    let Some(v) = check("soak", 90) else {
+    let Some(v) = check_beside("idle") else {
         return;
     };
+    assert_eq!(v["diagnosis"]["mechanism_rules"], serde_json::json!([]));
     let findings = v["diagnosis"]["report"]["findings"].as_array().unwrap();
     let claims: Vec<&Value> = findings
         .iter()
         .filter(|f| f["mechanism"] == true && f["confidence"].as_f64().unwrap_or(1.0) >= 0.5)
         .collect();
     assert!(claims.is_empty(), "claims on a healthy host: {claims:?}");
-    let ev = v["events"].as_array().expect("events");
-    assert!(
-        !ev.iter().any(|e| e["kind"] == "leak-trend"),
-        "leak trends on a healthy host: {ev:?}"
-    );
-    // The load was there: the compiler, the backup and the warm-up ran.
-    assert!(value(&v, ".cc1.rss_bytes") >= 1.0);
-    assert!(value(&v, ".gzip.rss_bytes") >= 1.0);
-    assert!(value(&v, ".lab-warmup.rss_bytes") >= 16.0 * 1048576.0);
+    // The load was there: its workers ran to the end and reported.
+    let roles: Vec<&str> = v["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|w| w["role"].as_str())
+        .collect();
+    for r in [
+        "soak/build",
+        "soak/backup",
+        "soak/db",
+        "soak/busy",
+        "soak/warmup",
+    ] {
+        assert!(roles.contains(&r), "{r} missing: {roles:?}");
+    }
 }
 
 /// Starts `lab run <name> --intensity low --duration 120s` and waits until `ready` holds.
