@@ -16,7 +16,7 @@ out=tests/fixtures/diagnose
 mkdir -p "$out"
 names=("$@")
 if [ ${#names[@]} -eq 0 ]; then
-    read -ra names <<< "$("$bin" lab list --json | python3 -c 'import json,sys; print(" ".join(x["name"] for x in json.load(sys.stdin)))')"
+    read -ra names <<< "$("$bin" lab list --json | python3 -c 'import json,sys; print(" ".join(x["name"] for x in map(json.loads, sys.stdin)))')"
 fi
 for s in "${names[@]}"; do
     scenario=$s

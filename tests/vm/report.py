@@ -60,11 +60,16 @@ NOT_RUN = [
     ("python-leak", "the leak reaches its 96 MiB cap at 40% of the run under TCG and the leak rule found no steady growth in the window (the host's recording, tests/fixtures/diagnose/python-leak, passes)."),
     ("oom-leak", "its memory limit is set from the leak rate the host reaches (12 MiB/s); under TCG the leak grew 7 MiB/s and met the OOM killer only after the run."),
     ("nss-probe", "certutil under TCG made 465 failed look-ups a second, below the census's threshold."),
+    ("two-incidents", "it is cfs-throttle and memcg-thrash at once, which the guests run one by one."),
 ]
+# Where the scenarios above run instead.
+NOT_RUN_ELSEWHERE = "lab_e2e runs these four on the host's kernel at their defaults, alone and beside the soak load."
 # Scenarios run on some guests only, and why.
 SOME_KERNELS = [
     ("native-leak", "5.10 only: what the leak rule reads (RSS, smaps, how the process ended) does not change between these kernels. lab_e2e runs it on the host's kernel beside the soak load."),
     ("worker-leak", "5.10 only, for the same reason."),
+    ("pagecache-thrash", "5.10 only: memcg-thrash covers the page cache under a limit on every kernel and layout; the major faults this one adds (a process's majflt, vmstat's pgmajfault) read the same on all three."),
+    ("reclaim-storm", "v2 only: memcg-thrash's reclaim stalls at its cgroup's limit cover memory-cgroup reclaim on v1, on every kernel."),
 ]
 LAYOUT_TEXT = {
     "v2": "cgroup2 only at /sys/fs/cgroup, cpuset cpu io memory pids enabled at the root (systemd's unified boot)",
@@ -251,6 +256,7 @@ def write_doc(a, results, keys, titles, expect):
     out.append("")
     for n, why in NOT_RUN:
         out.append(f"- `{n}`: {why}")
+    out.append(f"- {NOT_RUN_ELSEWHERE}")
     for n, why in SOME_KERNELS:
         out.append(f"- `{n}` on {why}")
     out.append("")

@@ -19,6 +19,7 @@ use jitterscope_model::registry::{MetricDef, Select};
 use jitterscope_model::stored::{Damage, SampleReader, PREV_LOOKBACK_NS};
 use jitterscope_model::Sample;
 use jitterscope_profile::window::{Filter, NoFiles, Space, Window};
+use jitterscope_sources::cgroup::ProcCgroupPaths;
 use jitterscope_sources::system::kernel::{parse_osrelease, KernelVersion};
 use jitterscope_sources::system::kmsg::OomKill;
 
@@ -514,6 +515,12 @@ impl Data {
 
     /// Processes, libraries and kernel stacks of one window sample.
     fn absorb(&mut self, s: &Sample, win: &mut Window) {
+        let bound = V1Bound::of(
+            s.processes
+                .iter()
+                .flatten()
+                .filter_map(|p| p.cgroups.as_deref()),
+        );
         for p in s.processes.iter().flatten() {
             let e = self.procs.entry(p.stat.pid).or_default();
             e.comm.clone_from(&p.stat.comm);
@@ -526,9 +533,16 @@ impl Data {
             // kernel shows for an exiting task): the cgroups it ran in stand.
             let ran_in = e.cgroup.is_some() || e.memory_cgroup.is_some();
             if let Some(c) = p.cgroups.as_ref().filter(|_| !(p.stat.exited() && ran_in)) {
-                e.cgroup = c.for_cpu().map(str::to_string);
-                e.memory_cgroup = c.for_memory().map(str::to_string);
-                e.io_cgroup = c.for_io().map(str::to_string);
+                let [cpu, memory, io] = bound.paths(c);
+                for (slot, path) in [
+                    (&mut e.cgroup, cpu),
+                    (&mut e.memory_cgroup, memory),
+                    (&mut e.io_cgroup, io),
+                ] {
+                    if let Some(path) = path {
+                        *slot = Some(path.to_string());
+                    }
+                }
             }
         }
         if let Some(prof) = &s.profile {
@@ -720,10 +734,90 @@ impl Data {
     }
 }
 
+/// Which controllers the host binds to a v1 hierarchy, as one sample's processes show it.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+struct V1Bound {
+    cpu: bool,
+    memory: bool,
+    io: bool,
+}
+
+impl V1Bound {
+    fn of<'a>(paths: impl Iterator<Item = &'a ProcCgroupPaths>) -> Self {
+        paths.fold(V1Bound::default(), |b, c| V1Bound {
+            cpu: b.cpu || c.cpu.is_some(),
+            memory: b.memory || c.memory.is_some(),
+            io: b.io || c.blkio.is_some(),
+        })
+    }
+
+    /// A process's CPU, memory and I/O cgroups. Where the host binds a controller to v1 and the
+    /// record has no v1 path for it, the cgroup is unknown, not the v2 one: the recorder keeps
+    /// no v1 paths for a task first seen exiting (they read "/"), and on a hybrid host whose
+    /// controllers are all on v1 its v2 path is the root. A short-lived certutil seen only as
+    /// it exited was so charged to "/" beside the lab's soak.
+    fn paths(self, c: &ProcCgroupPaths) -> [Option<&str>; 3] {
+        fn pick<'c>(bound: bool, v1: &Option<String>, either: Option<&'c str>) -> Option<&'c str> {
+            if bound && v1.is_none() {
+                None
+            } else {
+                either
+            }
+        }
+        [
+            pick(self.cpu, &c.cpu, c.for_cpu()),
+            pick(self.memory, &c.memory, c.for_memory()),
+            pick(self.io, &c.blkio, c.for_io()),
+        ]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use jitterscope_model::metrics::{cgroup, cpu, process};
+
+    #[test]
+    fn a_process_without_v1_paths_on_a_v1_host_has_no_cgroup_rather_than_the_v2_root() {
+        let running = ProcCgroupPaths {
+            cpu: Some("/jitterscope-lab/nss-probe".into()),
+            cpuacct: Some("/jitterscope-lab/nss-probe".into()),
+            memory: Some("/jitterscope-lab/nss-probe".into()),
+            blkio: None,
+            v2: Some("/".into()),
+        };
+        // First seen exiting: the recorder dropped its v1 paths.
+        let exiting = ProcCgroupPaths {
+            v2: Some("/".into()),
+            ..Default::default()
+        };
+        let hybrid = V1Bound::of([&running, &exiting].into_iter());
+        assert_eq!(
+            hybrid,
+            V1Bound {
+                cpu: true,
+                memory: true,
+                io: false
+            }
+        );
+        assert_eq!(
+            hybrid.paths(&running),
+            [
+                Some("/jitterscope-lab/nss-probe"),
+                Some("/jitterscope-lab/nss-probe"),
+                Some("/")
+            ]
+        );
+        assert_eq!(hybrid.paths(&exiting), [None, None, Some("/")]);
+        // On a v2-only host the v2 path is every controller's.
+        let v2 = ProcCgroupPaths {
+            v2: Some("/lab".into()),
+            ..Default::default()
+        };
+        let unified = V1Bound::of([&v2, &exiting].into_iter());
+        assert_eq!(unified.paths(&v2), [Some("/lab"); 3]);
+        assert_eq!(unified.paths(&exiting), [Some("/"); 3]);
+    }
 
     fn data(points: &[(u32, f64)], start: usize, n: usize) -> Data {
         let mut d = Data::seconds(n, start);

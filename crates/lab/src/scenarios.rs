@@ -168,8 +168,8 @@ pub static SCENARIOS: &[Scenario] = &[
         signals: "cgroup.<lab>/limited.memory.refault_file_per_s, \
             proc.<pid>.lab-reread.read_bytes_per_s, proc.<pid>.sh.reaped_read_bytes_per_s, \
             reclaim.cgroup.<lab>/limited.stalls_per_s",
-        bounds: "memory: cgroup limit 160 MiB (low) / 256 MiB (high); disk: 64 + 384 MiB (low) / \
-            128 MiB + 2 GiB (high), removed afterwards",
+        bounds: "memory: cgroup limit 160 MiB (low) / 256 MiB (high); disk: 96 + 384 MiB (low) / \
+            160 MiB + 2 GiB (high), removed afterwards",
         control: false,
         expected_rule: Some("memory.pagecache-thrash"),
         expected_links: &[("memory.pagecache-thrash", "memory.direct-reclaim")],
@@ -191,7 +191,7 @@ pub static SCENARIOS: &[Scenario] = &[
             cgroup.<lab>/memcg/limited.memory.refault_file_per_s, reclaim stalls of the limited \
             cgroup, run-queue waits of the throttled one",
         bounds: "as cfs-throttle and memcg-thrash together: CPU 0.2 core (the quota, low); \
-            memory limit 160 MiB, disk 64 + 384 MiB (low)",
+            memory limit 160 MiB, disk 96 + 384 MiB (low)",
         control: false,
         expected_rule: Some("cpu.cfs-throttling"),
         expected_links: &[],
@@ -910,13 +910,18 @@ fn memcg_thrash(e: &mut Env) -> Result<Started> {
 
 /// The memcg thrash in lab cgroups `<under>limited` and `<under>launcher`.
 fn thrash_in(e: &mut Env, under: &str) -> Result<Started> {
-    // A hot set well inside the limit, re-read once a second as a service serves it, and a
-    // stream several times the limit: the stream reads more than the service, as a backup or a
-    // scan does (the rule names the largest reader inside the cgroup; under emulation, where
-    // the disk is slow, a service re-reading without pause read more than the stream).
+    // A hot set inside the limit, re-read once a second as a service serves it, and a stream
+    // several times the limit: the stream reads more than the service, as a backup or a scan
+    // does (the rule names the largest reader inside the cgroup; under emulation, where the
+    // disk is slow, a service re-reading without pause read more than the stream).
+    // The hot set is over half the limit: the active list (no larger than the inactive one
+    // below 1 GiB) cannot hold all of it, so the stream evicts part of it on every pass. At
+    // 64 of 160 MiB the outcome was a race: when the second pass came before the stream had
+    // pushed the first out, the whole file went active and stayed resident (lab-reread read 0
+    // bytes from storage beside the soak in CI); otherwise it was evicted on every pass.
     let (limit, hot, big) = e.intensity.pick(
-        (160 * MIB, 64 * MIB, 384 * MIB),
-        (256 * MIB, 128 * MIB, 2048 * MIB),
+        (160 * MIB, 96 * MIB, 384 * MIB),
+        (256 * MIB, 160 * MIB, 2048 * MIB),
     );
     let hot_file = e.sb.dir().join("hot.dat");
     let big_file = e.sb.dir().join("stream.dat");
@@ -1211,10 +1216,14 @@ fn nss_probe(e: &mut Env) -> Result<Started> {
                 Stat::Sum,
                 Cmp::AtLeast(1000.0),
             ),
+            // For the census alone; beside a busy host, whose files come and go, negative
+            // dentries can grow enough to attach the tracer for its symptom first (seen in
+            // CI beside the soak: census 0, certutil traced all the same). lab_e2e asserts the
+            // census alone.
             Check::new(
-                "the lookups tracer ran for the census",
+                "the lookups tracer ran (for the census, or for its symptom)",
                 Select::labels(&tracer::CENSUS, &["lookups"]),
-                Stat::Max,
+                Stat::Series,
                 Cmp::AtLeast(1.0),
             ),
             Check::new(

@@ -49,7 +49,8 @@ pub use online::Online;
 
 /// Episode kind of leak trends.
 pub const LEAK_KIND: &str = "leak-trend";
-const LEAK_WHAT: &str = "process memory growing steadily (RSS)";
+/// What a leak trend is, as `events` prints it.
+pub const LEAK_WHAT: &str = "process memory growing steadily (RSS)";
 
 /// One episode.
 #[derive(Debug, Clone, PartialEq, Serialize)]
