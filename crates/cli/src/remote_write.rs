@@ -22,6 +22,10 @@ pub struct RemoteWriteArgs {
     /// A label added to every series sent, NAME=VALUE; repeat for more.
     #[arg(long, value_name = "NAME=VALUE", value_parser = parse_label)]
     pub remote_write_label: Vec<(String, String)>,
+    /// A header sent with every request, 'NAME: VALUE' (a tenant: 'X-Scope-OrgID: team-a' for
+    /// Mimir and Cortex); repeat for more. Not for credentials, which have their own options.
+    #[arg(long, value_name = "NAME: VALUE", value_parser = parse_header)]
+    pub remote_write_header: Vec<(String, String)>,
     /// Series to send, as `dump --select` globs (repeat for more) [default: every host series,
     /// every cgroup's CPU, throttling, memory, I/O and pressure, and the top processes].
     #[arg(long, value_name = "GLOB")]
@@ -83,6 +87,51 @@ fn parse_label(s: &str) -> Result<(String, String), String> {
     if !ok {
         return Err(format!(
             "{k}: not a label name (letters, digits and _, not starting with a digit or __)"
+        ));
+    }
+    Ok((k.to_string(), v.to_string()))
+}
+
+/// Headers the sender sets itself (the protocol's, and credentials, which come from files so
+/// that they are not on a command line).
+const OWN_HEADERS: &[&str] = &[
+    "authorization",
+    "content-encoding",
+    "content-length",
+    "content-type",
+    "host",
+    "transfer-encoding",
+    "user-agent",
+    "x-prometheus-remote-write-version",
+];
+
+fn parse_header(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s
+        .split_once(':')
+        .ok_or_else(|| format!("{s:?}: give 'NAME: VALUE'"))?;
+    let (k, v) = (k.trim(), v.trim());
+    // RFC 9110 token characters.
+    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    if k.is_empty() || !k.chars().all(token) {
+        return Err(format!("{k:?}: not a header name (letters, digits and -)"));
+    }
+    if OWN_HEADERS.contains(&k.to_ascii_lowercase().as_str()) {
+        return Err(format!(
+            "{k}: the sender sets it itself{}",
+            if k.eq_ignore_ascii_case("authorization") {
+                format!(" (credentials: {RW_CREDENTIALS})")
+            } else {
+                String::new()
+            }
+        ));
+    }
+    if v.is_empty()
+        || !v
+            .chars()
+            .all(|c| c == ' ' || c == '\t' || c.is_ascii_graphic())
+    {
+        return Err(format!(
+            "{k}: the value must be printable ASCII, and not empty"
         ));
     }
     Ok((k.to_string(), v.to_string()))
@@ -308,6 +357,7 @@ impl RemoteWriteArgs {
                 auth,
                 ca_file: self.remote_write_ca_file.clone(),
                 timeout: Duration::from_secs(10),
+                headers: self.remote_write_header.clone(),
             },
             labels,
             build: vec![
@@ -332,5 +382,39 @@ impl RemoteWriteArgs {
             &format!("remote write: sending to {url}"),
         );
         Ok(Some(s))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_are_checked_as_they_are_given() {
+        assert_eq!(
+            parse_header("X-Scope-OrgID: team-a").unwrap(),
+            ("X-Scope-OrgID".to_string(), "team-a".to_string())
+        );
+        assert_eq!(
+            parse_header("  AccountID :  42 ").unwrap(),
+            ("AccountID".to_string(), "42".to_string())
+        );
+        for (bad, why) in [
+            ("X-Scope-OrgID=team-a", "give 'NAME: VALUE'"),
+            (
+                "Authorization: Bearer x",
+                "--remote-write-bearer-token-file",
+            ),
+            ("content-type: text/plain", "sets it itself"),
+            ("X Tenant: a", "not a header name"),
+            (": a", "not a header name"),
+            ("X-Tenant:", "not empty"),
+            ("X-Tenant: caf\u{e9}", "printable ASCII"),
+            ("X-Tenant: a\r\nX-Evil: b", "printable ASCII"),
+        ] {
+            let e = parse_header(bad).unwrap_err();
+            assert!(e.contains(why), "{bad:?}: {e}");
+            assert!(!e.contains('\n'), "{bad:?}: {e}");
+        }
     }
 }

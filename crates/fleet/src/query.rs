@@ -125,7 +125,10 @@ impl Fleet {
 
     /// Each host's diagnosed causes and culprits, root causes first.
     pub fn findings(&self, span: Span, rule: Option<&str>, top: usize) -> Result<Value> {
-        let (rows, took) = self.rows(&findings_sql(span.since_ns, rule, top), FINDINGS)?;
+        let (rows, took) = self.rows(
+            &findings_sql(span.since_ns, span.now_ns, rule, top),
+            FINDINGS,
+        )?;
         Ok(json!({
             "since": span.since(),
             "until": span.until(),
@@ -188,7 +191,7 @@ impl Fleet {
         kind: Option<&str>,
         host: Option<&str>,
     ) -> Result<Flame> {
-        let w = stacks_where(span.since_ns, rule, kind, host);
+        let w = stacks_where(span.since_ns, span.now_ns, rule, kind, host);
         let (rows, _) = self.rows(
             &format!(
                 "SELECT stack, sum(samples) AS merged FROM {STACKS} FINAL WHERE {w} \
@@ -248,14 +251,14 @@ fn episodes_sql(
          argMax(open, version) AS is_open, argMax(peak, version) AS last_peak \
          FROM {EPISODES} WHERE date >= toDate(intDiv({since_ns}, 1000000000)) - 1{kind} \
          GROUP BY host, kind, series, start_ns) \
-         WHERE (last_end >= {since_ns} OR is_open = 1) \
+         WHERE (last_end >= {since_ns} OR is_open = 1) AND start_ns <= {now_ns} \
          GROUP BY host ORDER BY seconds DESC, episodes DESC, host LIMIT {top}"
     )
 }
 
 /// The query behind `fleet findings`: per host and rule, the closed episodes it explained,
 /// whether it was a root cause in any, its best confidence and its culprits.
-fn findings_sql(since_ns: i64, rule: Option<&str>, top: usize) -> String {
+fn findings_sql(since_ns: i64, until_ns: i64, rule: Option<&str>, top: usize) -> String {
     let rule = rule
         .map(|r| format!(" AND rule_id = {}", quote(r)))
         .unwrap_or_default();
@@ -269,7 +272,7 @@ fn findings_sql(since_ns: i64, rule: Option<&str>, top: usize) -> String {
          argMax(title, confidence) AS example_title, max(episode_end_ns) AS last_ns \
          FROM {FINDINGS} FINAL \
          WHERE date >= toDate(intDiv({since_ns}, 1000000000)) - 1 \
-         AND episode_end_ns >= {since_ns}{rule} \
+         AND episode_end_ns >= {since_ns} AND episode_start_ns <= {until_ns}{rule} \
          GROUP BY host, rule_id \
          ORDER BY root_cause DESC, is_mechanism DESC, episodes DESC, best_confidence DESC, host \
          LIMIT {top}"
@@ -280,12 +283,14 @@ fn findings_sql(since_ns: i64, rule: Option<&str>, top: usize) -> String {
 /// on `host`, with a finding of `rule`.
 fn stacks_where(
     since_ns: i64,
+    until_ns: i64,
     rule: Option<&str>,
     kind: Option<&str>,
     host: Option<&str>,
 ) -> String {
     let mut w = format!(
-        "date >= toDate(intDiv({since_ns}, 1000000000)) - 1 AND episode_end_ns >= {since_ns}"
+        "date >= toDate(intDiv({since_ns}, 1000000000)) - 1 AND episode_end_ns >= {since_ns} \
+         AND episode_start_ns <= {until_ns}"
     );
     if let Some(k) = kind {
         w.push_str(&format!(" AND episode_kind = {}", quote(k)));
@@ -313,10 +318,18 @@ mod tests {
         let sql = episodes_sql(1, 2, Some("x' OR 1=1 --"), Some("r"), 5);
         assert!(sql.contains("rule_id = 'r'"), "{sql}");
         assert!(sql.contains("kind = 'x\\' OR 1=1 --'"), "{sql}");
-        let w = stacks_where(1, Some("r'"), None, Some("h'"));
+        let w = stacks_where(1, 2, Some("r'"), None, Some("h'"));
         assert!(
             w.contains("rule_id = 'r\\''") && w.contains("host = 'h\\''"),
             "{w}"
         );
+    }
+
+    /// `--to` bounds every question: an episode that started after the window is not in it.
+    #[test]
+    fn windows_have_an_end() {
+        assert!(episodes_sql(10, 20, None, None, 5).contains("start_ns <= 20"));
+        assert!(findings_sql(10, 20, None, 5).contains("episode_start_ns <= 20"));
+        assert!(stacks_where(10, 20, None, None, None).contains("episode_start_ns <= 20"));
     }
 }

@@ -224,10 +224,12 @@ impl Engine {
                         let labels = labels_of(&v["metric"]);
                         let ts = v["timestamps"].as_array().unwrap();
                         let vals = v["values"].as_array().unwrap();
+                        // A staleness marker (a series' end) exports as a non-number; like
+                        // Prometheus' range selection, leave it out of the points.
                         let mut pts: Vec<(i64, f64)> = ts
                             .iter()
                             .zip(vals)
-                            .map(|(t, x)| (t.as_i64().unwrap(), x.as_f64().unwrap()))
+                            .filter_map(|(t, x)| Some((t.as_i64().unwrap(), x.as_f64()?)))
                             .collect();
                         pts.sort_by_key(|p| p.0);
                         (labels, pts)

@@ -19,6 +19,17 @@ struct Named {
     keys: Vec<&'static str>,
 }
 
+/// Prometheus' staleness marker: the NaN whose bits say "this series ended here". Without it
+/// a series that stops (a process that exits or leaves the top N, a removed cgroup) keeps
+/// its last value in instant queries for 5 minutes, and alerts on it keep firing.
+pub const STALE_NAN: u64 = 0x7ff0_0000_0000_0002;
+
+/// A series sent in a recent sample: its labels, and the last sample it had a point in.
+struct Live {
+    labels: Vec<Label>,
+    generation: u64,
+}
+
 /// The series of one request being built.
 pub struct Batch {
     extra: Vec<(String, String)>,
@@ -29,6 +40,10 @@ pub struct Batch {
     points: usize,
     samples: usize,
     key: String,
+    /// The series of the previous sample, across requests, to end those the next one lacks.
+    live: HashMap<String, Live>,
+    /// Samples added since the batch was made.
+    generation: u64,
 }
 
 impl Batch {
@@ -46,7 +61,14 @@ impl Batch {
             points: 0,
             samples: 0,
             key: String::new(),
+            live: HashMap::default(),
+            generation: 0,
         }
+    }
+
+    /// Series being sent now (those the last sample had).
+    pub fn live(&self) -> usize {
+        self.live.len()
     }
 
     /// Points added so far.
@@ -68,6 +90,8 @@ impl Batch {
     pub fn add(&mut self, choice: &Bounded, cur: &Sample, prev: Option<&Sample>) {
         let ts = cur.ts_ns.div_euclid(1_000_000);
         self.samples += 1;
+        self.generation += 1;
+        let generation = self.generation;
         // Split borrows: the closure fills the series while reading the name cache.
         let Batch {
             extra,
@@ -77,19 +101,24 @@ impl Batch {
             series,
             points,
             key,
+            live,
             ..
         } = self;
+        let mut at = At {
+            extra,
+            index,
+            series,
+            key,
+            live,
+            generation,
+        };
         choice.for_each(cur, prev, |def, labels, v| {
             let named = names.entry(def.name).or_insert_with(|| Named {
                 base: base_name(def),
                 keys: def.placeholders(),
             });
             let pairs = named.keys.iter().copied().zip(labels.iter().copied());
-            push(
-                extra,
-                index,
-                series,
-                key,
+            at.push(
                 &named.base.name,
                 pairs,
                 Point {
@@ -102,11 +131,7 @@ impl Batch {
         // Which recorder sent it, as Prometheus exporters say it: a constant 1 whose labels
         // are the build.
         if !build.is_empty() {
-            push(
-                extra,
-                index,
-                series,
-                key,
+            at.push(
                 "jitterscope_build_info",
                 build.iter().map(|(k, v)| (k.as_str(), v.as_str())),
                 Point {
@@ -122,11 +147,7 @@ impl Batch {
             let Some(labels) = owner_labels(c) else {
                 continue;
             };
-            push(
-                extra,
-                index,
-                series,
-                key,
+            at.push(
                 "jitterscope_cgroup_info",
                 labels.into_iter(),
                 Point {
@@ -136,6 +157,7 @@ impl Batch {
             );
             *points += 1;
         }
+        *points += at.end_the_missing(ts);
     }
 
     /// The request, leaving the batch empty (its name cache kept).
@@ -149,55 +171,114 @@ impl Batch {
     }
 }
 
-/// Appends a point to its series, creating the series (labels sorted by name, as the
-/// protocol requires) the first time the batch sees it.
-fn push<'a>(
-    extra: &[(String, String)],
-    index: &mut HashMap<String, usize>,
-    series: &mut Vec<TimeSeries>,
-    key: &mut String,
-    name: &str,
-    labels: impl Iterator<Item = (&'a str, &'a str)> + Clone,
-    p: Point,
-) {
-    key.clear();
-    key.push_str(name);
-    for (k, v) in labels.clone() {
-        key.push('\u{1}');
-        key.push_str(k);
-        key.push('\u{2}');
-        key.push_str(v);
-    }
-    if let Some(&i) = index.get(key.as_str()) {
-        series[i].samples.push(p);
-        return;
-    }
-    let mut all: Vec<Label> = Vec::with_capacity(8);
-    all.push(Label {
-        name: "__name__".into(),
-        value: name.into(),
-    });
-    for (k, v) in labels {
-        all.push(Label {
-            name: k.into(),
-            value: v.into(),
-        });
-    }
-    for (k, v) in extra {
-        // A series' own label wins over a recorder-wide one of the same name.
-        if !all.iter().any(|l| &l.name == k) {
-            all.push(Label {
-                name: k.clone(),
-                value: v.clone(),
-            });
+/// Where one sample's points go: the batch's series, and the series known to be live.
+struct At<'b> {
+    extra: &'b [(String, String)],
+    index: &'b mut HashMap<String, usize>,
+    series: &'b mut Vec<TimeSeries>,
+    key: &'b mut String,
+    live: &'b mut HashMap<String, Live>,
+    generation: u64,
+}
+
+impl At<'_> {
+    /// Appends a point to its series, creating the series (labels sorted by name, as the
+    /// protocol requires) the first time the batch sees it, and marks it live.
+    fn push<'a>(
+        &mut self,
+        name: &str,
+        labels: impl Iterator<Item = (&'a str, &'a str)> + Clone,
+        p: Point,
+    ) {
+        let key = &mut *self.key;
+        key.clear();
+        key.push_str(name);
+        for (k, v) in labels.clone() {
+            key.push('\u{1}');
+            key.push_str(k);
+            key.push('\u{2}');
+            key.push_str(v);
+        }
+        let i = match self.index.get(key.as_str()) {
+            Some(&i) => {
+                self.series[i].samples.push(p);
+                i
+            }
+            None => {
+                let mut all: Vec<Label> = Vec::with_capacity(8);
+                all.push(Label {
+                    name: "__name__".into(),
+                    value: name.into(),
+                });
+                for (k, v) in labels {
+                    all.push(Label {
+                        name: k.into(),
+                        value: v.into(),
+                    });
+                }
+                for (k, v) in self.extra {
+                    // A series' own label wins over a recorder-wide one of the same name.
+                    if !all.iter().any(|l| &l.name == k) {
+                        all.push(Label {
+                            name: k.clone(),
+                            value: v.clone(),
+                        });
+                    }
+                }
+                all.sort_by(|a, b| a.name.cmp(&b.name));
+                self.index.insert(key.clone(), self.series.len());
+                self.series.push(TimeSeries {
+                    labels: all,
+                    samples: vec![p],
+                });
+                self.series.len() - 1
+            }
+        };
+        match self.live.get_mut(key.as_str()) {
+            Some(l) => l.generation = self.generation,
+            None => {
+                self.live.insert(
+                    key.clone(),
+                    Live {
+                        labels: self.series[i].labels.clone(),
+                        generation: self.generation,
+                    },
+                );
+            }
         }
     }
-    all.sort_by(|a, b| a.name.cmp(&b.name));
-    index.insert(key.clone(), series.len());
-    series.push(TimeSeries {
-        labels: all,
-        samples: vec![p],
-    });
+
+    /// Ends, with a staleness marker at `ts`, every live series this sample did not have;
+    /// returns how many.
+    fn end_the_missing(&mut self, ts: i64) -> usize {
+        let generation = self.generation;
+        let gone: Vec<String> = self
+            .live
+            .iter()
+            .filter(|(_, l)| l.generation != generation)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in &gone {
+            let Some(l) = self.live.remove(k) else {
+                continue;
+            };
+            let p = Point {
+                value: f64::from_bits(STALE_NAN),
+                timestamp: ts,
+            };
+            match self.index.get(k.as_str()) {
+                Some(&i) => self.series[i].samples.push(p),
+                None => {
+                    self.index.insert(k.clone(), self.series.len());
+                    self.series.push(TimeSeries {
+                        labels: l.labels,
+                        samples: vec![p],
+                    });
+                }
+            }
+        }
+        gone.len()
+    }
 }
 
 #[cfg(test)]
@@ -225,6 +306,51 @@ mod tests {
             }]),
             ..Default::default()
         }
+    }
+
+    /// A series the next sample lacks ends there with Prometheus' staleness marker, once,
+    /// across requests; a series that goes on gets none.
+    #[test]
+    fn a_series_that_stops_is_ended_with_a_staleness_marker() {
+        let extra = vec![("host".to_string(), "web-1".to_string())];
+        let mut b = Batch::new(&extra, &[]);
+        let choice = Bounded::new(5);
+        let s1 = sample(10, 1.5);
+        let mut s2 = sample(11, 2.5);
+        s2.cgroups = Some(Vec::new());
+        let s3 = {
+            let mut s = sample(12, 3.5);
+            s.cgroups = Some(Vec::new());
+            s
+        };
+        b.add(&choice, &s1, None);
+        let live = b.live();
+        b.add(&choice, &s2, Some(&s1));
+        let first = b.take();
+        b.add(&choice, &s3, Some(&s2));
+        let second = b.take();
+        let of = |req: &WriteRequest, name: &str| -> Vec<(u64, i64)> {
+            req.timeseries
+                .iter()
+                .filter(|t| t.labels[0].value == name)
+                .flat_map(|t| t.samples.iter().map(|p| (p.value.to_bits(), p.timestamp)))
+                .collect()
+        };
+        assert_eq!(
+            of(&first, "jitterscope_cgroup_info"),
+            [(1f64.to_bits(), 10_000), (STALE_NAN, 11_000)]
+        );
+        assert!(of(&second, "jitterscope_cgroup_info").is_empty());
+        let load = of(&first, "jitterscope_load_avg1");
+        assert_eq!(
+            load,
+            [(1.5f64.to_bits(), 10_000), (2.5f64.to_bits(), 11_000)]
+        );
+        assert_eq!(
+            of(&second, "jitterscope_load_avg1"),
+            [(3.5f64.to_bits(), 12_000)]
+        );
+        assert_eq!(b.live(), live - 1);
     }
 
     #[test]

@@ -35,6 +35,9 @@ pub struct Target {
     pub ca_file: Option<PathBuf>,
     /// Whole-request timeout.
     pub timeout: Duration,
+    /// Headers sent with every request, such as a multi-tenant receiver's tenant
+    /// (`X-Scope-OrgID` for Mimir and Cortex).
+    pub headers: Vec<(String, String)>,
 }
 
 /// What one attempt came to.
@@ -61,6 +64,7 @@ struct Inner {
     agent: ureq::Agent,
     url: String,
     auth: Option<String>,
+    headers: Vec<(String, String)>,
 }
 
 impl Client {
@@ -144,6 +148,7 @@ impl Inner {
             agent,
             url: t.url.clone(),
             auth,
+            headers: t.headers.clone(),
         })
     }
 
@@ -154,6 +159,9 @@ impl Inner {
             .header("Content-Encoding", "snappy")
             .header("Content-Type", "application/x-protobuf")
             .header("X-Prometheus-Remote-Write-Version", "0.1.0");
+        for (k, v) in &self.headers {
+            req = req.header(k, v);
+        }
         if let Some(a) = &self.auth {
             req = req.header("Authorization", a);
         }
@@ -197,7 +205,39 @@ mod tests {
             auth: Auth::None,
             ca_file: None,
             timeout: Duration::from_secs(2),
+            headers: Vec::new(),
         }
+    }
+
+    /// A tenant header reaches the receiver on every request, beside the protocol's own.
+    #[test]
+    fn extra_headers_go_with_each_request() {
+        use std::io::{Read, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/api/v1/write", l.local_addr().unwrap());
+        let got = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            // The head, then the 1-byte body.
+            while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = s.read(&mut chunk).unwrap();
+                if n == 0 {
+                    break;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            s.write_all(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
+                .unwrap();
+            String::from_utf8_lossy(&buf).to_ascii_lowercase()
+        });
+        let mut t = target(&url);
+        t.headers = vec![("X-Scope-OrgID".into(), "team-a".into())];
+        assert_eq!(Client::new(&t).send(b"x"), Outcome::Sent);
+        let head = got.join().unwrap();
+        assert!(head.contains("\r\nx-scope-orgid: team-a\r\n"), "{head}");
+        assert!(head.contains("\r\ncontent-encoding: snappy\r\n"), "{head}");
     }
 
     #[test]

@@ -705,6 +705,7 @@ mod catch_up {
                     auth: Auth::None,
                     ca_file: None,
                     timeout: Duration::from_secs(5),
+                    headers: Vec::new(),
                 },
                 labels: vec![("host".into(), "t".into())],
                 build: Vec::new(),
