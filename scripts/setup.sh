@@ -42,6 +42,8 @@ if [ "${1:-}" = --test ]; then
   want htpasswd apache2-utils
   want openssl openssl
   want python3 python3
+  # A strict OpenMetrics parser for /metrics' OpenMetrics answer (Debian's prometheus_client).
+  want /usr/lib/python3/dist-packages/prometheus_client python3-prometheus-client
   # Rendering the generated man pages (groff -man) in their test.
   want groff groff-base
   # The nss-probe lab scenario runs Debian's certutil (NSS softokn's access probe).

@@ -77,6 +77,7 @@ CGROUPS = {
     "uid": "jitterscope-cgroups",
     "title": "jitterscope: cgroup CPU throttling",
     "vars": ["host", "cgroup"],
+    "cgroups_of": "jitterscope_cgroup_cpu_usage_ratio",
     "panels": [
         panel("Throttled share of CFS periods", "percentunit", [
             t(named(f"topk(10, jitterscope_cgroup_cpu_throttled_ratio{{{HC}}})"),
@@ -103,6 +104,7 @@ RECLAIM = {
     "uid": "jitterscope-reclaim",
     "title": "jitterscope: memory reclaim",
     "vars": ["host", "cgroup"],
+    "cgroups_of": "jitterscope_cgroup_memory_usage_bytes",
     "panels": [
         panel("Memory pressure (PSI)", "percentunit", [
             t(f'jitterscope_psi_some_ratio{{{H},resource="memory"}}', "{{host}} some"),
@@ -130,11 +132,14 @@ RECLAIM = {
 }
 
 
-def variable(name):
+def variable(name, cgroups_of):
     if name == "host":
         q = "label_values(jitterscope_build_info, host)"
     else:
-        q = 'label_values(jitterscope_cgroup_memory_usage_bytes{host=~"$host"}, cgroup)'
+        # The cgroups of the hierarchy the dashboard is about: on a hybrid host the CPU and
+        # memory hierarchies hold different cgroups, and a throttling dashboard listing the
+        # memory ones offered cgroups none of its panels had (the throttled one missing).
+        q = f'label_values({cgroups_of}{{host=~"$host"}}, cgroup)'
     return {"name": name, "label": name, "type": "query", "datasource": DS,
             "definition": q, "query": {"query": q, "refId": f"{name}-var"},
             "refresh": 2, "multi": True, "includeAll": True, "allValue": ".*",
@@ -159,7 +164,7 @@ def dashboard(d):
         x += w
     templating = [{"name": "datasource", "label": "Prometheus", "type": "datasource",
                    "query": "prometheus", "current": {}}]
-    templating += [variable(v) for v in d["vars"]]
+    templating += [variable(v, d.get("cgroups_of")) for v in d["vars"]]
     return {"uid": d["uid"], "title": d["title"], "tags": ["jitterscope"], "editable": True,
             "schemaVersion": 39, "version": 1, "refresh": "30s",
             "time": {"from": "now-1h", "to": "now"}, "timezone": "",

@@ -180,6 +180,60 @@ fn the_ui_renders_findings_and_flame_graph_of_a_selected_window() {
     );
 }
 
+/// A real Prometheus (Debian's) scraping `serve` at `addr` with the given `global:` settings.
+struct Scraper {
+    _prom: ChildGuard,
+    _work: tempfile::TempDir,
+    addr: SocketAddr,
+}
+
+impl Scraper {
+    fn start(addr: SocketAddr, global: &str) -> Scraper {
+        let port = free_port();
+        let work = tempfile::tempdir().unwrap();
+        let cfg = work.path().join("prometheus.yml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "global:\n  {global}\nscrape_configs:\n  - job_name: jitterscope\n    static_configs:\n      - targets: ['{addr}']\n"
+            ),
+        )
+        .unwrap();
+        let prom = ChildGuard::new(
+            Command::new("prometheus")
+                .arg(format!("--config.file={}", cfg.display()))
+                .arg(format!(
+                    "--storage.tsdb.path={}",
+                    work.path().join("data").display()
+                ))
+                .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        Scraper {
+            _prom: prom,
+            _work: work,
+            addr: format!("127.0.0.1:{port}").parse().unwrap(),
+        }
+    }
+
+    /// The HTTP answer to an instant query (empty while Prometheus is not up yet).
+    fn query(&self, q: &str) -> String {
+        let enc: String = q
+            .bytes()
+            .map(|b| match b {
+                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' => (b as char).to_string(),
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        TcpStream::connect(self.addr)
+            .map(|_| http_get(&format!("/api/v1/query?query={enc}"), self.addr))
+            .unwrap_or_default()
+    }
+}
+
 #[test]
 fn prometheus_scrapes_a_live_recording() {
     if !have("prometheus") {
@@ -205,42 +259,8 @@ fn prometheus_scrapes_a_live_recording() {
             .expect("record starts"),
     );
     let (_srv, addr) = serve(store.path(), &["--metrics-top-processes", "5"]);
-    let prom_port = free_port();
-    let work = tempfile::tempdir().unwrap();
-    let cfg = work.path().join("prometheus.yml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "global:\n  scrape_interval: 2s\n  scrape_timeout: 1500ms\nscrape_configs:\n  - job_name: jitterscope\n    static_configs:\n      - targets: ['{addr}']\n"
-        ),
-    )
-    .unwrap();
-    let _prom = ChildGuard::new(
-        Command::new("prometheus")
-            .arg(format!("--config.file={}", cfg.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                work.path().join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let prom: SocketAddr = format!("127.0.0.1:{prom_port}").parse().unwrap();
-    let query = |q: &str| -> String {
-        let enc: String = q
-            .bytes()
-            .map(|b| match b {
-                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' => (b as char).to_string(),
-                _ => format!("%{b:02X}"),
-            })
-            .collect();
-        TcpStream::connect(prom)
-            .map(|_| http_get(&format!("/api/v1/query?query={enc}"), prom))
-            .unwrap_or_default()
-    };
+    let prom = Scraper::start(addr, "scrape_interval: 2s\n  scrape_timeout: 1500ms");
+    let query = |q: &str| prom.query(q);
     let number = |answer: &str| -> Option<f64> {
         answer
             .rsplit("\"value\":[")
@@ -335,4 +355,155 @@ fn listening_beyond_loopback_needs_a_token() {
         .unwrap();
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("no store at /nonexistent/store"));
+}
+
+/// Under the throttling reproducer, a real Prometheus scraping `/metrics` at its default 15 s
+/// reads the same CPU and throttling as the recorder: `rate()` over a minute of the `_total`
+/// counters (the kernel's CPU time of the cgroup; the throttled periods `serve` sums from every
+/// recorded second) is within 5% of the mean of the recorder's own per-second values over
+/// the minute between the first and last scrape the rate used. A 1 s ratio sampled every 15 s
+/// reads one second in fifteen; the counters miss none.
+#[test]
+fn rate_of_the_counters_matches_the_recorder_under_throttling() {
+    const T: &str = "rate_of_the_counters_matches_the_recorder_under_throttling";
+    if !have("prometheus") {
+        return skip(
+            T,
+            "prometheus is not installed (scripts/setup.sh installs it)",
+        );
+    }
+    if !jitterscope_testkit::is_root() {
+        return skip(T, "needs root: the throttling reproducer makes cgroups");
+    }
+    let store = tempfile::tempdir().unwrap();
+    let _rec = ChildGuard::new(
+        common::recorder_cmd(store.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("record starts"),
+    );
+    let lab = ChildGuard::new(
+        cmd()
+            .args(["lab", "run", "cfs-throttle", "--duration", "140s"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("lab run starts"),
+    );
+    let (_srv, addr) = serve(store.path(), &[]);
+    // Prometheus' default interval.
+    let prom = Scraper::start(addr, "scrape_interval: 15s");
+    let query = |q: &str| -> serde_json::Value {
+        let body = prom.query(q);
+        let json = body.split_once("\r\n\r\n").map_or(body.as_str(), |x| x.1);
+        serde_json::from_str(json).unwrap_or_default()
+    };
+    // (cgroup, value) of each series of an instant vector.
+    let series = |v: &serde_json::Value| -> Vec<(String, f64)> {
+        v["data"]["result"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| {
+                let cg = r["metric"]["cgroup"].as_str()?.to_string();
+                let v = r["value"][1].as_str()?.parse().ok()?;
+                Some((cg, v))
+            })
+            .collect()
+    };
+    let lab_cg = "cgroup=~\".*jitterscope-lab/.*\"";
+    // Wait until the throttled cgroup's series is older than the rate's minute: while it is
+    // younger, rate() extrapolates its first point only part of the way back to zero (the
+    // cgroup's counters start at 0 when the reproducer makes it) and reads low.
+    let deadline = Instant::now() + Duration::from_secs(135);
+    let (usage, throttled, window) = loop {
+        assert!(
+            Instant::now() < deadline,
+            "no minute of scrapes of the lab's cgroup: {}",
+            query(&format!(
+                "count_over_time(jitterscope_cgroup_cpu_usage_seconds_total{{{lab_cg}}}[1m])"
+            ))
+        );
+        std::thread::sleep(Duration::from_secs(2));
+        let n = series(&query(&format!(
+            "count_over_time(jitterscope_cgroup_cpu_usage_seconds_total{{{lab_cg}}}[90s])"
+        )));
+        if !n.iter().any(|(_, c)| *c >= 6.0) {
+            continue;
+        }
+        // The scrape times the rate reads: the first and last in the minute.
+        let raw = query(&format!(
+            "jitterscope_cgroup_cpu_usage_seconds_total{{{lab_cg}}}[1m]"
+        ));
+        let times: Vec<f64> = raw["data"]["result"][0]["values"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p[0].as_f64())
+            .collect();
+        let usage = series(&query(&format!(
+            "rate(jitterscope_cgroup_cpu_usage_seconds_total{{{lab_cg}}}[1m])"
+        )));
+        let throttled = series(&query(&format!(
+            "rate(jitterscope_cgroup_cpu_nr_throttled_total{{{lab_cg}}}[1m])"
+        )));
+        if let (Some(f), Some(l)) = (times.first(), times.last()) {
+            if !usage.is_empty() && !throttled.is_empty() {
+                break (usage, throttled, (*f, *l));
+            }
+        }
+    };
+    // Stopped as an operator stops it, so it removes its cgroups.
+    let mut lab = lab;
+    lab.signal(libc::SIGINT);
+    assert!(
+        lab.wait_timeout(Duration::from_secs(30)).is_some(),
+        "the lab run did not stop on SIGINT"
+    );
+    // The recorder's own per-second values over the same scrapes.
+    let o = cmd()
+        .args(["dump", "--format", "json", "--select"])
+        .arg("cgroup.*.cpu.usage_pct,cgroup.*.cpu.nr_throttled_per_s")
+        .args(["--from", &format!("{}", window.0 as i64)])
+        .args(["--to", &format!("{}", window.1 as i64)])
+        .arg("--dir")
+        .arg(store.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let lines = common::parse_json_lines(&String::from_utf8_lossy(&o.stdout));
+    let mean = |series: &str| -> Option<f64> {
+        let v = common::json_values(&lines, series);
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    };
+    let mut compared = 0;
+    for (cg, rate) in &usage {
+        let Some(rec) = mean(&format!("cgroup.{cg}.cpu.usage_pct")) else {
+            continue;
+        };
+        let rec = rec / 100.0;
+        eprintln!("{cg}: rate(cpu_usage_seconds_total[1m]) = {rate:.4}, recorder {rec:.4} CPU");
+        assert!(
+            (rate - rec).abs() <= 0.05 * rec.max(0.01),
+            "{cg}: Prometheus' rate {rate} vs the recorder's {rec} CPU"
+        );
+        compared += 1;
+    }
+    for (cg, rate) in &throttled {
+        let Some(rec) = mean(&format!("cgroup.{cg}.cpu.nr_throttled_per_s")) else {
+            continue;
+        };
+        eprintln!("{cg}: rate(cpu_nr_throttled_total[1m]) = {rate:.3}/s, recorder {rec:.3}/s");
+        assert!(
+            rec > 1.0,
+            "{cg}: the reproducer was not throttled ({rec}/s)"
+        );
+        assert!(
+            (rate - rec).abs() <= 0.05 * rec,
+            "{cg}: Prometheus' rate {rate} vs the recorder's {rec} throttled periods/s"
+        );
+        compared += 1;
+    }
+    assert!(compared >= 2, "nothing compared: {usage:?} {throttled:?}");
 }

@@ -46,10 +46,23 @@ fn unit_map(u: Unit) -> Option<(&'static str, &'static str, f64)> {
 /// `jitterscope_cgroup_cpu_throttled_ratio`, `runq.latency_p99_usec` →
 /// `jitterscope_runq_latency_p99_seconds`).
 pub fn base_name(d: &MetricDef) -> BaseName {
+    if let Some((_, name)) = LINT_RENAMED.iter().find(|(n, _)| *n == d.name) {
+        return BaseName {
+            name: name.to_string(),
+            scale: 1.0,
+        };
+    }
     // Runs of underscores as one: `irq.<irq>_per_s` is `irq_per_s`, not `irq__per_s`.
     let plain = crate::openmetrics::plain_name(d, true);
+    // Per-CPU series get families of their own: in the host's family (`cpu.sys_pct` and
+    // `cpu.<cpu>.sys_pct` both `jitterscope_cpu_sys_ratio`) a sum or an average over the
+    // family counted the host once per CPU plus once.
+    let plain = match d.name.strip_prefix("cpu.<cpu>.") {
+        Some(_) => plain.replacen("jitterscope_cpu_", "jitterscope_percpu_", 1),
+        None => plain,
+    };
     let plain = plain.trim_end_matches('_');
-    match unit_map(d.unit) {
+    let mut b = match unit_map(d.unit) {
         Some((from, to, scale)) => BaseName {
             name: format!("{}{to}", plain.strip_suffix(from).unwrap_or(plain)),
             scale,
@@ -58,8 +71,22 @@ pub fn base_name(d: &MetricDef) -> BaseName {
             name: plain.to_string(),
             scale: 1.0,
         },
+    };
+    // A cumulative counter (the recorder's own: samples dropped, source errors) is named as
+    // one, so that `rate()` users and linters know it (`_total`, typed counter on `/metrics`).
+    if d.kind == crate::registry::Kind::Counter {
+        b.name.push_str("_total");
     }
+    b
 }
+
+/// Stored names whose plain form `promtool check metrics` refuses, and what they are exported
+/// as: a gauge must not end in `_count` (a histogram's or summary's sample), and `_d_` reads as
+/// an abbreviated unit (days).
+const LINT_RENAMED: &[(&str, &str)] = &[
+    ("procs.count", "jitterscope_processes"),
+    ("procs.d_state", "jitterscope_procs_uninterruptible"),
+];
 
 /// The counter a per-second rate is also exported as on `/metrics`: its name with `_total` for
 /// `_per_second` (`jitterscope_sched_ctxt_total`, `jitterscope_disk_read_bytes_total`,
@@ -195,12 +222,41 @@ impl Bounded {
             prev,
             |def, labels| kept(&keep, def, labels),
             |def, labels, value| {
-                if let Some(v) = value {
-                    f(def, labels, v)
+                let Some(v) = value else { return };
+                match comm_index(def) {
+                    Some(i)
+                        if labels
+                            .get(i)
+                            .is_some_and(|c| stable_comm(c).len() < c.len()) =>
+                    {
+                        let mut folded = labels.to_vec();
+                        folded[i] = stable_comm(folded[i]);
+                        f(def, &folded, v)
+                    }
+                    _ => f(def, labels, v),
                 }
             },
         );
     }
+}
+
+/// A process name as exported: a kernel worker's without the work item it runs now.
+/// `kworker/u8:5-writeback` renames itself per work item (`-events_unbound`, `-flush-8:0`,
+/// …); as a label each name started a new series, 24 of 70 per-process series on one host.
+/// The pid and the worker's own name (`kworker/u8:5`) stay, so the series does too.
+pub fn stable_comm(comm: &str) -> &str {
+    const WORKER: &str = "kworker/";
+    match comm.strip_prefix(WORKER).and_then(|r| r.find('-')) {
+        // `-` is one byte: the cut is on a character boundary.
+        Some(i) => &comm[..WORKER.len() + i],
+        None => comm,
+    }
+}
+
+/// Where a metric's template has its `<comm>`, if it has one.
+fn comm_index(d: &MetricDef) -> Option<usize> {
+    let at = d.name.find("<comm>")?;
+    Some(d.name[..at].matches('<').count())
 }
 
 /// Whether a series is kept: any series without a pid, an OOM kill's (its process is gone, so
@@ -338,9 +394,94 @@ mod tests {
                     b.name
                 );
             }
-            // Counters get `_total` when exposed; no stored name may already look like one.
-            assert!(!b.name.ends_with("_total"), "{}", b.name);
+            // A cumulative counter's name ends in `_total`, and nothing else's does.
+            assert_eq!(
+                b.name.ends_with("_total"),
+                d.kind == crate::registry::Kind::Counter,
+                "{}",
+                b.name
+            );
         }
+    }
+
+    #[test]
+    fn kernel_workers_keep_one_name() {
+        for (comm, want) in [
+            ("kworker/u8:5-writeback", "kworker/u8:5"),
+            ("kworker/u8:5-events_unbound", "kworker/u8:5"),
+            ("kworker/1:1H-kblockd", "kworker/1:1H"),
+            ("kworker/0:2", "kworker/0:2"),
+            ("kworker/", "kworker/"),
+            ("nginx-worker", "nginx-worker"),
+            ("python3", "python3"),
+            ("kworker/ü-x", "kworker/ü"),
+        ] {
+            assert_eq!(stable_comm(comm), want, "{comm}");
+        }
+    }
+
+    /// A kernel worker's series keeps one name as it renames itself per work item, and the
+    /// other processes' names are left alone.
+    #[test]
+    fn exported_process_series_fold_kernel_worker_names() {
+        use jitterscope_sources::process::{PidStat, Process};
+        let proc = |pid: u32, comm: &str, rss_pages: u64| Process {
+            stat: PidStat {
+                pid,
+                comm: comm.into(),
+                state: 'S',
+                rss_pages,
+                starttime_ticks: 100 + u64::from(pid),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let sample = |s: i64, worker: &str| {
+            let mut x = Sample::new(
+                s * 1_000_000_000,
+                s as u64 * 1_000_000_000,
+                1_000_000_000,
+                crate::sample::HostInfo {
+                    page_size_bytes: 4096,
+                    ..Default::default()
+                },
+            );
+            x.processes = Some(vec![proc(7, worker, 10), proc(8, "nginx-worker", 20)]);
+            x
+        };
+        let b = Bounded::new(5);
+        let mut comms = std::collections::BTreeSet::new();
+        let (s1, s2) = (
+            sample(1, "kworker/u8:5-writeback"),
+            sample(2, "kworker/u8:5-events"),
+        );
+        for (cur, prev) in [(&s1, None), (&s2, Some(&s1))] {
+            b.for_each(cur, prev, |def, labels, _| {
+                if let Some(i) = comm_index(def) {
+                    comms.insert(labels[i].to_string());
+                }
+            });
+        }
+        assert_eq!(
+            comms.into_iter().collect::<Vec<_>>(),
+            ["kworker/u8:5", "nginx-worker"]
+        );
+    }
+
+    #[test]
+    fn a_family_holds_series_of_one_shape() {
+        // The same labels in every series of a family: the host's CPU and each CPU's are apart.
+        let mut shapes: std::collections::HashMap<String, (usize, &str)> = Default::default();
+        for d in exposed() {
+            let n = d.placeholders().len();
+            if let Some((m, other)) = shapes.insert(base_name(d).name, (n, d.name)) {
+                assert_eq!(m, n, "{} and {} share a family", other, d.name);
+            }
+        }
+        assert_eq!(
+            base_name(crate::registry::find("cpu.<cpu>.sys_pct").unwrap()).name,
+            "jitterscope_percpu_sys_ratio"
+        );
     }
 
     #[test]
@@ -384,6 +525,29 @@ mod tests {
             Some("jitterscope_sched_ctxt_total".into())
         );
         assert!(counter_of(&cgroup::CPU_THROTTLED_PCT).is_none());
+        // The kernel's own cumulative counters, named as node_exporter and cAdvisor name theirs.
+        for (d, name, scale) in [
+            (&cpu::SECONDS, "jitterscope_cpu_seconds_total", 1.0),
+            (
+                &crate::metrics::psi::SOME_USEC,
+                "jitterscope_psi_some_seconds_total",
+                1e-6,
+            ),
+            (
+                &cgroup::CPU_USAGE_NS,
+                "jitterscope_cgroup_cpu_usage_seconds_total",
+                1e-9,
+            ),
+            (
+                &process::PROC_CPU_SECONDS,
+                "jitterscope_proc_cpu_seconds_total",
+                1.0,
+            ),
+        ] {
+            let b = base_name(d);
+            assert_eq!((b.name.as_str(), b.scale), (name, scale), "{}", d.name);
+            assert!(counter_of(d).is_none() && !windowed(d), "{}", d.name);
+        }
         assert!(windowed(&cgroup::CPU_THROTTLED_PCT));
         assert!(!windowed(&process::PROC_CPU_PCT));
     }

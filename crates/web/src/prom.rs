@@ -1,4 +1,6 @@
-//! `/metrics`: OpenMetrics text a Prometheus user can use as is.
+//! `/metrics`: OpenMetrics text a Prometheus user can use as is, or the Prometheus text format
+//! 0.0.4 for a client whose `Accept` does not prefer OpenMetrics (curl, `promtool check
+//! metrics`, older scrapers).
 //!
 //! - **Names in base units** (`export::base_name`): ratios 0–1, seconds, bytes, `_per_second`;
 //!   the same names remote write sends.
@@ -318,12 +320,21 @@ impl Scrapes {
             st.clients.insert(c, now_ns);
         }
         st.forget(to, now_ns);
-        Ok(Ok((st.write(to, window_ns, build).into_bytes(), damage)))
+        Ok(Ok((
+            st.write(to, now_ns, window_ns, build).into_bytes(),
+            damage,
+        )))
     }
 }
 
 impl Folded {
-    fn write(&self, newest: i64, window_ns: i64, build: &[(String, String)]) -> String {
+    fn write(
+        &self,
+        newest: i64,
+        now_ns: i64,
+        window_ns: i64,
+        build: &[(String, String)],
+    ) -> String {
         let mut fams = Families::default();
         let since = newest - window_ns;
         let window_s = window_ns / 1_000_000_000;
@@ -345,13 +356,22 @@ impl Folded {
             let put = |fams: &mut Families, name: &str, ty, help: &dyn Fn() -> String, v: f64| {
                 line(&mut fams.family(name, ty, help).lines, name, &labels, v);
             };
-            put(
-                &mut fams,
-                &e.base.name,
-                "gauge",
-                &|| in_base_units(def.help, &e.base),
-                s.last * e.base.scale,
-            );
+            if def.kind == jitterscope_model::registry::Kind::Counter {
+                // The recorder's own cumulative counts: a counter family named without
+                // `_total`, whose sample has it.
+                let f = fams.family(e.base.name.trim_end_matches("_total"), "counter", || {
+                    in_base_units(def.help, &e.base)
+                });
+                line(&mut f.lines, &e.base.name, &labels, s.last * e.base.scale);
+            } else {
+                put(
+                    &mut fams,
+                    &e.base.name,
+                    "gauge",
+                    &|| in_base_units(def.help, &e.base),
+                    s.last * e.base.scale,
+                );
+            }
             if let Some(c) = &e.counter {
                 let family = c.name.trim_end_matches("_total");
                 let help = || {
@@ -418,6 +438,15 @@ impl Folded {
                 .collect();
             line(&mut f.lines, "jitterscope_build_info", &ls, 1.0);
         }
+        {
+            let f = fams.family("jitterscope_sample_age_seconds", "gauge", || {
+                "Age of the newest recorded sample when this scrape was answered: a recorder \
+                 that stopped or fell behind shows here before its series go flat"
+                    .into()
+            });
+            let age = (now_ns.saturating_sub(newest)).max(0) as f64 / 1e9;
+            line(&mut f.lines, "jitterscope_sample_age_seconds", &[], age);
+        }
         if let Some((host, kernel)) = &self.host {
             let f = fams.family("jitterscope_host", "info", || {
                 "The host these metrics are of, as its recorder names it (`record --host`; the \
@@ -482,6 +511,7 @@ pub fn names_table() -> String {
         "| (none) | (none) | `jitterscope_build_info` (info) | | `version`, `revision` |\n",
     );
     out.push_str("| (none) | (none) | `jitterscope_host_info` (info) | | `host`, `kernel` |\n");
+    out.push_str("| (none) | (none) | `jitterscope_sample_age_seconds` | | |\n");
     out
 }
 
@@ -508,12 +538,77 @@ fn parse_window(s: &str) -> Option<Duration> {
     (v.is_finite() && v > 0.0).then(|| Duration::from_secs_f64(v * mult))
 }
 
+/// The two formats `/metrics` speaks.
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+const TEXT_004: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Whether an `Accept` header prefers OpenMetrics to the Prometheus text format 0.0.4.
+/// Prometheus asks for OpenMetrics first (`application/openmetrics-text;version=1.0.0,...,
+/// text/plain;version=0.0.4;q=0.5,*/*;q=0.1`); `curl`, `promtool check metrics` and older
+/// scrapers ask for text or nothing, and get text, as the exposition formats say.
+fn wants_openmetrics(accept: Option<&str>) -> bool {
+    let (mut om, mut text) = (0.0f32, 0.0f32);
+    for range in accept.unwrap_or_default().split(',') {
+        let mut parts = range.split(';').map(str::trim);
+        let media = parts.next().unwrap_or_default().to_ascii_lowercase();
+        let q = parts
+            .filter_map(|p| p.strip_prefix("q="))
+            .find_map(|v| v.parse::<f32>().ok())
+            .unwrap_or(1.0);
+        match media.as_str() {
+            "application/openmetrics-text" => om = om.max(q),
+            "text/plain" => text = text.max(q),
+            _ => {}
+        }
+    }
+    om > 0.0 && om >= text
+}
+
+/// OpenMetrics text, as `Scrapes::scrape` writes it, in the Prometheus text format 0.0.4: no
+/// `# EOF` or `# UNIT`; a counter family is named by its `_total` samples; an info family
+/// becomes a gauge named by its `_info` sample; `unknown` is `untyped`. The samples
+/// themselves read the same in both (no timestamps, exemplars or `_created` are written).
+fn text_004(om: &str) -> String {
+    let mut out = String::with_capacity(om.len());
+    // The families renamed, by their OpenMetrics name.
+    let mut renamed: HashMap<&str, String> = HashMap::new();
+    for l in om.lines() {
+        if l == "# EOF" || l.starts_with("# UNIT ") {
+            continue;
+        }
+        if let Some(rest) = l.strip_prefix("# TYPE ") {
+            let (name, ty) = rest.split_once(' ').unwrap_or((rest, "untyped"));
+            let (as_named, ty) = match ty {
+                "counter" => (format!("{name}_total"), "counter"),
+                "info" => (format!("{name}_info"), "gauge"),
+                "gauge" | "histogram" | "summary" => (name.to_string(), ty),
+                _ => (name.to_string(), "untyped"),
+            };
+            let _ = writeln!(out, "# TYPE {as_named} {ty}");
+            renamed.insert(name, as_named);
+            continue;
+        }
+        if let Some(rest) = l.strip_prefix("# HELP ") {
+            let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
+            let name = renamed.get(name).map_or(name, String::as_str);
+            // OpenMetrics escapes `"` in help; the text format does not.
+            let _ = writeln!(out, "# HELP {name} {}", help.replace("\\\"", "\""));
+            continue;
+        }
+        out.push_str(l);
+        out.push('\n');
+    }
+    out
+}
+
 /// `GET /metrics`.
 pub async fn metrics(
     State(st): State<Arc<AppState>>,
     ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
     Query(q): Query<MetricsQuery>,
+    headers: axum::http::HeaderMap,
 ) -> Response {
+    let openmetrics = wants_openmetrics(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
     let window = match q.window.as_deref().map(|w| (w, parse_window(w))) {
         None => None,
         Some((_, Some(w))) => Some(w),
@@ -542,14 +637,12 @@ pub async fn metrics(
     .await;
     match r {
         Ok(Ok(Ok((body, damage)))) => {
-            let mut resp = (
-                [(
-                    header::CONTENT_TYPE,
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                )],
-                body,
-            )
-                .into_response();
+            let mut resp = if openmetrics {
+                ([(header::CONTENT_TYPE, OPENMETRICS)], body).into_response()
+            } else {
+                let text = text_004(&String::from_utf8_lossy(&body));
+                ([(header::CONTENT_TYPE, TEXT_004)], text).into_response()
+            };
             crate::api::damage_header(&mut resp, &damage);
             resp
         }
@@ -573,6 +666,57 @@ impl std::fmt::Debug for Folded {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn openmetrics_only_for_who_prefers_it() {
+        // Prometheus 2.x's scrape header.
+        assert!(wants_openmetrics(Some(
+            "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+        )));
+        assert!(wants_openmetrics(Some("application/openmetrics-text")));
+        for text in [
+            None,
+            Some(""),
+            Some("*/*"),
+            Some("text/plain;version=0.0.4"),
+            Some("text/plain;version=0.0.4;q=1,application/openmetrics-text;q=0.5"),
+            Some("application/openmetrics-text;q=0"),
+            Some("garbage;;q=x,,"),
+        ] {
+            assert!(!wants_openmetrics(text), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn the_text_format_names_counters_and_infos_by_their_samples() {
+        let om = "# TYPE jitterscope_sched_ctxt counter\n\
+                  # HELP jitterscope_sched_ctxt Context switches\n\
+                  jitterscope_sched_ctxt_total 12\n\
+                  # TYPE jitterscope_load_avg1 gauge\n\
+                  # UNIT jitterscope_run_seconds seconds\n\
+                  # HELP jitterscope_load_avg1 Load \\\"1 min\\\"\n\
+                  jitterscope_load_avg1 1.5\n\
+                  # TYPE jitterscope_build info\n\
+                  # HELP jitterscope_build Build\n\
+                  jitterscope_build_info{version=\"1\"} 1\n\
+                  # TYPE x unknown\n\
+                  x 1\n\
+                  # EOF\n";
+        assert_eq!(
+            text_004(om),
+            "# TYPE jitterscope_sched_ctxt_total counter\n\
+             # HELP jitterscope_sched_ctxt_total Context switches\n\
+             jitterscope_sched_ctxt_total 12\n\
+             # TYPE jitterscope_load_avg1 gauge\n\
+             # HELP jitterscope_load_avg1 Load \"1 min\"\n\
+             jitterscope_load_avg1 1.5\n\
+             # TYPE jitterscope_build_info gauge\n\
+             # HELP jitterscope_build_info Build\n\
+             jitterscope_build_info{version=\"1\"} 1\n\
+             # TYPE x untyped\n\
+             x 1\n"
+        );
+    }
     use jitterscope_model::signals::SignalRecord;
     use jitterscope_model::stored::Encoder;
     use jitterscope_model::tracers::{Runqlat, Tracers};

@@ -393,11 +393,29 @@ fn ui_and_assets_are_embedded() {
 #[test]
 fn metrics_endpoint_is_bounded_and_refuses_stale_data() {
     let a = fixture_server();
-    let (st, head, body) = request(a, "GET", "/metrics", &[]);
+    // What Prometheus asks for.
+    let (st, head, body) = request(
+        a,
+        "GET",
+        "/metrics",
+        &["Accept: application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"],
+    );
     assert_eq!(st, 200);
     assert!(head.contains("application/openmetrics-text"));
     let text = String::from_utf8(body).unwrap();
     assert!(text.ends_with("# EOF\n"));
+    strict_openmetrics(&text);
+    // How old the newest sample is (the fixture's: days).
+    let age: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("jitterscope_sample_age_seconds "))
+        .expect("jitterscope_sample_age_seconds")
+        .parse()
+        .unwrap();
+    assert!(age > 3600.0, "{age}");
+    // The recorder's own cumulative counts are counters.
+    assert!(text.contains("# TYPE jitterscope_self_ticks_missed counter\n"));
+    assert!(text.contains("\njitterscope_self_ticks_missed_total "));
     assert!(
         text.contains("\njitterscope_irq_tlb_per_second "),
         "host series"
@@ -686,4 +704,92 @@ fn a_series_request_over_budget_is_refused_before_reading() {
     );
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["series"].as_array().unwrap().len(), 20);
+}
+
+/// Without an `Accept` that prefers OpenMetrics (curl, promtool, older scrapers), `/metrics` is
+/// the Prometheus text format 0.0.4, and `promtool check metrics` reads it without a problem.
+#[test]
+fn metrics_speak_the_text_format_to_whoever_does_not_ask_for_openmetrics() {
+    let a = fixture_server();
+    for accept in [
+        &[][..],
+        &["Accept: text/plain;version=0.0.4"][..],
+        &["Accept: text/plain;version=0.0.4;q=0.9,application/openmetrics-text;q=0.5"][..],
+    ] {
+        let (st, head, body) = request(a, "GET", "/metrics", accept);
+        assert_eq!(st, 200, "{accept:?}");
+        assert!(
+            head.contains("text/plain; version=0.0.4"),
+            "{accept:?}: {head}"
+        );
+        let text = String::from_utf8(body).unwrap();
+        assert!(
+            !text.contains("# EOF") && !text.contains("# UNIT"),
+            "{accept:?}"
+        );
+        // A counter family is named by its samples, and so is an info family.
+        assert!(text.contains("# TYPE jitterscope_irq_tlb_total counter\n"));
+        assert!(text.contains("\njitterscope_irq_tlb_total "));
+        let types: Vec<&str> = text.lines().filter(|l| l.starts_with("# TYPE ")).collect();
+        assert!(
+            types
+                .iter()
+                .all(|l| !l.ends_with(" info") && !l.ends_with(" unknown")),
+            "{types:?}"
+        );
+        assert!(
+            types.iter().any(|l| l.ends_with("_info gauge")),
+            "an info family: {types:?}"
+        );
+        if accept.is_empty() {
+            match pipe_into("promtool", &["check", "metrics"], &text) {
+                Err(e) => eprintln!("SKIPPED promtool check metrics: promtool: {e}"),
+                Ok(o) => assert!(
+                    o.status.success(),
+                    "promtool check metrics: {}{}",
+                    String::from_utf8_lossy(&o.stdout),
+                    String::from_utf8_lossy(&o.stderr)
+                ),
+            }
+        }
+    }
+}
+
+/// Runs `program` with `text` on its standard input; its output, or why it did not start.
+fn pipe_into(program: &str, args: &[&str], text: &str) -> std::io::Result<std::process::Output> {
+    let mut c = std::process::Command::new(program)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    c.stdin.take().unwrap().write_all(text.as_bytes())?;
+    c.wait_with_output()
+}
+
+/// Parses `text` with a strict OpenMetrics parser, Python prometheus_client's (Debian's
+/// python3-prometheus-client, which `scripts/setup.sh --test` installs).
+fn strict_openmetrics(text: &str) {
+    let py = "import sys\n\
+              from prometheus_client.openmetrics.parser import text_string_to_metric_families\n\
+              n = sum(1 for _ in text_string_to_metric_families(sys.stdin.read()))\n\
+              print(n)\n";
+    let o = match pipe_into("/usr/bin/python3", &["-c", py], text) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("SKIPPED the strict OpenMetrics parse: /usr/bin/python3: {e}");
+            return;
+        }
+    };
+    let err = String::from_utf8_lossy(&o.stderr);
+    if err.contains("No module named 'prometheus_client'") {
+        eprintln!("SKIPPED the strict OpenMetrics parse: no prometheus_client (apt install python3-prometheus-client)");
+        return;
+    }
+    assert!(
+        o.status.success(),
+        "prometheus_client refuses /metrics: {err}"
+    );
+    let families: usize = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
+    assert!(families > 50, "{families} families");
 }

@@ -111,6 +111,23 @@ metrics! {
                 rate(cx, out, &[&c.path], cv, pv, 1e-7);
             }
         }),
+    CPU_USAGE_NS = ("cgroup.<cgroup>.cpu.usage_ns", Nanoseconds, Counter, "CPU time used by the cgroup since it was created (v1 cpuacct.usage, v2 cpu.stat usage_usec)", |cx, out| {
+            for (c, _) in each(cx) {
+                gauge(out, &[&c.path], c.cpu.as_ref().and_then(|c| c.usage_ns).map(|v| v as f64));
+            }
+        }),
+    CPU_USER_NS = ("cgroup.<cgroup>.cpu.user_ns", Nanoseconds, Counter, "User CPU time of the cgroup since it was created (v1 cpuacct.stat, v2 cpu.stat user_usec)", |cx, out| {
+            let hz = cx.cur.host.user_hz;
+            for (c, _) in each(cx) {
+                gauge(out, &[&c.path], c.cpu.as_ref().and_then(|x| user_ns(x, hz)).map(|v| v as f64));
+            }
+        }),
+    CPU_SYSTEM_NS = ("cgroup.<cgroup>.cpu.system_ns", Nanoseconds, Counter, "Kernel CPU time of the cgroup since it was created (v1 cpuacct.stat, v2 cpu.stat system_usec)", |cx, out| {
+            let hz = cx.cur.host.user_hz;
+            for (c, _) in each(cx) {
+                gauge(out, &[&c.path], c.cpu.as_ref().and_then(|x| system_ns(x, hz)).map(|v| v as f64));
+            }
+        }),
     CPU_QUOTA_CORES = ("cgroup.<cgroup>.cpu.quota_cores", Cores, Gauge, "CFS quota / period in CPUs; absent when unlimited (v1 cpu.cfs_quota_us, v2 cpu.max)", |cx, out| {
             for (c, _) in each(cx) {
                 gauge(out, &[&c.path], c.cpu.as_ref().and_then(quota_cores));

@@ -83,6 +83,29 @@ fn stat_gauge(cx: &Ctx, out: &mut Emit, f: fn(&Stat) -> Option<u64>) {
     gauge(out, &[], cx.cur.stat.as_ref().and_then(f).map(|v| v as f64));
 }
 
+/// The host's CPU time since boot by mode, in seconds (/proc/stat's USER_HZ ticks): the kernel's
+/// own counters, as node_exporter's `node_cpu_seconds_total`, so `rate()` over any range of
+/// any scrape interval is exact, where a 1 s percentage sampled every 15 s is one second in 15.
+fn seconds_by_mode(cx: &Ctx, out: &mut Emit) {
+    let Some(s) = &cx.cur.stat else { return };
+    let t = &s.total;
+    let hz = cx.user_hz();
+    for (mode, ticks) in [
+        ("user", Some(t.user_ticks)),
+        ("nice", Some(t.nice_ticks)),
+        ("system", Some(t.system_ticks)),
+        ("idle", Some(t.idle_ticks)),
+        ("iowait", t.iowait_ticks),
+        ("irq", t.irq_ticks),
+        ("softirq", t.softirq_ticks),
+        ("steal", t.steal_ticks),
+    ] {
+        if let Some(ticks) = ticks {
+            out(&[mode], Some(ticks as f64 / hz));
+        }
+    }
+}
+
 macro_rules! cpu_pair {
     ($f:expr) => {
         (
@@ -110,6 +133,7 @@ metrics! {
     IOWAIT_PCT = ("cpu.iowait_pct", Percent, Rate, "Idle time with I/O outstanding as % of all CPUs (/proc/stat)", IOWAIT.0),
     STEAL_PCT = ("cpu.steal_pct", Percent, Rate, "Time stolen by the hypervisor as % of all CPUs (/proc/stat)", STEAL.0),
     IDLE_PCT = ("cpu.idle_pct", Percent, Rate, "Idle time as % of all CPUs (/proc/stat)", IDLE.0),
+    SECONDS = ("cpu.<mode>_seconds", Seconds, Counter, "CPU time of all CPUs since boot by mode (user, nice, system, idle, iowait, irq, softirq, steal), seconds (/proc/stat)", seconds_by_mode),
     PER_CPU_USR_PCT = ("cpu.<cpu>.usr_pct", Percent, Rate, "User time of one CPU, % (/proc/stat cpuN)", USR.1),
     PER_CPU_NICE_PCT = ("cpu.<cpu>.nice_pct", Percent, Rate, "Niced user time of one CPU, % (/proc/stat cpuN)", NICE.1),
     PER_CPU_SYS_PCT = ("cpu.<cpu>.sys_pct", Percent, Rate, "Kernel time of one CPU, % (/proc/stat cpuN)", SYS.1),

@@ -32,6 +32,24 @@ fn proc_gauge(cx: &Ctx, out: &mut Emit, f: fn(&Process, &Ctx) -> Option<f64>) {
     }
 }
 
+/// Each process's CPU time since it started, user and system, in seconds: the kernel's
+/// counters, so a scrape every 15 s still sees every second of CPU.
+fn cpu_seconds(cx: &Ctx, out: &mut Emit) {
+    let hz = cx.user_hz();
+    for (c, _) in each(cx) {
+        let mut pid = itoa::Buffer::new();
+        let pid = pid.format(c.stat.pid);
+        out(
+            &[pid, &c.stat.comm, "user"],
+            Some(c.stat.utime_ticks as f64 / hz),
+        );
+        out(
+            &[pid, &c.stat.comm, "system"],
+            Some(c.stat.stime_ticks as f64 / hz),
+        );
+    }
+}
+
 /// A memory gauge of a process that is still running: an exited process (zombie, or exiting
 /// with its mm released) reads 0 because it has no memory map any more, which is unknown, not
 /// a process that shrank to nothing.
@@ -124,6 +142,7 @@ metrics! {
     PROC_CPU_PCT = ("proc.<pid>.<comm>.cpu_pct", Percent, Rate, "CPU (user + system) as % of one CPU (/proc/<pid>/stat utime+stime)", |cx, out| ticks_pct(cx, out, |p| Some(p.stat.utime_ticks + p.stat.stime_ticks))),
     PROC_USR_PCT = ("proc.<pid>.<comm>.usr_pct", Percent, Rate, "User CPU as % of one CPU (/proc/<pid>/stat utime)", |cx, out| ticks_pct(cx, out, |p| Some(p.stat.utime_ticks))),
     PROC_SYS_PCT = ("proc.<pid>.<comm>.sys_pct", Percent, Rate, "Kernel CPU as % of one CPU (/proc/<pid>/stat stime)", |cx, out| ticks_pct(cx, out, |p| Some(p.stat.stime_ticks))),
+    PROC_CPU_SECONDS = ("proc.<pid>.<comm>.cpu_<mode>_seconds", Seconds, Counter, "CPU time since the process started, user or system, seconds (/proc/<pid>/stat utime, stime)", cpu_seconds),
     PROC_RUNQ_WAIT_PCT = ("proc.<pid>.<comm>.runq_wait_pct", Percent, Rate, "Time the main thread was runnable but waiting for a CPU, % of the interval (/proc/<pid>/schedstat is the thread-group leader's own: other threads' waits are not in it)", |cx, out| proc_rate(cx, out, |p| p.schedstat.as_ref().map(|s| s.wait_ns), 1e-7)),
     PROC_RSS_BYTES = ("proc.<pid>.<comm>.rss_bytes", Bytes, Gauge, "Resident memory (/proc/<pid>/stat rss x page size)", |cx, out| mem_gauge(cx, out, |p, cx| Some((p.stat.rss_pages * cx.cur.host.page_size_bytes) as f64))),
     PROC_ANON_BYTES = ("proc.<pid>.<comm>.anon_bytes", Bytes, Gauge, "Resident anonymous memory (/proc/<pid>/status RssAnon)", |cx, out| mem_gauge(cx, out, |p, _| p.status.as_ref()?.rss_anon_bytes.map(|v| v as f64))),

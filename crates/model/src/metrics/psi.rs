@@ -39,7 +39,18 @@ pub(crate) fn stall_pct(
     }
 }
 
+/// The kernel's cumulative stall time of `line` for every resource, µs since boot.
+fn totals(cx: &Ctx, out: &mut Emit, line: fn(&Pressure) -> Option<&PressureLine>) {
+    for (name, p) in resources(&cx.cur.pressure) {
+        if let Some(l) = p.and_then(line) {
+            out(&[name], Some(l.total_usec as f64));
+        }
+    }
+}
+
 metrics! {
+    SOME_USEC = ("psi.<resource>.some_usec", Microseconds, Counter, "Time in which some task stalled on cpu/memory/io/irq since boot (/proc/pressure total=)", |cx, out| totals(cx, out, |p| p.some.as_ref())),
+    FULL_USEC = ("psi.<resource>.full_usec", Microseconds, Counter, "Time in which all non-idle tasks stalled at once since boot (/proc/pressure full total=)", |cx, out| totals(cx, out, |p| p.full.as_ref())),
     SOME_PCT = ("psi.<resource>.some_pct", Percent, Rate, "Share of the interval in which some task stalled on cpu/memory/io/irq, from the cumulative total (/proc/pressure)", |cx, out| {
             stall_pct(cx, out, &[], resources(&cx.cur.pressure), cx.prev.map(|p| resources(&p.pressure)), |p| p.some.as_ref());
         }),
