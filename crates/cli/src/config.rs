@@ -169,6 +169,41 @@ fn read(cmd: &Command, path: &Path) -> Result<Values> {
     Ok(out)
 }
 
+/// A bad value that came from a `JITTERSCOPE_<OPTION>` variable, as one line that names the
+/// variable: clap blames the flag, which the user never typed (`JITTERSCOPE_PROFILE_HZ=abc`
+/// read "invalid value 'abc' for '--profile-hz'"). None for any other error.
+pub fn env_error(cmd: &Command, argv: &[std::ffi::OsString], e: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if !matches!(
+        e.kind(),
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation
+    ) {
+        return None;
+    }
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let long = arg.split_whitespace().next()?.strip_prefix("--")?;
+    let flag = format!("--{long}");
+    let typed = argv.iter().filter_map(|a| a.to_str()).any(|a| {
+        a == flag
+            || a.strip_prefix(flag.as_str())
+                .is_some_and(|r| r.starts_with('='))
+    });
+    if typed {
+        return None;
+    }
+    fn env_of(cmd: &Command, long: &str) -> Option<String> {
+        cmd.get_arguments()
+            .filter(|a| a.get_long() == Some(long))
+            .find_map(|a| a.get_env().and_then(|e| e.to_str()).map(str::to_string))
+            .or_else(|| cmd.get_subcommands().find_map(|c| env_of(c, long)))
+    }
+    let env = env_of(cmd, long)?;
+    let value = std::env::var(&env).ok()?;
+    Some(format!("{env}={value:?}: {}", first_line(&e.to_string())))
+}
+
 /// A clap error as one line, without its `error: ` and its usage and help lines (some
 /// errors list what they are about on the lines after the first).
 fn first_line(e: &str) -> String {
@@ -486,6 +521,7 @@ const NEEDS: &[Needs] = &[
         "record",
         &[
             "remote_write_label",
+            "remote_write_header",
             "remote_write_select",
             "remote_write_top",
             "remote_write_flush",

@@ -6,7 +6,7 @@ use anyhow::{bail, Result};
 use clap::Args;
 use jitterscope_diagnose::{diagnose, rules::RULES, text, Options};
 
-use crate::timearg::{after, before, parse_duration, parse_time};
+use crate::timearg::{after, before, parse_duration, parse_time, Window};
 
 /// Arguments of `diagnose`.
 #[derive(Args, Debug)]
@@ -17,19 +17,13 @@ pub struct DiagnoseArgs {
     /// Diagnose an episode listed by `jitterscope events` (its id), with 10 s either side.
     #[arg(long, conflicts_with_all = ["from", "to", "since"])]
     event: Option<String>,
-    /// Start of the window (RFC 3339, HH:MM:SS, '10m ago', epoch seconds).
-    #[arg(long, requires = "to", conflicts_with = "since")]
-    from: Option<String>,
-    /// End of the window.
-    #[arg(long, requires = "from", conflicts_with = "since")]
-    to: Option<String>,
-    /// The window ending now.
-    #[arg(long, value_parser = parse_duration)]
-    since: Option<std::time::Duration>,
+    // --since/--from/--to; without --from or --since, the last 5 minutes.
+    #[command(flatten)]
+    window: Window,
     /// How far before the window the baseline reaches.
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     baseline: std::time::Duration,
-    /// Print the report as JSON (schema in docs/DIAGNOSIS.md).
+    /// Print the report as one JSON document (docs/schema/diagnose.schema.json).
     #[arg(long)]
     json: bool,
     /// List the rules instead.
@@ -54,7 +48,7 @@ pub fn run(a: DiagnoseArgs) -> Result<()> {
         return Ok(());
     }
     let now = chrono::Utc::now();
-    let (from, to) = match (&a.at, &a.from, &a.to, a.since) {
+    let (from, to) = match &a.at {
         _ if a.event.is_some() => {
             let id = a.event.as_deref().unwrap_or_default();
             let Some((f, t)) = jitterscope_diagnose::events::parse_id(id) else {
@@ -66,7 +60,7 @@ pub fn run(a: DiagnoseArgs) -> Result<()> {
                 after(t, margin, "--event").map_err(anyhow::Error::msg)?,
             )
         }
-        (Some(t), ..) => {
+        Some(t) => {
             let t = parse_time(t, now).map_err(anyhow::Error::msg)?;
             let half = std::time::Duration::from_secs(30);
             (
@@ -74,23 +68,29 @@ pub fn run(a: DiagnoseArgs) -> Result<()> {
                 after(t, half, "--at").map_err(anyhow::Error::msg)?,
             )
         }
-        (None, Some(f), Some(t), _) => (
-            parse_time(f, now).map_err(anyhow::Error::msg)?,
-            parse_time(t, now).map_err(anyhow::Error::msg)?,
-        ),
-        (None, _, _, since) => {
-            let to = parse_time("now", now).map_err(anyhow::Error::msg)?;
-            let d = since.unwrap_or(std::time::Duration::from_secs(300));
-            (before(to, d, "--since").map_err(anyhow::Error::msg)?, to)
-        }
+        None => a
+            .window
+            .resolve(std::time::Duration::from_secs(300), now)
+            .map_err(anyhow::Error::msg)?,
     };
     let lookback_ns = from - before(from, a.baseline, "--baseline").map_err(anyhow::Error::msg)?;
     let dir = crate::existing_store(a.dir, from, to)?;
     let report = diagnose(&dir, from, to, Options { lookback_ns })?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&crate::jsonout::versioned_of(&report)?)?
+        );
     } else {
         print!("{}", text::render(&report));
+    }
+    if report.samples == 0 {
+        let mut n = crate::nodata::no_samples(&dir, from, to);
+        // A window lost to damage: the report's note says what was lost.
+        if let Some(lost) = report.damaged.note() {
+            n.0 = format!("{}; {lost}", n.0);
+        }
+        return Err(n.into());
     }
     Ok(())
 }

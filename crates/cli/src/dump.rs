@@ -3,6 +3,7 @@
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
@@ -14,14 +15,15 @@ use jitterscope_model::stored::SampleReader;
 use jitterscope_model::time::rfc3339;
 use jitterscope_model::Sample;
 
-use crate::timearg::parse_time;
+use crate::timearg::Window;
 
 /// Output formats of `dump`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
     /// `time,series,value,unit`, one row per series per sample (an empty value is unknown).
     Csv,
-    /// One JSON object per sample: `{"time", "ts_ns", "values": {series: value|null}}`.
+    /// JSON Lines, one object per sample: `{"time", "ts_ns", "values": {series: value|null},
+    /// "labels": {series: {label: value}}}` (docs/JSON.md).
     Json,
     /// OpenMetrics text exposition with timestamps, one family per metric.
     Openmetrics,
@@ -30,12 +32,9 @@ pub enum Format {
 /// Arguments of `dump`.
 #[derive(Args, Debug)]
 pub struct DumpArgs {
-    /// Start of the range: RFC 3339, HH:MM:SS (today, local), '10m ago', 'now' or epoch seconds.
-    #[arg(long, default_value = "10m ago")]
-    from: String,
-    /// End of the range (same forms).
-    #[arg(long, default_value = "now")]
-    to: String,
+    // --since/--from/--to; without --from or --since, the last 10 minutes.
+    #[command(flatten)]
+    window: Window,
     /// Series to print: names or globs (`cgroup.*.cpu.throttled_pct`), comma-separated or repeated.
     #[arg(long, value_delimiter = ',')]
     select: Vec<String>,
@@ -71,8 +70,10 @@ fn dump(a: DumpArgs) -> Result<()> {
         return finish(out);
     }
     let now = chrono::Utc::now();
-    let from = parse_time(&a.from, now).map_err(anyhow::Error::msg)?;
-    let to = parse_time(&a.to, now).map_err(anyhow::Error::msg)?;
+    let (from, to) = a
+        .window
+        .resolve(Duration::from_secs(600), now)
+        .map_err(anyhow::Error::msg)?;
     if from > to {
         bail!("--from ({}) is after --to ({})", rfc3339(from), rfc3339(to));
     }
@@ -108,7 +109,9 @@ fn dump(a: DumpArgs) -> Result<()> {
     if a.format == Format::Csv {
         writeln!(out, "time,series,value,unit")?;
     }
+    let mut samples = 0usize;
     while let Some((sample, prev)) = pairs.next() {
+        samples += 1;
         match a.format {
             Format::Csv => write_csv(&mut out, &sel, sample, prev)?,
             Format::Json => write_json(&mut out, &sel, sample, prev)?,
@@ -155,7 +158,11 @@ fn dump(a: DumpArgs) -> Result<()> {
     if let Some(note) = pairs.damage().note() {
         eprintln!("jitterscope: {note}");
     }
-    finish(out)
+    finish(out)?;
+    if samples == 0 && !crate::pipe::closed() {
+        return Err(crate::nodata::no_samples(&dir, from, to).into());
+    }
+    Ok(())
 }
 
 fn finish(mut out: impl Write) -> Result<()> {
@@ -244,26 +251,61 @@ fn write_json(
     sample: &Sample,
     prev: Option<&Sample>,
 ) -> Result<()> {
-    let mut m = serde_json::Map::new();
-    sel.for_each(sample, prev, |_, _, series, value| {
+    // A cgroup's series carry its owner (container, pod, unit) as labels, as
+    // `jitterscope_cgroup_info` carries them for Prometheus.
+    let owners: std::collections::HashMap<&str, Vec<(&'static str, &str)>> = sample
+        .cgroups
+        .iter()
+        .flatten()
+        .filter_map(|c| Some((c.path.as_str(), openmetrics::owner_labels(c)?)))
+        .collect();
+    let mut values = serde_json::Map::new();
+    let mut labels = serde_json::Map::new();
+    sel.for_each(sample, prev, |def, parts, series, value| {
         let val = value
             .and_then(serde_json::Number::from_f64)
             .map_or(serde_json::Value::Null, serde_json::Value::Number);
-        m.insert(series.to_string(), val);
+        values.insert(series.to_string(), val);
+        if parts.is_empty() {
+            return;
+        }
+        let mut l = serde_json::Map::new();
+        for (k, v) in def.placeholders().into_iter().zip(parts) {
+            l.insert(k.to_string(), (*v).into());
+            if k != "cgroup" {
+                continue;
+            }
+            for (ok, ov) in owners.get(v).into_iter().flatten() {
+                if *ok != "cgroup" {
+                    l.insert(ok.to_string(), (*ov).into());
+                }
+            }
+        }
+        labels.insert(series.to_string(), l.into());
     });
-    let line =
-        serde_json::json!({"time": rfc3339(sample.ts_ns), "ts_ns": sample.ts_ns, "values": m});
+    let line = crate::jsonout::versioned(serde_json::json!({
+        "time": rfc3339(sample.ts_ns),
+        "ts_ns": sample.ts_ns,
+        "values": values,
+        "labels": labels,
+    }));
     writeln!(out, "{line}")?;
     Ok(())
 }
 
 fn list(out: &mut impl Write, format: Format) -> Result<()> {
     if format == Format::Json {
-        let v: Vec<_> = all()
-            .iter()
-            .map(|d| serde_json::json!({"name": d.name, "kind": d.kind.as_str(), "unit": d.unit.as_str(), "help": d.help}))
-            .collect();
-        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
+        // JSON Lines: one metric per line (docs/JSON.md).
+        for d in all() {
+            let v = serde_json::json!({
+                "name": d.name,
+                "kind": d.kind.as_str(),
+                "unit": d.unit.as_str(),
+                "help": d.help,
+                "labels": d.placeholders(),
+            });
+            writeln!(out, "{}", crate::jsonout::versioned(v))?;
+        }
         return Ok(());
     }
     let w = all().iter().map(|d| d.name.len()).max().unwrap_or(10);

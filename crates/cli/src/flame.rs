@@ -10,17 +10,14 @@ use jitterscope_model::time::rfc3339;
 use jitterscope_profile::system::FileSymbolizer;
 use jitterscope_profile::window::{Filter, Hot, Named};
 
-use crate::timearg::parse_time;
+use crate::timearg::Window;
 
 /// Which window and which samples of it.
 #[derive(Args, Debug)]
 pub struct Selection {
-    /// Start of the window: RFC 3339, HH:MM:SS (today, local), '10m ago', 'now' or epoch seconds.
-    #[arg(long, default_value = "1m ago")]
-    from: String,
-    /// End of the window (same forms).
-    #[arg(long, default_value = "now")]
-    to: String,
+    // --since/--from/--to; without --from or --since, the last minute.
+    #[command(flatten)]
+    window: Window,
     /// Only this process.
     #[arg(long)]
     pid: Option<u32>,
@@ -78,8 +75,10 @@ struct Read {
 
 fn read(sel: &Selection, kernel_only: bool) -> Result<Read> {
     let now = chrono::Utc::now();
-    let from = parse_time(&sel.from, now).map_err(anyhow::Error::msg)?;
-    let to = parse_time(&sel.to, now).map_err(anyhow::Error::msg)?;
+    let (from, to) = sel
+        .window
+        .resolve(std::time::Duration::from_secs(60), now)
+        .map_err(anyhow::Error::msg)?;
     if from > to {
         bail!("--from ({}) is after --to ({})", rfc3339(from), rfc3339(to));
     }
@@ -100,11 +99,15 @@ fn read(sel: &Selection, kernel_only: bool) -> Result<Read> {
         eprintln!("jitterscope: {note}");
     }
     if w.slices == 0 {
-        bail!(
-            "no stack samples recorded between {} and {} (record with the profiler on: `jitterscope record`, not --profile-hz 0)",
+        if !crate::nodata::has_samples(&dir, from, to) {
+            return Err(crate::nodata::no_samples(&dir, from, to).into());
+        }
+        return Err(crate::nodata::NoData(format!(
+            "no stack samples recorded between {} and {}, only samples without stacks (the recorder ran with --profile-hz 0, or without perf events: `jitterscope tracers` says which)",
             rfc3339(from),
             rfc3339(to)
-        );
+        ))
+        .into());
     }
     let mut parts = Vec::new();
     if let Some(p) = sel.pid {
@@ -121,13 +124,14 @@ fn read(sel: &Selection, kernel_only: bool) -> Result<Read> {
     }
     let named = w.resolve(&mut FileSymbolizer::new());
     if named.samples == 0 {
-        bail!(
+        return Err(crate::nodata::NoData(format!(
             "no stack samples match {} between {} and {} ({} samples in the window)",
             parts.join(", "),
             rfc3339(from),
             rfc3339(to),
             named.total
-        );
+        ))
+        .into());
     }
     Ok(Read {
         named,
@@ -222,7 +226,7 @@ pub fn run_top(a: TopArgs) -> Result<()> {
             "kernel": kernel.iter().map(row).collect::<Vec<_>>(),
             "user": user.iter().map(row).collect::<Vec<_>>(),
         });
-        writeln!(out, "{v}")
+        writeln!(out, "{}", crate::jsonout::versioned(v))
     } else {
         (|| {
             writeln!(

@@ -7,7 +7,7 @@ use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 use jitterscope_fleet::query::{Fleet, Span};
 
-use crate::timearg::parse_duration;
+use crate::timearg::{parse_since, Window};
 
 /// `jitterscope fleet`.
 #[derive(Args, Debug)]
@@ -39,14 +39,14 @@ enum FleetCmd {
 struct FlameArgs {
     #[command(flatten)]
     ch: Engine,
-    /// How far back: episodes that ended since then.
-    #[arg(long, default_value = "1h", value_parser = parse_duration, value_name = "DURATION")]
-    since: Duration,
+    // The episodes that ended in --since/--from/--to (default: the last hour).
+    #[command(flatten)]
+    window: Window,
     /// Only episodes with a finding of this rule (`diagnose --list-rules`).
     #[arg(long, value_name = "RULE")]
     rule: Option<String>,
-    /// Only episodes of this kind (`events --list-kinds`).
-    #[arg(long, value_name = "KIND")]
+    /// Only episodes of this kind (`events --list-kinds`: `throttling`, `reclaim-stalls`...).
+    #[arg(long, value_name = "KIND", value_parser = crate::events::marked_kind)]
     kind: Option<String>,
     /// Only this host.
     #[arg(long, value_name = "HOST")]
@@ -74,7 +74,7 @@ struct InventoryArgs {
     ch: Engine,
     /// Hosts whose newest inventory was taken since then (a recorder sends it again every
     /// 6 h when nothing changed).
-    #[arg(long, default_value = "1d", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "1d", value_parser = parse_since, value_name = "DURATION")]
     since: Duration,
     /// Groups of processes shown.
     #[arg(long, default_value_t = 200, value_name = "N")]
@@ -88,9 +88,9 @@ struct InventoryArgs {
 struct FindingsArgs {
     #[command(flatten)]
     ch: Engine,
-    /// How far back: episodes that ended since then.
-    #[arg(long, default_value = "1d", value_parser = parse_duration, value_name = "DURATION")]
-    since: Duration,
+    // The episodes that ended in --since/--from/--to (default: the last day).
+    #[command(flatten)]
+    window: Window,
     /// Only this rule (`diagnose --list-rules`: `cpu.cfs-throttling`...).
     #[arg(long, value_name = "RULE")]
     rule: Option<String>,
@@ -106,11 +106,11 @@ struct FindingsArgs {
 struct EpisodesArgs {
     #[command(flatten)]
     ch: Engine,
-    /// How far back: episodes that were going on at any time since then.
-    #[arg(long, default_value = "1h", value_parser = parse_duration, value_name = "DURATION")]
-    since: Duration,
-    /// Only episodes of this kind (`events --list-kinds` shows them; `cpu.throttle`...).
-    #[arg(long, value_name = "KIND")]
+    // The episodes going on at any time in --since/--from/--to (default: the last hour).
+    #[command(flatten)]
+    window: Window,
+    /// Only episodes of this kind (`events --list-kinds`: `throttling`, `reclaim-stalls`...).
+    #[arg(long, value_name = "KIND", value_parser = crate::events::marked_kind)]
     kind: Option<String>,
     /// Only episodes diagnosed with a finding of this rule (`diagnose --list-rules`).
     #[arg(long, value_name = "RULE")]
@@ -147,8 +147,24 @@ struct Engine {
     clickhouse_password_file: Option<std::path::PathBuf>,
 }
 
+/// The window of a question: `--from`/`--to`, or `--since` (default `default`) back from
+/// `--to`.
+fn window(w: &Window, default: Duration) -> Result<Span> {
+    let (since_ns, now_ns) = w
+        .resolve(default, chrono::Utc::now())
+        .map_err(anyhow::Error::msg)?;
+    if since_ns >= now_ns {
+        bail!(
+            "--from ({}) is not before --to ({})",
+            jitterscope_model::time::rfc3339(since_ns),
+            jitterscope_model::time::rfc3339(now_ns)
+        );
+    }
+    Ok(Span { since_ns, now_ns })
+}
+
 /// The fleet's ClickHouse, and the window of a question.
-fn fleet(e: &Engine, since: Duration) -> Result<(Fleet, Span)> {
+fn fleet(e: &Engine, span: Span) -> Result<(Fleet, Span)> {
     crate::remote_write::check_clickhouse_url(&e.clickhouse)?;
     crate::remote_write::pair(
         &e.clickhouse_user,
@@ -165,21 +181,24 @@ fn fleet(e: &Engine, since: Duration) -> Result<(Fleet, Span)> {
     };
     Ok((
         Fleet::new(&e.clickhouse, user, Duration::from_secs(30))?,
-        Span::last(since),
+        span,
     ))
 }
 
 fn findings(a: FindingsArgs) -> Result<()> {
-    let (f, span) = fleet(&a.ch, a.since)?;
+    let (f, span) = fleet(&a.ch, window(&a.window, Duration::from_secs(86_400))?)?;
     let doc = f.findings(span, a.rule.as_deref(), a.top)?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&crate::jsonout::versioned_of(&doc)?)?
+        );
         return Ok(());
     }
     let rows = doc["findings"].as_array().cloned().unwrap_or_default();
     let since = span.since_ns;
     if rows.is_empty() {
-        println!(
+        outln!(
             "no findings since {}",
             jitterscope_model::time::rfc3339(since)
         );
@@ -195,9 +214,12 @@ fn findings(a: FindingsArgs) -> Result<()> {
             })
             .unwrap_or_default()
     };
-    println!(
+    outln!(
         "{:<20} {:<28} {:>8} {:>5}  CULPRITS",
-        "HOST", "RULE", "EPISODES", "ROOT"
+        "HOST",
+        "RULE",
+        "EPISODES",
+        "ROOT"
     );
     for r in &rows {
         let mut who = list(&r["culprits"]);
@@ -211,7 +233,7 @@ fn findings(a: FindingsArgs) -> Result<()> {
                 };
             }
         }
-        println!(
+        outln!(
             "{:<20} {:<28} {:>8} {:>5}  {}",
             r["host"].as_str().unwrap_or(""),
             r["rule_id"].as_str().unwrap_or(""),
@@ -228,7 +250,7 @@ fn findings(a: FindingsArgs) -> Result<()> {
 }
 
 fn flame(a: FlameArgs) -> Result<()> {
-    let (f, span) = fleet(&a.ch, a.since)?;
+    let (f, span) = fleet(&a.ch, window(&a.window, Duration::from_secs(3600))?)?;
     let since = span.since_ns;
     let now = span.now_ns;
     let merged = f.flame(
@@ -296,17 +318,20 @@ fn flame(a: FlameArgs) -> Result<()> {
         r => r.map_err(|e| anyhow::anyhow!("cannot write the output: {e}"))?,
     }
     if let Some(p) = &a.output {
-        eprintln!("jitterscope: wrote {} ({summary})", p.display());
+        errln!("jitterscope: wrote {} ({summary})", p.display());
     }
     Ok(())
 }
 
 fn inventory(a: InventoryArgs) -> Result<()> {
-    let (f, span) = fleet(&a.ch, a.since)?;
+    let (f, span) = fleet(&a.ch, Span::last(a.since))?;
     let since = span.since_ns;
     let doc = f.inventory(span, &a.conditions, a.top)?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&crate::jsonout::versioned_of(&doc)?)?
+        );
         return Ok(());
     }
     let list = |k: &str| doc[k].as_array().cloned().unwrap_or_default();
@@ -314,12 +339,17 @@ fn inventory(a: InventoryArgs) -> Result<()> {
     let about_processes = doc["about_processes"] == true;
     let processes = doc["processes"].as_u64().unwrap_or(0);
     if !about_processes {
-        println!(
+        outln!(
             "{:<24} {:<16} {:<8} {:>5} {:>10} {:>9}  OS",
-            "HOST", "KERNEL", "CGROUPS", "CPUS", "MEMORY", "PROCESSES"
+            "HOST",
+            "KERNEL",
+            "CGROUPS",
+            "CPUS",
+            "MEMORY",
+            "PROCESSES"
         );
         for h in &matched {
-            println!(
+            outln!(
                 "{:<24} {:<16} {:<8} {:>5} {:>7.1} GiB {:>9}  {}",
                 h["host"].as_str().unwrap_or(""),
                 h["kernel"].as_str().unwrap_or(""),
@@ -330,16 +360,20 @@ fn inventory(a: InventoryArgs) -> Result<()> {
                 h["os"].as_str().unwrap_or(""),
             );
         }
-        println!(
+        outln!(
             "{} hosts with an inventory since {}",
             matched.len(),
             jitterscope_model::time::rfc3339(since)
         );
         return Ok(());
     }
-    println!(
+    outln!(
         "{:<20} {:>5} {:<16} {:<28} {:<34} SETTINGS",
-        "HOST", "PROCS", "COMM", "CONTAINER/CGROUP", "LIBRARIES"
+        "HOST",
+        "PROCS",
+        "COMM",
+        "CONTAINER/CGROUP",
+        "LIBRARIES"
     );
     for g in &groups {
         let s = |k: &str| g[k].as_str().unwrap_or("").to_string();
@@ -387,7 +421,7 @@ fn inventory(a: InventoryArgs) -> Result<()> {
         } else {
             place
         };
-        println!(
+        outln!(
             "{:<20} {:>5} {:<16} {:<28} {:<34} {}",
             s("host"),
             g["processes"].as_u64().unwrap_or(0),
@@ -397,7 +431,7 @@ fn inventory(a: InventoryArgs) -> Result<()> {
             settings.join(" ")
         );
     }
-    println!(
+    outln!(
         "{processes} processes in {} groups on {} hosts match (of {} hosts with an inventory since {})",
         groups.len(),
         matched.len(),
@@ -408,16 +442,19 @@ fn inventory(a: InventoryArgs) -> Result<()> {
 }
 
 fn episodes(a: EpisodesArgs) -> Result<()> {
-    let (f, span) = fleet(&a.ch, a.since)?;
+    let (f, span) = fleet(&a.ch, window(&a.window, Duration::from_secs(3600))?)?;
     let doc = f.episodes(span, a.kind.as_deref(), a.rule.as_deref(), a.top)?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&crate::jsonout::versioned_of(&doc)?)?
+        );
         return Ok(());
     }
     let rows = doc["hosts"].as_array().cloned().unwrap_or_default();
     let since = span.since_ns;
     if rows.is_empty() {
-        println!(
+        outln!(
             "no episodes since {}{}",
             jitterscope_model::time::rfc3339(since),
             a.kind
@@ -427,16 +464,19 @@ fn episodes(a: EpisodesArgs) -> Result<()> {
         );
         return Ok(());
     }
-    println!(
+    outln!(
         "{:<24} {:>8} {:>12} {:>5}  KINDS",
-        "HOST", "EPISODES", "IN EPISODE", "OPEN"
+        "HOST",
+        "EPISODES",
+        "IN EPISODE",
+        "OPEN"
     );
     for r in &rows {
         let kinds: Vec<&str> = r["kinds"]
             .as_array()
             .map(|k| k.iter().filter_map(|v| v.as_str()).collect())
             .unwrap_or_default();
-        println!(
+        outln!(
             "{:<24} {:>8} {:>10.0} s {:>5}  {}",
             r["host"].as_str().unwrap_or(""),
             r["episodes"].as_u64().unwrap_or(0),

@@ -29,7 +29,7 @@ pub struct LabArgs {
 enum LabCmd {
     /// List the scenarios: what each reproduces, the seed case it mirrors, its signals and bounds.
     List {
-        /// Print JSON.
+        /// Print JSON Lines: one scenario per line.
         #[arg(long)]
         json: bool,
         /// Print Markdown (the scenario list of docs/LAB.md).
@@ -101,9 +101,9 @@ pub fn run(a: LabArgs) -> Result<()> {
             let c = jitterscope_lab::sandbox::cleanup_all()?;
             let stores = remove_stale_temp_stores();
             if c.is_empty() && stores == 0 {
-                println!("nothing to clean up");
+                outln!("nothing to clean up");
             } else {
-                println!("cleaned up: {c}, {stores} temporary recordings of killed checks");
+                outln!("cleaned up: {c}, {stores} temporary recordings of killed checks");
             }
             Ok(())
         }
@@ -112,35 +112,35 @@ pub fn run(a: LabArgs) -> Result<()> {
 
 fn list(json: bool, markdown: bool) -> Result<()> {
     if json {
-        let v: Vec<_> = SCENARIOS
-            .iter()
-            .map(|s| {
-                json!({
+        // JSON Lines: one scenario per line (docs/JSON.md).
+        for s in SCENARIOS {
+            outln!(
+                "{}",
+                crate::jsonout::versioned(json!({
                     "name": s.name, "mirrors": s.mirrors, "reproduces": s.reproduces,
                     "signals": s.signals, "bounds": s.bounds, "control": s.control,
                     "expected_rule": s.expected_rule, "expected_roots": s.expected_roots,
                     "controllers": s.controllers,
                     "default_duration_s": s.default_duration.as_secs(),
-                })
-            })
-            .collect();
-        println!("{}", serde_json::to_string_pretty(&v)?);
+                }))
+            );
+        }
         return Ok(());
     }
     if markdown {
         // Series templates such as `proc.<pid>.<comm>` would read as HTML tags.
         let md = |t: &str| t.replace('<', "&lt;").replace('>', "&gt;");
         for s in SCENARIOS {
-            println!(
+            outln!(
                 "### `{}`{}\n",
                 s.name,
                 if s.control { " (control)" } else { "" }
             );
-            println!("- **Mirrors**: {}", md(s.mirrors));
-            println!("- **Reproduces**: {}", md(s.reproduces));
-            println!("- **Signals**: {}", md(s.signals));
-            println!("- **Bounds**: {}", md(s.bounds));
-            println!(
+            outln!("- **Mirrors**: {}", md(s.mirrors));
+            outln!("- **Reproduces**: {}", md(s.reproduces));
+            outln!("- **Signals**: {}", md(s.signals));
+            outln!("- **Bounds**: {}", md(s.bounds));
+            outln!(
                 "- **Default duration**: {}",
                 fmt_duration(s.default_duration)
             );
@@ -153,13 +153,13 @@ fn list(json: bool, markdown: bool) -> Result<()> {
                 Some(_) if !s.expected_roots.is_empty() => {
                     let roots: Vec<String> =
                         s.expected_roots.iter().map(|r| format!("`{r}`")).collect();
-                    println!(
+                    outln!(
                         "- **Expected findings**: {}, each a root with its culprit in its own cgroup, neither chained under the other\n",
                         roots.join(" and ")
                     )
                 }
-                Some(r) => println!("- **Expected finding**: `{r}` first{}\n", links.concat()),
-                None => println!(
+                Some(r) => outln!("- **Expected finding**: `{r}` first{}\n", links.concat()),
+                None => outln!(
                     "- **Expected finding**: none (no mechanism rule may claim a cause: advice below 0.5 at most)\n"
                 ),
             }
@@ -167,16 +167,16 @@ fn list(json: bool, markdown: bool) -> Result<()> {
         return Ok(());
     }
     for s in SCENARIOS {
-        println!("{}{}", s.name, if s.control { "  (control)" } else { "" });
-        println!("  mirrors:    {}", s.mirrors);
-        println!("  reproduces: {}", s.reproduces);
-        println!("  signals:    {}", s.signals);
-        println!("  bounds:     {}", s.bounds);
-        println!(
+        outln!("{}{}", s.name, if s.control { "  (control)" } else { "" });
+        outln!("  mirrors:    {}", s.mirrors);
+        outln!("  reproduces: {}", s.reproduces);
+        outln!("  signals:    {}", s.signals);
+        outln!("  bounds:     {}", s.bounds);
+        outln!(
             "  duration:   {} unless --duration",
             fmt_duration(s.default_duration)
         );
-        println!();
+        outln!();
     }
     Ok(())
 }
@@ -213,7 +213,7 @@ fn validate(r: &RunArgs) -> Result<(&'static Scenario, Option<&'static Scenario>
 }
 
 fn progress(line: &str) {
-    eprintln!("lab: {line}");
+    errln!("lab: {line}");
 }
 
 /// The temporary store of a running `lab check`, removed on every way out (`process::exit`
@@ -281,17 +281,20 @@ fn run_one(r: RunArgs) -> Result<()> {
         exit_interrupted(&o);
     }
     if r.json {
-        println!("{}", serde_json::to_string_pretty(&o)?);
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&crate::jsonout::versioned_of(&o)?)?
+        );
     } else {
         print_workers(&o);
-        println!("cleaned up: {}", o.cleaned);
+        outln!("cleaned up: {}", o.cleaned);
     }
     Ok(())
 }
 
 fn print_workers(o: &Outcome) {
     for w in &o.workers {
-        println!("{} (pid {}): {}", w.role, w.pid, w.report);
+        outln!("{} (pid {}): {}", w.role, w.pid, w.report);
     }
 }
 
@@ -477,7 +480,7 @@ fn check(c: CheckArgs) -> Result<()> {
     };
     let (results, damaged) = evaluate(&store.path, &outcome.checks, windows)?;
     if let Some(note) = damaged.note() {
-        eprintln!("jitterscope: lab check: the recording's read {note}");
+        errln!("jitterscope: lab check: the recording's read {note}");
     }
     let signature_pass = results.iter().all(|r| r.pass);
     // Diagnose the workload's window against the baseline recorded before it.
@@ -536,26 +539,31 @@ fn check(c: CheckArgs) -> Result<()> {
             "recorder_errors": trouble,
             "cleaned": outcome.cleaned,
         });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&crate::jsonout::versioned(v))?
+        );
     } else {
         print_check(s, &outcome, &results, windows, &store, &trouble);
         if let Some(m) = &outcome.memleak {
             match (m["verdict"].as_str(), m["error"].as_str()) {
                 (Some(v), _) => {
-                    println!("memleak on the leaking worker: {v}");
+                    outln!("memleak on the leaking worker: {v}");
                     if let Some(s) = m["strings"].get(0) {
-                        println!(
+                        outln!(
                             "  the string that piles up most: {} ({} -> {})",
-                            s["string"], s["before"], s["after"]
+                            s["string"],
+                            s["before"],
+                            s["after"]
                         );
                     }
                 }
-                (None, Some(e)) => println!("memleak on the leaking worker failed: {e}"),
+                (None, Some(e)) => outln!("memleak on the leaking worker failed: {e}"),
                 _ => {}
             }
         }
         for e in &episodes {
-            println!(
+            outln!(
                 "episode {} on {} (peak {:.1}){}",
                 e.id,
                 e.series,
@@ -567,8 +575,8 @@ fn check(c: CheckArgs) -> Result<()> {
                 }
             );
         }
-        print!("{}", jitterscope_diagnose::text::render(&report));
-        println!("{}", verdict.line(s));
+        out!("{}", jitterscope_diagnose::text::render(&report));
+        outln!("{}", verdict.line(s));
     }
     if !signature_pass {
         let failed = results.iter().filter(|r| !r.pass).count();
@@ -741,7 +749,7 @@ fn print_check(
     store: &StoreDir,
     trouble: &[&str],
 ) {
-    println!(
+    outln!(
         "{}: {:?} intensity, {} of workload from {} to {}",
         s.name,
         o.intensity,
@@ -749,23 +757,23 @@ fn print_check(
         rfc3339(w.active.0),
         rfc3339(o.active_to_ns)
     );
-    println!("signature:");
+    outln!("signature:");
     for r in results {
-        println!("  {}", r.line());
+        outln!("  {}", r.line());
     }
-    println!("workers:");
+    outln!("workers:");
     for wr in &o.workers {
-        println!("  {} (pid {}): {}", wr.role, wr.pid, wr.report);
+        outln!("  {} (pid {}): {}", wr.role, wr.pid, wr.report);
     }
     for t in trouble {
-        println!("recorder: {t}");
+        outln!("recorder: {t}");
     }
     if !store.temporary {
-        println!("recording kept in {}", store.path.display());
+        outln!("recording kept in {}", store.path.display());
     }
-    println!("cleaned up: {}", o.cleaned);
+    outln!("cleaned up: {}", o.cleaned);
     let passed = results.iter().filter(|r| r.pass).count();
-    println!(
+    outln!(
         "signature {}: {passed}/{} checks passed",
         if passed == results.len() {
             "PASS"

@@ -17,7 +17,7 @@ pub enum Format {
     /// `jitterscope: <message>`
     #[default]
     Text,
-    /// `{"ts":"<RFC 3339>","level":"info|warn|error","msg":"<message>"}`
+    /// `{"ts":"<RFC 3339>","level":"info|warn|error","msg":"<message>","schema_version":1}`
     Json,
 }
 
@@ -92,6 +92,7 @@ pub fn line(format: Format, level: Level, ts_ns: i64, msg: &str, journal: bool) 
                 Level::Error => "error",
             },
             "msg": msg,
+            "schema_version": crate::jsonout::SCHEMA_VERSION,
         })
         .to_string(),
     }
@@ -108,7 +109,8 @@ pub fn emit(level: Level, msg: &str) {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as i64);
     let journal = *JOURNAL.get_or_init(stderr_is_journal);
-    eprintln!("{}", line(f, level, now, msg, journal));
+    // Never a panic: the recorder and `serve` go on when whatever read their stderr is gone.
+    errln!("{}", line(f, level, now, msg, journal));
 }
 
 #[cfg(test)]

@@ -1,5 +1,8 @@
 //! `jitterscope`: the command-line front end. A thin layer over the model and the store.
 
+#[macro_use]
+mod pipe;
+
 mod config;
 mod confine;
 mod diagnose;
@@ -7,10 +10,12 @@ mod dump;
 mod events;
 mod flame;
 mod fleet;
+mod jsonout;
 mod lab;
 mod logline;
 mod manual;
 mod memleak;
+mod nodata;
 mod prio;
 mod record;
 mod remote_write;
@@ -39,11 +44,15 @@ pub const VERSION: &str = concat!(
 /// Where the store lives unless `--dir` or `JITTERSCOPE_DIR` says otherwise.
 pub const DEFAULT_DIR: &str = "/var/lib/jitterscope";
 
+/// The exit statuses, as `--help` and the man page give them (the README has the same table).
+const EXIT_STATUS: &str = "Exit status: 0 done; 1 error (one line on stderr); 2 usage (a bad flag, or a bad value from a flag, a JITTERSCOPE_* variable or the configuration file); 3 no data in the window (dump, diagnose, events, flame, top-functions), or no stack samples in it; 141 the reader of stdout went away; 128+N stopped by signal N. `store check`: 0 clean, 1 damaged, 2 could not check.";
+
 #[derive(Parser)]
 #[command(
     name = "jitterscope",
     version = VERSION,
-    about = "Flight recorder and root-cause engine for latency jitter on Linux hosts and containers"
+    about = "Flight recorder and root-cause engine for latency jitter on Linux hosts and containers",
+    after_long_help = EXIT_STATUS
 )]
 struct Cli {
     /// Configuration file for record and serve [default: $JITTERSCOPE_CONFIG or
@@ -59,16 +68,21 @@ enum Cmd {
     /// Record system, cgroup and process samples into the store until stopped.
     Record(record::RecordArgs),
     /// Print recorded metrics for a time range (CSV, JSON lines or OpenMetrics), or list them.
+    /// The range: --since, --from, --to [default: the last 10 minutes].
     Dump(dump::DumpArgs),
     /// List the BPF tracers; with --check, load each on this kernel and say which work and why not.
     Tracers(tracers::TracersArgs),
     /// The stack samples of a past window as a flame graph (SVG), folded stacks or pprof.
+    /// The window: --since, --from, --to [default: the last minute].
     Flame(flame::FlameArgs),
     /// The hottest kernel and user functions of a past window.
+    /// The window: --since, --from, --to [default: the last minute].
     TopFunctions(flame::TopArgs),
     /// List the jitter episodes of a recorded range (spikes over each signal's own baseline).
+    /// The range: --since, --from, --to [default: the last hour].
     Events(events::EventsArgs),
     /// Name the kernel mechanism, culprit and fix behind a recorded window, with the evidence.
+    /// The window: --since, --from, --to [default: the last 5 minutes], --at or --event.
     Diagnose(diagnose::DiagnoseArgs),
     /// Self-cleaning reproducers of the seed mechanisms: list, run, check (record + verify), cleanup.
     Lab(lab::LabArgs),
@@ -144,7 +158,17 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let matches = cmd.clone().get_matches_from(&argv);
+    let matches = match cmd.clone().try_get_matches_from(&argv) {
+        Ok(m) => m,
+        Err(e) => match config::env_error(&cmd, &argv, &e) {
+            Some(msg) => {
+                logline::emit(logline::Level::Error, &msg);
+                // clap's code for a usage error: the value is wrong, not the run.
+                return ExitCode::from(2);
+            }
+            None => e.exit(),
+        },
+    };
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(c) => c,
         Err(e) => e.exit(),
@@ -156,6 +180,15 @@ fn main() -> ExitCode {
         }
         _ => Vec::new(),
     };
+    // Commands that only read and print end on a closed pipe as `cat` does (pipe.rs says why
+    // the others do not).
+    let cleans_up = matches!(
+        cli.cmd,
+        Cmd::Record(_) | Cmd::Serve(_) | Cmd::Lab(_) | Cmd::Store(_) | Cmd::Fleet(_)
+    );
+    if !cleans_up {
+        pipe::die_on_closed_pipe();
+    }
     let r = match cli.cmd {
         Cmd::Config(a) => config::run(a, cmd, file.as_deref(), &values),
         Cmd::Record(a) => record::run(a, &ignored),
@@ -174,10 +207,38 @@ fn main() -> ExitCode {
         Cmd::Completions(a) => manual::completions(a),
         Cmd::Manpages(a) => manual::manpages(a),
         // Its exit status is its answer (clean, damaged, could not check).
-        Cmd::Store(a) => return store::run(a),
+        Cmd::Store(a) => {
+            let status = store::run(a);
+            return if pipe::closed() {
+                ExitCode::from(pipe::STATUS)
+            } else {
+                status
+            };
+        }
     };
     match r {
-        Ok(()) => ExitCode::SUCCESS,
+        // Its reader went away (`| head`): quietly, with the status SIGPIPE would give.
+        Ok(()) if pipe::closed() => ExitCode::from(pipe::STATUS),
+        Err(e) if pipe::closed() || pipe::is_closed_pipe(&e) => {
+            if !pipe::is_closed_pipe(&e) {
+                logline::emit(logline::Level::Error, &format!("{e:#}"));
+            }
+            ExitCode::from(pipe::STATUS)
+        }
+        Ok(()) => match pipe::failed() {
+            Some(why) => {
+                logline::emit(
+                    logline::Level::Error,
+                    &format!("cannot write the output: {why}"),
+                );
+                ExitCode::from(1)
+            }
+            None => ExitCode::SUCCESS,
+        },
+        Err(e) if e.downcast_ref::<nodata::NoData>().is_some() => {
+            logline::emit(logline::Level::Error, &e.to_string());
+            ExitCode::from(nodata::STATUS)
+        }
         Err(e) => {
             // One line, no backtrace: the chain of causes joined.
             let mut msg = e.to_string();

@@ -80,7 +80,9 @@ pub fn run(a: MemleakArgs) -> Result<()> {
         if a.json {
             println!(
                 "{}",
-                serde_json::json!({"pid": t.pid, "comm": t.comm, "snapshot": path, "rss_bytes": rss})
+                crate::jsonout::versioned(
+                    serde_json::json!({"pid": t.pid, "comm": t.comm, "snapshot": path, "rss_bytes": rss})
+                )
             );
         } else {
             println!(
@@ -113,7 +115,10 @@ pub fn run(a: MemleakArgs) -> Result<()> {
             );
         })?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&crate::jsonout::versioned_of(&report)?)?
+        );
     } else {
         print!("{}", render(&report));
     }

@@ -718,7 +718,12 @@ fn write_loop(
             .fetch_add(total - written_before, Ordering::Relaxed);
         written_before = total;
         if status {
-            println!("{}", crate::status::line(prev.as_deref(), &sample));
+            outln!("{}", crate::status::line(prev.as_deref(), &sample));
+            // `record --status | head`: once the reader has gone, stop as on SIGTERM (the
+            // samples in flight are written) and exit as SIGPIPE would have.
+            if crate::pipe::closed() {
+                STOP.store(true, Ordering::SeqCst);
+            }
         }
         let sample: Arc<Sample> = Arc::from(sample);
         if written {

@@ -50,7 +50,7 @@ pub fn run(a: StoreArgs) -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {
-            eprintln!("jitterscope: {e:#}");
+            errln!("jitterscope: {e:#}");
             ExitCode::from(2)
         }
     }
@@ -75,15 +75,15 @@ fn check(a: CheckArgs) -> Result<bool> {
     };
     let found = check_store(&dir, true)?;
     for f in &found {
-        println!("{}", line(f));
+        outln!("{}", line(f));
     }
     let segments = jitterscope_store::Reader::open(&dir)?.segments()?.len();
     if found.is_empty() {
-        println!("store clean: {segments} segments checked");
+        outln!("store clean: {segments} segments checked");
         return Ok(true);
     }
     let lost: u64 = found.iter().map(|f| f.lost_records).sum();
-    println!(
+    outln!(
         "{} damaged files in {segments} segments; {lost} records known lost{}",
         found.len(),
         if a.repair {
@@ -97,15 +97,15 @@ fn check(a: CheckArgs) -> Result<bool> {
     }
     for f in &found {
         match repair(&dir, f) {
-            Ok(done) => println!("repaired {}: {done}", f.path.display()),
-            Err(e) => println!("not repaired {}: {e:#}", f.path.display()),
+            Ok(done) => outln!("repaired {}: {done}", f.path.display()),
+            Err(e) => outln!("not repaired {}: {e:#}", f.path.display()),
         }
     }
     let left = check_store(&dir, true)?;
     for f in &left {
-        println!("left: {}", line(f));
+        outln!("left: {}", line(f));
     }
-    println!(
+    outln!(
         "after repair: {} damaged files left{}",
         left.len(),
         if dir.join(DAMAGED).is_dir() {

@@ -1,17 +1,56 @@
-//! Time arguments: RFC 3339, `HH:MM[:SS]` (today, local time), `10m ago`, `now`, epoch seconds.
+//! Time arguments: RFC 3339, epoch seconds, `HH:MM[:SS]` (today, local time), `now`, and a
+//! time back from now as `-10m`, `10m ago` or `10m`; and [`Window`], the one set of window
+//! flags every command that reads a window of the store takes.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Local, NaiveTime, TimeZone, Utc};
+use clap::Args;
 use jitterscope_model::time::{LATEST, MAX_EPOCH_SECS, SUPPORTED_RANGE};
+
+/// The window a command reads: `--since D` back from `--to` (now by default), or `--from T`
+/// to `--to`. Each command has its own default length for when neither `--from` nor `--since`
+/// is given; it says so in its help.
+#[derive(Args, Debug, Clone, Default)]
+pub struct Window {
+    /// Start: RFC 3339 (2026-11-22T10:00:00Z), epoch seconds, HH:MM[:SS] (today, local),
+    /// 'now', or back from now: '-10m', '10m ago', '10m'.
+    #[arg(long, conflicts_with = "since", allow_hyphen_values = true)]
+    pub from: Option<String>,
+    /// End (the same forms) [default: now].
+    #[arg(long, allow_hyphen_values = true)]
+    pub to: Option<String>,
+    /// The window's length, back from --to: '10m', '1h30m' ('10m ago' is the same).
+    #[arg(long, value_parser = parse_since)]
+    pub since: Option<Duration>,
+}
+
+impl Window {
+    /// The window as nanoseconds since the epoch, `[from, to)`; `default` is its length when
+    /// neither `--from` nor `--since` gives it.
+    pub fn resolve(&self, default: Duration, now: DateTime<Utc>) -> Result<(i64, i64), String> {
+        let to = parse_time(self.to.as_deref().unwrap_or("now"), now)?;
+        let from = match &self.from {
+            Some(f) => parse_time(f, now)?,
+            None => before(to, self.since.unwrap_or(default), "--since")?,
+        };
+        Ok((from, to))
+    }
+}
+
+/// `--since`: a duration, with or without a trailing `ago`.
+pub fn parse_since(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    parse_duration(t.strip_suffix("ago").unwrap_or(t))
+}
 
 /// Parses a time argument into nanoseconds since the epoch (UTC), relative to `now`.
 pub fn parse_time(s: &str, now: DateTime<Utc>) -> Result<i64, String> {
     let t = s.trim();
     let bad = || {
         format!(
-            "invalid time {s:?}: use RFC 3339 (2026-11-22T10:00:00Z), HH:MM:SS (today, local), \
-             '10m ago', 'now' or epoch seconds"
+            "invalid time {s:?}: use RFC 3339 (2026-11-22T10:00:00Z), epoch seconds, HH:MM:SS \
+             (today, local), 'now', '-10m' or '10m ago'"
         )
     };
     // A well-formed time the store cannot hold must not be called malformed.
@@ -22,11 +61,18 @@ pub fn parse_time(s: &str, now: DateTime<Utc>) -> Result<i64, String> {
     if t == "now" {
         return to_ns(now).ok_or_else(beyond);
     }
-    if let Some(ago) = t.strip_suffix("ago") {
-        let d = humantime::parse_duration(ago.trim())
-            .map_err(|e| format!("invalid time {s:?}: {e}"))?;
+    // Back from now: `10m ago`, `-10m`.
+    let back = |d: &str| -> Result<i64, String> {
+        let d =
+            humantime::parse_duration(d.trim()).map_err(|e| format!("invalid time {s:?}: {e}"))?;
         let d = chrono::Duration::from_std(d).map_err(|_| beyond())?;
-        return now.checked_sub_signed(d).and_then(to_ns).ok_or_else(beyond);
+        now.checked_sub_signed(d).and_then(to_ns).ok_or_else(beyond)
+    };
+    if let Some(ago) = t.strip_suffix("ago") {
+        return back(ago);
+    }
+    if let Some(d) = t.strip_prefix('-') {
+        return back(d);
     }
     if let Ok(dt) = DateTime::parse_from_rfc3339(t) {
         return to_ns(dt.with_timezone(&Utc)).ok_or_else(beyond);
@@ -41,6 +87,11 @@ pub fn parse_time(s: &str, now: DateTime<Utc>) -> Result<i64, String> {
                  (1970-01-01T00:00:00Z to {LATEST})"
             ));
         }
+        // Whole seconds exactly: a double holds 53 bits, and seconds near the range's end
+        // times 1e9 need 63.
+        if let Ok(whole) = t.parse::<i64>() {
+            return Ok(whole * 1_000_000_000);
+        }
         return Ok((secs * 1e9).round() as i64);
     }
     for fmt in ["%H:%M:%S%.f", "%H:%M:%S", "%H:%M"] {
@@ -52,6 +103,11 @@ pub fn parse_time(s: &str, now: DateTime<Utc>) -> Result<i64, String> {
                 .ok_or_else(|| format!("invalid time {s:?}: does not exist today (DST change)"))?;
             return to_ns(local.with_timezone(&Utc)).ok_or_else(bad);
         }
+    }
+    // A bare duration (`10m`; a unit is what tells it from epoch seconds) is back from now,
+    // as `--since` reads it.
+    if t.bytes().any(|c| c.is_ascii_alphabetic()) && humantime::parse_duration(t).is_ok() {
+        return back(t);
     }
     Err(bad())
 }
@@ -158,6 +214,71 @@ mod tests {
         let back = Utc.timestamp_nanos(hms).with_timezone(&Local);
         assert_eq!(back.format("%H:%M:%S").to_string(), "11:00:00");
         assert_eq!(back.date_naive(), now().with_timezone(&Local).date_naive());
+    }
+
+    #[test]
+    fn back_from_now_has_three_spellings() {
+        let n = to_ns(now()).unwrap();
+        for t in ["10m ago", "-10m", "10m", " -10m ", "10min"] {
+            assert_eq!(parse_time(t, now()), Ok(n - 600_000_000_000), "{t}");
+        }
+        assert_eq!(parse_since("10m ago"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_since("1h30m"), Ok(Duration::from_secs(5400)));
+        assert!(parse_since("yesterday").is_err());
+    }
+
+    #[test]
+    fn a_window_is_since_back_from_to_or_from_to() {
+        let n = to_ns(now()).unwrap();
+        let w = |from: Option<&str>, to: Option<&str>, since: Option<u64>| Window {
+            from: from.map(Into::into),
+            to: to.map(Into::into),
+            since: since.map(Duration::from_secs),
+        };
+        let five = Duration::from_secs(300);
+        assert_eq!(
+            w(None, None, None).resolve(five, now()),
+            Ok((n - 300_000_000_000, n))
+        );
+        assert_eq!(
+            w(None, Some("-1h"), Some(60)).resolve(five, now()),
+            Ok((n - 3_660_000_000_000, n - 3_600_000_000_000))
+        );
+        assert_eq!(
+            w(Some("1795348800"), None, None).resolve(five, now()),
+            Ok((1_795_348_800_000_000_000, n))
+        );
+        assert!(w(Some("soon"), None, None).resolve(five, now()).is_err());
+    }
+
+    proptest::proptest! {
+        /// Whatever is typed: an answer or a one-line error, never a panic.
+        #[test]
+        fn any_input_is_a_time_or_one_line(s in "\\PC{0,40}") {
+            if let Err(e) = parse_time(&s, now()) {
+                proptest::prop_assert!(!e.contains('\n'));
+            }
+            let _ = parse_since(&s);
+        }
+
+        /// The three spellings of a time back from now agree, and with `--since`.
+        #[test]
+        fn spellings_of_back_from_now_agree(secs in 0u64..(200 * 365 * 86400), unit in 0usize..4) {
+            let (div, u) = [(1, "s"), (60, "m"), (3600, "h"), (86400, "d")][unit];
+            let d = format!("{}{u}", secs / div);
+            let a = parse_time(&format!("{d} ago"), now());
+            proptest::prop_assert_eq!(&a, &parse_time(&format!("-{d}"), now()));
+            proptest::prop_assert_eq!(&a, &parse_time(&d, now()));
+            let since = parse_since(&d).unwrap();
+            let n = to_ns(now()).unwrap();
+            proptest::prop_assert_eq!(a, before(n, since, "--since"));
+        }
+
+        /// Epoch seconds read back as themselves.
+        #[test]
+        fn epoch_seconds_round_trip(secs in 0i64..9_223_372_036) {
+            proptest::prop_assert_eq!(parse_time(&secs.to_string(), now()), Ok(secs * 1_000_000_000));
+        }
     }
 
     #[test]

@@ -12,7 +12,7 @@ pub struct TracersArgs {
     /// Exits non-zero when any tracer cannot run.
     #[arg(long)]
     check: bool,
-    /// Print JSON (one object per tracer) instead of a table.
+    /// Print JSON Lines (one object per tracer) instead of a table.
     #[arg(long)]
     json: bool,
 }
@@ -24,7 +24,9 @@ pub fn run(a: TracersArgs) -> Result<()> {
             if a.json {
                 println!(
                     "{}",
-                    serde_json::json!({"tracer": n.as_str(), "traces": n.what()})
+                    crate::jsonout::versioned(
+                        serde_json::json!({"tracer": n.as_str(), "traces": n.what()})
+                    )
                 );
             } else {
                 println!("{:<9} {}", n.as_str(), n.what());
@@ -46,12 +48,12 @@ pub fn run(a: TracersArgs) -> Result<()> {
             };
             println!(
                 "{}",
-                serde_json::json!({
+                crate::jsonout::versioned(serde_json::json!({
                     "tracer": s.name.as_str(),
                     "loads": ok,
                     "detail": detail,
                     "map_bytes_max": s.map_bytes,
-                })
+                }))
             );
         } else {
             match &s.outcome {

@@ -58,7 +58,7 @@ pub struct TopArgs {
 pub struct ReplayArgs {
     #[command(flatten)]
     view: ViewArgs,
-    /// Start at this time (RFC 3339, HH:MM:SS, '10m ago', epoch seconds) [default: the newest
+    /// Start at this time (RFC 3339, epoch seconds, HH:MM:SS, 'now', '-10m', '10m ago') [default: the newest
     /// sample].
     #[arg(long)]
     at: Option<String>,
@@ -90,7 +90,10 @@ fn finish(mut app: App, v: ViewArgs) -> Result<()> {
     app.filter = v.filter.unwrap_or_default();
     if v.json_once {
         let out = jitterscope_views::term::json_once(&mut app, v.limit)?;
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&crate::jsonout::versioned(out))?
+        );
         return Ok(());
     }
     // SAFETY: isatty only inspects the descriptor.

@@ -195,10 +195,10 @@ fn dump_list_names_units() {
 fn dump_list_json() {
     let o = run(&["dump", "--list", "--format", "json"], TIMEOUT);
     assert!(o.status.success(), "{}", text(&o.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("--list json parses");
-    let list = v.as_array().expect("a JSON array");
+    // JSON Lines: one metric per line.
+    let list = common::parse_json_lines(&text(&o.stdout));
     assert!(list.len() > 10, "suspiciously few metrics: {}", list.len());
-    for m in list {
+    for m in &list {
         for k in ["name", "kind", "unit", "help"] {
             assert!(m[k].is_string(), "{k} missing in {m}");
         }
@@ -472,4 +472,52 @@ fn record_logs_one_json_object_per_line_when_asked() {
     let v: serde_json::Value = serde_json::from_str(text(&o.stderr).trim()).unwrap();
     assert_eq!(v["level"], "error");
     assert!(v["msg"].as_str().unwrap().contains("--interval"), "{v}");
+}
+
+/// A window without samples is its own exit status, 3, for every reader: a script tells
+/// "nothing recorded then" from a failure (1) and from bad usage (2). The one line says where
+/// the store's samples are; a report asked for as JSON is still printed.
+#[test]
+fn an_empty_window_exits_3_and_says_what_the_store_holds() {
+    let d = fixture_store();
+    let window = [
+        "--from",
+        "2020-01-01T00:00:00Z",
+        "--to",
+        "2020-01-01T00:10:00Z",
+    ];
+    for cmd in [
+        vec!["dump"],
+        vec!["diagnose", "--json"],
+        vec!["events", "--json"],
+        vec!["events"],
+        vec!["flame", "--folded"],
+        vec!["top-functions"],
+    ] {
+        let mut args = cmd.clone();
+        args.extend(["--dir", s(&d)]);
+        args.extend(window);
+        let o = run(&args, TIMEOUT);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(3), "{args:?}: {err}");
+        let errors: Vec<&str> = err
+            .lines()
+            .filter(|l| l.starts_with("jitterscope: error: "))
+            .collect();
+        assert_eq!(errors.len(), 1, "{args:?}: {err}");
+        assert!(
+            errors[0].contains("no samples between 2020-01-01T00:00:00.000Z")
+                && errors[0].contains("holds 20"),
+            "{args:?}: {err}"
+        );
+        // A report is still printed; a list (JSON Lines) is empty.
+        if cmd == ["diagnose", "--json"] {
+            let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+                .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", text(&o.stdout)));
+            common::check_schema("diagnose", &v);
+            assert_eq!(v["samples"], 0, "{args:?}: {v}");
+        } else if cmd == ["events", "--json"] {
+            assert!(o.stdout.is_empty(), "{args:?}: {}", text(&o.stdout));
+        }
+    }
 }

@@ -459,3 +459,42 @@ fn an_option_s_older_name_still_reads() {
         "{out}"
     );
 }
+
+/// A bad value from a variable names the variable, on one line, with the usage-error code: the
+/// user typed no `--profile-hz`, and an error about the flag sent them looking for one.
+#[test]
+fn a_bad_variable_is_named() {
+    let t = tempfile::tempdir().unwrap();
+    let none = Path::new("/dev/null");
+    for (env, args, needle) in [
+        (
+            ("JITTERSCOPE_PROFILE_HZ", "abc"),
+            vec!["record", "--dir", s(t.path())],
+            "JITTERSCOPE_PROFILE_HZ=\"abc\": invalid value 'abc' for '--profile-hz",
+        ),
+        (
+            ("JITTERSCOPE_METRICS_TOP_PROCESSES", "many"),
+            vec!["serve", "--dir", s(t.path())],
+            "JITTERSCOPE_METRICS_TOP_PROCESSES=\"many\"",
+        ),
+    ] {
+        let o = js(none, &[env], &args);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{env:?} {args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.starts_with("jitterscope: error: "), "{err}");
+        assert!(err.contains(needle), "{needle:?} not in {err}");
+    }
+    // Typed on the command line, the flag is blamed, as clap does.
+    let o = js(
+        none,
+        &[],
+        &["record", "--dir", s(t.path()), "--profile-hz", "abc"],
+    );
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.starts_with("error: invalid value 'abc' for '--profile-hz"),
+        "{err}"
+    );
+}

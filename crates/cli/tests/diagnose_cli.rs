@@ -5,20 +5,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{run, text, workspace_root};
+use common::{run, text};
 
-fn fixture(s: &str) -> (String, i64, i64) {
-    let root = workspace_root().join("tests/fixtures/diagnose");
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(root.join(format!("{s}.json"))).unwrap())
-            .unwrap();
-    let secs = |ns: i64| ns / 1_000_000_000;
-    (
-        root.join(s).display().to_string(),
-        secs(v["windows"]["active"][0].as_i64().unwrap()),
-        secs(v["windows"]["active"][1].as_i64().unwrap()) + 1,
-    )
-}
+use common::lab_recording as fixture;
 
 /// `jitterscope diagnose --dir D --from F --to T [extra]`.
 fn diagnose(dir: &str, from: i64, to: i64, extra: &[&str]) -> std::process::Output {
@@ -51,7 +40,6 @@ fn json_is_ranked_and_complete() {
     assert_eq!(v["findings"][0]["rule_id"], "memory.pagecache-thrash");
     assert!(v["window"]["from"].is_string() && v["window"]["to"].is_string());
     // The schema and the ranking are the library's (crates/diagnose/tests/golden.rs); here,
-    // that the CLI prints that report unchanged.
     let lib = jitterscope_diagnose::diagnose(
         std::path::Path::new(&dir),
         from * 1_000_000_000,
@@ -59,7 +47,11 @@ fn json_is_ranked_and_complete() {
         jitterscope_diagnose::Options::default(),
     )
     .unwrap();
-    assert_eq!(v, serde_json::to_value(&lib).unwrap());
+    // that the CLI prints that report unchanged, with the JSON contract's version added.
+    let mut want = serde_json::to_value(&lib).unwrap();
+    want["schema_version"] = 1.into();
+    assert_eq!(v, want);
+    common::check_schema("diagnose", &v);
 }
 
 #[test]
@@ -126,9 +118,18 @@ fn list_rules_and_errors() {
             vec!["diagnose", "--dir", &dir, "--at", "yesterday-ish"],
             "yesterday-ish",
         ),
+        // --from alone reads to now (README: WINDOW); with --since it is a usage error.
         (
-            vec!["diagnose", "--dir", &dir, "--from", &from.to_string()],
-            "--to",
+            vec![
+                "diagnose",
+                "--dir",
+                &dir,
+                "--from",
+                &from.to_string(),
+                "--since",
+                "5m",
+            ],
+            "--since",
         ),
     ] {
         let o = run(&args, Duration::from_secs(10));
@@ -147,13 +148,12 @@ fn events_list_episodes_that_diagnose_takes_by_id() {
         Duration::from_secs(30),
     );
     assert!(o.status.success(), "{}", text(&o.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    // JSON Lines: one episode per line.
+    let v = common::parse_json_lines(&text(&o.stdout));
     let storm = v
-        .as_array()
-        .unwrap()
         .iter()
         .find(|e| e["kind"] == "tlb-storm")
-        .unwrap_or_else(|| panic!("no tlb-storm episode: {v}"));
+        .unwrap_or_else(|| panic!("no tlb-storm episode: {v:?}"));
     assert_eq!(storm["series"], "irq.tlb_per_s");
     assert!(storm["peak"].as_f64().unwrap() >= 1000.0);
     let id = storm["id"].as_str().unwrap();
@@ -197,4 +197,65 @@ fn events_list_episodes_that_diagnose_takes_by_id() {
         Duration::from_secs(10),
     );
     assert!(!o.status.success() && text(&o.stderr).contains("is not an event id"));
+}
+
+/// `--kind` keeps one kind of episode; `--list-kinds` names every kind, needs no store, and
+/// a kind that does not exist is a usage error that lists the real ones (`fleet` too).
+#[test]
+fn events_filter_by_a_kind_they_list() {
+    let (dir, from, to) = fixture("tlb-shootdown");
+    let (f, t) = ((from - 60).to_string(), (to + 60).to_string());
+    let all = |extra: &[&str]| -> Vec<serde_json::Value> {
+        let mut args = vec!["events", "--dir", &dir, "--from", &f, "--to", &t, "--json"];
+        args.extend_from_slice(extra);
+        let o = run(&args, Duration::from_secs(30));
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        common::parse_json_lines(&text(&o.stdout))
+    };
+    let every = all(&[]);
+    let storms = all(&["--kind", "tlb-storm"]);
+    assert!(!storms.is_empty() && storms.iter().all(|e| e["kind"] == "tlb-storm"));
+    assert_eq!(
+        storms.len(),
+        every.iter().filter(|e| e["kind"] == "tlb-storm").count()
+    );
+    assert!(
+        storms.len() < every.len(),
+        "the fixture has other kinds too: {every:?}"
+    );
+
+    let o = run(
+        &["events", "--list-kinds", "--dir", "/nonexistent"],
+        Duration::from_secs(10),
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let listed: Vec<String> = text(&o.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect();
+    for k in ["throttling", "reclaim-stalls", "tlb-storm", "leak-trend"] {
+        assert!(listed.iter().any(|x| x == k), "{k} not in {listed:?}");
+    }
+    for args in [
+        vec!["events", "--kind", "cpu.throttle"],
+        vec!["fleet", "episodes", "--kind", "cpu.throttle"],
+    ] {
+        let o = run(&args, Duration::from_secs(10));
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.lines()
+                .next()
+                .unwrap_or_default()
+                .contains("the kinds are sys-cpu")
+                && err.contains("throttling"),
+            "{args:?}: {err}"
+        );
+    }
+    // Leak trends are found by `events` alone: the recorder marks none, so no fleet has them.
+    let o = run(
+        &["fleet", "episodes", "--kind", "leak-trend"],
+        Duration::from_secs(10),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
 }

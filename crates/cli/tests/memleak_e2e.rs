@@ -86,7 +86,9 @@ fn report(pid: u32, extra: &[&str]) -> Value {
     args.extend_from_slice(extra);
     let (code, out, err) = memleak(pid, &args);
     assert_eq!(code, Some(0), "{err}");
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("no JSON ({e}): {out}\n{err}"))
+    let v = serde_json::from_str(&out).unwrap_or_else(|e| panic!("no JSON ({e}): {out}\n{err}"));
+    common::check_schema("memleak", &v);
+    v
 }
 
 /// Whether the tests run as root; if not, `test` is skipped.
@@ -186,6 +188,13 @@ fn a_snapshot_compares_later() {
     let (code, out, err) = memleak(t.pid(), &["--snapshot", s]);
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("snapshot written"), "{out}");
+    // The same with --json: one line that says where the snapshot went.
+    let again = dir.path().join("again.json");
+    let (code, out, err) = memleak(t.pid(), &["--snapshot", again.to_str().unwrap(), "--json"]);
+    assert_eq!(code, Some(0), "{err}");
+    let line = common::check_schema_lines("memleak-snapshot", &out);
+    assert_eq!(line.len(), 1, "{out}");
+    assert_eq!(line[0]["pid"], t.pid(), "{out}");
     std::thread::sleep(Duration::from_secs(4));
     let v = report(t.pid(), &["--compare", s]);
     assert_eq!(v["growing"], true, "{v}");

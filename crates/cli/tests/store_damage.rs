@@ -86,10 +86,7 @@ fn events(dir: &Path) -> (Vec<String>, String) {
     );
     let err = text(&o.stderr);
     assert!(o.status.success(), "events failed: {err}");
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let ids = v
-        .as_array()
-        .unwrap()
+    let ids = common::parse_json_lines(&text(&o.stdout))
         .iter()
         .map(|e| e["id"].as_str().unwrap().to_string())
         .collect();

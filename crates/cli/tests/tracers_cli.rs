@@ -117,10 +117,7 @@ fn check_lists_every_tracer_and_refuses_without_root() {
     }
     let o = run(&["tracers", "--check", "--json"], Duration::from_secs(30));
     let out = text(&o.stdout);
-    let lines: Vec<serde_json::Value> = out
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("json line"))
-        .collect();
+    let lines = common::check_schema_lines("tracers-check", &out);
     assert_eq!(lines.len(), 6, "{out}");
     let failed: Vec<_> = lines.iter().filter(|l| l["loads"] != true).collect();
     if !failed.is_empty() {

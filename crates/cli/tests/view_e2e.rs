@@ -289,6 +289,7 @@ fn json_once_and_bad_input() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    common::check_schema("view", &v);
     assert_eq!(v["snapshot"]["time"], "2026-11-22T07:12:49.399Z");
     assert_eq!(v["snapshot"]["processes"][0]["comm"], "lab-madvise");
     assert_eq!(v["snapshot"]["processes"].as_array().unwrap().len(), 2);
@@ -301,6 +302,7 @@ fn json_once_and_bad_input() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    common::check_schema("view", &v);
     assert!(
         v["snapshot"]["cpu"]["idle_pct"].as_f64().is_some(),
         "two samples give rates"
