@@ -468,6 +468,21 @@ impl Folded {
     }
 }
 
+/// The kernel's cumulative counters, exported after the rename to base units: they had no name
+/// before it (the old rule would have made up `jitterscope_cpu__seconds_total`).
+const NEW_SINCE_BASE_UNITS: &[&jitterscope_model::MetricDef] = {
+    use jitterscope_model::metrics::{cgroup, cpu, process, psi};
+    &[
+        &cpu::SECONDS,
+        &psi::SOME_USEC,
+        &psi::FULL_USEC,
+        &cgroup::CPU_USAGE_NS,
+        &cgroup::CPU_USER_NS,
+        &cgroup::CPU_SYSTEM_NS,
+        &process::PROC_CPU_SECONDS,
+    ]
+};
+
 /// Every exposed metric's name before the base-unit rework and now, as a Markdown table for the
 /// README (a test keeps the README's copy equal to it).
 pub fn names_table() -> String {
@@ -477,8 +492,9 @@ pub fn names_table() -> String {
     for d in jitterscope_model::export::exposed() {
         let old = jitterscope_model::openmetrics::family_name(d);
         let old = match d.kind {
-            jitterscope_model::registry::Kind::Counter => format!("{old}_total"),
-            _ => old,
+            _ if NEW_SINCE_BASE_UNITS.iter().any(|n| n.name == d.name) => "(new)".to_string(),
+            jitterscope_model::registry::Kind::Counter => format!("`{old}_total`"),
+            _ => format!("`{old}`"),
         };
         let b = base_name(d);
         let mut also = Vec::new();
@@ -493,9 +509,13 @@ pub fn names_table() -> String {
         } else {
             format!("{}", b.scale)
         };
-        let same = if old == b.name { " (same)" } else { "" };
+        let same = if old == format!("`{}`", b.name) {
+            " (same)"
+        } else {
+            ""
+        };
         out.push_str(&format!(
-            "| `{}` | `{old}` | `{}`{same} | {scale} | {} |\n",
+            "| `{}` | {old} | `{}`{same} | {scale} | {} |\n",
             d.name.replace('|', "\\|"),
             b.name,
             also.join(", ")
@@ -885,6 +905,8 @@ mod tests {
         let a = readme.find(start).expect("the README has the names table") + start.len();
         let b = readme[a..].find(end).expect("the table ends") + a;
         let want = names_table();
+        // A metric newer than the rename had no old name to make up.
+        assert!(want.contains("| `cpu.<mode>_seconds` | (new) |"), "{want}");
         if std::env::var("JITTERSCOPE_BLESS").is_ok_and(|v| v == "1") {
             std::fs::write(path, format!("{}{want}{}", &readme[..a], &readme[b..])).unwrap();
             return;

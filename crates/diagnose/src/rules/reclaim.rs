@@ -150,14 +150,7 @@ fn run(d: &Data) -> Vec<Finding> {
         conf,
         culprit,
     );
-    f.onset = [
-        d.get(&tracer::RECLAIM_STALLS_PER_S, &[]),
-        d.get(&mem::RECLAIM_ALLOCSTALL_PER_S, &[]),
-    ]
-    .into_iter()
-    .flatten()
-    .filter_map(|s| d.onset_over_baseline(s, 1.0))
-    .min();
+    f.onset = onset(d, limit_cg.as_deref().filter(|_| is_memcg));
     if traced.n > 0 {
         f.cite(
             d,
@@ -285,4 +278,67 @@ fn run(d: &Data) -> Vec<Finding> {
         "https://docs.kernel.org/admin-guide/cgroup-v2.html#memory",
     ];
     vec![f]
+}
+
+/// When the stalls began. For reclaim at a cgroup's limit, when that cgroup's tasks began to
+/// stall: the host's count also holds every other cgroup's stalls, and a busy neighbour that
+/// stalls now and then would put the onset before whatever filled this cgroup, and the chain's
+/// order test would refuse the link to its cause.
+fn onset(d: &Data, memcg: Option<&str>) -> Option<i64> {
+    if let Some(s) = memcg.and_then(|cg| d.get(&tracer::RECLAIM_CGROUP_STALLS_PER_S, &[cg])) {
+        return d.onset_over_baseline(s, 1.0);
+    }
+    [
+        d.get(&tracer::RECLAIM_STALLS_PER_S, &[]),
+        d.get(&mem::RECLAIM_ALLOCSTALL_PER_S, &[]),
+    ]
+    .into_iter()
+    .flatten()
+    .filter_map(|s| d.onset_over_baseline(s, 1.0))
+    .min()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A neighbour that stalls a little from the start, and a cgroup at its limit whose tasks
+    /// stall hard later: the finding is about the second, and begins when it does.
+    #[test]
+    fn stalls_at_a_limit_begin_when_that_cgroup_s_do() {
+        let mut d = Data::seconds(20, 5);
+        for i in 6..20 {
+            let lab = if i >= 12 { 500.0 } else { 0.0 };
+            d.push(&tracer::RECLAIM_STALLS_PER_S, &[], i, 2.0 + lab);
+            d.push(&tracer::RECLAIM_CGROUP_STALLS_PER_S, &["/soak"], i, 2.0);
+            d.push(&tracer::RECLAIM_PROC_STALLS_PER_S, &["9", "cc1"], i, 2.0);
+            d.push(
+                &tracer::RECLAIM_PROC_MEMCG_STALLS_PER_S,
+                &["9", "cc1"],
+                i,
+                2.0,
+            );
+            if i >= 12 {
+                d.push(&tracer::RECLAIM_CGROUP_STALLS_PER_S, &["/lab"], i, lab);
+                d.push(&tracer::RECLAIM_PROC_STALLS_PER_S, &["7", "reader"], i, lab);
+                d.push(
+                    &tracer::RECLAIM_PROC_MEMCG_STALLS_PER_S,
+                    &["7", "reader"],
+                    i,
+                    lab,
+                );
+            }
+            d.push(&cgroup::MEMORY_USAGE_OF_LIMIT_PCT, &["/lab"], i, 99.0);
+        }
+        let f = run(&d);
+        assert_eq!(f.len(), 1);
+        assert!(
+            f[0].title.contains("at the limit of /lab"),
+            "{}",
+            f[0].title
+        );
+        assert_eq!(f[0].onset, Some(12_000_000_000));
+        // Global reclaim has no one cgroup: the host's stalls say when it began.
+        assert_eq!(onset(&d, None), Some(6_000_000_000));
+    }
 }
