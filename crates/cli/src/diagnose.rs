@@ -79,7 +79,7 @@ pub fn run(a: DiagnoseArgs) -> Result<()> {
     if a.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&crate::jsonout::versioned_of(&report)?)?
+            serde_json::to_string_pretty(&crate::jsonout::report_with_labels(&report)?)?
         );
     } else {
         print!("{}", text::render(&report));

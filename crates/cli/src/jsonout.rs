@@ -37,6 +37,26 @@ pub fn series_labels(series: &str) -> serde_json::Map<String, Value> {
     m
 }
 
+/// A diagnosis as its versioned document, each piece of evidence with the labels of its
+/// series beside the name, as `events` and `dump` give theirs (`{}` for a host series or a
+/// derived figure).
+pub fn report_with_labels(r: &jitterscope_diagnose::Report) -> serde_json::Result<Value> {
+    let mut v = versioned_of(r)?;
+    let evidence = v["findings"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f.get_mut("evidence")?.as_array_mut())
+        .flatten();
+    for e in evidence {
+        let labels = e["series"].as_str().map(series_labels).unwrap_or_default();
+        if let Some(o) = e.as_object_mut() {
+            o.insert("labels".into(), labels.into());
+        }
+    }
+    Ok(v)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -126,10 +126,32 @@ fn the_schemas_refuse_what_drifts() {
 #[test]
 fn diagnose_and_events_match_their_schemas() {
     let mut episodes = 0;
+    let mut labelled = 0;
     for s in scenarios() {
         let report: serde_json::Value =
             serde_json::from_str(&on_fixture(&s, &["diagnose"], &["--json"])).unwrap();
         check_schema("diagnose", &report);
+        // Each piece of evidence carries its series' labels: a cgroup's series its cgroup, a
+        // process's its pid and comm, a host series none.
+        for e in report["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|f| f["evidence"].as_array().unwrap())
+        {
+            let (series, labels) = (e["series"].as_str().unwrap_or(""), &e["labels"]);
+            if let Some(cg) = labels["cgroup"].as_str() {
+                assert!(series.contains(&format!(".{cg}.")), "{e}");
+                labelled += 1;
+            }
+            if let (Some(pid), Some(comm)) = (labels["pid"].as_str(), labels["comm"].as_str()) {
+                assert!(series.contains(&format!(".{pid}.{comm}.")), "{e}");
+                labelled += 1;
+            }
+            if series == "cpu.sys_pct" || series.is_empty() {
+                assert_eq!(labels, &serde_json::json!({}), "{e}");
+            }
+        }
         let ev = check_schema_lines("events", &on_fixture(&s, &["events"], &["--json"]));
         // An episode's own diagnosis is a report too.
         if let Some(id) = ev.first().and_then(|e| e["id"].as_str()) {
@@ -147,6 +169,7 @@ fn diagnose_and_events_match_their_schemas() {
         episodes > 10,
         "only {episodes} episodes in all the fixtures"
     );
+    assert!(labelled > 20, "only {labelled} labelled pieces of evidence");
 }
 
 #[test]
