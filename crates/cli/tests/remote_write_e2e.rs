@@ -951,7 +951,9 @@ enum Fault {
 }
 
 /// The requests a [`fault_proxy`] saw: what it did with each and the request's head.
-type Seen = Arc<std::sync::Mutex<Vec<(Fault, String)>>>;
+/// One request the proxy saw: what it did, the request's head (lower-cased), whether the body
+/// held metadata only, and the engine's status when the request was passed to it.
+type Seen = Arc<std::sync::Mutex<Vec<(Fault, String, bool, Option<u16>)>>>;
 
 /// A loopback proxy in front of the engine at `upstream` that plays `script` on its first
 /// requests, in order, and passes every later one. A request without the tenant header
@@ -975,11 +977,18 @@ fn fault_proxy(upstream: u16, tenant: &'static str, script: Vec<Fault>) -> (Stri
                         .next()
                         .unwrap_or_default()
                         .to_ascii_lowercase();
-                    let fault = {
+                    let metadata = req
+                        .windows(4)
+                        .position(|w| w == b"\r\n\r\n")
+                        .and_then(|i| {
+                            jitterscope_fleet::remote_write::proto::decode(&req[i + 4..]).ok()
+                        })
+                        .is_some_and(|r| r.timeseries.is_empty() && !r.metadata.is_empty());
+                    let (fault, at) = {
                         let mut s = log.lock().unwrap();
                         let f = script.get(s.len()).copied().unwrap_or(Fault::Pass);
-                        s.push((f, head.clone()));
-                        f
+                        s.push((f, head.clone(), metadata, None));
+                        (f, s.len() - 1)
                     };
                     let tenant_ok = head.contains(&format!("\r\nx-scope-orgid: {tenant}"));
                     let answer = match fault {
@@ -1006,6 +1015,11 @@ fn fault_proxy(upstream: u16, tenant: &'static str, script: Vec<Fault>) -> (Stri
                             let Some(resp) = read_message(&mut BufReader::new(up)) else {
                                 return;
                             };
+                            let status = String::from_utf8_lossy(&resp)
+                                .split(' ')
+                                .nth(1)
+                                .and_then(|c| c.parse().ok());
+                            log.lock().unwrap()[at].3 = status;
                             resp
                         }
                     };
@@ -1035,6 +1049,7 @@ fn faults_in_front_of_a_tenant_engine_lose_only_what_was_refused() {
     const SECRET: &str = "pw-9f3a7c-never-logged";
     let pw = tmp.path().join("password");
     std::fs::write(&pw, format!("{SECRET}\n")).unwrap();
+    // The first request is the families' metadata; the samples' requests follow.
     let mut script = vec![
         Fault::Pass,
         Fault::Answer(500),
@@ -1080,12 +1095,20 @@ fn faults_in_front_of_a_tenant_engine_lose_only_what_was_refused() {
     );
     // The proxy keeps heads lower-cased.
     let basic = basic.to_ascii_lowercase();
-    for (f, head) in &seen {
+    for (f, head, ..) in &seen {
         assert!(
             head.contains("\r\nx-scope-orgid: team-a") && head.contains(&basic),
             "{f:?}: a request without the tenant or the credentials:\n{head}"
         );
     }
+    // The families' metadata went first, on its own, and the engine took it.
+    let (_, _, metadata, status) = &seen[0];
+    assert!(*metadata, "the first request was not the metadata");
+    assert!(
+        status.is_some_and(|s| (200..300).contains(&s)),
+        "the engine answered the metadata with {status:?}"
+    );
+    assert_eq!(seen.iter().filter(|s| s.2).count(), 1, "{faults:?}");
     // Each kind of failure said once; the refusal says its points are dropped.
     for says in ["HTTP 500", "HTTP 429", "HTTP 400"] {
         let n = err.lines().filter(|l| l.contains(says)).count();

@@ -80,6 +80,33 @@ pub fn base_name(d: &MetricDef) -> BaseName {
     b
 }
 
+/// The OpenMetrics unit of an exported name, from its suffix (`seconds`, `bytes`, `ratio`), as
+/// `/metrics` declares it in `# UNIT` and remote write in its metadata.
+pub fn unit_of(name: &str) -> Option<&'static str> {
+    let name = name.strip_suffix("_total").unwrap_or(name);
+    ["seconds", "bytes", "ratio"]
+        .into_iter()
+        .find(|u| name.strip_suffix(u).is_some_and(|n| n.ends_with('_')))
+}
+
+/// A definition's help, which speaks of the stored unit, with the exported unit when they
+/// differ.
+pub fn help_in_base_units(help: &str, b: &BaseName) -> String {
+    if b.scale == 1.0 {
+        return help.to_string();
+    }
+    let unit = [
+        ("_seconds_per_second", "seconds per second"),
+        ("_seconds_total", "seconds"),
+        ("_seconds", "seconds"),
+        ("_ratio", "a ratio 0-1"),
+    ]
+    .iter()
+    .find(|(suffix, _)| b.name.ends_with(suffix))
+    .map_or("base units", |u| u.1);
+    format!("{help} [exposed in {unit}]")
+}
+
 /// Stored names whose plain form `promtool check metrics` refuses, and what they are exported
 /// as: a gauge must not end in `_count` (a histogram's or summary's sample), and `_d_` reads as
 /// an abbreviated unit (days).
@@ -321,6 +348,17 @@ pub fn top_pids(cur: &Sample, prev: Option<&Sample>, top: usize) -> HashSet<u32>
 mod tests {
     use super::*;
     use crate::metrics::{cgroup, cpu, recorder};
+
+    #[test]
+    fn units_come_from_whole_suffixes() {
+        assert_eq!(unit_of("jitterscope_cpu_seconds_total"), Some("seconds"));
+        assert_eq!(unit_of("jitterscope_cgroup_cpu_throttled_ratio"), Some("ratio"));
+        assert_eq!(unit_of("jitterscope_mem_cached_bytes"), Some("bytes"));
+        assert_eq!(unit_of("jitterscope_disk_read_bytes_per_second"), None);
+        assert_eq!(unit_of("jitterscope_gigabytes"), None);
+        assert_eq!(unit_of("bytes"), None);
+        assert_eq!(unit_of(""), None);
+    }
 
     #[test]
     fn the_pid_is_found_where_the_template_has_it() {

@@ -239,6 +239,10 @@ pub fn owner_labels(c: &Cgroup) -> Option<Vec<(&'static str, &str)>> {
     Some(out)
 }
 
+/// The help of `jitterscope_cgroup_info`, on `/metrics` and in remote write's metadata.
+pub const CGROUP_INFO_HELP: &str =
+    "The container, pod or systemd unit that owns a cgroup, as its runtime names it";
+
 /// `jitterscope_cgroup_info`: who owns each cgroup that belongs to a runtime or a systemd unit,
 /// as labels, so a query joins names onto the per-cgroup series (`... * on(instance, cgroup)
 /// group_left(container_name) jitterscope_cgroup_info`) rather than every series carrying
@@ -272,9 +276,7 @@ pub fn cgroup_info<'a>(cgroups: impl IntoIterator<Item = (&'a Cgroup, Option<i64
     if lines.is_empty() {
         return lines;
     }
-    format!(
-        "# TYPE jitterscope_cgroup info\n# HELP jitterscope_cgroup The container, pod or systemd unit that owns a cgroup, as its runtime names it\n{lines}"
-    )
+    format!("# TYPE jitterscope_cgroup info\n# HELP jitterscope_cgroup {CGROUP_INFO_HELP}\n{lines}")
 }
 
 #[cfg(test)]

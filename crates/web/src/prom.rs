@@ -189,9 +189,7 @@ impl Families {
         self.0.entry(name.to_string()).or_insert_with(|| Family {
             ty,
             help: help(),
-            unit: ["seconds", "bytes", "ratio"]
-                .into_iter()
-                .find(|u| name.ends_with(&format!("_{u}"))),
+            unit: jitterscope_model::export::unit_of(name),
             lines: String::new(),
         })
     }
@@ -235,23 +233,6 @@ fn num(out: &mut String, v: f64) {
     } else {
         write_num(out, v);
     }
-}
-
-/// A definition's help, which speaks of the stored unit, with the exposed unit when they differ.
-fn in_base_units(help: &str, b: &BaseName) -> String {
-    if b.scale == 1.0 {
-        return help.to_string();
-    }
-    let unit = [
-        ("_seconds_per_second", "seconds per second"),
-        ("_seconds_total", "seconds"),
-        ("_seconds", "seconds"),
-        ("_ratio", "a ratio 0-1"),
-    ]
-    .iter()
-    .find(|(suffix, _)| b.name.ends_with(suffix))
-    .map_or("base units", |u| u.1);
-    format!("{help} [exposed in {unit}]")
 }
 
 /// The upper edge of log2-microsecond slot `i`, in seconds.
@@ -360,7 +341,7 @@ impl Folded {
                 // The recorder's own cumulative counts: a counter family named without
                 // `_total`, whose sample has it.
                 let f = fams.family(e.base.name.trim_end_matches("_total"), "counter", || {
-                    in_base_units(def.help, &e.base)
+                    jitterscope_model::export::help_in_base_units(def.help, &e.base)
                 });
                 line(&mut f.lines, &e.base.name, &labels, s.last * e.base.scale);
             } else {
@@ -368,7 +349,7 @@ impl Folded {
                     &mut fams,
                     &e.base.name,
                     "gauge",
-                    &|| in_base_units(def.help, &e.base),
+                    &|| jitterscope_model::export::help_in_base_units(def.help, &e.base),
                     s.last * e.base.scale,
                 );
             }
@@ -377,7 +358,7 @@ impl Folded {
                 let help = || {
                     format!(
                         "{}; as a counter: summed over every recorded second since serve started",
-                        in_base_units(def.help, c)
+                        jitterscope_model::export::help_in_base_units(def.help, c)
                     )
                 };
                 let f = fams.family(family, "counter", help);
@@ -394,7 +375,7 @@ impl Folded {
                         let help = || {
                             format!(
                                 "{}; the {word} second since this scraper's previous scrape ({window_s} s here)",
-                                in_base_units(def.help, &e.base)
+                                jitterscope_model::export::help_in_base_units(def.help, &e.base)
                             )
                         };
                         put(&mut fams, &name, "gauge", &help, v * e.base.scale);

@@ -2,13 +2,15 @@
 //! globs, named in base units ([`base_name`]), with the recorder's labels (`host` and any the
 //! user adds), grouped by series across the samples of one request.
 
+use std::collections::BTreeMap;
+
 use ahash::AHashMap as HashMap;
 
-use jitterscope_model::export::{base_name, BaseName, Bounded};
+use jitterscope_model::export::{base_name, help_in_base_units, unit_of, BaseName, Bounded};
 use jitterscope_model::openmetrics::owner_labels;
 use jitterscope_model::Sample;
 
-use super::proto::{Label, Point, TimeSeries, WriteRequest};
+use super::proto::{Label, MetricMetadata, MetricType, Point, TimeSeries, WriteRequest};
 
 /// Which series are sent: [`Bounded::new`] by default, [`Bounded::globs`] for the user's.
 pub type Choice = Bounded;
@@ -44,6 +46,8 @@ pub struct Batch {
     live: HashMap<String, Live>,
     /// Samples added since the batch was made.
     generation: u64,
+    /// Every family sent since the batch was made, for the metadata requests.
+    families: BTreeMap<String, MetricMetadata>,
 }
 
 impl Batch {
@@ -63,7 +67,21 @@ impl Batch {
             key: String::new(),
             live: HashMap::default(),
             generation: 0,
+            families: BTreeMap::new(),
         }
+    }
+
+    /// The metadata of every family sent so far (types, help, units), as one request.
+    pub fn metadata(&self) -> WriteRequest {
+        WriteRequest {
+            timeseries: Vec::new(),
+            metadata: self.families.values().cloned().collect(),
+        }
+    }
+
+    /// Families sent so far.
+    pub fn families(&self) -> usize {
+        self.families.len()
     }
 
     /// Series being sent now (those the last sample had).
@@ -102,6 +120,7 @@ impl Batch {
             points,
             key,
             live,
+            families,
             ..
         } = self;
         let mut at = At {
@@ -113,9 +132,22 @@ impl Batch {
             generation,
         };
         choice.for_each(cur, prev, |def, labels, v| {
-            let named = names.entry(def.name).or_insert_with(|| Named {
-                base: base_name(def),
-                keys: def.placeholders(),
+            let named = names.entry(def.name).or_insert_with(|| {
+                let base = base_name(def);
+                let ty = match def.kind {
+                    jitterscope_model::Kind::Counter => MetricType::Counter,
+                    _ => MetricType::Gauge,
+                };
+                meta(
+                    families,
+                    &base.name,
+                    ty,
+                    help_in_base_units(def.help, &base),
+                );
+                Named {
+                    base,
+                    keys: def.placeholders(),
+                }
             });
             let pairs = named.keys.iter().copied().zip(labels.iter().copied());
             at.push(
@@ -131,6 +163,14 @@ impl Batch {
         // Which recorder sent it, as Prometheus exporters say it: a constant 1 whose labels
         // are the build.
         if !build.is_empty() {
+            if !families.contains_key("jitterscope_build_info") {
+                meta(
+                    families,
+                    "jitterscope_build_info",
+                    MetricType::Info,
+                    "The jitterscope that sent these series: version and source revision".into(),
+                );
+            }
             at.push(
                 "jitterscope_build_info",
                 build.iter().map(|(k, v)| (k.as_str(), v.as_str())),
@@ -147,6 +187,14 @@ impl Batch {
             let Some(labels) = owner_labels(c) else {
                 continue;
             };
+            if !families.contains_key("jitterscope_cgroup_info") {
+                meta(
+                    families,
+                    "jitterscope_cgroup_info",
+                    MetricType::Info,
+                    jitterscope_model::openmetrics::CGROUP_INFO_HELP.into(),
+                );
+            }
             at.push(
                 "jitterscope_cgroup_info",
                 labels.into_iter(),
@@ -167,8 +215,22 @@ impl Batch {
         self.samples = 0;
         WriteRequest {
             timeseries: std::mem::take(&mut self.series),
+            metadata: Vec::new(),
         }
     }
+}
+
+/// Notes a family's metadata.
+fn meta(families: &mut BTreeMap<String, MetricMetadata>, name: &str, ty: MetricType, help: String) {
+    families.insert(
+        name.to_string(),
+        MetricMetadata {
+            r#type: ty as i32,
+            metric_family_name: name.to_string(),
+            help,
+            unit: unit_of(name).unwrap_or_default().to_string(),
+        },
+    );
 }
 
 /// Where one sample's points go: the batch's series, and the series known to be live.

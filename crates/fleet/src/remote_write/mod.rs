@@ -21,6 +21,10 @@
 //! scheme) count the request's points as failed and move on. Each kind of failure is logged
 //! once per streak, and the counters are the recorder's own metrics
 //! (`self.remote_write.*`).
+//!
+//! Metadata: each family's type, help and unit go in a request of their own before the first
+//! samples and then once a minute, as Prometheus sends them; a failed one is tried again a
+//! minute later and never holds samples back.
 
 pub mod batch;
 pub mod client;
@@ -52,6 +56,11 @@ pub const MAX_SAMPLES: usize = 120;
 pub const MAX_BACKOFF: Duration = Duration::from_secs(4);
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+
+/// How often the families' metadata (type, help, unit) is sent: first before the first
+/// samples, then as often as Prometheus sends it (`metadata_config.send_interval`, 1 m), in a
+/// request of its own, so engines that keep it (Mimir, Cortex) never lose it for long.
+pub const METADATA_EVERY: Duration = Duration::from_secs(60);
 
 /// Offers the writer may have waiting before the sender takes them; more are dropped (the
 /// sender reads them back from the store).
@@ -179,6 +188,8 @@ struct Pending {
     points: usize,
     /// The newest sample in it.
     upto: i64,
+    /// Metadata only: sending it moves no cursor.
+    metadata: bool,
 }
 
 struct Run {
@@ -207,6 +218,8 @@ struct Run {
     /// Resuming from a cursor: one sample per request until one is accepted (see
     /// [`Run::attempt`]).
     resuming: bool,
+    /// When the metadata was last tried.
+    metadata_at: Option<Instant>,
 }
 
 impl Run {
@@ -259,6 +272,7 @@ impl Run {
             failed_requests_in_streak: 0,
             cursor_failing: false,
             resuming: cursor.is_some(),
+            metadata_at: None,
         }
     }
 
@@ -329,7 +343,11 @@ impl Run {
                 if !due {
                     return false;
                 }
-                self.seal();
+                if !stopping && self.metadata_due() {
+                    self.seal_metadata();
+                } else {
+                    self.seal();
+                }
             }
             if Instant::now() < self.next_try && !stopping {
                 return false;
@@ -354,9 +372,29 @@ impl Run {
             body: proto::encode(&req),
             points,
             upto: self.consumed,
+            metadata: false,
         });
         self.batch_since = None;
         self.backfilling = false;
+    }
+
+    /// Whether the families' metadata is to go before the next samples: never tried, or
+    /// [`METADATA_EVERY`] since it last was.
+    fn metadata_due(&self) -> bool {
+        self.batch.families() > 0
+            && self
+                .metadata_at
+                .is_none_or(|t| t.elapsed() >= METADATA_EVERY)
+    }
+
+    /// The metadata of every family sent so far as the pending request; the batch waits.
+    fn seal_metadata(&mut self) {
+        self.pending = Some(Pending {
+            body: proto::encode(&self.batch.metadata()),
+            points: 0,
+            upto: self.consumed,
+            metadata: true,
+        });
     }
 
     /// Tries the pending request; true when it is settled (sent or given up on).
@@ -366,6 +404,9 @@ impl Run {
         };
         let outcome = self.client.send(&p.body);
         let (points, upto, bytes) = (p.points as u64, p.upto, p.body.len() as u64);
+        if p.metadata {
+            return self.settle_metadata(outcome, bytes);
+        }
         match outcome {
             Outcome::Sent => {
                 self.resuming = false;
@@ -425,6 +466,25 @@ impl Run {
         }
     }
 
+    /// The metadata request's outcome. Whatever it is, the samples go next, and the metadata
+    /// again in [`METADATA_EVERY`]: samples must not wait behind a description of themselves,
+    /// and their own failure is what says points are held back or dropped. Said once per
+    /// kind; no points are counted failed, as it holds none.
+    fn settle_metadata(&mut self, outcome: Outcome, bytes: u64) -> bool {
+        match outcome {
+            Outcome::Sent => {
+                self.stats.bytes_sent.fetch_add(bytes, Ordering::Relaxed);
+            }
+            Outcome::Retry(why) | Outcome::Reject(why) => {
+                self.stats.requests_failed.fetch_add(1, Ordering::Relaxed);
+                self.say_metadata(&why);
+            }
+        }
+        self.metadata_at = Some(Instant::now());
+        self.pending = None;
+        true
+    }
+
     /// The request up to `upto` is done with (sent, or given up on): move the cursor past it.
     /// A target that cannot work saves no cursor: it would say nothing of what a receiver
     /// holds.
@@ -463,6 +523,21 @@ impl Run {
             (self.log)(
                 Level::Warn,
                 &format!("remote write: {why} ({what}; {points} points in the request)"),
+            );
+        }
+    }
+
+    /// Says a failure of the metadata once per kind per streak, apart from the samples'
+    /// failures: a receiver that refuses both must still be said to drop points.
+    fn say_metadata(&mut self, why: &str) {
+        if self.client.broken().is_some() {
+            return;
+        }
+        let kind: String = why.split(": ").take(2).collect::<Vec<_>>().join(": ");
+        if self.said.insert(format!("metadata {kind}")) {
+            (self.log)(
+                Level::Warn,
+                &format!("remote write: {why} (the families' metadata; sent again in a minute)"),
             );
         }
     }
@@ -626,16 +701,22 @@ mod catch_up {
     use std::io::{BufRead, BufReader, Read, Write};
     use std::sync::atomic::AtomicUsize;
 
-    /// A receiver that takes `delay` per request and accepts it.
-    fn slow_receiver(delay: Duration) -> (String, Arc<AtomicUsize>) {
+    /// What a receiver was sent, in order.
+    type Bodies = Arc<std::sync::Mutex<Vec<proto::WriteRequest>>>;
+
+    /// A receiver that takes `delay` per request and accepts it: the number of requests, and
+    /// what they held.
+    fn slow_receiver(delay: Duration) -> (String, Arc<AtomicUsize>, Bodies) {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}/api/v1/write", l.local_addr().unwrap());
         let n = Arc::new(AtomicUsize::new(0));
         let seen = n.clone();
+        let bodies = Bodies::default();
+        let kept = bodies.clone();
         std::thread::spawn(move || {
             for c in l.incoming() {
                 let Ok(c) = c else { continue };
-                let seen = seen.clone();
+                let (seen, kept) = (seen.clone(), kept.clone());
                 std::thread::spawn(move || {
                     let mut r = BufReader::new(c.try_clone().unwrap());
                     let mut w = c;
@@ -660,6 +741,7 @@ mod catch_up {
                             return;
                         }
                         std::thread::sleep(delay);
+                        kept.lock().unwrap().push(proto::decode(&body).unwrap());
                         seen.fetch_add(1, Ordering::SeqCst);
                         if w.write_all(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n")
                             .is_err()
@@ -670,7 +752,7 @@ mod catch_up {
                 });
             }
         });
-        (url, n)
+        (url, n, bodies)
     }
 
     #[test]
@@ -696,7 +778,7 @@ mod catch_up {
             w.append_lanes(s.ts_ns, e.main, &e.lanes).unwrap();
         }
         w.close().unwrap();
-        let (url, requests) = slow_receiver(Duration::from_millis(200));
+        let (url, requests, bodies) = slow_receiver(Duration::from_millis(200));
         save_cursor(dir.path(), &url, t0 - 1).unwrap();
         let sender = Sender::start(
             Config {
@@ -735,16 +817,109 @@ mod catch_up {
         sender.stop();
         let took = asked.elapsed();
         // The stop ends the catch-up: a sender that finished it first would have made all 17
-        // requests before `stop` returned.
+        // requests (and the metadata's) before `stop` returned.
         let n = requests.load(Ordering::SeqCst);
-        assert!((2..17).contains(&n), "{n} requests; stop took {took:?}");
+        assert!((3..18).contains(&n), "{n} requests; stop took {took:?}");
+        // The metadata went first, on its own; the samples after it.
+        let sent = bodies.lock().unwrap().clone();
+        assert!(sent[0].timeseries.is_empty() && !sent[0].metadata.is_empty());
+        assert!(sent[1..]
+            .iter()
+            .all(|r| r.metadata.is_empty() && !r.timeseries.is_empty()));
         // The cursor is where the receiver's data ends, in order from the start.
         let cur = load_cursor(dir.path(), &url).unwrap();
         assert_eq!(cur, stats.snapshot().acked_ts_ns);
         // Resuming, the first request is one sample; the others are full.
         assert_eq!(
             (cur - t0) / 1_000_000_000 + 1,
-            1 + (n as i64 - 1) * MAX_SAMPLES as i64
+            1 + (n as i64 - 2) * MAX_SAMPLES as i64
         );
+    }
+
+    /// Each family's type, help and unit go first, then again once a minute, never with
+    /// samples and never moving the cursor.
+    #[test]
+    fn metadata_goes_first_on_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = StoreConfig::new(dir.path());
+        c.retain = Duration::from_secs(100 * 365 * 86400);
+        let mut w = Writer::open(c).unwrap();
+        let mut enc = Encoder::new();
+        let t0 = 1_000_000_000_000_000_000i64;
+        for i in 0..5i64 {
+            let mut s = Sample {
+                ts_ns: t0 + i * 1_000_000_000,
+                mono_ns: (i as u64 + 1) * 1_000_000_000,
+                loadavg: Some(LoadAvg {
+                    load1: i as f64,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            let e = enc.encode(&mut s, &SignalRecord::default()).unwrap();
+            w.append_lanes(s.ts_ns, e.main, &e.lanes).unwrap();
+        }
+        w.close().unwrap();
+        let (url, _, bodies) = slow_receiver(Duration::ZERO);
+        let sender = Sender::start(
+            Config {
+                target: Target {
+                    url: url.clone(),
+                    auth: Auth::None,
+                    ca_file: None,
+                    timeout: Duration::from_secs(5),
+                    headers: Vec::new(),
+                },
+                labels: vec![("host".into(), "t".into())],
+                build: vec![("version".into(), "1".into())],
+                choice: Choice::new(0),
+                flush: Duration::from_millis(100),
+                dir: dir.path().to_path_buf(),
+                start_ns: t0,
+            },
+            Box::new(|_, _| {}),
+        )
+        .unwrap();
+        let last = SampleReader::open(dir.path())
+            .unwrap()
+            .samples(
+                t0 + 4 * 1_000_000_000,
+                i64::MAX,
+                jitterscope_model::codec::Parts::ALL,
+            )
+            .unwrap()
+            .next()
+            .unwrap();
+        sender.offer(Some(last.ts_ns - 1_000_000_000), Arc::new(last));
+        std::thread::sleep(Duration::from_millis(1500));
+        sender.stop();
+        let sent = bodies.lock().unwrap().clone();
+        assert_eq!(sent.len(), 2, "{sent:?}");
+        let meta = &sent[0].metadata;
+        assert!(sent[0].timeseries.is_empty());
+        let family = |name: &str| {
+            meta.iter()
+                .find(|m| m.metric_family_name == name)
+                .unwrap_or_else(|| panic!("no metadata of {name}: {meta:?}"))
+        };
+        let load = family("jitterscope_load_avg1");
+        assert_eq!(load.r#type, proto::MetricType::Gauge as i32);
+        assert!(load.help.contains("load"), "{load:?}");
+        assert_eq!(
+            family("jitterscope_build_info").r#type,
+            proto::MetricType::Info as i32
+        );
+        // Every series sent has its family described, and nothing else is.
+        let mut names: Vec<&str> = sent[1]
+            .timeseries
+            .iter()
+            .map(|t| t.labels[0].value.as_str())
+            .collect();
+        names.sort();
+        names.dedup();
+        let described: Vec<&str> = meta.iter().map(|m| m.metric_family_name.as_str()).collect();
+        assert_eq!(names, described);
+        // The samples' request moved the cursor to the last sample, the metadata's nothing.
+        assert_eq!(load_cursor(dir.path(), &url), Some(t0 + 4 * 1_000_000_000));
     }
 }

@@ -3,12 +3,48 @@
 //! derives rather than generated from the .proto files, so the build needs no `protoc`; the
 //! field numbers are the protocol's.
 
-/// One request: the series and their samples.
+/// One request: the series and their samples, or the families' metadata (sent on their own,
+/// as Prometheus does).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct WriteRequest {
     /// Field 1 of `prometheus.WriteRequest`.
     #[prost(message, repeated, tag = "1")]
     pub timeseries: Vec<TimeSeries>,
+    /// Field 3 (2 is reserved).
+    #[prost(message, repeated, tag = "3")]
+    pub metadata: Vec<MetricMetadata>,
+}
+
+/// `prometheus.MetricMetadata`: what a family is, for engines that keep it (Mimir, Cortex,
+/// Grafana Cloud, Prometheus with metadata WAL records) and show it in their query UIs.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct MetricMetadata {
+    /// Field 1, `MetricMetadata.MetricType`.
+    #[prost(enumeration = "MetricType", tag = "1")]
+    pub r#type: i32,
+    /// Field 2: the name its series carry in `__name__`.
+    #[prost(string, tag = "2")]
+    pub metric_family_name: String,
+    /// Field 4.
+    #[prost(string, tag = "4")]
+    pub help: String,
+    /// Field 5: `seconds`, `bytes`, `ratio`, or empty.
+    #[prost(string, tag = "5")]
+    pub unit: String,
+}
+
+/// `MetricMetadata.MetricType`, the types this sender uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
+#[repr(i32)]
+pub enum MetricType {
+    /// 0.
+    Unknown = 0,
+    /// 1.
+    Counter = 1,
+    /// 2.
+    Gauge = 2,
+    /// 6.
+    Info = 6,
 }
 
 /// A series: its labels (sorted by name, `__name__` among them) and its samples in time order.
@@ -68,6 +104,7 @@ mod tests {
 
     #[test]
     fn a_request_survives_the_wire_format() {
+        use prost::Message;
         let req = WriteRequest {
             timeseries: vec![TimeSeries {
                 labels: vec![
@@ -85,11 +122,28 @@ mod tests {
                     timestamp: 1_700_000_000_000,
                 }],
             }],
+            metadata: Vec::new(),
         };
         let body = encode(&req);
         assert_eq!(decode(&body).unwrap(), req);
+        // Metadata: the enum is field 1 as a varint, the name field 2, help 4, unit 5.
+        let m = MetricMetadata {
+            r#type: MetricType::Counter as i32,
+            metric_family_name: "a".into(),
+            help: "h".into(),
+            unit: "seconds".into(),
+        };
+        assert_eq!(
+            m.encode_to_vec(),
+            b"\x08\x01\x12\x01a\x22\x01h\x2a\x07seconds"
+        );
+        let meta = WriteRequest {
+            timeseries: Vec::new(),
+            metadata: vec![m],
+        };
+        assert_eq!(meta.encode_to_vec()[0], 0x1a, "field 3, length-delimited");
+        assert_eq!(decode(&encode(&meta)).unwrap(), meta);
         // The bytes on the wire for field 1 of a Label: tag 0x0a, length, text.
-        use prost::Message;
         let raw = req.timeseries[0].labels[1].encode_to_vec();
         assert_eq!(raw, b"\x0a\x04host\x12\x01a");
         let p = Point {
