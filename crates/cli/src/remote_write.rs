@@ -30,7 +30,8 @@ pub struct RemoteWriteArgs {
     /// every cgroup's CPU, throttling, memory, I/O and pressure, and the top processes].
     #[arg(long, value_name = "GLOB")]
     pub remote_write_select: Vec<String>,
-    /// Processes sent per sample: this many busiest by CPU plus this many largest by RSS.
+    /// Processes sent: this many busiest by CPU plus this many largest by RSS, each from its
+    /// second second in the top until a minute after it left (at most 4 x N at once).
     #[arg(long, default_value_t = 10, value_name = "N")]
     pub remote_write_top: usize,
     /// How long points may wait to go out together while the sender keeps up (a request at

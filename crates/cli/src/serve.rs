@@ -41,8 +41,8 @@ pub struct ServeArgs {
     /// A file whose content is the ClickHouse user's password.
     #[arg(long, value_name = "FILE", requires = "clickhouse_user")]
     clickhouse_password_file: Option<PathBuf>,
-    /// Processes exposed on /metrics: this many busiest by CPU plus this many largest by RSS
-    /// (the set `record --remote-write` sends).
+    /// Processes exposed on /metrics: this many busiest by CPU plus this many largest by RSS,
+    /// held a minute after they leave the top (the set `record --remote-write` sends).
     #[arg(long, default_value_t = 20)]
     metrics_top_processes: usize,
     /// /metrics and /healthz answer 503 when the newest sample is older than this (0: any

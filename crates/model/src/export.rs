@@ -202,11 +202,77 @@ pub fn exposed() -> Vec<&'static MetricDef> {
 
 /// The default export set, prepared once: every host series and every cgroup's (their
 /// number is bounded by the host), and per-process series only for the `top` processes by
-/// CPU and the `top` by resident memory of each sample, so a host of 10,000 short-lived
-/// processes exports tens of process series, not tens of thousands.
+/// CPU and the `top` by resident memory, with hysteresis ([`Keeper`]), so a host of 10,000
+/// short-lived processes exports tens of process series, not tens of thousands, and the same
+/// ones from second to second.
 pub struct Bounded {
     sel: Selection,
     top: usize,
+    /// Which processes keep their series from sample to sample (see [`Keeper`]).
+    keeper: std::sync::Mutex<Keeper>,
+}
+
+/// How long a process keeps its series after it last ranked in the top N.
+pub const TOP_HOLD_NS: i64 = 60 * 1_000_000_000;
+
+/// How many processes may hold series at once, per process counted in the top N: room for the
+/// held ones beside those ranking now.
+pub const TOP_ROOM: usize = 2;
+
+/// The top N with hysteresis, so that the exported set of processes is stable. The top N of
+/// each sample alone churns on a busy host: hundreds of shells trade places every second and
+/// the fork storm's short processes rank for the one second they live, and each process
+/// that comes back into the top starts a new series at the receiver (issue 45's budget is
+/// 1,000 new series an hour). So a process enters when it ranks in two samples in a row (a
+/// one-second burst does not), and leaves [`TOP_HOLD_NS`] after it last ranked, when it
+/// exits, or when room is needed (at most [`TOP_ROOM`] x 2N held; the one out of the top
+/// longest goes first).
+#[derive(Debug, Default)]
+pub struct Keeper {
+    /// Kept pids and when each last ranked.
+    kept: std::collections::HashMap<u32, i64>,
+    /// Pids that ranked in the last sample and are not kept yet.
+    ranked_once: HashSet<u32>,
+    last_ts: Option<i64>,
+}
+
+impl Keeper {
+    /// The pids whose series go out for the sample at `ts`, given the sample's top N by CPU
+    /// and by RSS (`ranked`), whether a pid is still alive, and the room (`limit`).
+    pub fn keep(
+        &mut self,
+        ts: i64,
+        ranked: &HashSet<u32>,
+        alive: impl Fn(u32) -> bool,
+        limit: usize,
+    ) -> HashSet<u32> {
+        // A sample not after the last (a window read again, a store that went back): the
+        // history says nothing of it.
+        if self.last_ts.is_some_and(|t| ts <= t) {
+            *self = Keeper::default();
+        }
+        self.last_ts = Some(ts);
+        for &pid in ranked {
+            if self.kept.contains_key(&pid) || self.ranked_once.contains(&pid) {
+                self.kept.insert(pid, ts);
+            }
+        }
+        self.ranked_once = ranked
+            .iter()
+            .filter(|p| !self.kept.contains_key(p))
+            .copied()
+            .collect();
+        self.kept
+            .retain(|&pid, &mut last| alive(pid) && ts - last <= TOP_HOLD_NS);
+        if self.kept.len() > limit {
+            let mut by_last: Vec<(i64, u32)> = self.kept.iter().map(|(&p, &t)| (t, p)).collect();
+            by_last.sort_by(|a, b| b.cmp(a));
+            for (_, pid) in by_last.drain(limit..) {
+                self.kept.remove(&pid);
+            }
+        }
+        self.kept.keys().copied().collect()
+    }
 }
 
 impl Bounded {
@@ -221,6 +287,7 @@ impl Bounded {
         Bounded {
             sel: Selection::new(&exposed(), globs),
             top,
+            keeper: Default::default(),
         }
     }
 
@@ -236,14 +303,34 @@ impl Bounded {
     }
 
     /// Hands each kept series of `cur` (rates against `prev`) to `f`: metric, placeholder
-    /// values, value (unknown values are left out).
+    /// values, value (unknown values are left out). Samples are to come in time order: which
+    /// processes are kept depends on the ones before (see [`Keeper`]).
     pub fn for_each(
         &self,
         cur: &Sample,
         prev: Option<&Sample>,
         mut f: impl FnMut(&'static MetricDef, &[&str], f64),
     ) {
-        let keep = top_pids(cur, prev, self.top);
+        let keep = match self.top {
+            0 => HashSet::new(),
+            top => {
+                let ranked = top_pids(cur, prev, top);
+                let alive: HashSet<u32> = cur
+                    .processes
+                    .iter()
+                    .flatten()
+                    .filter(|p| !p.stat.exited())
+                    .map(|p| p.stat.pid)
+                    .collect();
+                let mut k = self.keeper.lock().unwrap_or_else(|e| e.into_inner());
+                k.keep(
+                    cur.ts_ns,
+                    &ranked,
+                    |pid| alive.contains(&pid),
+                    TOP_ROOM * 2 * top,
+                )
+            }
+        };
         self.sel.for_each_labels(
             cur,
             prev,
@@ -350,9 +437,44 @@ mod tests {
     use crate::metrics::{cgroup, cpu, recorder};
 
     #[test]
+    fn the_top_n_is_entered_in_two_samples_and_left_after_a_minute() {
+        const S: i64 = 1_000_000_000;
+        let set = |v: &[u32]| v.iter().copied().collect::<HashSet<u32>>();
+        let sorted = |h: HashSet<u32>| {
+            let mut v: Vec<u32> = h.into_iter().collect();
+            v.sort();
+            v
+        };
+        let mut k = Keeper::default();
+        let all = |_| true;
+        // A one-second burst does not enter.
+        assert!(k.keep(S, &set(&[1, 2]), all, 10).is_empty());
+        assert_eq!(sorted(k.keep(2 * S, &set(&[1, 3]), all, 10)), [1]);
+        // Out of the top, held; ranked twice, in.
+        assert_eq!(sorted(k.keep(3 * S, &set(&[3, 4]), all, 10)), [1, 3]);
+        // A minute after it last ranked, out; 3 ranked a second later and stays.
+        assert_eq!(sorted(k.keep(62 * S, &set(&[]), all, 10)), [1, 3]);
+        assert_eq!(sorted(k.keep(63 * S, &set(&[]), all, 10)), [3]);
+        assert!(k.keep(64 * S, &set(&[]), all, 10).is_empty());
+        // An exited process leaves at once.
+        k.keep(65 * S, &set(&[5, 6]), all, 10);
+        assert_eq!(sorted(k.keep(66 * S, &set(&[5, 6]), |p| p != 6, 10)), [5]);
+        // Out of room, the one out of the top the longest goes first.
+        k.keep(67 * S, &set(&[7]), all, 2);
+        assert_eq!(sorted(k.keep(68 * S, &set(&[7, 8]), all, 2)), [5, 7]);
+        k.keep(69 * S, &set(&[8]), all, 2);
+        assert_eq!(sorted(k.keep(70 * S, &set(&[8]), all, 2)), [7, 8]);
+        // A sample from before the last starts over.
+        assert!(k.keep(10 * S, &set(&[8]), all, 2).is_empty());
+    }
+
+    #[test]
     fn units_come_from_whole_suffixes() {
         assert_eq!(unit_of("jitterscope_cpu_seconds_total"), Some("seconds"));
-        assert_eq!(unit_of("jitterscope_cgroup_cpu_throttled_ratio"), Some("ratio"));
+        assert_eq!(
+            unit_of("jitterscope_cgroup_cpu_throttled_ratio"),
+            Some("ratio")
+        );
         assert_eq!(unit_of("jitterscope_mem_cached_bytes"), Some("bytes"));
         assert_eq!(unit_of("jitterscope_disk_read_bytes_per_second"), None);
         assert_eq!(unit_of("jitterscope_gigabytes"), None);

@@ -93,6 +93,9 @@ struct Folded {
     info: String,
     /// The newest sample's host name and kernel: `jitterscope_host_info`.
     host: Option<(String, String)>,
+    /// The export set and its top N, kept across scrapes: which processes are exported
+    /// depends on the samples before (the top N's hysteresis).
+    bounded: Option<(usize, std::sync::Arc<Bounded>)>,
 }
 
 impl Folded {
@@ -282,7 +285,14 @@ impl Scrapes {
             Some(t) => (t + 1).max(newest - max_window),
             None => newest - window_ns + 1,
         };
-        let bounded = Bounded::new(top);
+        let bounded = match &st.bounded {
+            Some((n, b)) if *n == top => b.clone(),
+            _ => {
+                let b = std::sync::Arc::new(Bounded::new(top));
+                st.bounded = Some((top, b.clone()));
+                b
+            }
+        };
         let mut damage = Damage::default();
         if from <= newest {
             let mut pairs = reader.pairs(from, newest, bounded.parts())?;
