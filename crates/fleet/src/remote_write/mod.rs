@@ -220,6 +220,10 @@ struct Run {
     resuming: bool,
     /// When the metadata was last tried.
     metadata_at: Option<Instant>,
+    /// Why it failed, until samples are accepted (then it is said).
+    metadata_failed: Option<String>,
+    /// The metadata's failures said, by kind, until it is accepted again.
+    metadata_said: HashSet<String>,
 }
 
 impl Run {
@@ -273,6 +277,8 @@ impl Run {
             cursor_failing: false,
             resuming: cursor.is_some(),
             metadata_at: None,
+            metadata_failed: None,
+            metadata_said: HashSet::new(),
         }
     }
 
@@ -410,6 +416,9 @@ impl Run {
         match outcome {
             Outcome::Sent => {
                 self.resuming = false;
+                if let Some(why) = self.metadata_failed.take() {
+                    self.say_metadata(&why);
+                }
                 self.stats.points_sent.fetch_add(points, Ordering::Relaxed);
                 self.stats.bytes_sent.fetch_add(bytes, Ordering::Relaxed);
                 if self.failed_requests_in_streak > 0 {
@@ -474,10 +483,14 @@ impl Run {
         match outcome {
             Outcome::Sent => {
                 self.stats.bytes_sent.fetch_add(bytes, Ordering::Relaxed);
+                self.metadata_failed = None;
+                self.metadata_said.clear();
             }
             Outcome::Retry(why) | Outcome::Reject(why) => {
                 self.stats.requests_failed.fetch_add(1, Ordering::Relaxed);
-                self.say_metadata(&why);
+                // Said only if the samples then go through: a receiver that refuses both is
+                // said once, by the samples' failure, which is the one that costs points.
+                self.metadata_failed = Some(why);
             }
         }
         self.metadata_at = Some(Instant::now());
@@ -527,14 +540,13 @@ impl Run {
         }
     }
 
-    /// Says a failure of the metadata once per kind per streak, apart from the samples'
-    /// failures: a receiver that refuses both must still be said to drop points.
+    /// Says a failure of the metadata of a receiver that takes the samples, once per kind.
     fn say_metadata(&mut self, why: &str) {
         if self.client.broken().is_some() {
             return;
         }
         let kind: String = why.split(": ").take(2).collect::<Vec<_>>().join(": ");
-        if self.said.insert(format!("metadata {kind}")) {
+        if self.metadata_said.insert(kind) {
             (self.log)(
                 Level::Warn,
                 &format!("remote write: {why} (the families' metadata; sent again in a minute)"),
@@ -707,6 +719,11 @@ mod catch_up {
     /// A receiver that takes `delay` per request and accepts it: the number of requests, and
     /// what they held.
     fn slow_receiver(delay: Duration) -> (String, Arc<AtomicUsize>, Bodies) {
+        receiver(delay, false)
+    }
+
+    /// A receiver as [`slow_receiver`], which refuses metadata with a 400 when `no_metadata`.
+    fn receiver(delay: Duration, no_metadata: bool) -> (String, Arc<AtomicUsize>, Bodies) {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}/api/v1/write", l.local_addr().unwrap());
         let n = Arc::new(AtomicUsize::new(0));
@@ -741,11 +758,15 @@ mod catch_up {
                             return;
                         }
                         std::thread::sleep(delay);
-                        kept.lock().unwrap().push(proto::decode(&body).unwrap());
+                        let req = proto::decode(&body).unwrap();
+                        let answer: &[u8] = if no_metadata && req.timeseries.is_empty() {
+                            b"HTTP/1.1 400 Bad Request\r\ncontent-length: 3\r\n\r\nno\n"
+                        } else {
+                            b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n"
+                        };
+                        kept.lock().unwrap().push(req);
                         seen.fetch_add(1, Ordering::SeqCst);
-                        if w.write_all(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n")
-                            .is_err()
-                        {
+                        if w.write_all(answer).is_err() {
                             return;
                         }
                     }
@@ -836,10 +857,21 @@ mod catch_up {
         );
     }
 
-    /// Each family's type, help and unit go first, then again once a minute, never with
-    /// samples and never moving the cursor.
+    /// A receiver that takes the samples and refuses the metadata: said once, and the samples
+    /// are all there.
     #[test]
-    fn metadata_goes_first_on_its_own() {
+    fn refused_metadata_is_said_once_and_holds_nothing_back() {
+        let (sent, log) = send_five(true);
+        assert_eq!(sent.len(), 2);
+        assert!(!sent[1].timeseries.is_empty());
+        let said: Vec<&String> = log.iter().filter(|l| l.contains("metadata")).collect();
+        assert_eq!(said.len(), 1, "{log:?}");
+        assert!(said[0].contains("HTTP 400"), "{said:?}");
+    }
+
+    /// Five samples in a store, sent to a receiver (refusing metadata when `no_metadata`):
+    /// the requests it got, and the sender's log.
+    fn send_five(no_metadata: bool) -> (Vec<proto::WriteRequest>, Vec<String>) {
         let dir = tempfile::tempdir().unwrap();
         let mut c = StoreConfig::new(dir.path());
         c.retain = Duration::from_secs(100 * 365 * 86400);
@@ -860,7 +892,9 @@ mod catch_up {
             w.append_lanes(s.ts_ns, e.main, &e.lanes).unwrap();
         }
         w.close().unwrap();
-        let (url, _, bodies) = slow_receiver(Duration::ZERO);
+        let (url, _, bodies) = receiver(Duration::ZERO, no_metadata);
+        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let lines = log.clone();
         let sender = Sender::start(
             Config {
                 target: Target {
@@ -877,7 +911,7 @@ mod catch_up {
                 dir: dir.path().to_path_buf(),
                 start_ns: t0,
             },
-            Box::new(|_, _| {}),
+            Box::new(move |_, l| lines.lock().unwrap().push(l.to_string())),
         )
         .unwrap();
         let last = SampleReader::open(dir.path())
@@ -893,7 +927,19 @@ mod catch_up {
         sender.offer(Some(last.ts_ns - 1_000_000_000), Arc::new(last));
         std::thread::sleep(Duration::from_millis(1500));
         sender.stop();
+        // The samples' request moved the cursor to the last sample, the metadata's nothing.
+        assert_eq!(load_cursor(dir.path(), &url), Some(t0 + 4 * 1_000_000_000));
         let sent = bodies.lock().unwrap().clone();
+        let log = log.lock().unwrap().clone();
+        (sent, log)
+    }
+
+    /// Each family's type, help and unit go first, then again once a minute, never with
+    /// samples and never moving the cursor.
+    #[test]
+    fn metadata_goes_first_on_its_own() {
+        let (sent, log) = send_five(false);
+        assert!(log.iter().all(|l| !l.contains("metadata")), "{log:?}");
         assert_eq!(sent.len(), 2, "{sent:?}");
         let meta = &sent[0].metadata;
         assert!(sent[0].timeseries.is_empty());
@@ -919,7 +965,5 @@ mod catch_up {
         names.dedup();
         let described: Vec<&str> = meta.iter().map(|m| m.metric_family_name.as_str()).collect();
         assert_eq!(names, described);
-        // The samples' request moved the cursor to the last sample, the metadata's nothing.
-        assert_eq!(load_cursor(dir.path(), &url), Some(t0 + 4 * 1_000_000_000));
     }
 }
