@@ -5,6 +5,8 @@
 //! gives the percentage the recorder stored for it. So `rate()` over the exported `_total`
 //! counter reads what the recorder reads, at any scrape interval.
 
+mod common;
+
 use std::collections::HashMap;
 
 use jitterscope_model::codec::Parts;
@@ -12,8 +14,6 @@ use jitterscope_model::derive::for_each_series;
 use jitterscope_model::registry::all;
 use jitterscope_model::stored::SampleReader;
 use jitterscope_model::Sample;
-
-const STORES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/diagnose");
 
 fn values(s: &Sample, prev: Option<&Sample>) -> HashMap<String, f64> {
     let mut m = HashMap::new();
@@ -64,12 +64,7 @@ fn pairs(cur: &HashMap<String, f64>, ncpu: f64) -> Vec<(String, String, f64)> {
 
 #[test]
 fn counters_increase_by_what_the_percentages_say() {
-    let mut stores: Vec<_> = std::fs::read_dir(STORES)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_dir())
-        .collect();
-    stores.sort();
+    let stores = common::lab_stores();
     let mut checked: HashMap<&'static str, usize> = HashMap::new();
     for dir in &stores {
         let r = SampleReader::open(dir).unwrap();

@@ -2,6 +2,8 @@
 //! values under one series name (issue 18: a tracer's map read twice gave a process eight TLB
 //! rows in one sample; CSV showed them all, JSON kept the last).
 
+mod common;
+
 use std::collections::HashMap;
 
 use jitterscope_model::codec::Parts;
@@ -9,17 +11,9 @@ use jitterscope_model::derive::for_each_series;
 use jitterscope_model::registry::all;
 use jitterscope_model::stored::SampleReader;
 
-const STORES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/diagnose");
-
 #[test]
 fn no_sample_has_two_values_for_one_series() {
-    let mut stores: Vec<_> = std::fs::read_dir(STORES)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_dir())
-        .collect();
-    stores.sort();
-    assert!(stores.len() >= 10, "lab stores missing: {stores:?}");
+    let stores = common::lab_stores();
     let mut checked = 0usize;
     for dir in &stores {
         let r = SampleReader::open(dir).unwrap();

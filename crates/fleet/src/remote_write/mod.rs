@@ -776,16 +776,15 @@ mod catch_up {
         (url, n, bodies)
     }
 
-    #[test]
-    fn a_stop_during_a_long_catch_up_is_prompt_and_the_cursor_says_how_far() {
+    /// A store of `n` samples one second apart from a far-future `t0` (load1 = i), and `t0`.
+    fn store_of(n: i64) -> (tempfile::TempDir, i64) {
         let dir = tempfile::tempdir().unwrap();
         let mut c = StoreConfig::new(dir.path());
         c.retain = Duration::from_secs(100 * 365 * 86400);
         let mut w = Writer::open(c).unwrap();
         let mut enc = Encoder::new();
-        // 2,000 seconds behind: a catch-up of 17 requests of 120 samples at 200 ms each.
         let t0 = 1_000_000_000_000_000_000i64;
-        for i in 0..2000i64 {
+        for i in 0..n {
             let mut s = Sample {
                 ts_ns: t0 + i * 1_000_000_000,
                 mono_ns: (i as u64 + 1) * 1_000_000_000,
@@ -799,6 +798,13 @@ mod catch_up {
             w.append_lanes(s.ts_ns, e.main, &e.lanes).unwrap();
         }
         w.close().unwrap();
+        (dir, t0)
+    }
+
+    #[test]
+    fn a_stop_during_a_long_catch_up_is_prompt_and_the_cursor_says_how_far() {
+        // 2,000 seconds behind: a catch-up of 17 requests of 120 samples at 200 ms each.
+        let (dir, t0) = store_of(2000);
         let (url, requests, bodies) = slow_receiver(Duration::from_millis(200));
         save_cursor(dir.path(), &url, t0 - 1).unwrap();
         let sender = Sender::start(
@@ -872,26 +878,7 @@ mod catch_up {
     /// Five samples in a store, sent to a receiver (refusing metadata when `no_metadata`):
     /// the requests it got, and the sender's log.
     fn send_five(no_metadata: bool) -> (Vec<proto::WriteRequest>, Vec<String>) {
-        let dir = tempfile::tempdir().unwrap();
-        let mut c = StoreConfig::new(dir.path());
-        c.retain = Duration::from_secs(100 * 365 * 86400);
-        let mut w = Writer::open(c).unwrap();
-        let mut enc = Encoder::new();
-        let t0 = 1_000_000_000_000_000_000i64;
-        for i in 0..5i64 {
-            let mut s = Sample {
-                ts_ns: t0 + i * 1_000_000_000,
-                mono_ns: (i as u64 + 1) * 1_000_000_000,
-                loadavg: Some(LoadAvg {
-                    load1: i as f64,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            };
-            let e = enc.encode(&mut s, &SignalRecord::default()).unwrap();
-            w.append_lanes(s.ts_ns, e.main, &e.lanes).unwrap();
-        }
-        w.close().unwrap();
+        let (dir, t0) = store_of(5);
         let (url, _, bodies) = receiver(Duration::ZERO, no_metadata);
         let log = Arc::new(std::sync::Mutex::new(Vec::new()));
         let lines = log.clone();
