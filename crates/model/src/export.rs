@@ -315,14 +315,19 @@ impl Bounded {
             0 => HashSet::new(),
             top => {
                 let ranked = top_pids(cur, prev, top);
+                let mut k = self.keeper.lock().unwrap_or_else(|e| e.into_inner());
+                // Only the kept and ranked pids are asked about: a set of every live process
+                // would be built each second for tens of lookups.
                 let alive: HashSet<u32> = cur
                     .processes
                     .iter()
                     .flatten()
-                    .filter(|p| !p.stat.exited())
+                    .filter(|p| {
+                        let pid = p.stat.pid;
+                        !p.stat.exited() && (k.kept.contains_key(&pid) || ranked.contains(&pid))
+                    })
                     .map(|p| p.stat.pid)
                     .collect();
-                let mut k = self.keeper.lock().unwrap_or_else(|e| e.into_inner());
                 k.keep(
                     cur.ts_ns,
                     &ranked,

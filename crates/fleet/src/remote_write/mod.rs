@@ -801,6 +801,37 @@ mod catch_up {
         (dir, t0)
     }
 
+    /// A sender's configuration for `url` and the store `dir`, everything else the tests'
+    /// usual: no credentials, `host="t"`, the default choice without processes.
+    fn config(url: &str, dir: &Path) -> Config {
+        Config {
+            target: Target {
+                url: url.to_string(),
+                auth: Auth::None,
+                ca_file: None,
+                timeout: Duration::from_secs(5),
+                headers: Vec::new(),
+            },
+            labels: vec![("host".into(), "t".into())],
+            build: Vec::new(),
+            choice: Choice::new(0),
+            flush: Duration::from_secs(5),
+            dir: dir.to_path_buf(),
+            start_ns: 0,
+        }
+    }
+
+    /// Offers the store's sample at `ts` as the one just written.
+    fn offer_newest(sender: &Sender, dir: &Path, ts: i64) {
+        let last = SampleReader::open(dir)
+            .unwrap()
+            .samples(ts, i64::MAX, jitterscope_model::codec::Parts::ALL)
+            .unwrap()
+            .next()
+            .unwrap();
+        sender.offer(Some(last.ts_ns - 1_000_000_000), Arc::new(last));
+    }
+
     #[test]
     fn a_stop_during_a_long_catch_up_is_prompt_and_the_cursor_says_how_far() {
         // 2,000 seconds behind: a catch-up of 17 requests of 120 samples at 200 ms each.
@@ -809,35 +840,15 @@ mod catch_up {
         save_cursor(dir.path(), &url, t0 - 1).unwrap();
         let sender = Sender::start(
             Config {
-                target: Target {
-                    url: url.clone(),
-                    auth: Auth::None,
-                    ca_file: None,
-                    timeout: Duration::from_secs(5),
-                    headers: Vec::new(),
-                },
-                labels: vec![("host".into(), "t".into())],
-                build: Vec::new(),
-                choice: Choice::new(0),
                 flush: Duration::from_secs(5),
-                dir: dir.path().to_path_buf(),
                 start_ns: t0 + 2000 * 1_000_000_000,
+                ..config(&url, dir.path())
             },
             Box::new(|_, _| {}),
         )
         .unwrap();
         // The newest sample is offered: it does not follow the cursor, so the store is read.
-        let last = SampleReader::open(dir.path())
-            .unwrap()
-            .samples(
-                t0 + 1999 * 1_000_000_000,
-                i64::MAX,
-                jitterscope_model::codec::Parts::ALL,
-            )
-            .unwrap()
-            .next()
-            .unwrap();
-        sender.offer(Some(last.ts_ns - 1_000_000_000), Arc::new(last));
+        offer_newest(&sender, dir.path(), t0 + 1999 * 1_000_000_000);
         std::thread::sleep(Duration::from_millis(700));
         let stats = sender.stats();
         let asked = Instant::now();
@@ -884,34 +895,15 @@ mod catch_up {
         let lines = log.clone();
         let sender = Sender::start(
             Config {
-                target: Target {
-                    url: url.clone(),
-                    auth: Auth::None,
-                    ca_file: None,
-                    timeout: Duration::from_secs(5),
-                    headers: Vec::new(),
-                },
-                labels: vec![("host".into(), "t".into())],
                 build: vec![("version".into(), "1".into())],
-                choice: Choice::new(0),
                 flush: Duration::from_millis(100),
-                dir: dir.path().to_path_buf(),
                 start_ns: t0,
+                ..config(&url, dir.path())
             },
             Box::new(move |_, l| lines.lock().unwrap().push(l.to_string())),
         )
         .unwrap();
-        let last = SampleReader::open(dir.path())
-            .unwrap()
-            .samples(
-                t0 + 4 * 1_000_000_000,
-                i64::MAX,
-                jitterscope_model::codec::Parts::ALL,
-            )
-            .unwrap()
-            .next()
-            .unwrap();
-        sender.offer(Some(last.ts_ns - 1_000_000_000), Arc::new(last));
+        offer_newest(&sender, dir.path(), t0 + 4 * 1_000_000_000);
         std::thread::sleep(Duration::from_millis(1500));
         sender.stop();
         // The samples' request moved the cursor to the last sample, the metadata's nothing.
