@@ -20,7 +20,8 @@ use crate::data::Data;
 pub struct Loaded {
     /// Signal series by sample index (`start` is the range's first sample).
     pub data: Data,
-    /// Marks written by the recorder in the range.
+    /// Marks written by the recorder in the range and its lookback (an episode under way when
+    /// the range begins was marked before it).
     pub marks: Vec<Mark>,
     /// Whether they came from the signals lane (else derived from the samples).
     pub from_signals_lane: bool,
@@ -70,9 +71,7 @@ pub fn load(dir: &Path, from: i64, to: i64, lookback_ns: i64) -> Result<Loaded> 
     let mut out = Loaded::default();
     // A lane that lost records (garbage, a damaged frame) would hide what the main stream
     // still holds: the signals are then derived from the samples instead.
-    if reader.store().lane_covers(Lane::Signals, lo, to)?
-        && from_lane(&reader, &mut out, from, lo, to)?
-    {
+    if reader.store().lane_covers(Lane::Signals, lo, to)? && from_lane(&reader, &mut out, lo, to)? {
         out.from_signals_lane = true;
     } else {
         let d = &mut out.data;
@@ -99,7 +98,7 @@ pub fn load(dir: &Path, from: i64, to: i64, lookback_ns: i64) -> Result<Loaded> 
 
 /// Reads the signals of `(lo, to]` from the lane into `out`; false (and `out` left empty)
 /// when the lane lost any record.
-fn from_lane(reader: &SampleReader, out: &mut Loaded, from: i64, lo: i64, to: i64) -> Result<bool> {
+fn from_lane(reader: &SampleReader, out: &mut Loaded, lo: i64, to: i64) -> Result<bool> {
     let d = &mut out.data;
     let defs = lane_metrics();
     // The lane holds the same few dozen names every second: each is parsed once. A name
@@ -112,9 +111,7 @@ fn from_lane(reader: &SampleReader, out: &mut Loaded, from: i64, lo: i64, to: i6
         for (name, v) in &sr.values {
             push(d, &mut known, &defs, idx, name, *v);
         }
-        if ts > from {
-            out.marks.extend(sr.marks);
-        }
+        out.marks.extend(sr.marks);
     }
     let damage = recs.damage();
     if damage.lost_any() {

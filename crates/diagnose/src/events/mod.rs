@@ -102,12 +102,7 @@ pub fn detect(d: &Data, marks: &[Mark]) -> Vec<Event> {
         peak: e.peak,
         baseline: e.baseline,
         threshold: e.threshold,
-        online: marks.iter().any(|m| {
-            m.state == MarkState::Start
-                && m.kind == kind
-                && m.series == series
-                && (e.from..=e.to).contains(&m.from_ns)
-        }),
+        online: marked_live(marks, kind, series, e.from, e.to),
     };
     for sig in SIGNALS {
         for s in d.each(sig.metric) {
@@ -141,6 +136,24 @@ pub fn detect(d: &Data, marks: &[Mark]) -> Vec<Event> {
     }
     out.sort_by(|a, b| a.from_ns.cmp(&b.from_ns).then(a.id.cmp(&b.id)));
     out
+}
+
+/// Whether the recorder marked the episode `[from, to]` of `kind` on `series` as it happened: a
+/// start mark inside it, or, for an episode already under way when the range began (whose
+/// `from` is the range's first sample), a start mark before it whose end, if marked, is not
+/// before `from`.
+fn marked_live(marks: &[Mark], kind: &str, series: &str, from: i64, to: i64) -> bool {
+    let ours = |m: &&Mark| m.kind == kind && m.series == series;
+    marks
+        .iter()
+        .filter(ours)
+        .filter(|m| m.state == MarkState::Start && m.from_ns <= to)
+        .any(|start| {
+            start.from_ns >= from
+                || !marks.iter().filter(ours).any(|end| {
+                    end.state == MarkState::End && end.from_ns == start.from_ns && end.to_ns < from
+                })
+        })
 }
 
 /// Parses an event id into its window (from, to) in ns.
@@ -311,6 +324,47 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// lab check's window begins after its workload started: two-incidents' throttling, at
+    /// 96% from its first second, was marked live during the set-up and `events` said it was
+    /// not, as it took only start marks inside the range.
+    #[test]
+    fn an_episode_under_way_when_the_range_begins_was_marked_live_before_it() {
+        let mut v = vec![5.0; 100];
+        v.extend(vec![6000.0; 20]);
+        v.extend(vec![5.0; 20]);
+        // The range begins 5 samples into the storm.
+        let ev = detect(&data(&v, 105), &[]);
+        assert_eq!(ev.len(), 1, "{ev:?}");
+        let e = &ev[0];
+        assert_eq!(e.from_ns, 1_105_000_000_000);
+        let at = |i: i64| (1_000 + i) * 1_000_000_000;
+        let m = |state, from, to| Mark {
+            kind: e.kind.to_string(),
+            series: e.series.clone(),
+            state,
+            from_ns: at(from),
+            to_ns: at(to),
+            peak: 6000.0,
+            baseline: 5.0,
+            threshold: 1000.0,
+        };
+        let live = |marks: &[Mark]| detect(&data(&v, 105), marks)[0].online;
+        assert!(live(&[m(MarkState::Start, 100, 100)]));
+        assert!(live(&[
+            m(MarkState::Start, 100, 100),
+            m(MarkState::End, 100, 119)
+        ]));
+        // An earlier episode that ended before the range is not this one.
+        assert!(!live(&[
+            m(MarkState::Start, 80, 80),
+            m(MarkState::End, 80, 90)
+        ]));
+        // Nor is a mark of another series.
+        let mut other = m(MarkState::Start, 100, 100);
+        other.series.push_str("-other");
+        assert!(!live(&[other]));
     }
 
     #[test]
