@@ -59,7 +59,8 @@ struct RunArgs {
     #[arg(long)]
     json: bool,
     /// Run a control scenario as background load (`soak`: a busy, healthy host) in the same
-    /// sandbox: it starts first, runs alone for 8 s, then through the whole scenario.
+    /// sandbox, at a quarter of the default CPU weight: it starts first, runs alone for 8 s,
+    /// then through the whole scenario.
     #[arg(long, value_name = "CONTROL")]
     beside: Option<String>,
 }

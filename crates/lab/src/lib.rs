@@ -166,6 +166,18 @@ pub const BESIDE_SETTLE: Duration = Duration::from_secs(8);
 /// Of [`BESIDE_SETTLE`], the part still starting up; the rest is the baseline.
 const BESIDE_WARMUP: Duration = Duration::from_secs(3);
 
+/// The CPU weight of a background load's cgroup (v2 units; 100 is the default, v1 shares
+/// 256): a quarter of the scenario's, as batch work (builds, backups) beside a service
+/// commonly has (a Kubernetes BestEffort pod has the least there is). At equal weight on this
+/// 2-CPU host (kernel 6.18, cgroup v1 cpu) the soak's eight busy cgroups took 155-185% of the
+/// CPUs, and two-incidents' fibtest thread, pinned to CPU 0, ran 110-440 ms of each 4 s and
+/// waited for the CPU the rest (its schedstat): its cgroup used 3-8% of a CPU, under half
+/// its 20% quota, with or without the quota, and one CI run saw it throttled in 4% of
+/// periods, too few for `cpu.cfs-throttling` to fire. With the soak at a quarter (or the
+/// scenario at 10 times), it ran 790 ms of 4 s, its quota. The soak still takes every CPU
+/// second the scenario leaves.
+pub const BESIDE_CPU_WEIGHT: u64 = 25;
+
 /// Runs `s`: set-up, `duration` of workload, stop, clean up. With `beside`, that scenario
 /// (a control: the `soak` load) starts first in the same sandbox, runs for
 /// [`BESIDE_SETTLE`] alone and then through the whole of `s`. `progress` gets one line per
@@ -187,18 +199,19 @@ pub fn run(
     let mut sb = sandbox::Sandbox::open(s.name, &controllers, progress)?;
     let mut load_from_ns = None;
     if let Some(b) = beside {
-        sb.scope(b.name)?;
+        sb.scope(b.name, sandbox::Limits::weight(BESIDE_CPU_WEIGHT))?;
         let started = (b.start)(&mut Env {
             sb: &mut sb,
             intensity,
             duration: duration + BESIDE_SETTLE,
         })?;
-        sb.scope(s.name)?;
+        sb.scope(s.name, sandbox::Limits::default())?;
         for n in &started.notes {
             progress(n);
         }
         progress(&format!(
-            "{} runs alone for {} before {} starts beside it",
+            "{} runs alone for {} before {} starts beside it (at CPU weight {BESIDE_CPU_WEIGHT}, \
+             a quarter of the scenario's)",
             b.name,
             fmt_duration(BESIDE_SETTLE),
             s.name

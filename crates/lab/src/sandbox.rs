@@ -139,6 +139,9 @@ pub struct Limits {
     /// Memory limit in bytes (v1 `memory.limit_in_bytes` and, with swap accounting,
     /// `memory.memsw.limit_in_bytes`; v2 `memory.max` with `memory.swap.max` 0).
     pub memory_bytes: Option<u64>,
+    /// CPU weight in v2's units (1-10000, 100 the default; v1 `cpu.shares` is 1024 times it
+    /// over 100). Applied only where the sandbox has the cpu controller.
+    pub cpu_weight: Option<u64>,
 }
 
 impl Limits {
@@ -146,6 +149,14 @@ impl Limits {
     pub fn memory(bytes: u64) -> Self {
         Limits {
             memory_bytes: Some(bytes),
+            ..Default::default()
+        }
+    }
+
+    /// A CPU weight only (v2 units: 100 is the default).
+    pub fn weight(weight: u64) -> Self {
+        Limits {
+            cpu_weight: Some(weight),
             ..Default::default()
         }
     }
@@ -277,10 +288,10 @@ impl Sandbox {
     }
 
     /// Makes what follows belong to `scenario`: its directory, its cgroups under
-    /// `jitterscope-lab/<scenario>`, and, unless it is the one the sandbox was opened for, its
-    /// roles prefixed `<scenario>/`. A background load (`lab check --beside`) starts this way
-    /// in the scenario's sandbox: one lock, one cleanup.
-    pub fn scope(&mut self, scenario: &str) -> Result<()> {
+    /// `jitterscope-lab/<scenario>` (made with `limits`), and, unless it is the one the sandbox
+    /// was opened for, its roles prefixed `<scenario>/`. A background load (`lab check
+    /// --beside`) starts this way in the scenario's sandbox: one lock, one cleanup.
+    pub fn scope(&mut self, scenario: &str, limits: Limits) -> Result<()> {
         self.role_prefix = if scenario == self.home {
             String::new()
         } else {
@@ -290,7 +301,7 @@ impl Sandbox {
         self.dir = base_dir().join(scenario);
         std::fs::create_dir_all(&self.dir)
             .with_context(|| format!("cannot create the lab directory {}", self.dir.display()))?;
-        self.cgroup("", Limits::default())?;
+        self.cgroup("", limits)?;
         Ok(())
     }
 
@@ -343,6 +354,14 @@ impl Sandbox {
             } else {
                 write(&d.join("cpu.cfs_period_us"), &period.to_string())?;
                 write(&d.join("cpu.cfs_quota_us"), &quota.to_string())?;
+            }
+        }
+        if let (Some(w), Some(d)) = (limits.cpu_weight, cg.dir_of("cpu")) {
+            let w = w.clamp(1, 10_000);
+            if cg.is_v2("cpu") {
+                write(&d.join("cpu.weight"), &w.to_string())?;
+            } else {
+                write(&d.join("cpu.shares"), &(w * 1024 / 100).max(2).to_string())?;
             }
         }
         if let Some(bytes) = limits.memory_bytes {

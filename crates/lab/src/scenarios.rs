@@ -549,18 +549,16 @@ fn throttle_in(e: &mut Env, rel: &str) -> Result<(Started, String)> {
             period / 1000
         )],
             checks: vec![
-                // Alone it is throttled in nearly every period, 500 ms a second. On a
-                // saturated host its threads also wait for a CPU (its weight is the default),
-                // use less of the quota and are throttled in fewer periods: beside the soak
-                // load and a memcg thrash, 20-40% of periods and 63-209 ms a second were
-                // seen here, and throttled below the quota, case 2's signature; a CI run saw
-                // 9.9% and 46 ms. A cgroup without a quota is never throttled: any share
-                // is the quota's doing.
+                // Alone it is throttled in nearly every period, 500 ms a second; beside the
+                // soak (at a quarter of its weight, `BESIDE_CPU_WEIGHT`) and a memcg thrash,
+                // 96% of periods and 813 ms a second. `cpu.cfs-throttling` needs a mean of
+                // 20%. At equal weight its thread waited for the CPU instead and it was
+                // throttled in 4-40% of periods.
                 Check::new(
                     "the lab cgroup is throttled in a share of periods",
                     Select::labels(&cgroup::CPU_THROTTLED_PCT, &[p]),
                     Stat::Mean,
-                    Cmp::AtLeast(5.0),
+                    Cmp::AtLeast(20.0),
                 ),
                 Check::new(
                     "while using a fraction of one core",
@@ -572,7 +570,7 @@ fn throttle_in(e: &mut Env, rel: &str) -> Result<(Started, String)> {
                     "throttled time accumulates",
                     Select::labels(&cgroup::CPU_THROTTLED_MS_PER_S, &[p]),
                     Stat::Mean,
-                    Cmp::AtLeast(20.0),
+                    Cmp::AtLeast(100.0),
                 ),
             ],
         },
