@@ -114,13 +114,21 @@ RECLAIM = {
             t(f"jitterscope_reclaim_pgscan_direct_per_second{{{H}}}", "{{host}} direct"),
             t(f"jitterscope_reclaim_pgscan_kswapd_per_second{{{H}}}", "{{host}} kswapd"),
         ], "vmstat pgscan_direct and pgscan_kswapd."),
+        # A cgroup's reclaim series has a point only in the seconds it stalled, and remote write
+        # ends it with a staleness marker in the others: an instant selector at each step of
+        # a range query finds it only when the step falls on such a second, so a storm of
+        # scattered stalls can show nothing. The worst second of each interval cannot miss.
         panel("Reclaim stalls per cgroup", "ops", [
-            t(named(f"topk(10, jitterscope_reclaim_cgroup_stalls_per_second{{{HC}}})"),
+            t(named("topk(10, max_over_time("
+                    f"jitterscope_reclaim_cgroup_stalls_per_second{{{HC}}}[$__rate_interval]))"),
               "{{host}} {{container_name}}{{unit}} {{cgroup}}"),
-        ], "Memory-cgroup and global reclaim stalls charged to each cgroup (reclaim tracer)."),
+        ], "Memory-cgroup and global reclaim stalls charged to each cgroup (reclaim tracer): the "
+           "worst second of each interval (a cgroup has a point only in the seconds it stalled)."),
         panel("Reclaim stall p99 per cgroup", "s", [
-            t(f"topk(10, jitterscope_reclaim_cgroup_stall_p99_seconds{{{HC}}})", "{{host}} {{cgroup}}"),
-        ], "From the reclaim tracer's per-second histogram."),
+            t("topk(10, max_over_time("
+              f"jitterscope_reclaim_cgroup_stall_p99_seconds{{{HC}}}[$__rate_interval]))",
+              "{{host}} {{cgroup}}"),
+        ], "From the reclaim tracer's per-second histogram: the worst second of each interval."),
         panel("Cgroup memory against its limit", "percentunit", [
             t(f"topk(10, jitterscope_cgroup_memory_usage_of_limit_ratio{{{HC}}})", "{{host}} {{cgroup}}"),
         ], "memory.current / memory.max (usage_in_bytes / limit_in_bytes on v1)."),
