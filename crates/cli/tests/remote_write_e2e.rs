@@ -288,15 +288,17 @@ fn both_engines_hold_every_second_the_store_holds() {
     }
     let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
     let start = now_s();
+    // Stopped below, once the engines hold the seconds after the scenarios (the duration only
+    // bounds a test gone wrong).
     let ra = record_traced_to(
         &a,
         &prom.write_url(),
-        &["--duration", "70s", "--fleet-host", "a"],
+        &["--duration", "300s", "--fleet-host", "a"],
     );
     let rb = record_traced_to(
         &b,
         &vm.write_url(),
-        &["--duration", "70s", "--fleet-host", "b"],
+        &["--duration", "300s", "--fleet-host", "b"],
     );
     // Throttling, then reclaim: the dashboards' panels of both have data to show.
     for scenario in ["cfs-throttle", "reclaim-storm"] {
@@ -312,8 +314,51 @@ fn both_engines_hold_every_second_the_store_holds() {
             text(&lab.stderr)
         );
     }
-    let (oka, erra) = finish(ra, Duration::from_secs(60));
-    let (okb, errb) = finish(rb, Duration::from_secs(60));
+    // A stopping recorder sends what is at hand, not a catch-up from the store: on a loaded
+    // host its sender can be seconds behind. With a fixed 70 s run, Prometheus lacked recorder
+    // a's per-cgroup reclaim series, which only the last scenario makes, in two CI runs (never
+    // alone here). So the recorders run until each engine holds a second after the
+    // scenarios, and at least a minute.
+    let labs_done = now_s();
+    eprintln!(
+        "the scenarios ended {:.1} s into the recording",
+        labs_done - start
+    );
+    for (engine, host) in [(&prom, "a"), (&vm, "b")] {
+        let t0 = Instant::now();
+        loop {
+            let now = now_s();
+            let newest = engine
+                .raw(
+                    &format!("jitterscope_build_info{{host=\"{host}\"}}"),
+                    now,
+                    30,
+                )
+                .iter()
+                .filter_map(|(_, pts)| pts.last().map(|p| p.0 as f64 / 1000.0))
+                .fold(f64::MIN, f64::max);
+            if newest > labs_done + 1.0 && now - start >= 62.0 {
+                eprintln!(
+                    "{:?} held {:.1} s after the scenarios at {:.1} s",
+                    engine.kind,
+                    newest - labs_done,
+                    now - start
+                );
+                break;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(90),
+                "{:?}: newest point of {host} {:.1} s after the scenarios",
+                engine.kind,
+                newest - labs_done
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+    ra.signal(libc::SIGTERM);
+    rb.signal(libc::SIGTERM);
+    let (oka, erra) = finish(ra, Duration::from_secs(30));
+    let (okb, errb) = finish(rb, Duration::from_secs(30));
     assert!(oka && okb, "{erra}\n{errb}");
     for e in [&erra, &errb] {
         assert!(!e.contains("remote write: http"), "a failure was said: {e}");
@@ -384,14 +429,27 @@ fn both_engines_hold_every_second_the_store_holds() {
             .any(|(l, _)| l["__name__"] == "jitterscope_proc_cpu_ratio"
                 && l.contains_key("comm")
                 && l.contains_key("pid")));
-        dashboards_return_data(engine, host, start, now_s());
+        // What the store holds of the per-cgroup reclaim series, for a panel without data.
+        let mut reclaim: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
+        for (ts, vals) in &dump {
+            for k in vals.keys() {
+                if k.starts_with("reclaim.cgroup.") && k.ends_with(".stalls_per_s") {
+                    reclaim.entry(k).or_default().push(ts / 1000);
+                }
+            }
+        }
+        let log = if host == "a" { &erra } else { &errb };
+        let stored = format!(
+            "the store's per-cgroup reclaim stalls (series: seconds): {reclaim:?}\nrecorder {host}: {log}"
+        );
+        dashboards_return_data(engine, host, start, now_s(), &stored);
     }
 }
 
 /// Every query of every Grafana dashboard in `deploy/grafana` (Grafana itself is not installed
 /// here), against `engine` holding host `host`'s recording of `[start, end]`: each variable
 /// lists values and each panel's PromQL parses and returns data.
-fn dashboards_return_data(engine: &Engine, host: &str, start: f64, end: f64) {
+fn dashboards_return_data(engine: &Engine, host: &str, start: f64, end: f64, context: &str) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/grafana");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
@@ -500,7 +558,7 @@ fn dashboards_return_data(engine: &Engine, host: &str, start: f64, end: f64) {
     eprintln!("{:?}: {queries} dashboard queries", engine.kind);
     assert!(
         failed.is_empty(),
-        "{:?}: dashboard queries without data:\n{}",
+        "{:?}: dashboard queries without data:\n{}\n{context}",
         engine.kind,
         failed.join("\n")
     );
