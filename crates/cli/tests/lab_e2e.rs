@@ -1,6 +1,7 @@
 //! End to end, as root: every lab scenario under `lab check` (which records with the real
 //! recorder) at its default duration beside the `soak` load (a busy, healthy host: where
-//! users run it; cfs-throttle as two-incidents' throttled half), asserting the signature numbers on what was recorded, the
+//! users run it; cfs-throttle as two-incidents' throttled half), asserting the issue's
+//! signature numbers on what was recorded, the
 //! diagnosis, that no claim blames the load, and that nothing the lab created is left: no
 //! lab cgroup in any hierarchy, no mount, no `lab-*` process, no lab directory, no temporary
 //! store. The controls run alone, and so do the scenarios the kernel matrix (tests/vm), which
