@@ -44,6 +44,11 @@ pub fn load(dir: &Path, name: &str, url: &str) -> Option<i64> {
 
 /// Sets the cursor of the receiver `url` names in file `name` to `ts`, durably.
 pub fn save(dir: &Path, name: &str, url: &str, ts: i64) -> std::io::Result<()> {
+    // Several receivers' senders share the file: each reads, changes its own key and
+    // replaces the file, which must not interleave (a lost update would send a receiver's
+    // seconds again after a restart, or a shared temporary file would tear).
+    static SAVING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = SAVING.lock().unwrap_or_else(|e| e.into_inner());
     let id = identity(url);
     let mut all = load_all(dir, name);
     all.receivers.retain(|k, _| identity(k) != id);
@@ -103,5 +108,30 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn receivers_saved_at_once_all_keep_their_cursors() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path().to_path_buf();
+        let threads: Vec<_> = (0..4)
+            .map(|i| {
+                let d = d.clone();
+                std::thread::spawn(move || {
+                    for ts in 1..=50 {
+                        save(&d, "rw.json", &format!("http://r{i}:9/api/v1/write"), ts).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        for i in 0..4 {
+            assert_eq!(
+                load(&d, "rw.json", &format!("http://r{i}:9/api/v1/write")),
+                Some(50)
+            );
+        }
     }
 }
