@@ -495,8 +495,8 @@ pub fn run(a: RecordArgs, ignored: &[String]) -> Result<()> {
     let shared = Arc::new(Shared::default());
     // Samples from this moment on are this run's; a receiver never sent to before gets
     // those, and one with a cursor gets everything the store holds after it.
-    let sender = a.remote.start(&dir, &host.hostname, wall_ns())?;
-    let remote_stats = sender.as_ref().map(|s| s.stats());
+    let senders = a.remote.start(&dir, &host.hostname, wall_ns())?;
+    let remote_stats: Vec<_> = senders.iter().map(|s| s.stats()).collect();
     // Five minutes of one-second samples: enough to ride out a stalled or full disk.
     let (tx, rx) = sync_channel::<Box<Sample>>(300);
     let writer_thread = {
@@ -504,7 +504,7 @@ pub fn run(a: RecordArgs, ignored: &[String]) -> Result<()> {
         let status = a.status;
         std::thread::Builder::new()
             .name("store-writer".into())
-            .spawn(move || write_loop(writer, rx, shared, status, sender))
+            .spawn(move || write_loop(writer, rx, shared, status, senders))
             .context("cannot start the store writer thread")?
     };
     // Episodes reach ClickHouse from the store, after the writer put them there.
@@ -562,7 +562,7 @@ pub fn run(a: RecordArgs, ignored: &[String]) -> Result<()> {
             write_queue: shared.queued.load(Ordering::Relaxed),
             source_errors: notes.errors_total,
             ticks_missed,
-            remote_write: remote_stats.as_ref().map(|s| s.snapshot()),
+            remote_write: jitterscope_fleet::remote_write::combined(&remote_stats),
             pid: std::process::id(),
         });
         for n in notes.drain() {
@@ -648,7 +648,7 @@ fn write_loop(
     rx: Receiver<Box<Sample>>,
     shared: Arc<Shared>,
     status: bool,
-    sender: Option<jitterscope_fleet::remote_write::Sender>,
+    senders: Vec<jitterscope_fleet::remote_write::Sender>,
 ) -> Result<()> {
     // Episodes are detected here, on the writer thread, so the collector's tick never waits
     // on them; they reach the store in the same record as the sample they were seen in.
@@ -727,15 +727,13 @@ fn write_loop(
         }
         let sample: Arc<Sample> = Arc::from(sample);
         if written {
-            if let Some(s) = &sender {
+            for s in &senders {
                 s.offer(last_written, sample.clone());
             }
             last_written = Some(sample.ts_ns);
         }
         prev = Some(sample);
     }
-    if let Some(s) = sender {
-        s.stop();
-    }
+    jitterscope_fleet::remote_write::stop_all(senders);
     Ok(())
 }

@@ -17,13 +17,16 @@ pub struct RemoteWriteArgs {
     /// (Prometheus with --web.enable-remote-write-receiver: http://HOST:9090/api/v1/write;
     /// VictoriaMetrics: http://HOST:8428/api/v1/write; Mimir, Thanos, Cortex). The store is
     /// the write-ahead log: an outage is backfilled from it when the receiver answers again.
+    /// Repeat for several receivers: each has its own sender, queue and cursor, so one that is
+    /// down or slow holds back no other, and its own credentials and CA file (those options
+    /// are then given once for all, or once per receiver in this order).
     #[arg(long, value_name = "URL")]
-    pub remote_write: Option<String>,
-    /// A label added to every series sent, NAME=VALUE; repeat for more.
+    pub remote_write: Vec<String>,
+    /// A label added to every series sent (to every receiver), NAME=VALUE; repeat for more.
     #[arg(long, value_name = "NAME=VALUE", value_parser = parse_label)]
     pub remote_write_label: Vec<(String, String)>,
-    /// A header sent with every request, 'NAME: VALUE' (a tenant: 'X-Scope-OrgID: team-a' for
-    /// Mimir and Cortex); repeat for more. Not for credentials, which have their own options.
+    /// A header sent with every request to every receiver, 'NAME: VALUE' (a tenant:
+    /// 'X-Scope-OrgID: team-a' for Mimir and Cortex); repeat for more. Not for credentials, which have their own options.
     #[arg(long, value_name = "NAME: VALUE", value_parser = parse_header)]
     pub remote_write_header: Vec<(String, String)>,
     /// Series to send, as `dump --select` globs (repeat for more) [default: every host series,
@@ -38,19 +41,23 @@ pub struct RemoteWriteArgs {
     /// most this often; the store catches up at once after an outage).
     #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
     pub remote_write_flush: Duration,
-    /// A file whose content is the bearer token to send (`Authorization: Bearer`).
-    #[arg(long, value_name = "FILE", conflicts_with = "remote_write_user")]
-    pub remote_write_bearer_token_file: Option<PathBuf>,
-    /// User name for HTTP basic authentication (with --remote-write-password-file).
-    #[arg(long, value_name = "USER", requires = "remote_write_password_file")]
-    pub remote_write_user: Option<String>,
-    /// A file whose content is the basic-authentication password.
-    #[arg(long, value_name = "FILE", requires = "remote_write_user")]
-    pub remote_write_password_file: Option<PathBuf>,
-    /// PEM file of the CA certificates that sign the receiver's TLS certificate [default: the
-    /// Mozilla roots built in].
+    /// A file whose content is the bearer token to send (`Authorization: Bearer`). With
+    /// several receivers: once for all, or once per receiver ('' for none).
     #[arg(long, value_name = "FILE")]
-    pub remote_write_ca_file: Option<PathBuf>,
+    pub remote_write_bearer_token_file: Vec<String>,
+    /// User name for HTTP basic authentication (with --remote-write-password-file). With
+    /// several receivers: once for all, or once per receiver ('' for none).
+    #[arg(long, value_name = "USER")]
+    pub remote_write_user: Vec<String>,
+    /// A file whose content is the basic-authentication password. With several receivers:
+    /// once for all, or once per receiver ('' for none).
+    #[arg(long, value_name = "FILE")]
+    pub remote_write_password_file: Vec<String>,
+    /// PEM file of the CA certificates that sign the receiver's TLS certificate [default: the
+    /// Mozilla roots built in]. With several receivers: once for all, or once per receiver
+    /// ('' for the built-in roots).
+    #[arg(long, value_name = "FILE")]
+    pub remote_write_ca_file: Vec<String>,
     /// Push each episode, as it opens and as it closes, to ClickHouse's HTTP interface
     /// (http://HOST:8123/; `?database=NAME` for another database than default), into the
     /// table jitterscope_episodes, which it creates. The store is the write-ahead log, as for
@@ -207,17 +214,7 @@ impl RemoteWriteArgs {
         if !every.is_zero() && every < Duration::from_secs(1) {
             bail!("--clickhouse-inventory-every is at least 1s (or 0s: no inventory)");
         }
-        // clap enforces these between flags; a configuration file's values are defaults to
-        // clap, which it does not check against each other.
-        if self.remote_write_bearer_token_file.is_some() && self.remote_write_user.is_some() {
-            bail!("--remote-write-bearer-token-file cannot be used with --remote-write-user: give one kind of authentication");
-        }
-        pair(
-            &self.remote_write_user,
-            &self.remote_write_password_file,
-            "--remote-write-user",
-            "--remote-write-password-file",
-        )?;
+        self.targets()?;
         pair(
             &self.clickhouse_user,
             &self.clickhouse_password_file,
@@ -231,7 +228,7 @@ impl RemoteWriteArgs {
     /// the host without its recorder) and says why once.
     pub fn url_problems(&self) -> Vec<String> {
         let mut out = Vec::new();
-        if let Some(u) = &self.remote_write {
+        for u in &self.remote_write {
             if let Err(e) = jitterscope_fleet::url::check(u, "--remote-write", RW_CREDENTIALS) {
                 out.push(e);
             }
@@ -246,7 +243,7 @@ impl RemoteWriteArgs {
 
     /// Whether anything is sent off the host (the recorder then needs IP sockets).
     pub fn exports(&self) -> bool {
-        self.remote_write.is_some() || self.clickhouse.is_some()
+        !self.remote_write.is_empty() || self.clickhouse.is_some()
     }
 
     /// Starts the episode pusher when `--clickhouse` is given; `host`: the `host` column.
@@ -305,84 +302,166 @@ impl RemoteWriteArgs {
         Ok(Some(p))
     }
 
-    /// Starts the sender when `--remote-write` is given; `host`: the `host` label. The
-    /// credentials files are read here: a missing one is an error at start, not a silent
-    /// anonymous sender.
-    pub fn start(&self, dir: &Path, host: &str, start_ns: i64) -> Result<Option<Sender>> {
-        let Some(url) = &self.remote_write else {
-            return Ok(None);
-        };
-        if carries_credentials(
-            url,
-            "--remote-write",
-            RW_CREDENTIALS,
-            "remote write",
-            "nothing is sent",
-        ) {
-            return Ok(None);
-        }
-        let auth = match (
+    /// Each receiver with its own credentials and CA file, as the per-receiver options give
+    /// them: none, one for all, or one per receiver in the order of `--remote-write` ('' for
+    /// none). The files are not read here.
+    fn targets(&self) -> Result<Vec<TargetArgs<'_>>> {
+        let n = self.remote_write.len();
+        let bearer = per_target(
             &self.remote_write_bearer_token_file,
-            &self.remote_write_user,
-        ) {
-            (Some(f), _) => Auth::Bearer(secret(f, "--remote-write-bearer-token-file")?),
-            (None, Some(user)) => Auth::Basic {
-                user: user.clone(),
-                password: secret(
-                    self.remote_write_password_file
-                        .as_deref()
-                        .context("--remote-write-user needs --remote-write-password-file")?,
-                    "--remote-write-password-file",
-                )?,
-            },
-            (None, None) => Auth::None,
-        };
-        let mut labels = vec![("host".to_string(), host.to_string())];
-        for (k, v) in &self.remote_write_label {
-            labels.retain(|(q, _)| q != k);
-            labels.push((k.clone(), v.clone()));
-        }
-        let choice = if self.remote_write_select.is_empty() {
-            Choice::new(self.remote_write_top)
-        } else {
-            let globs: Vec<Pattern> = self
-                .remote_write_select
-                .iter()
-                .map(|g| Pattern::new(g))
-                .collect();
-            Choice::globs(&globs, self.remote_write_top)
-        };
-        let cfg = Config {
-            target: Target {
-                url: url.clone(),
-                auth,
-                ca_file: self.remote_write_ca_file.clone(),
-                timeout: Duration::from_secs(10),
-                headers: self.remote_write_header.clone(),
-            },
-            labels,
-            build: vec![
-                ("version".into(), env!("CARGO_PKG_VERSION").into()),
-                ("revision".into(), env!("JITTERSCOPE_REVISION").into()),
-            ],
-            choice,
-            flush: self.remote_write_flush,
-            dir: dir.to_path_buf(),
-            start_ns,
-        };
-        let log = Box::new(|level: Level, msg: &str| {
-            let l = match level {
-                Level::Info => crate::logline::Level::Info,
-                Level::Warn => crate::logline::Level::Warn,
+            n,
+            "--remote-write-bearer-token-file",
+        )?;
+        let user = per_target(&self.remote_write_user, n, "--remote-write-user")?;
+        let password = per_target(
+            &self.remote_write_password_file,
+            n,
+            "--remote-write-password-file",
+        )?;
+        let ca = per_target(&self.remote_write_ca_file, n, "--remote-write-ca-file")?;
+        let mut out: Vec<TargetArgs> = Vec::with_capacity(n);
+        for (i, url) in self.remote_write.iter().enumerate() {
+            let which = if n > 1 {
+                format!(" (receiver {} of {n}, {url})", i + 1)
+            } else {
+                String::new()
             };
-            crate::logline::emit(l, msg);
-        });
-        let s = Sender::start(cfg, log).context("cannot start the remote-write thread")?;
-        crate::logline::emit(
-            crate::logline::Level::Info,
-            &format!("remote write: sending to {url}"),
-        );
-        Ok(Some(s))
+            if bearer[i].is_some() && user[i].is_some() {
+                bail!("--remote-write-bearer-token-file cannot be used with --remote-write-user{which}: give one kind of authentication");
+            }
+            match (user[i], password[i]) {
+                (Some(_), None) => {
+                    bail!("--remote-write-user needs --remote-write-password-file{which}")
+                }
+                (None, Some(_)) => {
+                    bail!("--remote-write-password-file needs --remote-write-user{which}")
+                }
+                _ => {}
+            }
+            let id = jitterscope_fleet::url::identity(url);
+            if let Some(j) = out
+                .iter()
+                .position(|t| jitterscope_fleet::url::identity(t.url) == id)
+            {
+                bail!(
+                    "--remote-write {url} names receiver {} again: each receiver once (one cursor each)",
+                    j + 1
+                );
+            }
+            out.push(TargetArgs {
+                url,
+                bearer: bearer[i],
+                user: user[i].zip(password[i]),
+                ca: ca[i],
+            });
+        }
+        Ok(out)
+    }
+
+    /// Starts a sender for each `--remote-write` receiver; `host`: the `host` label. The
+    /// credentials files are read here: a missing one is an error at start, not a silent
+    /// anonymous sender. A receiver whose URL carries credentials is said and left out; the
+    /// others are sent to.
+    pub fn start(&self, dir: &Path, host: &str, start_ns: i64) -> Result<Vec<Sender>> {
+        let mut senders = Vec::new();
+        for t in self.targets()? {
+            let url = t.url;
+            if carries_credentials(
+                url,
+                "--remote-write",
+                RW_CREDENTIALS,
+                "remote write",
+                &format!(
+                    "nothing is sent to {}",
+                    jitterscope_fleet::url::identity(url)
+                ),
+            ) {
+                continue;
+            }
+            let auth = match (t.bearer, t.user) {
+                (Some(f), _) => {
+                    Auth::Bearer(secret(Path::new(f), "--remote-write-bearer-token-file")?)
+                }
+                (None, Some((user, f))) => Auth::Basic {
+                    user: user.to_string(),
+                    password: secret(Path::new(f), "--remote-write-password-file")?,
+                },
+                (None, None) => Auth::None,
+            };
+            let mut labels = vec![("host".to_string(), host.to_string())];
+            for (k, v) in &self.remote_write_label {
+                labels.retain(|(q, _)| q != k);
+                labels.push((k.clone(), v.clone()));
+            }
+            let choice = if self.remote_write_select.is_empty() {
+                Choice::new(self.remote_write_top)
+            } else {
+                let globs: Vec<Pattern> = self
+                    .remote_write_select
+                    .iter()
+                    .map(|g| Pattern::new(g))
+                    .collect();
+                Choice::globs(&globs, self.remote_write_top)
+            };
+            let cfg = Config {
+                target: Target {
+                    url: url.to_string(),
+                    auth,
+                    ca_file: t.ca.map(PathBuf::from),
+                    timeout: Duration::from_secs(10),
+                    headers: self.remote_write_header.clone(),
+                },
+                labels,
+                build: vec![
+                    ("version".into(), env!("CARGO_PKG_VERSION").into()),
+                    ("revision".into(), env!("JITTERSCOPE_REVISION").into()),
+                ],
+                choice,
+                flush: self.remote_write_flush,
+                dir: dir.to_path_buf(),
+                start_ns,
+            };
+            let log = Box::new(|level: Level, msg: &str| {
+                let l = match level {
+                    Level::Info => crate::logline::Level::Info,
+                    Level::Warn => crate::logline::Level::Warn,
+                };
+                crate::logline::emit(l, msg);
+            });
+            let s = Sender::start(cfg, log).context("cannot start the remote-write thread")?;
+            crate::logline::emit(
+                crate::logline::Level::Info,
+                &format!("remote write: sending to {url}"),
+            );
+            senders.push(s);
+        }
+        Ok(senders)
+    }
+}
+
+/// One receiver's URL and the options that are its own.
+#[derive(Debug, PartialEq)]
+struct TargetArgs<'a> {
+    url: &'a str,
+    bearer: Option<&'a str>,
+    /// The user and the password file.
+    user: Option<(&'a str, &'a str)>,
+    ca: Option<&'a str>,
+}
+
+/// A per-receiver option's value for each of `n` receivers: given never, none for any;
+/// once, the same for all; once per receiver, each its own, in order ('' for none), as
+/// vmagent's per-URL options go.
+fn per_target<'a>(vals: &'a [String], n: usize, flag: &str) -> Result<Vec<Option<&'a str>>> {
+    let one = |v: &'a String| (!v.is_empty()).then_some(v.as_str());
+    match vals.len() {
+        0 => Ok(vec![None; n]),
+        1 => Ok(vec![one(&vals[0]); n]),
+        k if k == n => Ok(vals.iter().map(one).collect()),
+        k => bail!(
+            "{flag} is given {k} times for {n} --remote-write receiver{}: give it once (for all) or once per receiver, in their order ('' for none)",
+            if n == 1 { "" } else { "s" }
+        ),
     }
 }
 
@@ -416,6 +495,94 @@ mod tests {
             let e = parse_header(bad).unwrap_err();
             assert!(e.contains(why), "{bad:?}: {e}");
             assert!(!e.contains('\n'), "{bad:?}: {e}");
+        }
+    }
+
+    fn args(argv: &[&str]) -> RemoteWriteArgs {
+        #[derive(clap::Parser)]
+        struct P {
+            #[command(flatten)]
+            rw: RemoteWriteArgs,
+        }
+        use clap::Parser;
+        P::try_parse_from(std::iter::once("t").chain(argv.iter().copied()))
+            .unwrap()
+            .rw
+    }
+
+    #[test]
+    fn per_receiver_options_go_once_for_all_or_once_each_in_order() {
+        let a = args(&[
+            "--remote-write=http://prom:9090/api/v1/write",
+            "--remote-write=https://mimir:443/api/v1/push",
+            "--remote-write-user=",
+            "--remote-write-user=team-a",
+            "--remote-write-password-file=",
+            "--remote-write-password-file=/etc/mimir.pw",
+            "--remote-write-ca-file=/etc/ca.pem",
+        ]);
+        let t = a.targets().unwrap();
+        assert_eq!(
+            t,
+            [
+                TargetArgs {
+                    url: "http://prom:9090/api/v1/write",
+                    bearer: None,
+                    user: None,
+                    ca: Some("/etc/ca.pem"),
+                },
+                TargetArgs {
+                    url: "https://mimir:443/api/v1/push",
+                    bearer: None,
+                    user: Some(("team-a", "/etc/mimir.pw")),
+                    ca: Some("/etc/ca.pem"),
+                },
+            ]
+        );
+        // One receiver, as before.
+        let a = args(&[
+            "--remote-write=http://vm/api/v1/write",
+            "--remote-write-bearer-token-file=/t",
+        ]);
+        assert_eq!(a.targets().unwrap()[0].bearer, Some("/t"));
+        for (argv, why) in [
+            (
+                &[
+                    "--remote-write=http://a/w",
+                    "--remote-write=http://b/w",
+                    "--remote-write=http://c/w",
+                    "--remote-write-ca-file=/1",
+                    "--remote-write-ca-file=/2",
+                ][..],
+                "--remote-write-ca-file is given 2 times for 3 --remote-write receivers",
+            ),
+            (
+                &[
+                    "--remote-write=http://a/w",
+                    "--remote-write=http://b/w",
+                    "--remote-write-user=u",
+                    "--remote-write-password-file=",
+                    "--remote-write-password-file=/p",
+                ][..],
+                "--remote-write-user needs --remote-write-password-file (receiver 1 of 2, http://a/w)",
+            ),
+            (
+                &[
+                    "--remote-write=http://a/w",
+                    "--remote-write-user=u",
+                    "--remote-write-password-file=/p",
+                    "--remote-write-bearer-token-file=/t",
+                ][..],
+                "give one kind of authentication",
+            ),
+            (
+                &["--remote-write=http://a:80/w", "--remote-write=http://a:80/w"][..],
+                "names receiver 1 again",
+            ),
+        ] {
+            let e = format!("{:#}", args(argv).validate().unwrap_err());
+            assert!(e.contains(why), "{argv:?}: {e}");
+            assert!(!e.contains('\n'), "{e}");
         }
     }
 }

@@ -323,7 +323,7 @@ fn config_check_refuses_what_record_and_serve_would_refuse_or_ignore() {
         ),
         (
             "[record]\nremote-write = \"http://vm:8428/api/v1/write\"\nremote-write-user = \"u\"\n",
-            ":3: remote-write-user: the following required arguments were not provided: --remote-write-password-file",
+            ":3: remote-write-user: --remote-write-user needs --remote-write-password-file",
         ),
         (
             "[serve]\nlisten = \"0.0.0.0:9630\"\n",

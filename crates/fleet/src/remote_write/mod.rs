@@ -130,6 +130,26 @@ impl Stats {
     }
 }
 
+/// The counters of several senders as one: sums, and the newest sample the slowest receiver
+/// holds (of those that accepted any; one that never did shows in the failures). `None`
+/// without a sender.
+pub fn combined(stats: &[Arc<Stats>]) -> Option<RemoteWriteStats> {
+    let mut all = stats.iter().map(|s| s.snapshot());
+    let mut out = all.next()?;
+    for s in all {
+        out.points_sent += s.points_sent;
+        out.points_failed += s.points_failed;
+        out.requests_failed += s.requests_failed;
+        out.bytes_sent += s.bytes_sent;
+        out.acked_ts_ns = match (out.acked_ts_ns, s.acked_ts_ns) {
+            (0, b) => b,
+            (a, 0) => a,
+            (a, b) => a.min(b),
+        };
+    }
+    Some(out)
+}
+
 /// The running sender.
 pub struct Sender {
     tx: SyncSender<Offer>,
@@ -161,8 +181,22 @@ impl Sender {
 
     /// Stops the thread after one last attempt at what it holds.
     pub fn stop(self) {
-        drop(self.tx);
-        let _ = self.thread.join();
+        stop_all(vec![self]);
+    }
+}
+
+/// Stops senders together: each makes its last attempt at once, so a stop waits for the
+/// slowest receiver, not for the sum of them.
+pub fn stop_all(senders: Vec<Sender>) {
+    let threads: Vec<_> = senders
+        .into_iter()
+        .map(|s| {
+            drop(s.tx);
+            s.thread
+        })
+        .collect();
+    for t in threads {
+        let _ = t.join();
     }
 }
 
@@ -236,7 +270,8 @@ impl Run {
             log(
                 Level::Warn,
                 &format!(
-                    "remote write: the cursor ({}) is ahead of the clock; sending from now",
+                    "remote write: the cursor of {} ({}) is ahead of the clock; sending from now",
+                    cfg.target.url,
                     fmt_ts(c)
                 ),
             );
@@ -515,7 +550,8 @@ impl Run {
                 (self.log)(
                     Level::Warn,
                     &format!(
-                        "remote write: cannot save the cursor in {}: {e} (a restart will send again what was sent since)",
+                        "remote write: cannot save the cursor of {} in {}: {e} (a restart will send again what was sent since)",
+                        self.cfg.target.url,
                         self.cfg.dir.display()
                     ),
                 );
@@ -944,5 +980,35 @@ mod catch_up {
         names.dedup();
         let described: Vec<&str> = meta.iter().map(|m| m.metric_family_name.as_str()).collect();
         assert_eq!(names, described);
+    }
+
+    #[test]
+    fn several_senders_sum_and_the_slowest_receiver_sets_the_lag() {
+        assert_eq!(combined(&[]), None);
+        let st = |sent, failed, acked| {
+            let s = Stats::default();
+            s.points_sent.store(sent, Ordering::Relaxed);
+            s.points_failed.store(failed, Ordering::Relaxed);
+            s.requests_failed.store(failed / 10, Ordering::Relaxed);
+            s.bytes_sent.store(sent * 2, Ordering::Relaxed);
+            s.acked_ts_ns.store(acked, Ordering::Relaxed);
+            Arc::new(s)
+        };
+        let c = combined(&[st(100, 0, 30), st(50, 20, 10), st(0, 40, 0)]).unwrap();
+        assert_eq!(
+            c,
+            RemoteWriteStats {
+                points_sent: 150,
+                points_failed: 60,
+                requests_failed: 6,
+                bytes_sent: 300,
+                acked_ts_ns: 10,
+            }
+        );
+        // A receiver that never accepted leaves the others' lag, in either order.
+        assert_eq!(
+            combined(&[st(0, 0, 0), st(1, 0, 7)]).unwrap().acked_ts_ns,
+            7
+        );
     }
 }

@@ -45,19 +45,19 @@ metrics! {
     SELF_WRITE_QUEUE = ("self.write_queue", Count, Gauge, "Samples waiting for the store writer", |cx, out| field(cx, out, |r| r.write_queue as f64)),
     SELF_SOURCE_ERRORS = ("self.source_errors", Count, Counter, "Source read/parse errors since start", |cx, out| field(cx, out, |r| r.source_errors as f64)),
     SELF_TICKS_MISSED = ("self.ticks_missed", Count, Counter, "Sampling intervals skipped since start because the recorder could not run in time", |cx, out| field(cx, out, |r| r.ticks_missed as f64)),
-    SELF_REMOTE_WRITE_SENT_PER_S = ("self.remote_write.sent_per_s", PerSecond, Rate, "Points per second the remote-write receiver accepted (record --remote-write)", |cx, out| {
+    SELF_REMOTE_WRITE_SENT_PER_S = ("self.remote_write.sent_per_s", PerSecond, Rate, "Points per second the remote-write receivers accepted (record --remote-write; summed over receivers)", |cx, out| {
         let c = cx.cur.recorder.as_ref().and_then(|r| r.remote_write.as_ref()).map(|w| w.points_sent);
         let p = cx.prev.and_then(|p| p.recorder.as_ref()).and_then(|r| r.remote_write.as_ref()).map(|w| w.points_sent);
         rate(cx, out, &[], c, p, 1.0);
     }),
-    SELF_REMOTE_WRITE_BYTES_PER_S = ("self.remote_write.sent_bytes_per_s", BytesPerSecond, Rate, "Bytes per second of requests the remote-write receiver accepted, snappy-compressed as sent", |cx, out| {
+    SELF_REMOTE_WRITE_BYTES_PER_S = ("self.remote_write.sent_bytes_per_s", BytesPerSecond, Rate, "Bytes per second of requests the remote-write receivers accepted, snappy-compressed as sent", |cx, out| {
         let c = cx.cur.recorder.as_ref().and_then(|r| r.remote_write.as_ref()).map(|w| w.bytes_sent);
         let p = cx.prev.and_then(|p| p.recorder.as_ref()).and_then(|r| r.remote_write.as_ref()).map(|w| w.bytes_sent);
         rate(cx, out, &[], c, p, 1.0);
     }),
-    SELF_REMOTE_WRITE_FAILED = ("self.remote_write.points_failed", Count, Counter, "Points given up on since start: refused by the remote-write receiver (4xx but 429) or not sendable (bad URL)", |cx, out| remote_write(cx, out, |w| w.points_failed as f64)),
-    SELF_REMOTE_WRITE_REQUESTS_FAILED = ("self.remote_write.requests_failed", Count, Counter, "Remote-write requests that failed since start, retried or not", |cx, out| remote_write(cx, out, |w| w.requests_failed as f64)),
-    SELF_REMOTE_WRITE_LAG = ("self.remote_write.lag_seconds", Seconds, Gauge, "How far the remote-write receiver is behind this sample: its time minus the newest sample the receiver accepted", |cx, out| {
+    SELF_REMOTE_WRITE_FAILED = ("self.remote_write.points_failed", Count, Counter, "Points given up on since start, summed over receivers: refused by a remote-write receiver (4xx but 429) or not sendable (bad URL)", |cx, out| remote_write(cx, out, |w| w.points_failed as f64)),
+    SELF_REMOTE_WRITE_REQUESTS_FAILED = ("self.remote_write.requests_failed", Count, Counter, "Remote-write requests that failed since start, retried or not, summed over receivers", |cx, out| remote_write(cx, out, |w| w.requests_failed as f64)),
+    SELF_REMOTE_WRITE_LAG = ("self.remote_write.lag_seconds", Seconds, Gauge, "How far the slowest remote-write receiver is behind this sample: its time minus the newest sample that receiver accepted", |cx, out| {
         let lag = cx.cur.recorder.as_ref().and_then(|r| r.remote_write.as_ref()).and_then(|w| {
             (w.acked_ts_ns > 0).then(|| ((cx.cur.ts_ns - w.acked_ts_ns) as f64 / 1e9).max(0.0))
         });
