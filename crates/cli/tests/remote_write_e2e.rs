@@ -574,11 +574,33 @@ fn an_outage_is_backfilled_from_the_store() {
     let Some(mut prom) = engine(T, Kind::Prometheus, &tmp.path().join("prom")) else {
         return;
     };
+    // A second receiver that stays up: one recorder sends to both, each with its own sender,
+    // so the outage of one holds back nothing of the other.
+    let Some(vm) = engine(T, Kind::Victoria, &tmp.path().join("vm")) else {
+        return;
+    };
     let dir = tmp.path().join("store");
-    let r = record_to(&dir, &prom.write_url(), &["--duration", "60s"]);
+    let r = record_to(
+        &dir,
+        &prom.write_url(),
+        &["--duration", "60s", "--remote-write", &vm.write_url()],
+    );
     std::thread::sleep(Duration::from_secs(12));
     prom.stop();
     std::thread::sleep(Duration::from_secs(30));
+    // The receiver that stayed up is current: it holds a second from the last few.
+    let newest = |e: &Engine| {
+        e.raw("jitterscope_load_avg1", now_s(), 120)
+            .first()
+            .and_then(|s| s.1.last().map(|p| p.0))
+    };
+    let during = now_s();
+    let vm_newest = newest(&vm).expect("VictoriaMetrics holds the recorder's points");
+    assert!(
+        during - vm_newest as f64 / 1000.0 < 6.0,
+        "VictoriaMetrics is {:.1} s behind while Prometheus is down",
+        during - vm_newest as f64 / 1000.0
+    );
     prom.restart();
     let back = Instant::now();
     let back_s = now_s();
@@ -629,6 +651,16 @@ fn an_outage_is_backfilled_from_the_store() {
         dump.len()
     );
     assert_eq!(dups, 0);
+    // The receiver that stayed up holds every second too, with the same values; each
+    // receiver's cursor is its own.
+    let series = vm.raw("{host!=\"\"}", now_s(), 120);
+    let (points, n, dups) = compare(&series, &dump, first);
+    eprintln!("VictoriaMetrics: {n} series, {points} points equal to the store's");
+    assert_eq!(dups, 0);
+    let cursors = std::fs::read_to_string(dir.join("remote-write.json")).unwrap();
+    for e in [&prom, &vm] {
+        assert!(cursors.contains(&e.write_url()), "{cursors}");
+    }
 }
 
 /// Reads one HTTP/1.1 message (head and a `content-length` body) from `r`; `None` at the end
