@@ -331,7 +331,10 @@ fn config_check_refuses_what_record_and_serve_would_refuse_or_ignore() {
         ),
     ] {
         let f = write(t.path(), "bad.toml", body);
-        for args in [&["config", "check"][..], &["record", "--duration", "1s"][..]] {
+        for args in [
+            &["config", "check"][..],
+            &["record", "--duration", "1s"][..],
+        ] {
             let o = js(&f, &[], args);
             let err = text(&o.stderr);
             assert_eq!(o.status.code(), Some(1), "{body:?} {args:?}: {err}");

@@ -459,6 +459,43 @@ impl Folded {
     }
 }
 
+/// One family of an exposition, as `examples/encoders.rs` (the measurement of this writer
+/// against `prometheus-client`) hands it in: name, type, help, and each sample's name, labels
+/// and value.
+#[doc(hidden)]
+#[derive(Debug)]
+#[allow(clippy::type_complexity)]
+pub struct PlainFamily {
+    pub name: String,
+    pub ty: &'static str,
+    pub help: String,
+    pub samples: Vec<(String, Vec<(String, String)>, f64)>,
+}
+
+/// Writes `fams` with the writer `/metrics` uses (OpenMetrics, or the text format 0.0.4
+/// through the same conversion), for the encoder measurement.
+#[doc(hidden)]
+pub fn write_plain(fams: &[PlainFamily], openmetrics: bool) -> String {
+    let mut out = Families::default();
+    let mut ls: Vec<(&str, &str)> = Vec::new();
+    for f in fams {
+        let fam = out.family(&f.name, f.ty, || f.help.clone());
+        for (name, labels, v) in &f.samples {
+            ls.clear();
+            ls.extend(labels.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+            line(&mut fam.lines, name, &ls, *v);
+        }
+    }
+    let mut s = String::with_capacity(128 * 1024);
+    out.write(&mut s);
+    s.push_str("# EOF\n");
+    if openmetrics {
+        s
+    } else {
+        text_004(&s)
+    }
+}
+
 /// The kernel's cumulative counters, exported after the rename to base units: they had no name
 /// before it (the old rule would have made up `jitterscope_cpu__seconds_total`).
 const NEW_SINCE_BASE_UNITS: &[&jitterscope_model::MetricDef] = {
