@@ -21,10 +21,14 @@
 //! the raw per-field families.
 //!
 //! Each scrape folds the samples recorded since the previous one into [`Scrapes`], reading
-//! each sample once whatever the number of scrapers.
+//! each sample once whatever the number of scrapers, then builds the families and hands them
+//! to `prometheus-client`'s encoders (the Prometheus project's Rust client) as a
+//! [`Collector`]. They replaced a writer of our own: on a real exposition (390 families, 1,304
+//! samples) they wrote the same samples 4.5× (OpenMetrics) and 5.5× (text 0.0.4) faster, and
+//! the text format no longer comes from rewriting the OpenMetrics text.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -33,11 +37,15 @@ use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use jitterscope_model::export::{base_name, counter_of, windowed, BaseName, Bounded, HISTOGRAMS};
-use jitterscope_model::openmetrics::{escape_label, write_num};
 use jitterscope_model::registry::MetricDef;
 use jitterscope_model::stored::{Damage, SampleReader};
 use jitterscope_model::tracers::Hist;
 use jitterscope_model::Sample;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
 
 use crate::AppState;
 
@@ -89,8 +97,8 @@ struct Folded {
     hists: BTreeMap<(usize, String), (Hist, i64)>,
     /// Each scraper's previous scrape (wall clock, ns).
     clients: HashMap<IpAddr, i64>,
-    /// `jitterscope_cgroup_info` of the newest sample.
-    info: String,
+    /// The labels of `jitterscope_cgroup_info`, of the newest sample.
+    info: Vec<Labels>,
     /// The newest sample's host name and kernel: `jitterscope_host_info`.
     host: Option<(String, String)>,
     /// The export set and its top N, kept across scrapes: which processes are exported
@@ -155,9 +163,17 @@ impl Folded {
         }
         if newest {
             self.host = Some((cur.host.hostname.clone(), cur.host.kernel.clone()));
-            self.info = jitterscope_model::openmetrics::cgroup_info(
-                cur.cgroups.iter().flatten().map(|c| (c, None)),
-            );
+            self.info = cur
+                .cgroups
+                .iter()
+                .flatten()
+                .filter_map(jitterscope_model::openmetrics::owner_labels)
+                .map(|ls| {
+                    ls.into_iter()
+                        .map(|(k, v)| (Cow::Borrowed(k), v.to_string()))
+                        .collect()
+                })
+                .collect();
         }
         self.to = Some(cur.ts_ns);
     }
@@ -170,71 +186,106 @@ impl Folded {
     }
 }
 
-/// A family being written: its type line and help, then its samples.
-struct Family {
-    ty: &'static str,
-    help: String,
-    unit: Option<&'static str>,
-    lines: String,
+/// A series' labels, owned: the exposition outlives the fold's state it was built from.
+type Labels = Vec<(Cow<'static, str>, String)>;
+
+/// One histogram series: per-bucket counts by upper edge (`+Inf` last), count and sum.
+struct HistPoint {
+    labels: Labels,
+    buckets: Vec<(f64, u64)>,
+    count: u64,
+    sum: f64,
 }
 
-/// The families of the exposition, by name (one declaration per name, as OpenMetrics wants).
+/// A family of the exposition: its type, help and unit, then its samples.
+struct Family {
+    ty: MetricType,
+    help: String,
+    unit: Option<&'static str>,
+    values: Vec<(Labels, f64)>,
+    hists: Vec<HistPoint>,
+}
+
+/// The families of the exposition, by name (one declaration per name, as OpenMetrics wants):
+/// a counter's without `_total`, an info's without `_info`. `prometheus-client` writes them
+/// (`Exposition`), in either format.
 #[derive(Default)]
 struct Families(BTreeMap<String, Family>);
 
 impl Families {
-    fn family(
-        &mut self,
-        name: &str,
-        ty: &'static str,
-        help: impl FnOnce() -> String,
-    ) -> &mut Family {
-        self.0.entry(name.to_string()).or_insert_with(|| Family {
-            ty,
-            help: help(),
-            unit: jitterscope_model::export::unit_of(name),
-            lines: String::new(),
-        })
-    }
-
-    fn write(self, out: &mut String) {
-        for (name, f) in self.0 {
-            let _ = writeln!(out, "# TYPE {name} {}", f.ty);
-            if let Some(u) = f.unit {
-                let _ = writeln!(out, "# UNIT {name} {u}");
-            }
-            let _ = writeln!(out, "# HELP {name} {}", f.help.replace(['\\', '\n'], " "));
-            out.push_str(&f.lines);
+    fn family(&mut self, name: &str, ty: MetricType, help: impl FnOnce() -> String) -> &mut Family {
+        if !self.0.contains_key(name) {
+            let f = Family {
+                ty,
+                // Neither format lets a help line hold a line break, and OpenMetrics wants `\`
+                // and `"` escaped where the text format does not: none is needed to read it.
+                help: help().replace(['\\', '\n'], " ").replace('"', "'"),
+                unit: jitterscope_model::export::unit_of(name),
+                values: Vec::new(),
+                hists: Vec::new(),
+            };
+            self.0.insert(name.to_string(), f);
         }
+        self.0.get_mut(name).expect("just inserted")
     }
 }
 
-/// `name{k="v",...} value\n`.
-fn line(out: &mut String, name: &str, labels: &[(&str, &str)], value: f64) {
-    out.push_str(name);
-    if !labels.is_empty() {
-        out.push('{');
-        for (i, (k, v)) in labels.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            let _ = write!(out, "{k}=\"{}\"", escape_label(v));
-        }
-        out.push('}');
+/// The exposition for `prometheus-client`'s encoders: a [`Collector`] over families built for
+/// one scrape (a registry wants what it encodes to live as long as it does).
+#[derive(Default)]
+pub struct Exposition(Families);
+
+impl std::fmt::Debug for Exposition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Exposition({} families)", self.0 .0.len())
     }
-    out.push(' ');
-    num(out, value);
-    out.push('\n');
 }
 
-/// `write_num`, with nine decimals below 1: values scaled into base units from µs, ns or
-/// percent need them (3 µs is 0.000003 s).
-fn num(out: &mut String, v: f64) {
-    if v != 0.0 && v.abs() < 1.0 && v.fract() != 0.0 {
-        let s = format!("{v:.9}");
-        out.push_str(s.trim_end_matches('0').trim_end_matches('.'));
-    } else {
-        write_num(out, v);
+impl Collector for Exposition {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        for (name, f) in &self.0 .0 {
+            // The encoder puts the unit after the name it is given, and declares it.
+            let (stem, unit) = match f.unit.and_then(|u| {
+                name.strip_suffix(u)
+                    .and_then(|n| n.strip_suffix('_'))
+                    .map(|n| (n, u))
+            }) {
+                Some((stem, u)) => (stem, Some(Unit::Other(u.to_string()))),
+                None => (name.as_str(), None),
+            };
+            let mut m = enc.encode_descriptor(stem, &f.help, unit.as_ref(), f.ty)?;
+            for (labels, v) in &f.values {
+                match f.ty {
+                    MetricType::Info => m.encode_info(labels)?,
+                    MetricType::Counter => m
+                        .encode_family(labels)?
+                        .encode_counter::<NoLabelSet, _, f64>(v, None)?,
+                    _ => m.encode_family(labels)?.encode_gauge(v)?,
+                }
+            }
+            for h in &f.hists {
+                m.encode_family(&h.labels)?
+                    .encode_histogram::<NoLabelSet>(h.sum, h.count, &h.buckets, None)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Exposition {
+    /// The exposition as OpenMetrics text, or as the Prometheus text format 0.0.4.
+    pub fn encode(self, openmetrics: bool) -> String {
+        let mut reg = Registry::default();
+        reg.register_collector(Box::new(self));
+        let mut out = String::with_capacity(128 * 1024);
+        // Writing into a String cannot fail; an encoder error would be a bug in the families.
+        let r = if openmetrics {
+            prometheus_client::encoding::text::encode(&mut out, &reg)
+        } else {
+            prometheus_client::encoding::prometheus_text::encode(&mut out, &reg)
+        };
+        debug_assert!(r.is_ok());
+        out
     }
 }
 
@@ -246,8 +297,8 @@ fn slot_le(i: usize) -> f64 {
 impl Scrapes {
     /// Folds what the store at `dir` recorded since the previous scrape, then writes the
     /// exposition for a scraper at `client` wanting `window` (else the time since its previous
-    /// scrape). `Ok(None)`: the store holds no sample. `max_age` refuses a store whose newest
-    /// sample is older (zero: any age).
+    /// scrape), in OpenMetrics or else the text format 0.0.4. `Ok(Err(why))`: the store holds
+    /// no sample. `max_age` refuses a store whose newest sample is older (zero: any age).
     #[allow(clippy::too_many_arguments)]
     pub fn scrape(
         &self,
@@ -258,7 +309,8 @@ impl Scrapes {
         build: &[(String, String)],
         max_age: Duration,
         now_ns: i64,
-    ) -> anyhow::Result<Result<(Vec<u8>, Damage), String>> {
+        openmetrics: bool,
+    ) -> anyhow::Result<Result<(String, Damage), String>> {
         let reader = SampleReader::open(dir)?;
         let Some(newest) = reader.store().latest_ts()? else {
             return Ok(Err("the store holds no samples".into()));
@@ -311,10 +363,10 @@ impl Scrapes {
             st.clients.insert(c, now_ns);
         }
         st.forget(to, now_ns);
-        Ok(Ok((
-            st.write(to, now_ns, window_ns, build).into_bytes(),
-            damage,
-        )))
+        let exposition = st.write(to, now_ns, window_ns, build);
+        // Encoded without the lock: another scraper's fold need not wait for it.
+        drop(st);
+        Ok(Ok((exposition.encode(openmetrics), damage)))
     }
 }
 
@@ -325,11 +377,10 @@ impl Folded {
         now_ns: i64,
         window_ns: i64,
         build: &[(String, String)],
-    ) -> String {
+    ) -> Exposition {
         let mut fams = Families::default();
         let since = newest - window_ns;
         let window_s = window_ns / 1_000_000_000;
-        let mut labels: Vec<(&str, &str)> = Vec::new();
         for ((def, values), s) in &self.series {
             if s.last_ts != newest {
                 continue;
@@ -337,42 +388,38 @@ impl Folded {
             let Some(e) = self.defs.get(def) else {
                 continue;
             };
-            labels.clear();
-            labels.extend(
-                e.keys
-                    .iter()
-                    .copied()
-                    .zip(values.iter().map(|v| v.as_str())),
-            );
-            let put = |fams: &mut Families, name: &str, ty, help: &dyn Fn() -> String, v: f64| {
-                line(&mut fams.family(name, ty, help).lines, name, &labels, v);
-            };
+            let labels: Labels = e
+                .keys
+                .iter()
+                .map(|k| Cow::Borrowed(*k))
+                .zip(values.iter().cloned())
+                .collect();
+            let help = || jitterscope_model::export::help_in_base_units(def.help, &e.base);
             if def.kind == jitterscope_model::registry::Kind::Counter {
                 // The recorder's own cumulative counts: a counter family named without
                 // `_total`, whose sample has it.
-                let f = fams.family(e.base.name.trim_end_matches("_total"), "counter", || {
-                    jitterscope_model::export::help_in_base_units(def.help, &e.base)
-                });
-                line(&mut f.lines, &e.base.name, &labels, s.last * e.base.scale);
+                fams.family(
+                    e.base.name.trim_end_matches("_total"),
+                    MetricType::Counter,
+                    help,
+                )
+                .values
+                .push((labels.clone(), s.last * e.base.scale));
             } else {
-                put(
-                    &mut fams,
-                    &e.base.name,
-                    "gauge",
-                    &|| jitterscope_model::export::help_in_base_units(def.help, &e.base),
-                    s.last * e.base.scale,
-                );
+                fams.family(&e.base.name, MetricType::Gauge, help)
+                    .values
+                    .push((labels.clone(), s.last * e.base.scale));
             }
             if let Some(c) = &e.counter {
-                let family = c.name.trim_end_matches("_total");
                 let help = || {
                     format!(
                         "{}; as a counter: summed over every recorded second since serve started",
                         jitterscope_model::export::help_in_base_units(def.help, c)
                     )
                 };
-                let f = fams.family(family, "counter", help);
-                line(&mut f.lines, &c.name, &labels, s.total * c.scale);
+                fams.family(c.name.trim_end_matches("_total"), MetricType::Counter, help)
+                    .values
+                    .push((labels.clone(), s.total * c.scale));
             }
             if e.windowed {
                 let in_window = s.recent.iter().filter(|r| r.0 > since).map(|r| r.1);
@@ -388,111 +435,74 @@ impl Folded {
                                 jitterscope_model::export::help_in_base_units(def.help, &e.base)
                             )
                         };
-                        put(&mut fams, &name, "gauge", &help, v * e.base.scale);
+                        fams.family(&name, MetricType::Gauge, help)
+                            .values
+                            .push((labels.clone(), v * e.base.scale));
                     }
                 }
             }
         }
-        let les: Vec<String> = (0..HIST_SLOTS).map(|i| format!("{}", slot_le(i))).collect();
         for ((i, label), (h, _)) in &self.hists {
             let (name, key, help) = HISTOGRAMS[*i];
-            let f = fams.family(name, "histogram", || format!("{help}, since serve started"));
-            let mut ls: Vec<(&str, &str)> =
-                key.map(|k| vec![(k, label.as_str())]).unwrap_or_default();
-            let mut cum = 0u64;
+            let f = fams.family(name, MetricType::Histogram, || {
+                format!("{help}, since serve started")
+            });
             let total: u64 = h.slots.iter().sum();
-            let bucket = format!("{name}_bucket");
-            for (slot, le) in les.iter().enumerate() {
-                cum += h.slots.get(slot).copied().unwrap_or(0);
-                ls.push(("le", le));
-                line(&mut f.lines, &bucket, &ls, cum as f64);
-                ls.pop();
-            }
-            ls.push(("le", "+Inf"));
-            line(&mut f.lines, &bucket, &ls, total as f64);
-            ls.pop();
-            line(&mut f.lines, &format!("{name}_count"), &ls, total as f64);
-            line(
-                &mut f.lines,
-                &format!("{name}_sum"),
-                &ls,
-                h.sum_ns as f64 / 1e9,
-            );
+            let mut buckets: Vec<(f64, u64)> = (0..HIST_SLOTS)
+                .map(|slot| (slot_le(slot), h.slots.get(slot).copied().unwrap_or(0)))
+                .collect();
+            let finite: u64 = buckets.iter().map(|b| b.1).sum();
+            buckets.push((f64::INFINITY, total - finite));
+            f.hists.push(HistPoint {
+                labels: key
+                    .map(|k| vec![(Cow::Borrowed(k), label.clone())])
+                    .unwrap_or_default(),
+                buckets,
+                count: total,
+                sum: h.sum_ns as f64 / 1e9,
+            });
         }
         if !build.is_empty() {
-            let f = fams.family("jitterscope_build", "info", || {
+            let f = fams.family("jitterscope_build", MetricType::Info, || {
                 "The jitterscope that serves these metrics: version and source revision".into()
             });
-            let ls: Vec<(&str, &str)> = build
+            let ls: Labels = build
                 .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .map(|(k, v)| (Cow::Owned(k.clone()), v.clone()))
                 .collect();
-            line(&mut f.lines, "jitterscope_build_info", &ls, 1.0);
+            f.values.push((ls, 1.0));
         }
         {
-            let f = fams.family("jitterscope_sample_age_seconds", "gauge", || {
+            let f = fams.family("jitterscope_sample_age_seconds", MetricType::Gauge, || {
                 "Age of the newest recorded sample when this scrape was answered: a recorder \
                  that stopped or fell behind shows here before its series go flat"
                     .into()
             });
             let age = (now_ns.saturating_sub(newest)).max(0) as f64 / 1e9;
-            line(&mut f.lines, "jitterscope_sample_age_seconds", &[], age);
+            f.values.push((Vec::new(), age));
         }
         if let Some((host, kernel)) = &self.host {
-            let f = fams.family("jitterscope_host", "info", || {
+            let f = fams.family("jitterscope_host", MetricType::Info, || {
                 "The host these metrics are of, as its recorder names it (`record --host`; the \
                  fleet's `host` label), and its kernel"
                     .into()
             });
-            line(
-                &mut f.lines,
-                "jitterscope_host_info",
-                &[("host", host.as_str()), ("kernel", kernel.as_str())],
+            f.values.push((
+                vec![
+                    (Cow::Borrowed("host"), host.clone()),
+                    (Cow::Borrowed("kernel"), kernel.clone()),
+                ],
                 1.0,
-            );
+            ));
         }
-        let mut out = String::with_capacity(128 * 1024);
-        fams.write(&mut out);
-        out.push_str(&self.info);
-        out.push_str("# EOF\n");
-        out
-    }
-}
-
-/// One family of an exposition, as `examples/encoders.rs` (the measurement of this writer
-/// against `prometheus-client`) hands it in: name, type, help, and each sample's name, labels
-/// and value.
-#[doc(hidden)]
-#[derive(Debug)]
-#[allow(clippy::type_complexity)]
-pub struct PlainFamily {
-    pub name: String,
-    pub ty: &'static str,
-    pub help: String,
-    pub samples: Vec<(String, Vec<(String, String)>, f64)>,
-}
-
-/// Writes `fams` with the writer `/metrics` uses (OpenMetrics, or the text format 0.0.4
-/// through the same conversion), for the encoder measurement.
-#[doc(hidden)]
-pub fn write_plain(fams: &[PlainFamily], openmetrics: bool) -> String {
-    let mut out = Families::default();
-    let mut ls: Vec<(&str, &str)> = Vec::new();
-    for f in fams {
-        let fam = out.family(&f.name, f.ty, || f.help.clone());
-        for (name, labels, v) in &f.samples {
-            ls.clear();
-            ls.extend(labels.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-            line(&mut fam.lines, name, &ls, *v);
+        if !self.info.is_empty() {
+            let f = fams.family("jitterscope_cgroup", MetricType::Info, || {
+                jitterscope_model::openmetrics::CGROUP_INFO_HELP.into()
+            });
+            f.values
+                .extend(self.info.iter().map(|ls| (ls.clone(), 1.0)));
         }
-    }
-    let mut s = String::with_capacity(128 * 1024);
-    out.write(&mut s);
-    s.push_str("# EOF\n");
-    if openmetrics {
-        s
-    } else {
-        text_004(&s)
+        Exposition(fams)
     }
 }
 
@@ -612,43 +622,6 @@ fn wants_openmetrics(accept: Option<&str>) -> bool {
     om > 0.0 && om >= text
 }
 
-/// OpenMetrics text, as `Scrapes::scrape` writes it, in the Prometheus text format 0.0.4: no
-/// `# EOF` or `# UNIT`; a counter family is named by its `_total` samples; an info family
-/// becomes a gauge named by its `_info` sample; `unknown` is `untyped`. The samples
-/// themselves read the same in both (no timestamps, exemplars or `_created` are written).
-fn text_004(om: &str) -> String {
-    let mut out = String::with_capacity(om.len());
-    // The families renamed, by their OpenMetrics name.
-    let mut renamed: HashMap<&str, String> = HashMap::new();
-    for l in om.lines() {
-        if l == "# EOF" || l.starts_with("# UNIT ") {
-            continue;
-        }
-        if let Some(rest) = l.strip_prefix("# TYPE ") {
-            let (name, ty) = rest.split_once(' ').unwrap_or((rest, "untyped"));
-            let (as_named, ty) = match ty {
-                "counter" => (format!("{name}_total"), "counter"),
-                "info" => (format!("{name}_info"), "gauge"),
-                "gauge" | "histogram" | "summary" => (name.to_string(), ty),
-                _ => (name.to_string(), "untyped"),
-            };
-            let _ = writeln!(out, "# TYPE {as_named} {ty}");
-            renamed.insert(name, as_named);
-            continue;
-        }
-        if let Some(rest) = l.strip_prefix("# HELP ") {
-            let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
-            let name = renamed.get(name).map_or(name, String::as_str);
-            // OpenMetrics escapes `"` in help; the text format does not.
-            let _ = writeln!(out, "# HELP {name} {}", help.replace("\\\"", "\""));
-            continue;
-        }
-        out.push_str(l);
-        out.push('\n');
-    }
-    out
-}
-
 /// `GET /metrics`.
 pub async fn metrics(
     State(st): State<Arc<AppState>>,
@@ -680,17 +653,14 @@ pub async fn metrics(
             &cfg.build,
             cfg.metrics_max_age,
             now,
+            openmetrics,
         )
     })
     .await;
     match r {
         Ok(Ok(Ok((body, damage)))) => {
-            let mut resp = if openmetrics {
-                ([(header::CONTENT_TYPE, OPENMETRICS)], body).into_response()
-            } else {
-                let text = text_004(&String::from_utf8_lossy(&body));
-                ([(header::CONTENT_TYPE, TEXT_004)], text).into_response()
-            };
+            let ty = if openmetrics { OPENMETRICS } else { TEXT_004 };
+            let mut resp = ([(header::CONTENT_TYPE, ty)], body).into_response();
             crate::api::damage_header(&mut resp, &damage);
             resp
         }
@@ -735,36 +705,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_text_format_names_counters_and_infos_by_their_samples() {
-        let om = "# TYPE jitterscope_sched_ctxt counter\n\
-                  # HELP jitterscope_sched_ctxt Context switches\n\
-                  jitterscope_sched_ctxt_total 12\n\
-                  # TYPE jitterscope_load_avg1 gauge\n\
-                  # UNIT jitterscope_run_seconds seconds\n\
-                  # HELP jitterscope_load_avg1 Load \\\"1 min\\\"\n\
-                  jitterscope_load_avg1 1.5\n\
-                  # TYPE jitterscope_build info\n\
-                  # HELP jitterscope_build Build\n\
-                  jitterscope_build_info{version=\"1\"} 1\n\
-                  # TYPE x unknown\n\
-                  x 1\n\
-                  # EOF\n";
-        assert_eq!(
-            text_004(om),
-            "# TYPE jitterscope_sched_ctxt_total counter\n\
-             # HELP jitterscope_sched_ctxt_total Context switches\n\
-             jitterscope_sched_ctxt_total 12\n\
-             # TYPE jitterscope_load_avg1 gauge\n\
-             # HELP jitterscope_load_avg1 Load \"1 min\"\n\
-             jitterscope_load_avg1 1.5\n\
-             # TYPE jitterscope_build_info gauge\n\
-             # HELP jitterscope_build_info Build\n\
-             jitterscope_build_info{version=\"1\"} 1\n\
-             # TYPE x untyped\n\
-             x 1\n"
-        );
-    }
     use jitterscope_model::signals::SignalRecord;
     use jitterscope_model::stored::Encoder;
     use jitterscope_model::tracers::{Runqlat, Tracers};
@@ -820,10 +760,19 @@ mod tests {
         let peer: IpAddr = "127.0.0.1".parse().unwrap();
         let build = [("version".to_string(), "1.2.3".to_string())];
         let (body, _) = sc
-            .scrape(dir, 3, Some(peer), window, &build, Duration::ZERO, now)
+            .scrape(
+                dir,
+                3,
+                Some(peer),
+                window,
+                &build,
+                Duration::ZERO,
+                now,
+                true,
+            )
             .unwrap()
             .unwrap();
-        String::from_utf8(body).unwrap()
+        body
     }
 
     fn value(text: &str, series: &str) -> f64 {
@@ -983,12 +932,12 @@ mod tests {
         }
         w.close().unwrap();
         let text = scrape(&Scrapes::default(), dir.path(), T0 + 3 * S, None);
-        assert!(text.ends_with(&format!(
-            "# TYPE jitterscope_cgroup info\n\
-             # HELP jitterscope_cgroup The container, pod or systemd unit that owns a cgroup, as its runtime names it\n\
-             jitterscope_cgroup_info{{cgroup=\"/kubepods.slice/cri-containerd-{id}.scope\",runtime=\"containerd\",container_id=\"{id}\",container_name=\"api\",pod_name=\"checkout-7d9f\",pod_namespace=\"shop\"}} 1\n\
-             # EOF\n"
+        assert!(text.contains(&format!(
+            "# HELP jitterscope_cgroup The container, pod or systemd unit that owns a cgroup, as its runtime names it\n\
+             # TYPE jitterscope_cgroup info\n\
+             jitterscope_cgroup_info{{cgroup=\"/kubepods.slice/cri-containerd-{id}.scope\",runtime=\"containerd\",container_id=\"{id}\",container_name=\"api\",pod_name=\"checkout-7d9f\",pod_namespace=\"shop\"}} 1\n"
         )), "{text}");
+        assert!(text.ends_with("# EOF\n"), "{text}");
         // A host of no containers or units has no such family.
         let bare = tempfile::tempdir().unwrap();
         record(bare.path(), 0..3);
