@@ -138,16 +138,26 @@ pub fn existing_store(arg: Option<PathBuf>, from: i64, to: i64) -> anyhow::Resul
 }
 
 fn main() -> ExitCode {
-    // The lab's workers are this binary too, started outside clap (see jitterscope_lab::worker).
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some(jitterscope_lab::worker::ARG) {
-        return ExitCode::from(jitterscope_lab::worker::main(&args[1..]) as u8);
-    }
-    // So are the ClickHouse pusher's episode workers.
-    if args.first().map(String::as_str) == Some(jitterscope_fleet::clickhouse::WORKER_ARG) {
-        return ExitCode::from(jitterscope_fleet::clickhouse::worker_main(&args[1..]) as u8);
-    }
+    // Arguments are OS strings: a path need not be UTF-8 (`std::env::args` would panic on
+    // one), and clap refuses in one line a non-UTF-8 value where it wants text.
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // The lab's workers are this binary too, started outside clap (see jitterscope_lab::worker),
+    // and so are the ClickHouse pusher's episode workers; their arguments are ours.
+    let worker_args = || -> Vec<String> {
+        argv.iter()
+            .skip(2)
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    };
+    match argv.get(1).and_then(|a| a.to_str()) {
+        Some(jitterscope_lab::worker::ARG) => {
+            return ExitCode::from(jitterscope_lab::worker::main(&worker_args()) as u8);
+        }
+        Some(jitterscope_fleet::clickhouse::WORKER_ARG) => {
+            return ExitCode::from(jitterscope_fleet::clickhouse::worker_main(&worker_args()) as u8);
+        }
+        _ => {}
+    }
     let file = config::locate(&argv);
     // Every command stops on a file that is missing or does not check: the readers take the
     // store's directory from it, and one that ignored it would read another store.

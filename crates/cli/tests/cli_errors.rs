@@ -521,3 +521,84 @@ fn an_empty_window_exits_3_and_says_what_the_store_holds() {
         }
     }
 }
+
+/// Arguments are OS strings: a store at a path that is not UTF-8 is read like any other, and a
+/// non-UTF-8 value where text is wanted is refused in one line, by every command, never with a
+/// panic.
+#[test]
+fn arguments_that_are_not_utf8_work_or_are_refused_in_one_line() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let t = tempfile::tempdir().unwrap();
+    let odd = t.path().join(OsStr::from_bytes(b"store-\xff"));
+    std::fs::create_dir(&odd).unwrap();
+    for e in std::fs::read_dir(fixture_store()).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), odd.join(e.file_name())).unwrap();
+    }
+    let run_os = |args: &[&OsStr]| {
+        let mut c = common::cmd();
+        c.args(args);
+        common::run_command(c, TIMEOUT)
+    };
+    let o = run_os(&[
+        OsStr::new("dump"),
+        OsStr::new("--dir"),
+        odd.as_os_str(),
+        OsStr::new("--from"),
+        OsStr::new("0"),
+        OsStr::new("--select"),
+        OsStr::new("load.avg1"),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).lines().count() > 1, "{}", text(&o.stdout));
+    let o = run_os(&[
+        OsStr::new("store"),
+        OsStr::new("check"),
+        OsStr::new("--dir"),
+        odd.as_os_str(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let missing = t.path().join(OsStr::from_bytes(b"x\xff"));
+    for argv in [
+        vec![OsStr::new("dump"), OsStr::new("--dir"), missing.as_os_str()],
+        vec![
+            OsStr::new("events"),
+            OsStr::new("--dir"),
+            missing.as_os_str(),
+        ],
+        vec![
+            OsStr::new("diagnose"),
+            OsStr::new("--dir"),
+            missing.as_os_str(),
+        ],
+        vec![
+            OsStr::new("dump"),
+            OsStr::new("--select"),
+            OsStr::from_bytes(b"a\xff"),
+        ],
+        vec![
+            OsStr::new("events"),
+            OsStr::new("--since"),
+            OsStr::from_bytes(b"1\xffm"),
+        ],
+        vec![OsStr::from_bytes(b"\xff")],
+    ] {
+        let o = run_os(&argv);
+        let err = text(&o.stderr);
+        assert!(
+            matches!(o.status.code(), Some(1 | 2)),
+            "{argv:?}: {:?} {err}",
+            o.status
+        );
+        assert!(!err.contains("panicked"), "{argv:?}: {err}");
+        assert!(!err.trim().is_empty(), "{argv:?}");
+        let first = err.lines().next().unwrap();
+        assert!(
+            first.contains("no store at")
+                || first.contains("invalid UTF-8")
+                || first.contains("unrecognized"),
+            "{argv:?}: {err}"
+        );
+    }
+}
