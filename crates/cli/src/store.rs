@@ -1,6 +1,7 @@
 //! `jitterscope store check [--repair]`: every CRC of every segment and lane verified, one line
 //! per damaged file, and a repair that rebuilds what can be rebuilt and moves the rest aside.
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -8,7 +9,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use jitterscope_model::time::rfc3339;
 use jitterscope_store::{
-    check_store, lock_store, rebuild_index, restore_header, FileCheck, Kind, Lane,
+    check_store, lock_store, rebuild_index, restore_header, salvage, FileCheck, Kind, Lane,
 };
 
 /// Arguments of `store`.
@@ -24,9 +25,8 @@ enum StoreCmd {
     /// damaged file (what, where, time range) and a summary.
     ///
     /// Exit status: 0 when no damage was found (with --repair: none is left), 1 when damage
-    /// was found (with --repair: some is left, such as records lost inside a segment that is
-    /// kept for the rest of its records), 2 when the check could not run (no store, a
-    /// recorder holds the lock).
+    /// was found (with --repair: some is left, such as a file that could not be moved), 2 when
+    /// the check could not run (no store, a recorder holds the lock).
     Check(CheckArgs),
 }
 
@@ -34,8 +34,10 @@ enum StoreCmd {
 struct CheckArgs {
     /// Repair: rebuild damaged, missing or empty indexes from their segments (written to a
     /// temporary file, then renamed), rebuild a damaged, empty or short signals lane from the
-    /// main stream, and move files that cannot be read at all into `<dir>/damaged/` (nothing
-    /// is deleted). Refused while a recorder holds the store's lock.
+    /// main stream, rewrite a segment that lost frames, was cut or has garbage appended from
+    /// every record that still reads (with a fresh index), and move files that cannot be read
+    /// at all into `<dir>/damaged/`, with a line per finding in `damaged/repairs.log`
+    /// (nothing is deleted). Refused while a recorder holds the store's lock.
     #[arg(long)]
     repair: bool,
     /// Store directory [default: $JITTERSCOPE_DIR or /var/lib/jitterscope].
@@ -95,10 +97,27 @@ fn check(a: CheckArgs) -> Result<bool> {
     if !a.repair {
         return Ok(false);
     }
-    for f in &found {
-        match repair(&dir, f) {
-            Ok(done) => outln!("repaired {}: {done}", f.path.display()),
-            Err(e) => outln!("not repaired {}: {e:#}", f.path.display()),
+    // A segment's own finding first: rewriting or moving it aside settles its index too, and
+    // moving it aside its lanes.
+    let mut order: Vec<&FileCheck> = found.iter().collect();
+    order.sort_by_key(|f| f.kind != Kind::Segment);
+    let mut rewritten: Vec<&Path> = Vec::new();
+    for f in order {
+        let gone = f.kind != Kind::Orphan && f.segment.symlink_metadata().is_err();
+        if gone || (f.kind == Kind::Index && rewritten.contains(&f.segment.as_path())) {
+            continue;
+        }
+        if f.kind == Kind::Segment {
+            rewritten.push(&f.segment);
+        }
+        let done = repair(&dir, f);
+        let said = match &done {
+            Ok(done) => format!("repaired {}: {done}", f.path.display()),
+            Err(e) => format!("not repaired {}: {e:#}", f.path.display()),
+        };
+        outln!("{said}");
+        if let Err(e) = log_repair(&dir, f, &said) {
+            outln!("cannot add to {}/{REPAIR_LOG}: {e}", DAMAGED);
         }
     }
     let left = check_store(&dir, true)?;
@@ -119,6 +138,25 @@ fn check(a: CheckArgs) -> Result<bool> {
 
 /// Where a repair moves what it cannot mend.
 const DAMAGED: &str = "damaged";
+/// The note a repair keeps in `damaged/`: one line per finding, what was wrong and done.
+const REPAIR_LOG: &str = "repairs.log";
+
+/// Adds a finding and what its repair did to `damaged/repairs.log`, so what was moved aside
+/// or lost keeps its explanation after the store reads clean.
+fn log_repair(dir: &Path, f: &FileCheck, said: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let d = dir.join(DAMAGED);
+    jitterscope_store::perms::create_dir_all(&d)?;
+    let now = chrono::Utc::now().timestamp_nanos_opt().unwrap_or(0);
+    let mut log = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .mode(jitterscope_store::perms::FILE_MODE)
+        .open(d.join(REPAIR_LOG))?;
+    writeln!(log, "{} {} -- {said}", rfc3339(now), line(f))?;
+    log.sync_all()
+}
 
 fn line(f: &FileCheck) -> String {
     // Errors name their file already.
@@ -155,18 +193,31 @@ fn repair(dir: &Path, f: &FileCheck) -> Result<String> {
                     "header restored, the rest checks out ({n} records; the damaged copy is in {DAMAGED}/)"
                 ));
             }
-            let mut moved = Vec::new();
-            for p in segment_files(&f.segment) {
-                if p.exists() {
-                    move_aside(dir, &p)?;
-                    moved.push(file_name(&p));
-                }
-            }
-            Ok(format!("unreadable: moved aside ({})", moved.join(", ")))
+            Ok(format!(
+                "unreadable: moved aside ({})",
+                move_segment_aside(dir, &f.segment)?
+            ))
         }
-        // Its index is kept: its entries count what the damaged frames lost, for every read.
+        // What still reads becomes a clean segment of its own; the original goes aside with
+        // its index, so the loss stays on record there (and in the repair log).
         Kind::Segment => {
-            Ok("kept for its intact records (the lost ones cannot be recovered)".into())
+            let keep = |p: &Path| -> std::io::Result<()> {
+                let idx = p.with_extension("idx");
+                move_aside(dir, p).map_err(std::io::Error::other)?;
+                if idx.exists() {
+                    move_aside(dir, &idx).map_err(std::io::Error::other)?;
+                }
+                Ok(())
+            };
+            match salvage(&f.path, keep)? {
+                Some(n) => Ok(format!(
+                    "rewritten with its {n} readable records and a fresh index; the original is in {DAMAGED}/"
+                )),
+                None => Ok(format!(
+                    "no record reads: moved aside ({})",
+                    move_segment_aside(dir, &f.segment)?
+                )),
+            }
         }
         Kind::Lane(Lane::Signals) => {
             if let Some(done) = restore_or_move_aside(dir, f)? {
@@ -189,6 +240,19 @@ fn repair(dir: &Path, f: &FileCheck) -> Result<String> {
             Ok("moved aside".into())
         }
     }
+}
+
+/// Moves every file of `seg` that exists into `<dir>/damaged/`; their names.
+fn move_segment_aside(dir: &Path, seg: &Path) -> Result<String> {
+    let mut moved = Vec::new();
+    for p in segment_files(seg) {
+        // A directory or a dangling link in a file's place is moved too.
+        if p.symlink_metadata().is_ok() {
+            move_aside(dir, &p)?;
+            moved.push(file_name(&p));
+        }
+    }
+    Ok(moved.join(", "))
 }
 
 /// A lane with a damaged header whose records all check out gets its header back (`Some`, what

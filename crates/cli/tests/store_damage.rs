@@ -203,6 +203,23 @@ fn assert_repaired_to_intact(dir: &Path, r: &Intact) {
     assert!(err.is_empty(), "{err}");
 }
 
+/// `--repair` leaves a clean store: it exits 0, so does a second check, every sample the
+/// damage left is read with no note, and `damaged/` keeps the originals with a log naming A.
+fn assert_repaired_keeping(dir: &Path, r: &Intact, lost: usize) {
+    let c = check(dir, true);
+    assert_eq!(c.status.code(), Some(0), "{}", text(&c.stdout));
+    let c = check(dir, false);
+    assert_eq!(c.status.code(), Some(0), "{}", text(&c.stdout));
+    let (ts, err) = dump(dir);
+    assert_eq!(ts.len(), r.all.len() - lost, "{err}");
+    assert!(ts.iter().all(|t| r.all.contains(t)));
+    assert!(r.b.iter().all(|t| ts.contains(t)), "B is untouched");
+    assert!(err.is_empty(), "{err}");
+    let log = std::fs::read_to_string(dir.join("damaged/repairs.log")).unwrap();
+    assert!(log.contains(&format!("{A}.jss")), "{log}");
+    assert!(dir.join("damaged").join(format!("{A}.jss")).exists());
+}
+
 fn write_at(path: &Path, at: usize, bytes: &[u8]) {
     let mut b = std::fs::read(path).unwrap();
     b[at..at + bytes.len()].copy_from_slice(bytes);
@@ -257,10 +274,8 @@ fn a_torn_frame_costs_the_samples_after_the_cut() {
         .unwrap();
     let lost = assert_a_loses_samples(dir.path(), &r);
     assert!(lost < A_SAMPLES, "the records before the cut are read");
-    // Nothing can bring the cut records back; the repair keeps what is there.
-    let c = check(dir.path(), true);
-    assert_eq!(c.status.code(), Some(1), "{}", text(&c.stdout));
-    assert_eq!(dump(dir.path()).0.len(), r.all.len() - lost);
+    // Nothing can bring the cut records back; the repair makes a clean segment of the rest.
+    assert_repaired_keeping(dir.path(), &r, lost);
 }
 
 #[test]
@@ -275,9 +290,7 @@ fn flipped_bytes_in_a_frame_cost_that_frame_only() {
     }
     std::fs::write(&seg, b).unwrap();
     let lost = assert_a_loses_samples(dir.path(), &r);
-    let c = check(dir.path(), true);
-    assert_eq!(c.status.code(), Some(1), "{}", text(&c.stdout));
-    assert_eq!(dump(dir.path()).0.len(), r.all.len() - lost);
+    assert_repaired_keeping(dir.path(), &r, lost);
 }
 
 #[test]
@@ -401,13 +414,21 @@ fn repair_is_refused_while_a_recorder_holds_the_lock() {
 /// damaged ones are never appended to.
 #[test]
 fn record_names_the_damage_it_finds_and_writes_a_new_segment() {
+    // A bad header, and an empty segment whose index counts records.
+    record_names_the_damage(|seg| write_at(seg, 0, b"XXXX"));
+    record_names_the_damage(|seg| std::fs::write(seg, b"").unwrap());
+}
+
+fn record_names_the_damage(damage: fn(&Path)) {
     use std::io::{BufRead, BufReader};
     use std::process::Stdio;
     let dir = store();
     let seg_a = file(dir.path(), &format!("{A}.jss"));
-    write_at(&seg_a, 0, b"XXXX");
+    damage(&seg_a);
     let before = std::fs::read(&seg_a).unwrap();
+    // A retention long enough to keep the fixtures, recorded weeks ago.
     let mut child = common::recorder_cmd(dir.path())
+        .args(["--retain", "3650d"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -426,15 +447,17 @@ fn record_names_the_damage_it_finds_and_writes_a_new_segment() {
         if let Ok(l) = rx.recv_timeout(Duration::from_millis(200)) {
             said.push(l);
         }
-        let segs = std::fs::read_dir(dir.path())
-            .unwrap()
-            .flatten()
-            .filter(|e| {
-                let n = e.file_name().to_string_lossy().to_string();
-                n.starts_with("seg-") && n.ends_with(".jss") && n.matches('.').count() == 1
-            })
-            .count();
-        if segs == 3 && said.iter().any(|l| l.contains("damaged files")) {
+        // A segment of its own, after A and B.
+        let new_segment = std::fs::read_dir(dir.path()).unwrap().flatten().any(|e| {
+            let n = e.file_name().to_string_lossy().to_string();
+            n.starts_with("seg-")
+                && n.ends_with(".jss")
+                && n.matches('.').count() == 1
+                && n.as_str() > B
+        });
+        if new_segment && said.iter().any(|l| l.contains("damaged files")) {
+            // A few samples into it.
+            std::thread::sleep(Duration::from_secs(3));
             break;
         }
     }
@@ -456,4 +479,92 @@ fn record_names_the_damage_it_finds_and_writes_a_new_segment() {
         "the new segment is read with B: {}",
         ts.len()
     );
+}
+
+#[test]
+fn an_empty_segment_loses_what_its_index_counts_and_is_moved_aside() {
+    let r = intact();
+    let dir = store();
+    std::fs::write(file(dir.path(), &format!("{A}.jss")), b"").unwrap();
+    assert_eq!(assert_a_loses_samples(dir.path(), &r), A_SAMPLES);
+    let (_, err) = dump(dir.path());
+    assert!(
+        err.contains("empty, but its index counts 15 records"),
+        "{err}"
+    );
+    assert_repaired_keeping(dir.path(), &r, A_SAMPLES);
+}
+
+#[test]
+fn trailing_garbage_loses_nothing_and_repair_cuts_it() {
+    let r = intact();
+    let dir = store();
+    let seg = file(dir.path(), &format!("{A}.jss"));
+    let mut b = std::fs::read(&seg).unwrap();
+    let len = b.len();
+    b.extend(garbage(4096, 11));
+    std::fs::write(&seg, b).unwrap();
+    let (ts, err) = dump(dir.path());
+    assert_eq!(ts, r.all, "every sample is still there");
+    assert!(err.contains("not countable"), "{err}");
+    let c = check(dir.path(), false);
+    assert_eq!(c.status.code(), Some(1), "{}", text(&c.stdout));
+    assert!(text(&c.stdout).contains(&format!("{A}.jss")));
+    assert_repaired_keeping(dir.path(), &r, 0);
+    // The copy kept aside is the damaged file, garbage and all.
+    let aside = std::fs::metadata(dir.path().join("damaged").join(format!("{A}.jss"))).unwrap();
+    assert_eq!(aside.len() as usize, len + 4096);
+}
+
+#[test]
+fn a_zeroed_block_costs_its_frame_and_repair_keeps_the_rest() {
+    let r = intact();
+    let dir = store();
+    write_at(&file(dir.path(), &format!("{A}.jss")), 2000, &[0u8; 4096]);
+    let lost = assert_a_loses_samples(dir.path(), &r);
+    assert_repaired_keeping(dir.path(), &r, lost);
+}
+
+#[test]
+fn a_directory_in_place_of_a_segment_is_reported_and_moved_aside() {
+    let r = intact();
+    let dir = store();
+    let seg = file(dir.path(), &format!("{A}.jss"));
+    std::fs::remove_file(&seg).unwrap();
+    std::fs::create_dir(&seg).unwrap();
+    assert_eq!(assert_a_loses_samples(dir.path(), &r), A_SAMPLES);
+    let (_, err) = dump(dir.path());
+    assert!(err.contains("not a regular file (a directory)"), "{err}");
+    assert!(!err.contains("os error 21"), "{err}");
+    assert_repaired_keeping(dir.path(), &r, A_SAMPLES);
+    assert!(dir.path().join("damaged").join(format!("{A}.jss")).is_dir());
+}
+
+#[test]
+fn a_cut_segment_without_its_index_is_reported_and_repaired() {
+    let r = intact();
+    let dir = store();
+    let seg = file(dir.path(), &format!("{A}.jss"));
+    let len = std::fs::metadata(&seg).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&seg)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    std::fs::remove_file(file(dir.path(), &format!("{A}.idx"))).unwrap();
+    // Without its index nothing says how many records the cut took: every reader says the
+    // index is missing, and the check that the end is torn.
+    let (ts, err) = dump(dir.path());
+    assert!(err.contains("index is missing"), "{err}");
+    let lost = r.all.len() - ts.len();
+    assert!(lost > 0 && lost < A_SAMPLES);
+    let c = check(dir.path(), false);
+    assert_eq!(c.status.code(), Some(1), "{}", text(&c.stdout));
+    assert!(
+        text(&c.stdout).contains("not countable"),
+        "{}",
+        text(&c.stdout)
+    );
+    assert_repaired_keeping(dir.path(), &r, lost);
 }

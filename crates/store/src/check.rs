@@ -175,22 +175,42 @@ fn check_file(
             return false;
         }
         Ok(None) => {
-            // Cut right after creation: nothing was in it.
+            // Too short for its header: a crash's trace when its index counts nothing, else
+            // every record it counts is lost, and nothing of the file can be read.
+            if damage.lost_records > 0 {
+                let what = damage.files.iter().find(|f| f.path == path).map_or_else(
+                    || "too short for its header".to_string(),
+                    |f| f.what.clone(),
+                );
+                out.push(FileCheck {
+                    path: path.to_path_buf(),
+                    segment: seg.to_path_buf(),
+                    kind,
+                    what,
+                    time: damage.lost.first().copied(),
+                    lost_records: damage.lost_records,
+                    unreadable: true,
+                });
+            }
             return true;
         }
         Ok(Some(s)) => s,
     };
-    if s.file_len > HEADER_LEN as u64 && !index_path(path).exists() {
-        damage.file(
-            &index_path(path),
-            "index is missing: the segment is scanned",
-        );
-    }
+    let index_missing = s.file_len > HEADER_LEN as u64 && !index_path(path).exists();
     if full {
         for i in 0..s.frames.len() {
             s.decode_frame(i, decoder, &mut damage, &mut |_, _| {});
         }
+        let torn = damage.torn_tails;
         s.scan_tail(decoder, &mut damage, &mut |_, _| {});
+        // A torn end is a crash's trace in the segment being written. In an older one with
+        // no index to say what its frames held, it may as well be a cut: said, uncounted.
+        if index_missing && next.is_some() && damage.torn_tails > torn {
+            damage.file(
+                path,
+                "ends inside a frame and its index is missing: records after the cut may be lost (not countable)",
+            );
+        }
     }
     let mut own = Vec::new();
     for f in &damage.files {
@@ -239,7 +259,7 @@ fn check_file(
 /// complete frame whose records all check out, up to the first that is not (the rest stays
 /// scanned). Written to a temporary file and renamed over the index. Returns the entries.
 pub fn rebuild_index(path: &Path) -> Result<usize> {
-    let bytes = std::fs::read(path).map_err(|e| StoreError::io(path, e))?;
+    let bytes = crate::perms::read_regular(path).map_err(|e| StoreError::io(path, e))?;
     let header = check_header(&bytes, SEGMENT_MAGIC);
     if let Some(e) = header.error(path) {
         return Err(e);
@@ -280,7 +300,10 @@ pub fn restore_header(
     path: &Path,
     keep_original: impl FnOnce(&Path) -> io::Result<()>,
 ) -> Result<Option<u64>> {
-    let mut bytes = std::fs::read(path).map_err(|e| StoreError::io(path, e))?;
+    let Ok(mut bytes) = crate::perms::read_regular(path) else {
+        // Not a regular file, or not readable: nothing to restore.
+        return Ok(None);
+    };
     if bytes.len() <= HEADER_LEN {
         return Ok(None);
     }
@@ -320,6 +343,60 @@ pub fn restore_header(
         return Err(StoreError::io(path, e));
     }
     Ok(Some(records))
+}
+
+/// Rewrites the segment-format file `path` with every record of it that still reads, frame by
+/// frame as they were grouped, and a fresh index: what a cut, a zeroed block, a corrupt frame
+/// or trailing garbage left readable becomes a clean file again. `keep_original` runs before
+/// the rewrite replaces `path` (a repair moves the original and its index aside). Returns the
+/// records kept, or `None` (nothing changed) when none reads.
+///
+/// For the main stream and the signals lane, whose records stand alone. A detail record may
+/// refer to the ones before it in its frame, so a detail lane that lost records inside a frame
+/// is not salvaged this way.
+pub fn salvage(
+    path: &Path,
+    keep_original: impl FnOnce(&Path) -> io::Result<()>,
+) -> Result<Option<u64>> {
+    let mut damage = Damage::default();
+    let Some(seg) = Segment::open(path, &mut damage)? else {
+        return Ok(None);
+    };
+    let mut decoder = FrameDecoder::new().map_err(|e| StoreError::io(path, e))?;
+    let mut frames: Vec<Vec<(i64, Vec<u8>)>> = Vec::new();
+    for i in 0..seg.frames.len() {
+        let mut f = Vec::new();
+        seg.decode_frame(i, &mut decoder, &mut damage, &mut |ts, p| {
+            f.push((ts, p.to_vec()))
+        });
+        frames.push(f);
+    }
+    let current = std::cell::RefCell::new(Vec::new());
+    let ended = std::cell::RefCell::new(Vec::new());
+    seg.scan_tail_frames(
+        &mut decoder,
+        &mut damage,
+        &mut |ts, p| current.borrow_mut().push((ts, p.to_vec())),
+        &mut || {
+            ended
+                .borrow_mut()
+                .push(std::mem::take(&mut *current.borrow_mut()))
+        },
+    );
+    frames.extend(ended.into_inner());
+    frames.push(current.into_inner());
+    frames.retain(|f| !f.is_empty());
+    let kept: u64 = frames.iter().map(|f| f.len() as u64).sum();
+    if kept == 0 {
+        return Ok(None);
+    }
+    drop(seg);
+    // Neither a segment nor a lane name: no reader or retention pass takes it for one.
+    let tmp = path.with_extension("salvage.jss");
+    let groups: Vec<&[(i64, Vec<u8>)]> = frames.iter().map(|f| f.as_slice()).collect();
+    crate::writer::write_frames(&tmp, &groups)?;
+    crate::writer::install(&tmp, path, || keep_original(path))?;
+    Ok(Some(kept))
 }
 
 /// The store's writer lock, held by a repair so no recorder writes while files move.

@@ -38,7 +38,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use check::{
-    check_store, lock_store, rebuild_index, restore_header, FileCheck, Kind, StoreLock,
+    check_store, lock_store, rebuild_index, restore_header, salvage, FileCheck, Kind, StoreLock,
 };
 pub use format::{Lane, FORMAT_VERSION};
 pub use reader::{merge_touching, Range, RangeStats, Reader, StoreStats};

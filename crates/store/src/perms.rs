@@ -33,6 +33,48 @@ fn set(f: &File) -> io::Result<()> {
     }
 }
 
+/// Opens an existing store file to read it: never through a symlink, never blocking on a FIFO
+/// or device put in a segment's place, and refusing anything but a regular file (a directory,
+/// a socket), so that a reader reports such an entry as damage instead of hanging on it or
+/// reading another file.
+pub fn open_regular(path: &Path) -> io::Result<File> {
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                io::Error::other("a symbolic link, not followed in a store")
+            } else {
+                e
+            }
+        })?;
+    let ty = f.metadata()?.file_type();
+    if !ty.is_file() {
+        use std::os::unix::fs::FileTypeExt;
+        let what = if ty.is_dir() {
+            "a directory"
+        } else if ty.is_fifo() {
+            "a FIFO"
+        } else if ty.is_socket() {
+            "a socket"
+        } else {
+            "a device"
+        };
+        return Err(io::Error::other(format!("not a regular file ({what})")));
+    }
+    Ok(f)
+}
+
+/// Reads a whole store file through [`open_regular`].
+pub fn read_regular(path: &Path) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut f = open_regular(path)?;
+    let mut v = Vec::new();
+    f.read_to_end(&mut v)?;
+    Ok(v)
+}
+
 /// Creates `dir` and its missing parents; the ones created are [`DIR_MODE`]. An existing
 /// directory keeps its mode: its owner chose it.
 pub fn create_dir_all(dir: &Path) -> io::Result<()> {

@@ -644,7 +644,7 @@ impl Segment {
     /// Opens a segment; `None` if it is too short to hold its header (cut right after creation).
     /// An index that cannot be used is noted in `damage` and the segment is scanned instead.
     pub(crate) fn open(path: &Path, damage: &mut Damage) -> Result<Option<Segment>> {
-        let mut file = File::open(path).map_err(|e| StoreError::io(path, e))?;
+        let mut file = crate::perms::open_regular(path).map_err(|e| StoreError::io(path, e))?;
         let mut header = Vec::with_capacity(HEADER_LEN);
         (&mut file)
             .take(HEADER_LEN as u64)
@@ -655,14 +655,30 @@ impl Segment {
             return Err(e);
         }
         if h == Header::Short {
-            if !header.is_empty() {
-                damage.torn_tails += 1;
+            // Cut right after creation, nothing was in it: a crash's trace. With an index that
+            // counts records, it is damage, and they are lost.
+            let entries = read_index(path).0;
+            if entries.is_empty() {
+                if !header.is_empty() {
+                    damage.torn_tails += 1;
+                }
+            } else {
+                let n: u64 = entries.iter().map(|e| u64::from(e.count)).sum();
+                let min = entries.iter().map(|e| e.min_ts).min().unwrap_or(0);
+                let max = entries.iter().map(|e| e.max_ts).max().unwrap_or(0);
+                damage.lose(n, Some((min, max)));
+                damage.file(path, short_file_lost(header.len(), n));
             }
             return Ok(None);
         }
         // The index is read before the segment length is taken: the writer appends a frame
         // before its index entry, so every entry read here describes bytes that exist.
         let (index, mut problem) = read_index(path);
+        // The writer creates the index with its file, so a file with records and no index
+        // lost it.
+        if problem.is_none() && index.is_empty() && !index_path(path).exists() {
+            problem = Some("index is missing: the segment is scanned".into());
+        }
         let file_len = file.metadata().map_err(|e| StoreError::io(path, e))?.len();
         let mut frames = Vec::new();
         let mut beyond = Vec::new();
@@ -820,14 +836,34 @@ impl Segment {
     }
 }
 
+/// What a segment-format file of `len` bytes, too short for its header, lost of the `n`
+/// records its index counts.
+pub(crate) fn short_file_lost(len: usize, n: u64) -> String {
+    let what = if len == 0 {
+        "empty".to_string()
+    } else {
+        format!("cut inside its header ({len} bytes)")
+    };
+    format!("{what}, but its index counts {n} records: they are lost")
+}
+
 /// Valid index entries of a segment, in file order up to the first torn or corrupt one, and
 /// what was wrong with the index when it is damaged (`None`: intact, missing, or ending in a
 /// torn entry, a crash's trace). A damaged index, or one of a version this build does not
 /// read, is ignored: the segment is scanned, which costs time, not data.
 pub(crate) fn read_index(segment: &Path) -> (Vec<IndexEntry>, Option<String>) {
     let path = index_path(segment);
-    let Ok(bytes) = std::fs::read(&path) else {
-        return (Vec::new(), None);
+    let bytes = match crate::perms::read_regular(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (Vec::new(), None),
+        Err(e) => {
+            return (
+                Vec::new(),
+                Some(format!(
+                    "index cannot be read ({e}): ignored, the segment is scanned"
+                )),
+            )
+        }
     };
     match check_header(&bytes, INDEX_MAGIC) {
         Header::Valid => {}

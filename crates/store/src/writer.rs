@@ -741,36 +741,65 @@ fn create_new_segment_file(dir: &Path, first_ts: i64) -> Result<(PathBuf, File)>
 /// temporary names and renamed into place, the data first: a reader in between sees the new
 /// lane with no index and scans it. For a repair, with the store's lock held.
 pub fn write_lane(segment: &Path, lane: Lane, records: &[(i64, Vec<u8>)]) -> Result<()> {
-    let dir = segment.parent().unwrap_or(Path::new("."));
-    let config = StoreConfig::new(dir);
     let path = lane_path(segment, lane);
-    // Neither a segment nor a lane name: no reader or retention pass takes it for one.
     let tmp = path.with_extension("tmp.jss");
-    let file = create_lane_file(&tmp)?;
+    let frames: Vec<&[(i64, Vec<u8>)]> = records
+        .chunks(crate::DEFAULT_FRAME_RECORDS as usize)
+        .collect();
+    write_frames(&tmp, &frames)?;
+    install(&tmp, &path, || Ok(()))
+}
+
+/// Writes a segment-format file and its index at `tmp` (a name no reader or retention pass
+/// takes for a segment), one zstd frame per group of `frames`, synced. Removes what it wrote
+/// on an error.
+pub(crate) fn write_frames(tmp: &Path, frames: &[&[(i64, Vec<u8>)]]) -> Result<()> {
+    let dir = tmp.parent().unwrap_or(Path::new("."));
+    let config = StoreConfig::new(dir);
+    let file = create_lane_file(tmp)?;
     let mut written = 0;
-    let mut stream = Stream::create(&config, tmp.clone(), file, &mut written)?;
+    let mut stream = Stream::create(&config, tmp.to_path_buf(), file, &mut written)?;
     let mut out = Vec::new();
-    let per_frame = crate::DEFAULT_FRAME_RECORDS as usize;
     let result = (|| {
-        for (i, (ts, p)) in records.iter().enumerate() {
-            if p.len() > MAX_PAYLOAD_BYTES {
-                return Err(StoreError::PayloadTooLarge {
-                    len: p.len(),
-                    max: MAX_PAYLOAD_BYTES,
-                });
+        for frame in frames {
+            for (i, (ts, p)) in frame.iter().enumerate() {
+                if p.len() > MAX_PAYLOAD_BYTES {
+                    return Err(StoreError::PayloadTooLarge {
+                        len: p.len(),
+                        max: MAX_PAYLOAD_BYTES,
+                    });
+                }
+                stream.write_record(*ts, p, i + 1 == frame.len(), &mut out, &mut written)?;
             }
-            let ends = (i + 1) % per_frame == 0;
-            stream.write_record(*ts, p, ends, &mut out, &mut written)?;
         }
         stream.end_frame(&mut out, &mut written)?;
-        stream.sync()?;
-        std::fs::rename(&tmp, &path).map_err(|e| StoreError::io(&path, e))?;
-        let idx = index_path(&path);
-        std::fs::rename(index_path(&tmp), &idx).map_err(|e| StoreError::io(&idx, e))
+        stream.sync()
     })();
     if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-        let _ = std::fs::remove_file(index_path(&tmp));
+        let _ = std::fs::remove_file(tmp);
+        let _ = std::fs::remove_file(index_path(tmp));
+    }
+    result
+}
+
+/// Puts the file written at `tmp` by [`write_frames`] in `path`'s place, with its index: the
+/// data first, so a reader in between sees the new file with no index and scans it.
+/// `before` runs first (a repair moves the original aside); on its error nothing is replaced.
+pub(crate) fn install(
+    tmp: &Path,
+    path: &Path,
+    before: impl FnOnce() -> std::io::Result<()>,
+) -> Result<()> {
+    let result = before()
+        .map_err(|e| StoreError::io(path, e))
+        .and_then(|()| std::fs::rename(tmp, path).map_err(|e| StoreError::io(path, e)))
+        .and_then(|()| {
+            let idx = index_path(path);
+            std::fs::rename(index_path(tmp), &idx).map_err(|e| StoreError::io(&idx, e))
+        });
+    if result.is_err() {
+        let _ = std::fs::remove_file(tmp);
+        let _ = std::fs::remove_file(index_path(tmp));
     }
     result
 }
