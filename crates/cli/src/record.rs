@@ -37,9 +37,15 @@ pub struct RecordArgs {
     /// Sampling interval (100ms to 1h).
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     interval: Duration,
-    /// Store directory [default: $JITTERSCOPE_DIR or /var/lib/jitterscope].
+    /// Store directory [default: $JITTERSCOPE_DIR or /var/lib/jitterscope]. It must not be a
+    /// symbolic link, and an existing one must belong to the user who records (see
+    /// --allow-other-owner).
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// Record into a store directory that belongs to another user: the files created are this
+    /// user's, which that user's recorder cannot then rotate or delete. Refused without it.
+    #[arg(long)]
+    allow_other_owner: bool,
     /// This host's name in everything recorded and exported: the samples (the name `serve`,
     /// /metrics and `top` show), remote write's `host` label and ClickHouse's `host` column
     /// [default: the kernel's host name]. In a Kubernetes DaemonSet give the node's name
@@ -327,6 +333,7 @@ pub fn run(a: RecordArgs, ignored: &[String]) -> Result<()> {
     }
     let dir = crate::store_dir(a.dir.clone());
     let mut cfg = StoreConfig::new(&dir);
+    cfg.allow_other_owner = a.allow_other_owner;
     cfg.retain = a.retain;
     cfg.max_bytes = a.max_size;
     // Validate the root before touching the store: opening the writer applies retention.

@@ -43,6 +43,10 @@ struct CheckArgs {
     /// Store directory [default: $JITTERSCOPE_DIR or /var/lib/jitterscope].
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// With --repair: repair a store directory that belongs to another user (the files it
+    /// writes and the damaged/ directory it creates are then this user's). Refused without it.
+    #[arg(long, requires = "repair")]
+    allow_other_owner: bool,
 }
 
 /// Runs `store`; the exit status is the command's answer (see `store check --help`).
@@ -65,6 +69,9 @@ fn check(a: CheckArgs) -> Result<bool> {
         anyhow::bail!("no store at {}", dir.display());
     }
     let _lock = if a.repair {
+        // A repair writes: the same directory rules as the recorder's.
+        jitterscope_store::perms::writable_store_dir(&dir, a.allow_other_owner)
+            .map_err(|why| anyhow::anyhow!("store {} {why}", dir.display()))?;
         Some(lock_store(&dir).map_err(|e| match e {
             jitterscope_store::StoreError::Locked { .. } => anyhow::anyhow!(
                 "store {} is being written by a recorder (LOCK is held): stop it before --repair",
@@ -80,6 +87,14 @@ fn check(a: CheckArgs) -> Result<bool> {
         outln!("{}", line(f));
     }
     let segments = jitterscope_store::Reader::open(&dir)?.segments()?.len();
+    // A directory no recorder ever wrote (a typo, a link to /etc) is not a clean store.
+    if segments == 0 && found.is_empty() && !dir.join("LOCK").exists() {
+        anyhow::bail!(
+            "no store at {}: it holds no segment and no LOCK (record into it with `jitterscope record --dir {}`)",
+            dir.display(),
+            dir.display()
+        );
+    }
     if found.is_empty() {
         outln!("store clean: {segments} segments checked");
         return Ok(true);

@@ -100,6 +100,9 @@ pub struct StoreConfig {
     pub max_bytes: u64,
     /// zstd compression level. Default [`DEFAULT_COMPRESSION_LEVEL`].
     pub compression_level: i32,
+    /// Write to a store directory that belongs to another user (refused by default: see
+    /// [`perms::writable_store_dir`]).
+    pub allow_other_owner: bool,
 }
 
 impl StoreConfig {
@@ -114,6 +117,7 @@ impl StoreConfig {
             retain: DEFAULT_RETAIN,
             max_bytes: DEFAULT_MAX_BYTES,
             compression_level: DEFAULT_COMPRESSION_LEVEL,
+            allow_other_owner: false,
         }
     }
 }
@@ -138,6 +142,15 @@ pub enum StoreError {
         path: PathBuf,
         /// Underlying error.
         source: io::Error,
+    },
+    /// The store directory is not one to write: a symbolic link, not a directory, or another
+    /// user's.
+    #[error("{dir} {why}")]
+    Refused {
+        /// Store directory.
+        dir: PathBuf,
+        /// Why, and what to do.
+        why: String,
     },
     /// Another writer holds the store's lock.
     #[error("store {dir} is already being written by another process (flock on LOCK is held)")]

@@ -80,6 +80,12 @@ impl Writer {
     /// retention. No segment is created until the first append.
     pub fn open(config: StoreConfig) -> Result<Writer> {
         let dir = config.dir.clone();
+        crate::perms::writable_store_dir(&dir, config.allow_other_owner).map_err(|why| {
+            StoreError::Refused {
+                dir: dir.clone(),
+                why,
+            }
+        })?;
         crate::perms::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
         let lock = crate::check::lock_store(&dir)?;
         let mut w = Writer {
