@@ -116,7 +116,7 @@ pub struct RecordArgs {
     /// .eh_frame; 0 keeps the kernel's frame-pointer walk only (cheaper, but stacks of such
     /// code end at the leaf). A multiple of 8, at most 65528.
     #[arg(long, default_value_t = jitterscope_profile::unwind::DEFAULT_STACK_BYTES,
-          value_parser = clap::value_parser!(u32).range(0..=65_528))]
+          value_parser = parse_stack_bytes)]
     profile_stack: u32,
     /// Do not read CPython's interpreter frames (3.8–3.13) at each stack sample; Python
     /// processes then show only the interpreter's native frames.
@@ -485,7 +485,7 @@ pub fn run(a: RecordArgs, ignored: &[String]) -> Result<()> {
                     } else {
                         format!(
                             "{} bytes of user stack unwound with .eh_frame",
-                            a.profile_stack & !7
+                            a.profile_stack
                         )
                     };
                     log(&format!(
@@ -650,6 +650,9 @@ fn mark_line(m: &Mark) -> String {
     }
 }
 
+/// How long writes must go through after a pause for space before it is said to be over.
+const RESUME_AFTER: Duration = Duration::from_secs(5);
+
 fn write_loop(
     w: Writer,
     rx: Receiver<Box<Sample>>,
@@ -667,8 +670,19 @@ fn write_loop(
     let mut last_written: Option<i64> = None;
     let mut last_error_log: Option<Instant> = None;
     let mut written_before = w.writer().bytes_written();
-    // One pause spans every sample that waits for space, so it is announced once.
+    // One pause spans every sample that waits for space, so it is announced once. It ends once
+    // writes have gone through for RESUME_AFTER: a disk another process keeps filling takes
+    // the room retention freed within seconds, and "resumed" then "pausing" again at once
+    // said nothing true.
     let mut paused_since: Option<Instant> = None;
+    // The first write that went through in the pause, and how long the pause had lasted then.
+    let mut resuming: Option<(Instant, Duration)> = None;
+    let say_resumed = |after: Duration| {
+        log(&format!(
+            "store has space again after {after:.0?}; writing resumed ({} samples dropped so far)",
+            shared.dropped.load(Ordering::Relaxed)
+        ));
+    };
     while let Ok(mut sample) = rx.recv() {
         shared.queued.fetch_sub(1, Ordering::Relaxed);
         // What the detection and the remote-write sender see is what the store will hold.
@@ -682,16 +696,22 @@ fn write_loop(
             match w.append(&mut sample, &signals) {
                 Ok(_) => {
                     written = true;
-                    if let Some(t) = paused_since.take() {
-                        log(&format!(
-                            "store has space again after {:.0?}; writing resumed ({} samples dropped so far)",
-                            t.elapsed(),
-                            shared.dropped.load(Ordering::Relaxed)
-                        ));
+                    if let Some(t) = paused_since {
+                        match resuming {
+                            None => resuming = Some((Instant::now(), t.elapsed())),
+                            Some((since, after)) if since.elapsed() >= RESUME_AFTER => {
+                                say_resumed(after);
+                                paused_since = None;
+                                resuming = None;
+                            }
+                            Some(_) => {}
+                        }
                     }
                     break;
                 }
                 Err(e) if e.is_no_space() => {
+                    // Still the same pause.
+                    resuming = None;
                     if paused_since.is_none() {
                         paused_since = Some(Instant::now());
                         warn(&format!(
@@ -741,6 +761,23 @@ fn write_loop(
         }
         prev = Some(sample);
     }
+    if let Some((_, after)) = resuming {
+        say_resumed(after);
+    }
     jitterscope_fleet::remote_write::stop_all(senders);
     Ok(())
+}
+
+/// `--profile-stack`: the kernel copies whole 8-byte words, so it takes a multiple of 8 (0 to
+/// 65528); another value is refused rather than rounded down (7 became 0, the profiler without
+/// its unwinder, with no word said).
+fn parse_stack_bytes(s: &str) -> Result<u32, String> {
+    let n: u32 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of bytes (a multiple of 8, 0 to 65528)"))?;
+    if n > 65_528 || !n.is_multiple_of(8) {
+        return Err(format!("{n} is not a multiple of 8 from 0 to 65528"));
+    }
+    Ok(n)
 }

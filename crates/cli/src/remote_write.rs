@@ -184,13 +184,33 @@ pub fn pair<A, B>(user: &Option<A>, file: &Option<B>, u: &str, f: &str) -> Resul
 /// A secret from a file: its content less surrounding white space (a trailing newline, or
 /// `\r\n` from an editor, would make an invalid header).
 pub fn secret(path: &Path, what: &str) -> Result<String> {
-    let s = std::fs::read_to_string(path)
+    let bytes = read_regular_file(path, 64 * 1024)
         .with_context(|| format!("{what} {}: cannot read", path.display()))?;
+    let s = String::from_utf8(bytes)
+        .map_err(|_| anyhow::anyhow!("{what} {} is not UTF-8 text", path.display()))?;
     let s = s.trim();
     if s.is_empty() {
         bail!("{what} {} is empty", path.display());
     }
     Ok(s.to_string())
+}
+
+/// Up to `max + 1` bytes of the regular file at `path` (symbolic links followed: a Kubernetes
+/// secret's files are links). A FIFO, a device or a directory is refused at once: opened
+/// without blocking and checked, so a FIFO given as a credentials file cannot hang the start.
+pub fn read_regular_file(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut buf = Vec::new();
+    f.take(max + 1).read_to_end(&mut buf)?;
+    Ok(buf)
 }
 
 impl RemoteWriteArgs {

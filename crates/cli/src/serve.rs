@@ -1,6 +1,5 @@
 //! `jitterscope serve`: the web UI, JSON API and Prometheus endpoint (crates/web).
 
-use std::io::Read;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -64,10 +63,7 @@ const TOKEN_FILE_MAX: u64 = 4096;
 
 fn read_token_file(p: &Path) -> Result<String> {
     let cannot = || format!("cannot read the token file {}", p.display());
-    let mut buf = Vec::new();
-    std::fs::File::open(p)
-        .and_then(|f| f.take(TOKEN_FILE_MAX + 1).read_to_end(&mut buf))
-        .with_context(cannot)?;
+    let buf = crate::remote_write::read_regular_file(p, TOKEN_FILE_MAX).with_context(cannot)?;
     if buf.len() as u64 > TOKEN_FILE_MAX {
         bail!(
             "the token file {} is longer than {TOKEN_FILE_MAX} bytes: it must hold only the token",

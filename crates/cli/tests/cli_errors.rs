@@ -272,10 +272,24 @@ fn a_valid_time_beyond_the_range_is_not_called_malformed() {
 
 #[test]
 fn serve_token_file_without_end_is_refused() {
-    // /dev/zero was read whole: gigabytes of memory and a server that never started.
+    // /dev/zero was read whole: gigabytes of memory and a server that never started; a FIFO
+    // hung the start until something wrote to it.
     let d = fixture_store();
+    let t = tempfile::tempdir().unwrap();
+    let fifo = t.path().join("token");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo on a path we own; the CString outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    for special in ["/dev/zero", s(&fifo)] {
+        assert_one_line_failure(
+            &["serve", "--dir", s(&d), "--auth-token-file", special],
+            "not a regular file",
+        );
+    }
+    let big = t.path().join("big");
+    std::fs::write(&big, vec![b'a'; 5000]).unwrap();
     assert_one_line_failure(
-        &["serve", "--dir", s(&d), "--auth-token-file", "/dev/zero"],
+        &["serve", "--dir", s(&d), "--auth-token-file", s(&big)],
         "longer than 4096 bytes",
     );
 }
@@ -599,6 +613,16 @@ fn arguments_that_are_not_utf8_work_or_are_refused_in_one_line() {
                 || first.contains("invalid UTF-8")
                 || first.contains("unrecognized"),
             "{argv:?}: {err}"
+        );
+    }
+}
+
+#[test]
+fn record_profile_stack_not_a_multiple_of_8_is_refused_not_rounded_to_0() {
+    for v in ["7", "12", "65536"] {
+        assert_clean_failure(
+            &["record", "--duration", "1s", "--profile-stack", v],
+            "multiple of 8",
         );
     }
 }

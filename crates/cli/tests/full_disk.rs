@@ -172,6 +172,24 @@ fn recorder_pauses_on_full_disk_and_resumes() {
     );
     assert_eq!(count_lines(&log, is_resume_line), 0, "{}", log_text());
 
+    // Room for a moment only (another process fills the disk again as soon as a sample got
+    // through): the same pause goes on, not "resumed" then "pausing" again.
+    let before = count_samples(&store, "0", &now_arg());
+    std::fs::remove_file(&ballast).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while count_samples(&store, "0", &now_arg()) <= before {
+        assert!(
+            Instant::now() < deadline,
+            "no sample got through: {}",
+            log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    fill(&ballast);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(count_lines(&log, is_pause_line), 1, "{}", log_text());
+    assert_eq!(count_lines(&log, is_resume_line), 0, "{}", log_text());
+
     std::fs::remove_file(&ballast).unwrap();
     let freed = now_arg();
     assert!(
