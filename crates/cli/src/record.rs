@@ -557,6 +557,9 @@ pub fn run(a: RecordArgs, ignored: &[String]) -> Result<()> {
 
         let mut sample = Box::new(Sample::new(wall_ns(), now, interval_ns, host.clone()));
         sources.collect(&mut sample, &mut notes);
+        if let (Some(t), Some(ps)) = (sample.tracers.as_mut(), sample.processes.as_deref()) {
+            t.name_procs_as(ps);
+        }
         let (cpu_user_ns, cpu_system_ns) = self_cpu_ns();
         sample.recorder = Some(RecorderStats {
             lateness_ns: self_timing_ns(lateness_ns),

@@ -570,8 +570,91 @@ fn digits_pattern(path: &str) -> String {
     out
 }
 
+impl Tracers {
+    /// Names each per-process row of the TLB, madvise and failed-look-up tracers as the
+    /// process table of the same sample names its process. A tracer names a process at its
+    /// first event of each interval; one that exec'd later in the interval kept its old name
+    /// there for that sample, beside a process row with the new one. (Reclaim rows keep the
+    /// name of the first stall, as documented.)
+    pub fn name_procs_as(&mut self, processes: &[jitterscope_sources::process::Process]) {
+        let rows = self.tlb.as_ref().map_or(0, |t| t.procs.len())
+            + self.madvise.as_ref().map_or(0, |m| m.procs.len())
+            + self.lookups.as_ref().map_or(0, |l| l.procs.len());
+        if rows == 0 {
+            return;
+        }
+        let comm: std::collections::HashMap<u32, &str> = processes
+            .iter()
+            .map(|p| (p.stat.pid, p.stat.comm.as_str()))
+            .collect();
+        let fix = |pid: u32, name: &mut String| {
+            if let Some(c) = comm
+                .get(&pid)
+                .filter(|c| !c.is_empty() && **c != name.as_str())
+            {
+                *name = (*c).to_string();
+            }
+        };
+        if let Some(t) = self.tlb.as_mut() {
+            t.procs.iter_mut().for_each(|p| fix(p.pid, &mut p.comm));
+        }
+        if let Some(m) = self.madvise.as_mut() {
+            m.procs.iter_mut().for_each(|p| fix(p.pid, &mut p.comm));
+        }
+        if let Some(l) = self.lookups.as_mut() {
+            l.procs.iter_mut().for_each(|p| fix(p.pid, &mut p.comm));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn rows_take_the_process_tables_name_after_an_exec() {
+        use jitterscope_sources::process::{PidStat, Process};
+        let proc_named = |pid: u32, comm: &str| Process {
+            stat: PidStat {
+                pid,
+                comm: comm.into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let mut t = Tracers {
+            tlb: Some(Tlb {
+                procs: vec![
+                    TlbProc {
+                        pid: 7,
+                        comm: "bash".into(),
+                        ..Default::default()
+                    },
+                    TlbProc {
+                        pid: 8,
+                        comm: "gone".into(),
+                        ..Default::default()
+                    },
+                ],
+                ..Default::default()
+            }),
+            madvise: Some(Madvise {
+                procs: vec![MadviseProc {
+                    pid: 7,
+                    comm: "bash".into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        t.name_procs_as(&[proc_named(7, "python3"), proc_named(9, "x")]);
+        let tlb = &t.tlb.as_ref().unwrap().procs;
+        assert_eq!(tlb[0].comm, "python3");
+        // A process that exited before the table was read keeps the tracer's name.
+        assert_eq!(tlb[1].comm, "gone");
+        assert_eq!(t.madvise.as_ref().unwrap().procs[0].comm, "python3");
+    }
+
     use super::*;
 
     #[test]
