@@ -25,7 +25,7 @@ use jitterscope_sources::system::kmsg::OomKill;
 
 /// Points of the process-table series over the window (at the same spacing in the baseline,
 /// up to [`BASELINE_PROCESS_POINTS`]).
-const PROCESS_POINTS: i64 = 240;
+pub const PROCESS_POINTS: i64 = 240;
 /// Most points of the process-table series over the baseline: a median and a MAD need no
 /// more, and at the window's spacing (a second, for a window under 4 minutes) a 10-minute
 /// baseline of 300 processes held 50 MB of points, the bulk of the ClickHouse pusher's

@@ -375,10 +375,37 @@ pub async fn series(
         let t: Vec<f64> = (0..n)
             .map(|b| (from as f64 + (b as f64 + 0.5) * width) / 1e9)
             .collect();
-        let mut out: Vec<SeriesOut> = d
+        // Each series' peak in the window, from its points: the top N are chosen before any is
+        // bucketed, so a select of thousands with top=500 buckets 500 (two vectors of `n` each
+        // per bucketed series were most of such a request's memory).
+        let peak = |points: &[(u32, f64)]| {
+            points
+                .iter()
+                .filter(|(i, v)| {
+                    v.is_finite()
+                        && d.ts.get(*i as usize).is_some_and(|&t| t > from && t <= to)
+                })
+                .map(|p| p.1)
+                .fold(None, |a: Option<f64>, v| Some(a.map_or(v, |a| a.max(v))))
+        };
+        let mut chosen: Vec<(&String, &jitterscope_diagnose::data::Series, f64)> = d
             .series
             .iter()
-            .map(|(name, s)| {
+            .filter_map(|(name, s)| peak(&s.points).map(|p| (name, s, p)))
+            .collect();
+        if q.top.is_none() && chosen.len() > MAX_SERIES {
+            return Err(too_large(format!(
+                "select matches {} series; at most {MAX_SERIES} per answer (add top=N or narrow the select)",
+                chosen.len()
+            )));
+        }
+        if let Some(top) = q.top {
+            chosen.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(b.0)));
+            chosen.truncate(top);
+        }
+        let out: Vec<SeriesOut> = chosen
+            .into_iter()
+            .map(|(name, s, _)| {
                 let (mean, max) = downsample(&d.ts, &s.points, from, to, n);
                 SeriesOut {
                     name: name.clone(),
@@ -387,19 +414,7 @@ pub async fn series(
                     max,
                 }
             })
-            .filter(|s| s.max.iter().any(Option::is_some))
             .collect();
-        if q.top.is_none() && out.len() > MAX_SERIES {
-            return Err(too_large(format!(
-                "select matches {} series; at most {MAX_SERIES} per answer (add top=N or narrow the select)",
-                out.len()
-            )));
-        }
-        if let Some(top) = q.top {
-            let peak = |s: &SeriesOut| s.max.iter().flatten().fold(f64::MIN, |a, &b| a.max(b));
-            out.sort_by(|a, b| peak(b).total_cmp(&peak(a)).then(a.name.cmp(&b.name)));
-            out.truncate(top);
-        }
         Ok(Json(json!({
             "from_ns": from,
             "to_ns": to,
@@ -423,6 +438,8 @@ fn too_large(msg: String) -> ApiError {
 pub struct Estimate {
     /// Series the select takes in the newest sample.
     pub series: usize,
+    /// Of those, the series computed from the process table (read on a subsample).
+    pub proc_series: usize,
     /// Samples in the window, at the newest samples' interval.
     pub samples: u64,
     /// Whether the signals lane serves it (no sample is decoded).
@@ -432,7 +449,9 @@ pub struct Estimate {
 impl Estimate {
     /// 413 when the answer or the read would be over a limit.
     pub fn check(&self, top: Option<usize>, points: usize) -> Result<(), ApiError> {
-        use crate::limits::{MAX_ANSWER_POINTS, MAX_DECODED_SAMPLES, MAX_SERIES};
+        use crate::limits::{
+            MAX_ANSWER_POINTS, MAX_DECODED_SAMPLES, MAX_LOADED_POINTS, MAX_SERIES,
+        };
         if top.is_none() && self.series > MAX_SERIES {
             return Err(too_large(format!(
                 "select matches {} series; at most {MAX_SERIES} per answer (add top=N or narrow the select)",
@@ -444,6 +463,19 @@ impl Estimate {
                 "these series are not in the signals lane and the window holds about {} samples; at most {MAX_DECODED_SAMPLES} are decoded per request (ask for a shorter window)",
                 self.samples
             )));
+        }
+        if !self.lane {
+            let per_proc = self
+                .samples
+                .min(jitterscope_diagnose::data::PROCESS_POINTS as u64);
+            let held = (self.series - self.proc_series) as u64 * self.samples
+                + self.proc_series as u64 * per_proc;
+            if held > MAX_LOADED_POINTS {
+                return Err(too_large(format!(
+                    "reading {} series over about {} samples would hold about {held} points; at most {MAX_LOADED_POINTS} per request (narrow the select or the window)",
+                    self.series, self.samples
+                )));
+            }
         }
         let shown = top.map_or(self.series, |t| t.min(self.series)) as u64;
         let buckets = shown * (points as u64).min(self.samples.max(1));
@@ -473,13 +505,19 @@ pub fn estimate(
     let Some((cur, prev)) = pair else {
         return Ok(Estimate {
             series: 0,
+            proc_series: 0,
             samples: 0,
             lane,
         });
     };
     let pats: Vec<Pattern> = sel.iter().map(|p| Pattern::new(p)).collect();
-    let mut series = 0;
-    Selection::new(all(), &pats).for_each(&cur, prev.as_ref(), |_, _, _, _| series += 1);
+    let (mut series, mut proc_series) = (0, 0);
+    Selection::new(all(), &pats).for_each(&cur, prev.as_ref(), |def, _, _, _| {
+        series += 1;
+        if def.parts().contains(Parts::PROCESSES) {
+            proc_series += 1;
+        }
+    });
     let interval = prev
         .as_ref()
         .map(|p| cur.ts_ns - p.ts_ns)
@@ -487,6 +525,7 @@ pub fn estimate(
         .unwrap_or(1_000_000_000);
     Ok(Estimate {
         series,
+        proc_series,
         samples: ((hi - lo) / interval).max(0) as u64,
         lane,
     })
@@ -682,6 +721,35 @@ pub async fn flame(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_read_that_would_hold_too_many_points_is_refused_before_it_starts() {
+        let e = |series, proc_series, samples| Estimate {
+            series,
+            proc_series,
+            samples,
+            lane: false,
+        };
+        // A day of 50 host series: 4.3 M points.
+        let err = e(50, 0, 86_400).check(None, 600).unwrap_err();
+        assert_eq!(err.0, StatusCode::PAYLOAD_TOO_LARGE);
+        assert!(
+            err.1.contains("narrow the select or the window"),
+            "{}",
+            err.1
+        );
+        // A day of 45 host series, and an hour of 1,100: within the budget.
+        e(45, 0, 86_400).check(None, 600).unwrap();
+        e(1_100, 0, 3_600).check(Some(500), 600).unwrap();
+        // Process series are read on a subsample: 3000 of them over a day hold 240 points each.
+        e(3_020, 3_000, 86_400).check(Some(10), 600).unwrap();
+        // The signals lane decodes no sample.
+        let lane = Estimate {
+            lane: true,
+            ..e(100, 0, 86_400)
+        };
+        lane.check(None, 600).unwrap();
+    }
+
     use super::*;
 
     #[test]

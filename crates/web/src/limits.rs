@@ -4,7 +4,8 @@
 //! memory or CPU, with or without a token. Three bounds:
 //!
 //! - **Per request**: each heavy endpoint has a maximum window ([`max_window`]), `series` a
-//!   cap on patterns, series and the samples it decodes, checked before the read starts; a
+//!   cap on patterns, series, the samples it decodes and the points it holds before bucketing
+//!   ([`MAX_LOADED_POINTS`]), checked before the read starts; a
 //!   heavy request is cancelled past [`HEAVY_TIME_LIMIT`] or when its client goes away.
 //! - **Light reads** (the newest samples) at most [`LIGHT_AT_ONCE`] at a time on tokio's
 //!   blocking pool; the rest wait.
@@ -61,6 +62,15 @@ pub const MAX_SERIES: usize = 500;
 /// `series`: samples decoded for one answer when the series are not in the signals lane: a
 /// day at the default one-second interval, about 15 s of one core for host series.
 pub const MAX_DECODED_SAMPLES: u64 = 86_400;
+
+/// `series`: points a read may hold before it is bucketed, over all the series its select
+/// takes (16 bytes each): every series of the bench's host (1,848) over an hour is estimated
+/// at 3.2 M points, and two such reads at once took `serve` to 69 MiB, ten at once to 73 MiB.
+/// So the [`HEAVY_WORKERS`] reading at once stay inside `serve`'s 256 MiB whatever the store
+/// holds. Host and cgroup series count a
+/// point per sample of the window; process series are read on a subsample of at most
+/// `PROCESS_POINTS` points each.
+pub const MAX_LOADED_POINTS: u64 = 4_000_000;
 
 /// `series`: buckets in one answer, over all its series (each bucket is a mean and a maximum:
 /// about 10 MB of JSON at this cap).
