@@ -220,6 +220,17 @@ fn assert_repaired_keeping(dir: &Path, r: &Intact, lost: usize) {
     assert!(dir.join("damaged").join(format!("{A}.jss")).exists());
 }
 
+/// Cuts the file at `path` to half its length, inside a frame its index lists.
+fn cut_in_half(path: &Path) {
+    let len = std::fs::metadata(path).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+}
+
 fn write_at(path: &Path, at: usize, bytes: &[u8]) {
     let mut b = std::fs::read(path).unwrap();
     b[at..at + bytes.len()].copy_from_slice(bytes);
@@ -264,14 +275,7 @@ fn unknown_version_costs_its_segment_and_repair_restores_the_header() {
 fn a_torn_frame_costs_the_samples_after_the_cut() {
     let r = intact();
     let dir = store();
-    let seg = file(dir.path(), &format!("{A}.jss"));
-    let len = std::fs::metadata(&seg).unwrap().len();
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&seg)
-        .unwrap()
-        .set_len(len / 2)
-        .unwrap();
+    cut_in_half(&file(dir.path(), &format!("{A}.jss")));
     let lost = assert_a_loses_samples(dir.path(), &r);
     assert!(lost < A_SAMPLES, "the records before the cut are read");
     // Nothing can bring the cut records back; the repair makes a clean segment of the rest.
@@ -544,14 +548,7 @@ fn a_directory_in_place_of_a_segment_is_reported_and_moved_aside() {
 fn a_cut_segment_without_its_index_is_reported_and_repaired() {
     let r = intact();
     let dir = store();
-    let seg = file(dir.path(), &format!("{A}.jss"));
-    let len = std::fs::metadata(&seg).unwrap().len();
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&seg)
-        .unwrap()
-        .set_len(len / 2)
-        .unwrap();
+    cut_in_half(&file(dir.path(), &format!("{A}.jss")));
     std::fs::remove_file(file(dir.path(), &format!("{A}.idx"))).unwrap();
     // Without its index nothing says how many records the cut took: every reader says the
     // index is missing, and the check that the end is torn.
