@@ -322,15 +322,6 @@ fn store_with_data() -> (tempfile::TempDir, std::path::PathBuf, Vec<String>) {
     (t, d, names)
 }
 
-fn names_in(d: &std::path::Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(d)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
-}
-
 #[test]
 fn record_retain_and_max_size_zero_are_refused_and_keep_the_previous_data() {
     let (_t, d, before) = store_with_data();
@@ -345,7 +336,7 @@ fn record_retain_and_max_size_zero_are_refused_and_keep_the_previous_data() {
             flag,
         );
         assert!(err.contains(floor), "{flag} {value}: {err}");
-        assert_eq!(names_in(&d), before, "{flag} {value} deleted data");
+        assert_eq!(common::names_in(&d), before, "{flag} {value} deleted data");
     }
 }
 

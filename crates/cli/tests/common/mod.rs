@@ -491,3 +491,13 @@ pub fn check_schema_lines(name: &str, out: &str) -> Vec<serde_json::Value> {
     }
     lines
 }
+
+/// The names of the entries of directory `d`, sorted.
+pub fn names_in(d: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
