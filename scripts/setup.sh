@@ -9,7 +9,8 @@
 # tmux (terminal views), chromium and prometheus (web UI, /metrics, remote write), victoria-metrics,
 # clickhouse-server (episodes pushed by record),
 # htpasswd and openssl (remote write), npm (the check that
-# web/vendor matches web/package-lock.json; node runs a profiled JIT), python3 (memleak
+# web/vendor matches web/package-lock.json, and puppeteer-core for the browser tests; node runs a
+# profiled JIT), python3 (memleak
 # targets), certutil, xz, gzip, perf and libc6-dbg (the profiler's unwinding and naming against
 # Debian's own binaries), python3.11 and PyPI's py-spy (the Python frames test) and go (`go tool pprof` reads our profiles; a go already in
 # /usr/local/go/bin counts).
@@ -94,6 +95,11 @@ if ! command -v cargo >/dev/null 2>&1; then
     echo "setup: no cargo and no rustup on PATH; install Rust stable (https://rustup.rs)" >&2
     exit 1
   fi
+fi
+if [ "${1:-}" = --test ] && [ ! -d web/tests/node_modules/puppeteer-core ]; then
+  # The web UI's browser tests: npm's puppeteer-core, pinned by web/tests/package-lock.json,
+  # drives Debian's chromium (it downloads no browser of its own).
+  npm ci --prefix web/tests --no-audit --no-fund --loglevel=error
 fi
 if [ "${1:-}" = --test ] && [ ! -x target/tools/py-spy ]; then
   # PyPI's py-spy, the peer the Python frames test compares with: its wheel holds one static

@@ -19,6 +19,7 @@ mod nodata;
 mod prio;
 mod record;
 mod remote_write;
+mod report;
 mod serve;
 mod service;
 mod signals;
@@ -84,6 +85,10 @@ enum Cmd {
     /// Name the kernel mechanism, culprit and fix behind a recorded window, with the evidence.
     /// The window: --since, --from, --to [default: the last 5 minutes], --at or --event.
     Diagnose(diagnose::DiagnoseArgs),
+    /// An incident report of an episode or a window: one HTML file with the findings, cause
+    /// chain, evidence charts and flame graphs, that opens offline. --event, or the window:
+    /// --since, --from, --to [default: the last 5 minutes].
+    Report(report::ReportArgs),
     /// Self-cleaning reproducers of the seed mechanisms: list, run, check (record + verify), cleanup.
     Lab(lab::LabArgs),
     /// Is a running process leaking, where (mappings, Python heap or native), and what piles up.
@@ -208,6 +213,7 @@ fn main() -> ExitCode {
         Cmd::TopFunctions(a) => flame::run_top(a),
         Cmd::Events(a) => events::run(a),
         Cmd::Diagnose(a) => diagnose::run(a),
+        Cmd::Report(a) => report::run(a),
         Cmd::Lab(a) => lab::run(a),
         Cmd::Memleak(a) => memleak::run(a),
         Cmd::Top(a) => view::run_top(a),

@@ -2,7 +2,7 @@
 //! light reads on the blocking pool, heavy ones on `limits::Heavy`'s readers.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::Arc;
 
 use axum::extract::rejection::QueryRejection;
@@ -26,6 +26,11 @@ pub struct ApiError(pub(crate) StatusCode, pub(crate) String);
 
 impl ApiError {
     /// An error answer with `status` and a one-line reason.
+    /// Why, in one line.
+    pub fn message(&self) -> &str {
+        &self.1
+    }
+
     pub fn new(status: StatusCode, msg: String) -> Self {
         ApiError(status, msg)
     }
@@ -108,7 +113,7 @@ pub struct Window {
 }
 
 /// The store's first and last record times.
-fn bounds(dir: &PathBuf) -> Result<(i64, i64), ApiError> {
+fn bounds(dir: &Path) -> Result<(i64, i64), ApiError> {
     let r = jitterscope_store::Reader::open(dir).map_err(internal)?;
     r.time_bounds()
         .map_err(internal)?
@@ -117,11 +122,7 @@ fn bounds(dir: &PathBuf) -> Result<(i64, i64), ApiError> {
 
 /// The requested window; without `to`, the store's newest sample; without `from`, the hour
 /// before `to`.
-fn resolve(
-    from: &Option<String>,
-    to: &Option<String>,
-    dir: &PathBuf,
-) -> Result<(i64, i64), ApiError> {
+fn resolve(from: &Option<String>, to: &Option<String>, dir: &Path) -> Result<(i64, i64), ApiError> {
     let to = match to {
         Some(t) => parse_time(t)?,
         None => bounds(dir)?.1,
@@ -137,7 +138,7 @@ fn resolve(
 }
 
 impl Window {
-    fn resolve(&self, dir: &PathBuf) -> Result<(i64, i64), ApiError> {
+    fn resolve(&self, dir: &Path) -> Result<(i64, i64), ApiError> {
         resolve(&self.from, &self.to, dir)
     }
 }
@@ -169,20 +170,23 @@ pub async fn charts() -> impl IntoResponse {
 /// `GET /api/v1/range`: the recorded span.
 pub async fn range(State(st): State<Arc<AppState>>) -> Result<Json<serde_json::Value>, ApiError> {
     let dir = st.cfg.dir.clone();
-    let ((first, last), host) = crate::limits::light(&st.light, move || {
-        let b = bounds(&dir)?;
-        Ok::<_, ApiError>((b, newest_host(&dir, b.1)))
-    })
-    .await??;
-    let (host, kernel) = host.unwrap_or_default();
-    Ok(Json(json!({
+    crate::limits::light(&st.light, move || range_read(&dir))
+        .await?
+        .map(Json)
+}
+
+/// The recorded span, and the host and kernel of its newest sample.
+pub fn range_read(dir: &Path) -> Result<serde_json::Value, ApiError> {
+    let (first, last) = bounds(dir)?;
+    let (host, kernel) = newest_host(dir, last).unwrap_or_default();
+    Ok(json!({
         "from_ns": first,
         "to_ns": last,
         "from": jitterscope_model::time::rfc3339(first),
         "to": jitterscope_model::time::rfc3339(last),
         "host": host,
         "kernel": kernel,
-    })))
+    }))
 }
 
 /// The host name and kernel of the sample at `ts` (the newest): the recorder's `--host`.
@@ -245,7 +249,14 @@ pub struct SeriesQuery {
 /// lasted.
 #[derive(Debug, Serialize)]
 pub struct SeriesOut {
+    /// The series' name (`dump --select` names it so).
     pub name: String,
+    /// What a legend says: the instance (`nginx.service`, `redis (412)`) or, for a host-wide
+    /// series, the metric's short name.
+    pub label: String,
+    /// The instance the series is about, absent for a host-wide series.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
     pub unit: &'static str,
     pub mean: Vec<Option<f64>>,
     pub max: Vec<Option<f64>>,
@@ -291,6 +302,16 @@ pub async fn series(
     q: Result<Query<SeriesQuery>, QueryRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let q = query(q)?;
+    // A malformed request is refused before it waits for a read slot.
+    series_check(&q)?;
+    let dir = st.cfg.dir.clone();
+    st.heavy
+        .run(Token::new(), move || series_read(&dir, &q).map(Json))
+        .await
+}
+
+/// The patterns and points of a series request, or why it is refused.
+fn series_check(q: &SeriesQuery) -> Result<(Vec<String>, usize), ApiError> {
     use crate::limits::{MAX_PATTERNS, MAX_PATTERN_LEN, MAX_SERIES};
     let select: Vec<String> = q
         .select
@@ -320,112 +341,137 @@ pub async fn series(
     if q.top.is_some_and(|t| !(1..=MAX_SERIES).contains(&t)) {
         return Err(bad(format!("top must be 1..={MAX_SERIES}")));
     }
-    let dir = st.cfg.dir.clone();
-    st.heavy
-        .run(Token::new(), move || {
-        let (from, to) = resolve(&q.from, &q.to, &dir)?;
-        // Load only the recorded part of the window: process series are evaluated on a
-        // subsample whose stride follows the loaded span, and an hour's stride over ten
-        // recorded seconds would leave them no pair of samples.
-        let (first, last) = bounds(&dir)?;
-        crate::limits::check_window("series", from, to, (first, last))?;
-        let sel: Vec<&str> = select.iter().map(String::as_str).collect();
-        let mut damaged = jitterscope_model::stored::Damage::default();
-        let (lo, hi) = (from.max(first - 1), to.min(last));
-        let lane = lo < hi
-            && in_signals_lane(&select, q.top)
-            && jitterscope_store::Reader::open(&dir)
-                .and_then(|r| r.lane_covers(jitterscope_store::Lane::Signals, lo, hi))
-                .unwrap_or(false);
-        if lo < hi {
-            let e = estimate(&dir, &sel, lo, hi, lane)?;
-            e.check(q.top, points)?;
-        }
-        let d = if lo >= hi {
-            Data::default()
-        } else if lane {
-            let mut d = jitterscope_diagnose::events::load(&dir, lo, hi, 0)
-                .map_err(internal)?
-                .data;
-            let pats: Vec<Pattern> = sel.iter().map(|p| Pattern::new(p)).collect();
-            d.series
-                .retain(|name, _| pats.iter().any(|p| p.matches(name)));
-            d
-        } else {
-            Data::load_globs(&dir, lo, hi, &sel).map_err(internal)?
-        };
-        damaged.add(&d.damage);
-        // No more buckets than samples: a short window is drawn sample by sample.
-        // Samples with a value in the window (a store's first sample has no rates).
-        let mut seen = vec![false; d.ts.len()];
-        for s in d.series.values() {
-            for &(i, _) in &s.points {
-                if let Some(x) = seen.get_mut(i as usize) {
-                    *x = true;
-                }
+    Ok((select, points))
+}
+
+/// The answer of `/api/v1/series` (also what an incident report embeds).
+pub fn series_read(dir: &Path, q: &SeriesQuery) -> Result<serde_json::Value, ApiError> {
+    use crate::limits::MAX_SERIES;
+    let (select, points) = series_check(q)?;
+    let (from, to) = resolve(&q.from, &q.to, dir)?;
+    // Load only the recorded part of the window: process series are evaluated on a
+    // subsample whose stride follows the loaded span, and an hour's stride over ten
+    // recorded seconds would leave them no pair of samples.
+    let (first, last) = bounds(dir)?;
+    crate::limits::check_window("series", from, to, (first, last))?;
+    let sel: Vec<&str> = select.iter().map(String::as_str).collect();
+    let mut damaged = jitterscope_model::stored::Damage::default();
+    let (lo, hi) = (from.max(first - 1), to.min(last));
+    let lane = lo < hi
+        && in_signals_lane(&select, q.top)
+        && jitterscope_store::Reader::open(dir)
+            .and_then(|r| r.lane_covers(jitterscope_store::Lane::Signals, lo, hi))
+            .unwrap_or(false);
+    if lo < hi {
+        let e = estimate(dir, &sel, lo, hi, lane)?;
+        e.check(q.top, points)?;
+    }
+    let d = if lo >= hi {
+        Data::default()
+    } else if lane {
+        let mut d = jitterscope_diagnose::events::load(dir, lo, hi, 0)
+            .map_err(internal)?
+            .data;
+        let pats: Vec<Pattern> = sel.iter().map(|p| Pattern::new(p)).collect();
+        d.series
+            .retain(|name, _| pats.iter().any(|p| p.matches(name)));
+        d
+    } else {
+        Data::load_globs(dir, lo, hi, &sel).map_err(internal)?
+    };
+    damaged.add(&d.damage);
+    // No more buckets than samples: a short window is drawn sample by sample.
+    // Samples with a value in the window (a store's first sample has no rates).
+    let mut seen = vec![false; d.ts.len()];
+    for s in d.series.values() {
+        for &(i, _) in &s.points {
+            if let Some(x) = seen.get_mut(i as usize) {
+                *x = true;
             }
         }
-        let in_window =
-            d.ts.iter()
-                .zip(&seen)
-                .filter(|(&t, &had)| had && t > from && t <= to)
-                .count();
-        let n = points.min(in_window.max(1));
-        let width = (to - from) as f64 / n as f64;
-        let t: Vec<f64> = (0..n)
-            .map(|b| (from as f64 + (b as f64 + 0.5) * width) / 1e9)
+    }
+    let in_window =
+        d.ts.iter()
+            .zip(&seen)
+            .filter(|(&t, &had)| had && t > from && t <= to)
+            .count();
+    // As many buckets as the recording interval fills across the window, at most
+    // `points`: a window wider than what was recorded keeps its samples where they were
+    // taken, with empty buckets where nothing was.
+    let recorded: Vec<i64> =
+        d.ts.iter()
+            .zip(&seen)
+            .filter(|(_, &had)| had)
+            .map(|(&t, _)| t)
             .collect();
-        // Each series' peak in the window, from its points: the top N are chosen before any is
-        // bucketed, so a select of thousands with top=500 buckets 500 (two vectors of `n` each
-        // per bucketed series were most of such a request's memory).
-        let peak = |points: &[(u32, f64)]| {
-            points
-                .iter()
-                .filter(|(i, v)| {
-                    v.is_finite()
-                        && d.ts.get(*i as usize).is_some_and(|&t| t > from && t <= to)
-                })
-                .map(|p| p.1)
-                .fold(None, |a: Option<f64>, v| Some(a.map_or(v, |a| a.max(v))))
-        };
-        let mut chosen: Vec<(&String, &jitterscope_diagnose::data::Series, f64)> = d
-            .series
+    let interval = match (recorded.first(), recorded.last()) {
+        (Some(&a), Some(&b)) if recorded.len() > 1 => {
+            ((b - a) / (recorded.len() as i64 - 1)).max(1)
+        }
+        _ => to - from,
+    };
+    let slots = ((to - from) as f64 / interval.max(1) as f64)
+        .round()
+        .max(1.0) as usize;
+    let n = points.min(slots.max(in_window).max(1));
+    let width = (to - from) as f64 / n as f64;
+    let t: Vec<f64> = (0..n)
+        .map(|b| (from as f64 + (b as f64 + 0.5) * width) / 1e9)
+        .collect();
+    // Each series' peak in the window, from its points: the top N are chosen before any is
+    // bucketed, so a select of thousands with top=500 buckets 500 (two vectors of `n` each
+    // per bucketed series were most of such a request's memory).
+    let peak = |points: &[(u32, f64)]| {
+        points
             .iter()
-            .filter_map(|(name, s)| peak(&s.points).map(|p| (name, s, p)))
-            .collect();
-        if q.top.is_none() && chosen.len() > MAX_SERIES {
-            return Err(too_large(format!(
-                "select matches {} series; at most {MAX_SERIES} per answer (add top=N or narrow the select)",
-                chosen.len()
-            )));
-        }
-        if let Some(top) = q.top {
-            chosen.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(b.0)));
-            chosen.truncate(top);
-        }
-        let out: Vec<SeriesOut> = chosen
-            .into_iter()
-            .map(|(name, s, _)| {
-                let (mean, max) = downsample(&d.ts, &s.points, from, to, n);
-                SeriesOut {
-                    name: name.clone(),
-                    unit: s.def.unit.as_str(),
-                    mean,
-                    max,
-                }
+            .filter(|(i, v)| {
+                v.is_finite() && d.ts.get(*i as usize).is_some_and(|&t| t > from && t <= to)
             })
-            .collect();
-        Ok(Json(json!({
-            "from_ns": from,
-            "to_ns": to,
-            "samples": in_window,
-            "source": if lane { "signals" } else { "samples" },
-            "damaged": damaged,
-            "t": t,
-            "series": out,
-        })))
-    })
-    .await
+            .map(|p| p.1)
+            .fold(None, |a: Option<f64>, v| Some(a.map_or(v, |a| a.max(v))))
+    };
+    let mut chosen: Vec<(&String, &jitterscope_diagnose::data::Series, f64)> = d
+        .series
+        .iter()
+        .filter_map(|(name, s)| peak(&s.points).map(|p| (name, s, p)))
+        .collect();
+    if q.top.is_none() && chosen.len() > MAX_SERIES {
+        return Err(too_large(format!(
+        "select matches {} series; at most {MAX_SERIES} per answer (add top=N or narrow the select)",
+        chosen.len()
+    )));
+    }
+    if let Some(top) = q.top {
+        chosen.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(b.0)));
+        chosen.truncate(top);
+    }
+    let out: Vec<SeriesOut> = chosen
+        .into_iter()
+        .map(|(name, s, _)| {
+            let (mean, max) = downsample(&d.ts, &s.points, from, to, n);
+            let labels = s.def.labels_of(name).unwrap_or_default();
+            let subject = crate::names::subject(s.def, &labels);
+            SeriesOut {
+                label: subject
+                    .clone()
+                    .unwrap_or_else(|| crate::names::metric_short(s.def)),
+                subject,
+                name: name.clone(),
+                unit: s.def.unit.as_str(),
+                mean,
+                max,
+            }
+        })
+        .collect();
+    Ok(json!({
+        "from_ns": from,
+        "to_ns": to,
+        "samples": in_window,
+        "source": if lane { "signals" } else { "samples" },
+        "damaged": damaged,
+        "t": t,
+        "series": out,
+    }))
 }
 
 fn too_large(msg: String) -> ApiError {
@@ -492,7 +538,7 @@ impl Estimate {
 /// Estimates a `series` read of `[lo, hi]`: the sampling interval and the series from the
 /// selection evaluated on the newest sample and the one before it.
 pub fn estimate(
-    dir: &PathBuf,
+    dir: &Path,
     sel: &[&str],
     lo: i64,
     hi: i64,
@@ -575,13 +621,33 @@ pub async fn events(
     st.heavy
         .run(Token::new(), move || {
             let (from, to) = w.resolve(&dir)?;
-            crate::limits::check_window("events", from, to, bounds(&dir)?)?;
-            let (ev, damage) = jitterscope_diagnose::events(&dir, from, to).map_err(internal)?;
-            let mut resp = Json(json!(ev)).into_response();
+            let (ev, damage) = events_read(&dir, from, to)?;
+            let mut resp = Json(ev).into_response();
             damage_header(&mut resp, &damage);
             Ok(resp)
         })
         .await
+}
+
+/// The episodes of a window, each with the unit of its series and the instance it is about
+/// (`subject`) for a person to read, and what the read skipped.
+pub fn events_read(
+    dir: &Path,
+    from: i64,
+    to: i64,
+) -> Result<(serde_json::Value, jitterscope_model::stored::Damage), ApiError> {
+    crate::limits::check_window("events", from, to, bounds(dir)?)?;
+    let (ev, damage) = jitterscope_diagnose::events(dir, from, to).map_err(internal)?;
+    let list: Vec<serde_json::Value> = ev
+        .iter()
+        .map(|e| {
+            let mut v = json!(e);
+            v["unit"] = json!(crate::names::unit_of(&e.series));
+            v["subject"] = json!(crate::names::subject_of(&e.series));
+            v
+        })
+        .collect();
+    Ok((json!(list), damage))
 }
 
 /// `GET /api/v1/findings`: `diagnose` of a window.
@@ -594,17 +660,20 @@ pub async fn findings(
     st.heavy
         .run(Token::new(), move || {
             let (from, to) = w.resolve(&dir)?;
-            crate::limits::check_window("findings", from, to, bounds(&dir)?)?;
-            let r = jitterscope_diagnose::diagnose(&dir, from, to, Options::default())
-                .map_err(internal)?;
-            // The report carries what the read skipped (`damaged`).
-            Ok(Json(json!(r)))
+            findings_read(&dir, from, to).map(Json)
         })
         .await
 }
 
+/// `diagnose` of a window as JSON; the report carries what the read skipped (`damaged`).
+pub fn findings_read(dir: &Path, from: i64, to: i64) -> Result<serde_json::Value, ApiError> {
+    crate::limits::check_window("findings", from, to, bounds(dir)?)?;
+    let r = jitterscope_diagnose::diagnose(dir, from, to, Options::default()).map_err(internal)?;
+    Ok(json!(r))
+}
+
 /// Parameters of `/api/v1/flame`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Default, Clone)]
 pub struct FlameQuery {
     pub from: Option<String>,
     pub to: Option<String>,
@@ -615,6 +684,8 @@ pub struct FlameQuery {
     pub kernel_only: bool,
     /// `json` (d3-flame-graph's tree, default) or `folded`.
     pub format: Option<String>,
+    /// `before`: a differential tree against the same length of time just before the window.
+    pub compare: Option<String>,
 }
 
 /// A node of d3-flame-graph's tree.
@@ -622,55 +693,103 @@ pub struct FlameQuery {
 pub struct Node {
     pub name: String,
     pub value: u64,
+    /// In a differential tree: the node's share of the window's samples minus its share of
+    /// the samples before (-1..1; positive: it ran more).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delta: Option<f64>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub children: Vec<Node>,
 }
 
-/// The named stacks as a tree: root `all`, then process names, then frames root first.
-/// Kernel frames carry `[k]` as in folded stacks.
+/// The named stacks as paths from the root: process name, then frames root first. Kernel
+/// frames carry `[k]` as in folded stacks.
+fn paths(named: &Named) -> Vec<(Vec<String>, u64)> {
+    named
+        .stacks
+        .iter()
+        .map(|s| {
+            let frames = s.frames.iter().map(|f| {
+                if f.space == jitterscope_profile::window::Space::Kernel {
+                    format!("{} [k]", f.name)
+                } else {
+                    f.name.to_string()
+                }
+            });
+            (
+                std::iter::once(s.comm.to_string()).chain(frames).collect(),
+                s.count,
+            )
+        })
+        .collect()
+}
+
+/// The named stacks as a tree under `all`.
 pub fn tree(named: &Named) -> Node {
-    tree_of(named.stacks.iter().map(|s| {
-        let frames = s.frames.iter().map(|f| {
-            if f.space == jitterscope_profile::window::Space::Kernel {
-                format!("{} [k]", f.name)
-            } else {
-                f.name.to_string()
+    tree_of(paths(named))
+}
+
+#[derive(Default)]
+struct Acc {
+    value: u64,
+    kids: BTreeMap<String, Acc>,
+}
+
+impl Acc {
+    fn of(stacks: impl IntoIterator<Item = (Vec<String>, u64)>) -> Acc {
+        let mut root = Acc::default();
+        for (path, count) in stacks {
+            root.value += count;
+            let mut n = &mut root;
+            for name in path {
+                n = n.kids.entry(name).or_default();
+                n.value += count;
             }
+        }
+        root
+    }
+
+    /// As a d3-flame-graph node, children the largest first; with `before`, each node's
+    /// delta against the same path there.
+    fn node(self, name: String, before: Option<(&Acc, f64, f64)>) -> Node {
+        let delta = before.map(|(b, now_total, before_total)| {
+            self.value as f64 / now_total.max(1.0) - b.value as f64 / before_total.max(1.0)
         });
-        (
-            std::iter::once(s.comm.to_string()).chain(frames).collect(),
-            s.count,
-        )
-    }))
+        let empty = Acc::default();
+        let mut children: Vec<Node> = self
+            .kids
+            .into_iter()
+            .map(|(k, v)| {
+                let b = before.map(|(b, n, t)| (b.kids.get(&k).unwrap_or(&empty), n, t));
+                v.node(k, b)
+            })
+            .collect();
+        children.sort_by(|a, b| b.value.cmp(&a.value).then(a.name.cmp(&b.name)));
+        Node {
+            name,
+            value: self.value,
+            delta,
+            children,
+        }
+    }
 }
 
 /// Paths from the root (process name, then frames) with their samples, as d3-flame-graph's
 /// tree under `all`; children the largest first.
 pub fn tree_of(stacks: impl IntoIterator<Item = (Vec<String>, u64)>) -> Node {
-    #[derive(Default)]
-    struct T {
-        value: u64,
-        kids: BTreeMap<String, T>,
-    }
-    let mut root = T::default();
-    for (path, count) in stacks {
-        root.value += count;
-        let mut n = &mut root;
-        for name in path {
-            n = n.kids.entry(name).or_default();
-            n.value += count;
-        }
-    }
-    fn conv(name: String, t: T) -> Node {
-        let mut children: Vec<Node> = t.kids.into_iter().map(|(k, v)| conv(k, v)).collect();
-        children.sort_by(|a, b| b.value.cmp(&a.value).then(a.name.cmp(&b.name)));
-        Node {
-            name,
-            value: t.value,
-            children,
-        }
-    }
-    conv("all".into(), root)
+    Acc::of(stacks).node("all".into(), None)
+}
+
+/// A differential tree (Brendan Gregg's differential flame graph): widths are the window's
+/// samples, and each frame carries how much larger a share of the samples it took than in
+/// `before`, so a frame that grew stands out from one that merely ran. Shares, not counts,
+/// are compared: the two windows need not hold the same number of samples.
+pub fn diff_tree_of(
+    now: impl IntoIterator<Item = (Vec<String>, u64)>,
+    before: impl IntoIterator<Item = (Vec<String>, u64)>,
+) -> Node {
+    let (now, before) = (Acc::of(now), Acc::of(before));
+    let (n, b) = (now.value as f64, before.value as f64);
+    now.node("all".into(), Some((&before, n, b)))
 }
 
 /// `GET /api/v1/flame`: the stack samples of a window.
@@ -683,29 +802,13 @@ pub async fn flame(
     st.heavy
         .run(Token::new(), move || {
             let (from, to) = resolve(&q.from, &q.to, &dir)?;
-            crate::limits::check_window("flame", from, to, bounds(&dir)?)?;
-            let filter = Filter {
-                pid: q.pid,
-                comm: q.comm.clone(),
-                cgroup: q.cgroup.clone(),
-                kernel_only: q.kernel_only,
-                skip_idle: false,
-            };
-            let (w, _, damaged) = jitterscope_profile::window::read_store(&dir, from, to, &filter)
-                .map_err(internal)?;
-            let named = w.resolve(&mut jitterscope_profile::system::FileSymbolizer::new());
             match q.format.as_deref() {
-                None | Some("json") => Ok(Json(json!({
-                    "from_ns": from,
-                    "to_ns": to,
-                    "samples": named.samples,
-                    "total": named.total,
-                    "hz": named.hz,
-                    "damaged": damaged,
-                    "tree": tree(&named),
-                }))
-                .into_response()),
+                None | Some("json") => Ok(Json(flame_read(&dir, &q, from, to)?).into_response()),
                 Some("folded") => {
+                    if q.compare.is_some() {
+                        return Err(bad("compare needs format=json"));
+                    }
+                    let (named, _) = flame_named(&dir, &q, from, to)?;
                     let mut text = named.folded().join("\n");
                     text.push('\n');
                     Ok(
@@ -717,6 +820,63 @@ pub async fn flame(
             }
         })
         .await
+}
+
+/// The symbolised stacks of `(from, to]` under the request's filter.
+fn flame_named(
+    dir: &Path,
+    q: &FlameQuery,
+    from: i64,
+    to: i64,
+) -> Result<(Named, jitterscope_model::stored::Damage), ApiError> {
+    crate::limits::check_window("flame", from, to, bounds(dir)?)?;
+    let filter = Filter {
+        pid: q.pid,
+        comm: q.comm.clone(),
+        cgroup: q.cgroup.clone(),
+        kernel_only: q.kernel_only,
+        skip_idle: false,
+    };
+    let (w, _, damaged) =
+        jitterscope_profile::window::read_store(dir, from, to, &filter).map_err(internal)?;
+    Ok((
+        w.resolve(&mut jitterscope_profile::system::FileSymbolizer::new()),
+        damaged,
+    ))
+}
+
+/// The JSON answer of `/api/v1/flame` (also what an incident report embeds).
+pub fn flame_read(
+    dir: &Path,
+    q: &FlameQuery,
+    from: i64,
+    to: i64,
+) -> Result<serde_json::Value, ApiError> {
+    let (named, damaged) = flame_named(dir, q, from, to)?;
+    let mut out = json!({
+        "from_ns": from,
+        "to_ns": to,
+        "samples": named.samples,
+        "total": named.total,
+        "hz": named.hz,
+        "damaged": damaged,
+    });
+    match q.compare.as_deref() {
+        None => out["tree"] = json!(tree(&named)),
+        Some("before") => {
+            let (bf, bt) = (from - (to - from), from);
+            let before = match flame_named(dir, q, bf, bt) {
+                Ok((b, _)) => b,
+                // Nothing recorded before the window: every frame grew from nothing.
+                Err(ApiError(StatusCode::NOT_FOUND, _)) => Named::default(),
+                Err(e) => return Err(e),
+            };
+            out["before"] = json!({"from_ns": bf, "to_ns": bt, "samples": before.samples});
+            out["tree"] = json!(diff_tree_of(paths(&named), paths(&before)));
+        }
+        Some(c) => return Err(bad(format!("compare {c:?} is not `before`"))),
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

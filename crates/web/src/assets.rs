@@ -8,49 +8,95 @@ use axum::response::{IntoResponse, Response};
 
 /// Name, content type, bytes.
 const FILES: &[(&str, &str, &[u8])] = &[
-    (
-        "app.js",
-        "text/javascript; charset=utf-8",
-        include_bytes!("../assets/app.js"),
-    ),
-    (
-        "fleet.js",
-        "text/javascript; charset=utf-8",
-        include_bytes!("../assets/fleet.js"),
-    ),
-    (
-        "app.css",
-        "text/css; charset=utf-8",
-        include_bytes!("../assets/app.css"),
-    ),
-    (
+    js("fmt.js", include_bytes!("../assets/fmt.js")),
+    js("source.js", include_bytes!("../assets/source.js")),
+    js("charts.js", include_bytes!("../assets/charts.js")),
+    js("episode.js", include_bytes!("../assets/episode.js")),
+    js("flame.js", include_bytes!("../assets/flame.js")),
+    js("app.js", include_bytes!("../assets/app.js")),
+    js("fleet.js", include_bytes!("../assets/fleet.js")),
+    css("app.css", include_bytes!("../assets/app.css")),
+    js(
         "uPlot.iife.min.js",
-        "text/javascript; charset=utf-8",
         include_bytes!("../../../web/vendor/uPlot.iife.min.js"),
     ),
-    (
+    css(
         "uPlot.min.css",
-        "text/css; charset=utf-8",
         include_bytes!("../../../web/vendor/uPlot.min.css"),
     ),
-    (
+    js(
         "d3-flamegraph.min.js",
-        "text/javascript; charset=utf-8",
         include_bytes!("../../../web/vendor/d3-flamegraph.min.js"),
     ),
-    (
+    js(
         "d3-selection.min.js",
-        "text/javascript; charset=utf-8",
         include_bytes!("../../../web/vendor/d3-selection.min.js"),
     ),
-    (
+    css(
         "d3-flamegraph.css",
-        "text/css; charset=utf-8",
         include_bytes!("../../../web/vendor/d3-flamegraph.css"),
     ),
 ];
 
-const INDEX: &str = include_str!("../assets/index.html");
+const fn js(name: &'static str, b: &'static [u8]) -> (&'static str, &'static str, &'static [u8]) {
+    (name, "text/javascript; charset=utf-8", b)
+}
+
+const fn css(name: &'static str, b: &'static [u8]) -> (&'static str, &'static str, &'static [u8]) {
+    (name, "text/css; charset=utf-8", b)
+}
+
+/// The page's style sheets, in order.
+pub const STYLES: &[&str] = &["uPlot.min.css", "d3-flamegraph.css", "app.css"];
+
+/// The page's scripts, in order: the libraries, then ours (each of ours adds to the `JS`
+/// namespace the next ones use; `app.js` starts the page).
+pub const SCRIPTS: &[&str] = &[
+    "uPlot.iife.min.js",
+    "d3-selection.min.js",
+    "d3-flamegraph.min.js",
+    "fmt.js",
+    "source.js",
+    "charts.js",
+    "episode.js",
+    "flame.js",
+    "app.js",
+];
+
+/// The page's markup inside `<body>`: the same for the live page and a report.
+pub const BODY: &str = include_str!("../assets/body.html");
+
+/// An embedded text file by name (empty for an unknown name: the lists above name only files
+/// of [`FILES`], which a test checks).
+pub fn text(name: &str) -> &'static str {
+    FILES
+        .iter()
+        .find(|f| f.0 == name)
+        .and_then(|f| std::str::from_utf8(f.2).ok())
+        .unwrap_or("")
+}
+
+fn index_html() -> &'static str {
+    static PAGE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PAGE.get_or_init(|| {
+        let mut p = String::from(
+            "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+             <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+             <title>jitterscope</title>\n<link rel=\"icon\" href=\"data:,\">\n",
+        );
+        for s in STYLES {
+            p.push_str(&format!("<link rel=\"stylesheet\" href=\"/assets/{s}\">\n"));
+        }
+        p.push_str("</head>\n<body>\n");
+        p.push_str(BODY);
+        for s in SCRIPTS {
+            p.push_str(&format!("<script src=\"/assets/{s}\"></script>\n"));
+        }
+        p.push_str("</body>\n</html>\n");
+        p
+    })
+}
+
 const FLEET: &str = include_str!("../assets/fleet.html");
 
 /// The OpenAPI description of `/api/v1`.
@@ -58,7 +104,7 @@ pub const OPENAPI: &str = include_str!("../assets/openapi.json");
 
 /// `GET /`.
 pub async fn index() -> Response {
-    page(INDEX)
+    page(index_html())
 }
 
 /// `GET /fleet`: across hosts (`serve --clickhouse`).

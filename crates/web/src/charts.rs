@@ -77,6 +77,8 @@ pub struct ChartOut {
     pub id: &'static str,
     /// Title with the unit's symbol.
     pub title: String,
+    /// Title without it (the page shows its own unit where it scales one, µs as ms).
+    pub name: &'static str,
     /// The unit of its series (`percent`, `bytes`…).
     pub unit: &'static str,
     /// Comma-separated series globs for `/api/v1/series`.
@@ -101,6 +103,7 @@ impl Chart {
         ChartOut {
             id: self.id,
             title: format!("{} ({})", self.title, self.unit().symbol()),
+            name: self.title,
             unit: self.unit().as_str(),
             select: self
                 .series

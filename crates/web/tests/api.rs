@@ -153,11 +153,38 @@ fn range_metrics_and_series() {
         }
     }
 
-    // Sample by sample (10 samples < 600 points): the storm's peak is the recorded one.
+    // The default hour over 10 recorded seconds: 600 buckets of 6 s, the samples in the
+    // buckets of the seconds they were taken, the rest empty; the storm's peak is the
+    // recorded one.
     let (st, s) = get_json(a, "/api/v1/series?select=irq.tlb_per_s,cpu.sys_pct");
     assert_eq!(st, 200, "{s}");
     assert_eq!(s["samples"], 10);
-    assert_eq!(s["t"].as_array().unwrap().len(), 10);
+    let t: Vec<f64> = s["t"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert_eq!(t.len(), 600);
+    let (first, last) = (1_795_331_566.0, 1_795_331_576.0);
+    for x in s["series"].as_array().unwrap() {
+        for (i, v) in x["max"].as_array().unwrap().iter().enumerate() {
+            if !v.is_null() {
+                assert!(
+                    t[i] > first - 6.0 && t[i] < last + 6.0,
+                    "{}: a point drawn at {} is far from the recorded {first}..{last}",
+                    x["name"],
+                    t[i]
+                );
+            }
+        }
+    }
+    // Over the recorded seconds alone: sample by sample.
+    let (_, s1) = get_json(
+        a,
+        "/api/v1/series?select=irq.tlb_per_s&from=1795331565&to=1795331576",
+    );
+    assert_eq!(s1["t"].as_array().unwrap().len(), 11, "{s1}");
     let tlb = s["series"]
         .as_array()
         .unwrap()
@@ -213,6 +240,20 @@ fn events_findings_and_flame() {
         1_795_331_575_399_435_220,
     )
     .unwrap();
+    // Each episode as `events --json` gives it, with its series' unit and what it is about
+    // (host-wide series here: nothing).
+    let mut ev = ev;
+    for e in ev.as_array_mut().unwrap() {
+        let o = e.as_object_mut().unwrap();
+        let unit = o.remove("unit").unwrap();
+        let want_unit = if o["series"] == "irq.tlb_per_s" {
+            "per_second"
+        } else {
+            "percent"
+        };
+        assert_eq!(unit, want_unit, "{o:?}");
+        assert_eq!(o.remove("subject"), Some(serde_json::Value::Null));
+    }
     assert_eq!(ev, serde_json::to_value(&want).unwrap());
 
     let (st, f) = get_json(
