@@ -77,6 +77,7 @@ const read = (page) => page.evaluate(() => {
     chain: [...document.querySelectorAll('#chain .chain-node')].map((g) => ({ rule: g.dataset.rule, depth: Number(g.dataset.depth) })),
     findings: [...document.querySelectorAll('#findings-body .finding')].map((f) => f.dataset.rule),
     remediation: text('.remediation li').length,
+    culpritRow: document.querySelector('#findings-body .finding .culprit-row td:nth-child(2)')?.textContent || null,
     evidence: document.querySelectorAll('#evidence .chart.evidence .uplot').length,
     flameSvg: !!document.querySelector('#flame svg.d3-flame-graph'),
     fibFill: fib ? fib.getAttribute('fill') : null,
@@ -122,6 +123,7 @@ const after = v.chain.find((c) => c.rule === 'sched.runqueue-latency');
 check(root && after && root.depth === 0 && after.depth > root.depth, `the chain is not root then consequence: ${JSON.stringify(v.chain)}`);
 check(v.findings[0] === 'cpu.cfs-throttling', `the first finding is ${v.findings[0]}`);
 check(v.remediation > 0, 'no remediation shown');
+check((v.culpritRow || '').startsWith('lab-fibtest ('), `the culprit's row is not marked among the processes: ${v.culpritRow}`);
 check(v.evidence > 0, 'no evidence chart');
 check(v.flameMode === 'before' && v.flameSvg, 'no differential flame graph');
 const rgb = (v.fibFill || '').match(/\d+/g)?.map(Number);
@@ -228,6 +230,7 @@ check(blocked.length === 0, `the report asked the network for ${blocked.join(', 
 check(r.host === v.host, `the report names host ${r.host}`);
 check(r.chain.length >= 2 && r.chain.find((c) => c.rule === 'cpu.cfs-throttling')?.depth === 0, 'the report has no chain');
 check(r.findings[0] === 'cpu.cfs-throttling' && r.remediation > 0, 'the report lacks findings or remediation');
+check(r.culpritRow === v.culpritRow, `the report's culprit row is ${r.culpritRow}`);
 check(r.evidence > 0 && r.flameSvg && r.grew.length > 0, 'the report lacks evidence charts or the differential flame graph');
 check(r.errors.length === 0 && errors.length === 0, `errors in the report: ${r.errors.concat(errors).join('; ')}`);
 const parts = await rep.evaluate(() => ({

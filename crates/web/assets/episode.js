@@ -32,13 +32,15 @@ function renderChain(findings) {
     if (!cols.has(depth)) cols.set(depth, []);
     cols.get(depth).push(n);
   }
-  const W = 230, H = 46, GX = 44, GY = 12;
+  const W = 200, H = 46, GX = 44, GY = 12;
   const ncol = Math.max(...cols.keys()) + 1;
   const nrow = Math.max(...[...cols.values()].map((c) => c.length));
   const pos = new Map();
   for (const [depth, ns] of cols) ns.forEach((n, row) => pos.set(n, { x: depth * (W + GX), y: row * (H + GY) }));
+  const gw = ncol * (W + GX) - GX + 2, gh = nrow * (H + GY) - GY + 2;
+  // Scaled to the panel's width: a long chain shrinks rather than overflowing it.
   const svg = JS.svg('svg', {
-    width: ncol * (W + GX) - GX + 2, height: nrow * (H + GY) - GY + 2, class: 'chain-graph',
+    viewBox: '0 0 ' + gw + ' ' + gh, width: '100%', style: 'max-width: ' + gw + 'px', class: 'chain-graph',
     role: 'img', 'aria-label': 'cause chain',
   });
   svg.append(JS.svg('defs', {}, JS.svg('marker', {
@@ -66,13 +68,46 @@ function renderChain(findings) {
     });
     g.append(JS.svg('rect', { width: W, height: H, rx: 4, fill: depth ? '#fff' : '#fbe3c9', stroke: '#333' }));
     g.append(JS.svg('text', { x: 6, y: 17, 'font-weight': 600 }, (depth ? 'then ' : 'root: ') + f.rule_id));
-    g.append(JS.svg('text', { x: 6, y: 34 }, JS.culprit(f.culprit).slice(0, 38)));
+    g.append(JS.svg('text', { x: 6, y: 34 }, JS.culprit(f.culprit).slice(0, 34)));
     g.append(JS.svg('title', {}, f.title));
     g.addEventListener('click', () => document.getElementById('finding-' + n).scrollIntoView());
     svg.append(g);
   }
   box.append(JS.el('h3', {}, 'Cause chain'), svg, text);
 }
+
+// Which table a culprit is a row of: its process, else its cgroup.
+JS.culpritKey = (c) => {
+  if (c.pid) return ['processes', String(c.pid)];
+  if (c.cgroup) return ['cgroups', c.cgroup];
+  return null;
+};
+
+// The culprit's row among the processes (or cgroups) of the window, the busiest first.
+JS.culpritTable = async (c, holder, report) => {
+  const k = JS.culpritKey(c);
+  if (!k) return;
+  const [a, b] = JS.state.sel;
+  let t;
+  try {
+    t = await JS.source.table(k[0], a, b, k[1]);
+  } catch (e) {
+    holder.append(JS.el('p', { class: 'hint' }, e.message));
+    return;
+  }
+  const tab = JS.el('table', { 'data-of': t.of });
+  tab.append(JS.el('tr', {}, JS.el('th', {}, '#'), JS.el('th', {}, k[0] === 'processes' ? 'process' : 'cgroup'),
+    ...t.columns.map((col) => JS.el('th', { title: col.help }, col.name))));
+  for (const r of t.rows) {
+    const who = r.name || r.key.join(' ');
+    tab.append(JS.el('tr', { class: r.focus ? 'culprit-row' : null, 'aria-current': r.focus ? 'true' : null },
+      JS.el('td', {}, r.rank), JS.el('td', { title: r.key.join(' ') }, who),
+      ...r.values.map((v, i) => JS.el('td', {}, JS.fmt(v, t.columns[i].unit)))));
+  }
+  const d = JS.el('details', { open: report.findings[0] && report.findings[0].culprit === c ? '' : null },
+    JS.el('summary', {}, 'The culprit among the ' + t.rows_total + ' ' + t.of + ' of the window'), tab);
+  holder.append(d);
+};
 
 JS.renderFindings = (report) => {
   renderChain(report.findings);
@@ -90,6 +125,9 @@ JS.renderFindings = (report) => {
       f.title));
     const who = JS.culprit(f.culprit);
     if (who) box.append(JS.el('p', { class: 'culprit', title: f.culprit.cgroup || '' }, 'Culprit: ' + who));
+    const table = JS.el('div', { class: 'culprit-table' });
+    box.append(table);
+    JS.culpritTable(f.culprit, table, report);
     for (const l of f.caused_by) box.append(JS.el('p', { class: 'link' }, '← set off by ' + l.rule_id + ': ' + l.reason));
     const t = JS.el('table', {}, JS.el('tr', {}, JS.el('th', {}, 'evidence'), JS.el('th', {}, 'window'), JS.el('th', {}, 'baseline')));
     for (const ev of f.evidence) {

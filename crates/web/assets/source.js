@@ -27,6 +27,7 @@ const live = {
   evidence: (series, from, to, points) => api('/api/v1/series', { select: series, from, to, points }),
   events: (from, to) => api('/api/v1/events', { from, to }),
   findings: (from, to) => api('/api/v1/findings', { from, to }),
+  table: (of, from, to, focus) => api('/api/v1/table', { of, from, to, focus }),
   flame: (from, to, mode) => api('/api/v1/flame', { from, to, compare: mode === 'before' ? 'before' : null }),
   reportUrl: (from, to, event) => {
     const u = new URL('/api/v1/report', location.origin);
@@ -51,6 +52,8 @@ function offline(R) {
     evidence: (series) => got(R.evidence[series] || { error: 'not in this report' }),
     events: () => got(R.events),
     findings: (from, to) => (same(from, to) ? got(R.findings) : Promise.reject(only('the findings'))),
+    table: (of, from, to, focus) => (same(from, to) && R.tables[of + '|' + focus]
+      ? got(R.tables[of + '|' + focus]) : Promise.reject(only('the culprits\' tables'))),
     flame: (from, to, mode) => {
       const f = R.flame[mode];
       const fits = f && Math.abs(from - f.from_ns / 1e9) < 1 && Math.abs(to - f.to_ns / 1e9) < 1;

@@ -672,6 +672,180 @@ pub fn findings_read(dir: &Path, from: i64, to: i64) -> Result<serde_json::Value
     Ok(json!(r))
 }
 
+/// The columns of `/api/v1/table`: (metric, statistic). The first ranks the rows.
+type Columns = &'static [(&'static jitterscope_model::registry::MetricDef, Stat)];
+
+/// Which of a bucket's statistics a column shows.
+#[derive(Debug, Clone, Copy)]
+enum Stat {
+    Mean,
+    Max,
+}
+
+impl Stat {
+    fn as_str(self) -> &'static str {
+        match self {
+            Stat::Mean => "mean",
+            Stat::Max => "max",
+        }
+    }
+}
+
+/// What a process looks like over a window, as `top` would show it: CPU, waiting for a CPU,
+/// memory, major faults, preemptions.
+const PROCESS_COLUMNS: Columns = {
+    use jitterscope_model::metrics::process::*;
+    &[
+        (&PROC_CPU_PCT, Stat::Mean),
+        (&PROC_CPU_PCT, Stat::Max),
+        (&PROC_RUNQ_WAIT_PCT, Stat::Mean),
+        (&PROC_RSS_BYTES, Stat::Max),
+        (&PROC_MAJFLT_PER_S, Stat::Mean),
+        (&PROC_IVCSW_PER_S, Stat::Mean),
+    ]
+};
+
+/// What a cgroup looks like over a window: CPU, throttling, memory, refaults.
+const CGROUP_COLUMNS: Columns = {
+    use jitterscope_model::metrics::cgroup::*;
+    &[
+        (&CPU_USAGE_PCT, Stat::Mean),
+        (&CPU_USAGE_PCT, Stat::Max),
+        (&CPU_THROTTLED_PCT, Stat::Mean),
+        (&MEMORY_USAGE_BYTES, Stat::Max),
+        (&MEMORY_REFAULT_FILE_PER_S, Stat::Mean),
+    ]
+};
+
+/// Parameters of `/api/v1/table`.
+#[derive(Debug, Deserialize, Clone)]
+pub struct TableQuery {
+    /// `processes` or `cgroups`.
+    pub of: String,
+    pub from: Option<String>,
+    pub to: Option<String>,
+    /// Rows kept, the busiest first (by the first column); 1..=100, default 10.
+    pub top: Option<usize>,
+    /// A pid or a cgroup path whose row is kept (and marked) even when it is not among them.
+    pub focus: Option<String>,
+}
+
+/// `GET /api/v1/table`: the processes or cgroups of a window, one row each, the busiest
+/// first, with a culprit's row marked.
+pub async fn table(
+    State(st): State<Arc<AppState>>,
+    q: Result<Query<TableQuery>, QueryRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let q = query(q)?;
+    let dir = st.cfg.dir.clone();
+    st.heavy
+        .run(Token::new(), move || {
+            let (from, to) = resolve(&q.from, &q.to, &dir)?;
+            table_read(&dir, &q, from, to).map(Json)
+        })
+        .await
+}
+
+/// The answer of `/api/v1/table` (also what an incident report embeds).
+pub fn table_read(
+    dir: &Path,
+    q: &TableQuery,
+    from: i64,
+    to: i64,
+) -> Result<serde_json::Value, ApiError> {
+    let (columns, key_labels): (Columns, usize) = match q.of.as_str() {
+        "processes" => (PROCESS_COLUMNS, 2),
+        "cgroups" => (CGROUP_COLUMNS, 1),
+        o => return Err(bad(format!("of {o:?} is not processes or cgroups"))),
+    };
+    let top = q.top.unwrap_or(10);
+    if !(1..=100).contains(&top) {
+        return Err(bad("top must be 1..=100"));
+    }
+    // Each metric once, over the whole window as one bucket: its mean and its maximum.
+    let mut defs: Vec<&'static jitterscope_model::registry::MetricDef> = Vec::new();
+    for (d, _) in columns {
+        if !defs.contains(d) {
+            defs.push(d);
+        }
+    }
+    let secs = |ns: i64| format!("{:.3}", ns as f64 / 1e9);
+    // (the row's labels) -> (its subject, per metric: (mean, max)).
+    type Row = (
+        Option<String>,
+        BTreeMap<&'static str, (Option<f64>, Option<f64>)>,
+    );
+    let mut rows: BTreeMap<Vec<String>, Row> = BTreeMap::new();
+    for d in &defs {
+        let sq = SeriesQuery {
+            select: d.glob(),
+            from: Some(secs(from)),
+            to: Some(secs(to)),
+            points: Some(1),
+            top: Some(crate::limits::MAX_SERIES),
+        };
+        let v = series_read(dir, &sq)?;
+        for s in v["series"].as_array().into_iter().flatten() {
+            let Some(labels) = d.labels_of(s["name"].as_str().unwrap_or("")) else {
+                continue;
+            };
+            let key: Vec<String> = labels.into_iter().take(key_labels).collect();
+            let row = rows
+                .entry(key.clone())
+                .or_insert_with(|| (crate::names::subject(d, &key), BTreeMap::new()));
+            let stat = |k: &str| s[k][0].as_f64();
+            row.1.insert(d.name, (stat("mean"), stat("max")));
+        }
+    }
+    let value = |row: &Row, (d, stat): &(&'static jitterscope_model::registry::MetricDef, Stat)| {
+        row.1.get(d.name).and_then(|(mean, max)| match stat {
+            Stat::Mean => *mean,
+            Stat::Max => *max,
+        })
+    };
+    let is_focus = |key: &[String]| {
+        q.focus
+            .as_deref()
+            .is_some_and(|f| key.first().is_some_and(|k| k == f))
+    };
+    let mut ranked: Vec<(&Vec<String>, &Row)> = rows.iter().collect();
+    ranked.sort_by(|a, b| {
+        let (x, y) = (value(a.1, &columns[0]), value(b.1, &columns[0]));
+        y.unwrap_or(f64::NEG_INFINITY)
+            .total_cmp(&x.unwrap_or(f64::NEG_INFINITY))
+            .then(a.0.cmp(b.0))
+    });
+    let total = ranked.len();
+    let out: Vec<serde_json::Value> = ranked
+        .iter()
+        .enumerate()
+        .filter(|(i, (k, _))| *i < top || is_focus(k))
+        .map(|(i, (k, row))| {
+            json!({
+                "rank": i + 1,
+                "key": k,
+                "name": row.0,
+                "focus": is_focus(k),
+                "values": columns.iter().map(|c| value(row, c)).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    Ok(json!({
+        "of": q.of,
+        "from_ns": from,
+        "to_ns": to,
+        "rows_total": total,
+        "columns": columns.iter().map(|(d, stat)| json!({
+            "metric": d.name,
+            "stat": stat.as_str(),
+            "unit": d.unit.as_str(),
+            "name": format!("{} {}", crate::names::metric_short(d), stat.as_str()),
+            "help": d.help,
+        })).collect::<Vec<_>>(),
+        "rows": out,
+    }))
+}
+
 /// Parameters of `/api/v1/flame`.
 #[derive(Debug, Deserialize, Default, Clone)]
 pub struct FlameQuery {
@@ -911,6 +1085,28 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn a_differential_tree_compares_shares_not_counts() {
+        let p = |s: &str, n: u64| (s.split(';').map(String::from).collect::<Vec<_>>(), n);
+        // Before: 100 samples, `hot` 10% of them; in the window: 50 samples, `hot` 60%.
+        let t = super::diff_tree_of(
+            [p("app;main;hot", 30), p("app;main;cold", 20)],
+            [p("app;main;hot", 10), p("app;main;cold", 90)],
+        );
+        let main = &t.children[0].children[0];
+        let hot = main.children.iter().find(|n| n.name == "hot").unwrap();
+        let cold = main.children.iter().find(|n| n.name == "cold").unwrap();
+        assert!((hot.delta.unwrap() - 0.5).abs() < 1e-9, "{:?}", hot.delta);
+        assert!((cold.delta.unwrap() + 0.5).abs() < 1e-9, "{:?}", cold.delta);
+        assert!(main.delta.unwrap().abs() < 1e-9);
+        // Widths stay the window's samples.
+        assert_eq!((hot.value, cold.value, t.value), (30, 20, 50));
+        // A frame new in the window grew by its whole share; a plain tree has no deltas.
+        let t = super::diff_tree_of([p("new;f", 5)], []);
+        assert_eq!(t.children[0].delta, Some(1.0));
+        assert_eq!(super::tree_of([p("a;b", 1)]).children[0].delta, None);
+    }
 
     #[test]
     fn buckets_keep_mean_and_max() {

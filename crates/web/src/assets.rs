@@ -146,3 +146,22 @@ pub async fn file(Path(name): Path<String>) -> Response {
 pub async fn openapi() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_page_loads_only_embedded_files() {
+        for name in STYLES.iter().chain(SCRIPTS) {
+            assert!(!text(name).is_empty(), "{name} is not embedded");
+        }
+        let page = index_html();
+        for name in SCRIPTS {
+            assert!(page.contains(&format!("src=\"/assets/{name}\"")), "{name}");
+        }
+        // Ours start after the libraries they use, and app.js, which starts the page, last.
+        assert_eq!(SCRIPTS.last(), Some(&"app.js"));
+        assert!(BODY.contains("id=\"charts\"") && !BODY.contains("<script"));
+    }
+}

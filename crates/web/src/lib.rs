@@ -232,6 +232,7 @@ pub fn router(st: Arc<AppState>) -> Router {
         .route("/api/v1/events", get(api::events))
         .route("/api/v1/findings", get(api::findings))
         .route("/api/v1/flame", get(api::flame))
+        .route("/api/v1/table", get(api::table))
         .route("/api/v1/report", get(report::route))
         .route("/fleet", get(assets::fleet))
         .route("/api/v1/fleet/episodes", get(fleet::episodes))

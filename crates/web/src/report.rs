@@ -10,7 +10,7 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use crate::api::{self, ApiError, FlameQuery, SeriesQuery};
+use crate::api::{self, ApiError, FlameQuery, SeriesQuery, TableQuery};
 
 /// Context drawn around the diagnosed window on the timelines: a minute, or the window's own
 /// length when longer, before; half that after.
@@ -102,6 +102,30 @@ pub fn data(dir: &Path, scope: &Scope) -> Result<Value, ApiError> {
             }
         }
     }
+    // Each culprit's row among the processes or cgroups of the window.
+    let mut tables = BTreeMap::new();
+    for f in findings["findings"].as_array().into_iter().flatten() {
+        let c = &f["culprit"];
+        let (of, focus) = match (c["pid"].as_u64(), c["cgroup"].as_str()) {
+            (Some(pid), _) => ("processes", pid.to_string()),
+            (None, Some(cg)) => ("cgroups", cg.to_string()),
+            _ => continue,
+        };
+        let key = format!("{of}|{focus}");
+        if tables.contains_key(&key) {
+            continue;
+        }
+        let q = TableQuery {
+            of: of.into(),
+            from: None,
+            to: None,
+            top: None,
+            focus: Some(focus),
+        };
+        if let Ok(t) = api::table_read(dir, &q, from, to) {
+            tables.insert(key, t);
+        }
+    }
     let plain = FlameQuery::default();
     let diff = FlameQuery {
         compare: Some("before".into()),
@@ -131,6 +155,7 @@ pub fn data(dir: &Path, scope: &Scope) -> Result<Value, ApiError> {
         "events": events,
         "findings": findings,
         "evidence": evidence,
+        "tables": tables,
         "flame": {"plain": flame, "before": flame_diff},
         "libraries": libraries(&findings),
     }))

@@ -406,21 +406,87 @@ fn openapi_documents_every_route() {
 }
 
 #[test]
+fn the_culprit_table_and_the_incident_report() {
+    let a = fixture_server();
+    // The storm's process among the processes of the storm, marked.
+    let (_, f) = get_json(
+        a,
+        &format!("/api/v1/findings?from={}&to={}", STORM.0, STORM.1),
+    );
+    let pid = f["findings"][0]["culprit"]["pid"].as_u64().unwrap();
+    let (st, t) = get_json(
+        a,
+        &format!(
+            "/api/v1/table?of=processes&from={}&to={}&top=3&focus={pid}",
+            STORM.0, STORM.1
+        ),
+    );
+    assert_eq!(st, 200, "{t}");
+    let rows = t["rows"].as_array().unwrap();
+    let focus: Vec<_> = rows.iter().filter(|r| r["focus"] == true).collect();
+    assert_eq!(focus.len(), 1, "{t}");
+    assert_eq!(focus[0]["key"][0], pid.to_string());
+    assert!(
+        focus[0]["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("lab-madvise ("),
+        "{t}"
+    );
+    assert!(rows.len() <= 4 && t["rows_total"].as_u64().unwrap() >= rows.len() as u64);
+    assert_eq!(t["columns"][0]["unit"], "percent");
+    // Ranked by the first column, the busiest first.
+    let first: Vec<f64> = rows
+        .iter()
+        .filter(|r| r["focus"] == false)
+        .filter_map(|r| r["values"][0].as_f64())
+        .collect();
+    assert!(first.windows(2).all(|w| w[0] >= w[1]), "{first:?}");
+    let (st, _) = get_json(a, "/api/v1/table?of=threads");
+    assert_eq!(st, 400);
+
+    // The report of the storm's episode: a download, the page with its answers inside.
+    let (st, head, body) = request(
+        a,
+        "GET",
+        "/api/v1/report?event=tlb-storm@1795331568%2B5",
+        &[],
+    );
+    assert_eq!(st, 200, "{head}");
+    assert!(head.contains("text/html"), "{head}");
+    assert!(
+        head.contains("attachment; filename=\"jitterscope-")
+            && head.contains("tlb-storm_1795331568_5.html"),
+        "{head}"
+    );
+    let html = String::from_utf8(body).unwrap();
+    assert!(html.starts_with("<!doctype html>"));
+    assert!(html.contains("window.JITTERSCOPE_REPORT = "));
+    assert!(html.contains("\"rule_id\":\"cpu.tlb-shootdown\""));
+    // Nothing is fetched from anywhere: no script or style sheet by address.
+    assert!(!html.contains("src=\"") && !html.contains("<link rel=\"stylesheet\""));
+    for (q, why) in [
+        ("", "give event, or from and to"),
+        ("?event=nonsense", "is not an episode id"),
+        ("?from=10&to=5", "from must be before to"),
+    ] {
+        let (st, e) = get_json(a, &format!("/api/v1/report{q}"));
+        assert_eq!(st, 400, "{q}");
+        assert!(e["error"].as_str().unwrap().contains(why), "{q}: {e}");
+    }
+}
+
+#[test]
 fn ui_and_assets_are_embedded() {
     let a = fixture_server();
     let (st, head, body) = request(a, "GET", "/", &[]);
     assert_eq!(st, 200);
     assert!(head.contains("text/html"));
     let html = String::from_utf8(body).unwrap();
-    for asset in [
-        "uPlot.iife.min.js",
-        "d3-selection.min.js",
-        "d3-flamegraph.min.js",
-        "app.js",
-        "app.css",
-        "uPlot.min.css",
-        "d3-flamegraph.css",
-    ] {
+    for asset in jitterscope_web::assets::SCRIPTS
+        .iter()
+        .chain(jitterscope_web::assets::STYLES)
+    {
         assert!(
             html.contains(&format!("/assets/{asset}")),
             "{asset} not linked"
