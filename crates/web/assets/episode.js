@@ -70,7 +70,9 @@ function renderChain(findings) {
     g.append(JS.svg('text', { x: 6, y: 17, 'font-weight': 600 }, (depth ? 'then ' : 'root: ') + f.rule_id));
     g.append(JS.svg('text', { x: 6, y: 34 }, JS.culprit(f.culprit).slice(0, 34)));
     g.append(JS.svg('title', {}, f.title));
-    g.addEventListener('click', () => document.getElementById('finding-' + n).scrollIntoView());
+    const go = () => document.getElementById('finding-' + n).scrollIntoView();
+    g.addEventListener('click', go);
+    g.addEventListener('keydown', (k) => { if (k.key === 'Enter' || k.key === ' ') { k.preventDefault(); go(); } });
     svg.append(g);
   }
   box.append(JS.el('h3', {}, 'Cause chain'), svg, text);
