@@ -66,30 +66,26 @@ JS.parseTime = (v) => {
   return Number.isNaN(ms) ? null : ms / 1000;
 };
 
-// How a unit is drawn: values are divided by `div` and written with `sym`. Latencies recorded
-// in µs or ns are drawn in ms: a p99 of 83,120 µs reads better as 83 ms.
-JS.scaleOf = (unit) => ({
-  percent: { div: 1, sym: '%' },
-  per_second: { div: 1, sym: '/s' },
-  bytes: { div: 1, sym: '' },
-  bytes_per_second: { div: 1, sym: '/s' },
-  pages: { div: 1, sym: ' pages' },
-  count: { div: 1, sym: '' },
-  milliseconds: { div: 1, sym: ' ms' },
-  microseconds: { div: 1000, sym: ' ms' },
-  nanoseconds: { div: 1e6, sym: ' ms' },
-  seconds: { div: 1, sym: ' s' },
-  ratio: { div: 1, sym: '' },
-  cores: { div: 1, sym: ' cores' },
-  milliseconds_per_second: { div: 1, sym: ' ms/s' },
-}[unit] || { div: 1, sym: '' });
-
-// The unit's name for an axis or a heading.
-JS.unitName = (unit) => ({
-  percent: '%', per_second: '/s', bytes: 'bytes', bytes_per_second: 'bytes/s', pages: 'pages',
-  count: 'count', milliseconds: 'ms', microseconds: 'ms', nanoseconds: 'ms', seconds: 's',
-  ratio: 'ratio', cores: 'cores', milliseconds_per_second: 'ms/s',
-}[unit] || unit || '');
+// How a unit is drawn: values are divided by `div` and written with `sym`; `name` is the
+// unit's name for an axis or a heading. Latencies recorded in µs or ns are drawn in ms: a p99
+// of 83,120 µs reads better as 83 ms.
+const UNITS = {
+  percent: { div: 1, sym: '%', name: '%' },
+  per_second: { div: 1, sym: '/s', name: '/s' },
+  bytes: { div: 1, sym: '', name: 'bytes' },
+  bytes_per_second: { div: 1, sym: '/s', name: 'bytes/s' },
+  pages: { div: 1, sym: ' pages', name: 'pages' },
+  count: { div: 1, sym: '', name: 'count' },
+  milliseconds: { div: 1, sym: ' ms', name: 'ms' },
+  microseconds: { div: 1000, sym: ' ms', name: 'ms' },
+  nanoseconds: { div: 1e6, sym: ' ms', name: 'ms' },
+  seconds: { div: 1, sym: ' s', name: 's' },
+  ratio: { div: 1, sym: '', name: 'ratio' },
+  cores: { div: 1, sym: ' cores', name: 'cores' },
+  milliseconds_per_second: { div: 1, sym: ' ms/s', name: 'ms/s' },
+};
+JS.scaleOf = (unit) => UNITS[unit] || { div: 1, sym: '', name: unit || '' };
+JS.unitName = (unit) => JS.scaleOf(unit).name;
 
 function number(v) {
   const a = Math.abs(v);
