@@ -58,8 +58,8 @@ completes() {
     _jitterscope jitterscope "$1" jitterscope; echo "${COMPREPLY[*]}"' _ "$1"
 }
 echo "jitterscope re<TAB>: $(completes re)"
-check completion "jitterscope re<TAB> offers '$(completes re)', not record and replay" \
-  bash -c '[ "$(echo $1 | tr " " "\n" | sort | paste -sd " ")" = "record replay" ]' _ "$(completes re)"
+check completion "jitterscope re<TAB> offers '$(completes re)', not record, replay and report" \
+  bash -c '[ "$(echo $1 | tr " " "\n" | sort | paste -sd " ")" = "record replay report" ]' _ "$(completes re)"
 check record-enabled "jitterscope.service is $(systemctl is-enabled jitterscope 2>&1), not enabled" \
   test "$(systemctl is-enabled jitterscope 2>&1)" = enabled
 check serve-disabled "jitterscope-serve.service is $(systemctl is-enabled jitterscope-serve 2>&1), not disabled" \

@@ -35,12 +35,21 @@ function renderEvents() {
   }
 }
 
+// An episode's seconds as its id says them (`<kind>@<start s>+<seconds>`), the way
+// `diagnose --event` and `jitterscope report --event` read it: the page, a report and the
+// command line then diagnose the same window.
+function idSpan(id) {
+  const m = /@(\d+)\+(\d+)$/.exec(id || '');
+  return m ? [Number(m[1]), Number(m[1]) + Math.max(1, Number(m[2]))] : null;
+}
+
 function selectEvent(id) {
   const e = st.events.find((x) => x.id === id);
   if (!e) return;
   st.event = id;
   renderEvents();
-  selectWindow(e.from_ns / 1e9 - 10, e.to_ns / 1e9 + 10, true);
+  const [a, b] = idSpan(id) || [e.from_ns / 1e9, e.to_ns / 1e9];
+  selectWindow(a - 10, b + 10, true);
 }
 
 function redrawMarks() {
@@ -93,9 +102,8 @@ async function selectWindow(a, b, fromEvent) {
 // then compares the episode with as many seconds just before it, not with its own lead-in),
 // else the selection.
 function flameWindow() {
-  const m = st.event && /@(\d+)\+(\d+)$/.exec(st.event);
-  if (m) return [Number(m[1]), Number(m[1]) + Number(m[2]) + 1];
-  return st.sel;
+  const span = st.event && idSpan(st.event);
+  return span ? [span[0], span[1] + 1] : st.sel;
 }
 
 let drawing = Promise.resolve();
