@@ -255,6 +255,38 @@ fn fleet_page_shows_it(store: &Path, url: &str) {
         assert!(dom.contains(want), "the fleet page lacks {want:?}");
     }
     assert!(!dom.contains("class=\"error\""), "an error is shown");
+
+    // Filtered by episode kind (kept in the URL): the throttled host alone.
+    let o = Command::new("timeout")
+        .args([
+            "120",
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+        ])
+        .args(["--disable-dev-shm-usage", "--no-first-run"])
+        .args(["--virtual-time-budget=20000", "--dump-dom"])
+        .arg(format!("http://{addr}/fleet?since=1h&kind=throttling"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let dom = text(&o.stdout);
+    let hosts = dom
+        .split("id=\"episodes-body\"")
+        .nth(1)
+        .and_then(|r| r.split("</table>").next())
+        .unwrap_or("");
+    assert!(
+        hosts.contains("<td>busy</td>"),
+        "kind=throttling lacks busy: {hosts}"
+    );
+    assert!(
+        !hosts.contains("<td>quiet</td>"),
+        "kind=throttling lists quiet: {hosts}"
+    );
+    assert!(dom.contains("<option value=\"throttling\">throttling</option>"));
 }
 
 /// The episode marks a store holds: (kind, series, start, open).

@@ -55,16 +55,28 @@ async function section(id, load) {
 
 const since = () => document.getElementById('since').value;
 
+// The episode kinds `events --list-kinds` names, offered once seen in the fleet.
+const kindsSeen = new Set();
+
 function loadEpisodes() {
   return section('episodes', async () => {
-    const d = await api('/api/v1/fleet/episodes', { since: since() });
+    const kind = document.getElementById('kind').value;
+    params.set('kind', kind);
+    if (!kind) params.delete('kind');
+    history.replaceState(null, '', '?' + params.toString());
+    const d = await api('/api/v1/fleet/episodes', { since: since(), kind });
+    for (const h of d.hosts) for (const k of h.kinds || []) kindsSeen.add(k);
+    const sel = document.getElementById('kind');
+    sel.replaceChildren(el('option', { value: '' }, 'any'),
+      ...[...kindsSeen].sort().map((k) => el('option', { value: k }, k)));
+    sel.value = kind;
     return table([
       ['host', (r) => r.host],
       ['episodes', (r) => r.episodes],
       ['in episode', (r) => Math.round(r.seconds) + ' s'],
       ['open', (r) => r.open],
       ['kinds', (r) => list(r.kinds)],
-    ], d.hosts, 'No episodes since ' + d.since + '.');
+    ], d.hosts, 'No episodes' + (kind ? ' of kind ' + kind : '') + ' since ' + d.since + '.');
   });
 }
 
@@ -150,6 +162,14 @@ async function showAll() {
 function main() {
   if (params.get('since')) document.getElementById('since').value = params.get('since');
   if (params.get('q')) document.getElementById('conditions').value = params.get('q');
+  if (params.get('kind')) {
+    // Offered before the first answer, so the page opens filtered.
+    kindsSeen.add(params.get('kind'));
+    const sel = document.getElementById('kind');
+    sel.append(el('option', { value: params.get('kind') }, params.get('kind')));
+    sel.value = params.get('kind');
+  }
+  document.getElementById('kind').addEventListener('change', loadEpisodes);
   document.getElementById('controls').addEventListener('submit', (e) => { e.preventDefault(); showAll(); });
   document.getElementById('inventory-form').addEventListener('submit', (e) => { e.preventDefault(); loadInventory(); });
   for (const b of document.querySelectorAll('.preset')) {
