@@ -194,6 +194,30 @@ fn dashboard_returns_data(ch: &ClickHouse, host: &str, inventory: bool) -> usize
     sqls.len()
 }
 
+/// The DOM of `url` once headless Chromium has run its scripts.
+fn dump_dom(url: &str) -> String {
+    let o = Command::new("timeout")
+        .args([
+            "120",
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+        ])
+        .args(["--disable-dev-shm-usage", "--no-first-run"])
+        .args([
+            "--virtual-time-budget=20000",
+            "--window-size=1400,1700",
+            "--dump-dom",
+        ])
+        .arg(url)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    text(&o.stdout)
+}
+
 /// `serve --clickhouse`'s fleet page, loaded by headless Chromium: every section drawn, with
 /// the busy host's episode, its cause and culprit, and the lab's worker in the merged flame
 /// graph; the API beside it answers as `fleet … --json` does.
@@ -220,28 +244,9 @@ fn fleet_page_shows_it(store: &Path, url: &str) {
             "chromium is not installed: the fleet page was not loaded in a browser",
         );
     }
-    let o = Command::new("timeout")
-        .args([
-            "120",
-            "chromium",
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-        ])
-        .args(["--disable-dev-shm-usage", "--no-first-run"])
-        .args([
-            "--virtual-time-budget=20000",
-            "--window-size=1400,1700",
-            "--dump-dom",
-        ])
-        .arg(format!(
-            "http://{addr}/fleet?since=1h&rule=cpu.cfs-throttling"
-        ))
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    let dom = text(&o.stdout);
+    let dom = dump_dom(&format!(
+        "http://{addr}/fleet?since=1h&rule=cpu.cfs-throttling"
+    ));
     for want in [
         "data-episodes=\"ready\"",
         "data-causes=\"ready\"",
@@ -257,22 +262,7 @@ fn fleet_page_shows_it(store: &Path, url: &str) {
     assert!(!dom.contains("class=\"error\""), "an error is shown");
 
     // Filtered by episode kind (kept in the URL): the throttled host alone.
-    let o = Command::new("timeout")
-        .args([
-            "120",
-            "chromium",
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-        ])
-        .args(["--disable-dev-shm-usage", "--no-first-run"])
-        .args(["--virtual-time-budget=20000", "--dump-dom"])
-        .arg(format!("http://{addr}/fleet?since=1h&kind=throttling"))
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    let dom = text(&o.stdout);
+    let dom = dump_dom(&format!("http://{addr}/fleet?since=1h&kind=throttling"));
     let hosts = dom
         .split("id=\"episodes-body\"")
         .nth(1)
