@@ -6,7 +6,8 @@
 //! Episode detection (`jitterscope_diagnose::events`), the on-demand tracers (whose
 //! symptoms are two of these signals) and the web UI's fast path all read it from here. Besides
 //! them the lane holds the RSS of the [`RSS_TOP`] largest processes of each sample (the
-//! recorder's own left out), which leak trends are detected on.
+//! recorder's own left out), which leak trends are detected on, and the few [`SHOWN`] series
+//! the web UI's timelines draw besides the signals.
 //!
 //! A record of the lane is [`SignalRecord`]: values by series name and the marks, MessagePack
 //! with field names behind a codec byte, as samples are.
@@ -16,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::codec::Parts;
 use crate::derive::Selection;
 use crate::metrics::{cgroup, cpu, irq, mem, process, psi, tracer};
-use crate::registry::{MetricDef, Select};
+use crate::registry::{MetricDef, Sel, Select};
 use crate::sample::Sample;
 
 /// A signal watched for episodes.
@@ -178,6 +179,31 @@ pub static SIGNALS: &[&Signal] = &[
     &OOM_KILL,
 ];
 
+/// Series the lane keeps for the web UI's timelines, watched by no detector. With the signals
+/// they make every timeline that is not per process or per cgroup readable from the lane: an
+/// hour of `cpu.usr_pct` decoded from the samples took 240 ms, from the lane 13 ms.
+pub static SHOWN: &[Sel] = &[
+    Sel::all(&cpu::USR_PCT),
+    Sel::of(&psi::SOME_PCT, &["cpu"]),
+    Sel::of(&psi::SOME_PCT, &["io"]),
+];
+
+/// What the lane's records hold, written in each ([`SignalRecord::version`]): 0, the signals
+/// and the RSS top; 1, also [`SHOWN`]. Raised whenever `SHOWN` grows, so a reader knows a
+/// record without a series did not have it rather than was written before it was kept.
+pub const LANE_VERSION: u8 = 1;
+
+/// Whether series `labels` of `def` is one the lane keeps for the timelines only.
+pub fn shown(def: &MetricDef, labels: &[&str]) -> bool {
+    SHOWN.iter().any(|s| {
+        s.def == def
+            && s.labels
+                .iter()
+                .zip(labels)
+                .all(|(g, l)| crate::glob::matches(g, l))
+    })
+}
+
 /// The metric of leak trends, kept for the [`RSS_TOP`] largest processes of each sample.
 pub static RSS: &MetricDef = &process::PROC_RSS_BYTES;
 /// Processes whose RSS the lane keeps per sample.
@@ -195,6 +221,8 @@ pub enum Watched {
     Spike(&'static Signal),
     /// The RSS of one of the largest processes.
     Rss,
+    /// Kept for the timelines ([`SHOWN`]).
+    Shown,
 }
 
 /// One derived value of the lane.
@@ -208,12 +236,14 @@ pub struct Value {
     pub watched: Watched,
 }
 
-/// Derives the lane's values of a sample: every series of [`SIGNALS`] and the RSS of the
-/// [`RSS_TOP`] largest processes other than the recorder (`RecorderStats::pid`). The recorder and the fallback for stores without the lane
-/// both call this, so the lane holds exactly what would be derived from the samples.
+/// Derives the lane's values of a sample: every series of [`SIGNALS`] and of [`SHOWN`], and the
+/// RSS of the [`RSS_TOP`] largest processes other than the recorder (`RecorderStats::pid`). The
+/// recorder and the fallback for stores without the lane both call this, so the lane holds
+/// exactly what would be derived from the samples.
 pub struct Derive {
     spikes: Selection,
     rss: Selection,
+    shown: Selection,
 }
 
 impl Default for Derive {
@@ -229,12 +259,16 @@ impl Derive {
         Derive {
             spikes: Selection::of(&sel),
             rss: Selection::of(&[Select::all(RSS)]),
+            shown: Selection::of(&SHOWN.iter().map(Sel::select).collect::<Vec<_>>()),
         }
     }
 
     /// The sample parts [`values`](Derive::values) reads.
     pub fn parts(&self) -> Parts {
-        self.spikes.parts().union(self.rss.parts())
+        self.spikes
+            .parts()
+            .union(self.rss.parts())
+            .union(self.shown.parts())
     }
 
     /// The lane values of `cur` (rates against `prev`), finite values only, into `out`.
@@ -252,6 +286,15 @@ impl Derive {
                     watched: Watched::Spike(sig),
                 });
             });
+        self.shown.for_each(cur, Some(prev), |_, _, name, v| {
+            if let Some(v) = v.filter(|v| v.is_finite()) {
+                out.push(Value {
+                    series: name.to_string(),
+                    value: v,
+                    watched: Watched::Shown,
+                });
+            }
+        });
         let mut rss: Vec<Value> = Vec::new();
         // The recorder's own memory is the agent's budget (`self.rss_bytes`), not a host
         // process that may leak: it takes no place in the top, so no leak trend is found on it.
@@ -323,6 +366,8 @@ pub struct SignalRecord {
     pub values: Vec<(String, f64)>,
     /// Episodes that started or ended at this sample.
     pub marks: Vec<Mark>,
+    /// [`LANE_VERSION`] when written (0 in records written before it was kept).
+    pub version: u8,
 }
 
 /// Codec byte of signals records (MessagePack with field names, as samples).
@@ -396,12 +441,51 @@ mod tests {
                 baseline: 1.5,
                 threshold: 1000.0,
             }],
+            version: LANE_VERSION,
         };
         let mut b = Vec::new();
         r.encode(&mut b);
         assert_eq!(SignalRecord::decode(&b), Some(r));
         assert_eq!(SignalRecord::decode(&[]), None);
         assert_eq!(SignalRecord::decode(&[9, 0x80]), None);
+    }
+
+    #[test]
+    fn a_record_of_the_previous_release_reads_as_version_0() {
+        // What the recorder wrote before `version` existed: values and marks only.
+        #[derive(Serialize)]
+        struct Before {
+            values: Vec<(String, f64)>,
+            marks: Vec<Mark>,
+        }
+        let mut b = vec![SIGNALS_CODEC];
+        let before = Before {
+            values: vec![("cpu.sys_pct".into(), 12.5)],
+            marks: Vec::new(),
+        };
+        let mut ser = rmp_serde::Serializer::new(&mut b).with_struct_map();
+        Serialize::serialize(&before, &mut ser).unwrap();
+        let r = SignalRecord::decode(&b).unwrap();
+        assert_eq!(r.version, 0);
+        assert_eq!(r.values, before.values);
+    }
+
+    #[test]
+    fn shown_series_are_the_timelines_not_the_signals() {
+        assert!(shown(&cpu::USR_PCT, &[]));
+        assert!(shown(&psi::SOME_PCT, &["io"]));
+        assert!(!shown(&psi::SOME_PCT, &["memory"]), "a signal already");
+        assert!(!shown(&cpu::SYS_PCT, &[]));
+        // None is also a signal: each lane series is derived once.
+        for s in SHOWN {
+            for sig in SIGNALS {
+                assert!(
+                    !(sig.metric == s.def && sig.labels == s.labels),
+                    "{} is a signal",
+                    s.def.name
+                );
+            }
+        }
     }
 
     proptest::proptest! {

@@ -357,21 +357,29 @@ pub fn series_read(dir: &Path, q: &SeriesQuery) -> Result<serde_json::Value, Api
     let sel: Vec<&str> = select.iter().map(String::as_str).collect();
     let mut damaged = jitterscope_model::stored::Damage::default();
     let (lo, hi) = (from.max(first - 1), to.min(last));
-    let lane = lo < hi
-        && in_signals_lane(&select, q.top)
+    let in_lane = in_signals_lane(&select, q.top);
+    let covers = lo < hi
+        && in_lane != InLane::No
         && jitterscope_store::Reader::open(dir)
             .and_then(|r| r.lane_covers(jitterscope_store::Lane::Signals, lo, hi))
             .unwrap_or(false);
+    // The lane is read first (milliseconds). Records written before the timelines' series
+    // were kept in it send the read to the samples, which have them.
+    let from_lane: Option<Data> = if covers {
+        let l = jitterscope_diagnose::events::load(dir, lo, hi, 0).map_err(internal)?;
+        (in_lane == InLane::Always || l.version >= jitterscope_model::signals::LANE_VERSION)
+            .then_some(l.data)
+    } else {
+        None
+    };
     if lo < hi {
-        let e = estimate(dir, &sel, lo, hi, lane)?;
+        let e = estimate(dir, &sel, lo, hi, from_lane.is_some())?;
         e.check(q.top, points)?;
     }
+    let lane = from_lane.is_some();
     let d = if lo >= hi {
         Data::default()
-    } else if lane {
-        let mut d = jitterscope_diagnose::events::load(dir, lo, hi, 0)
-            .map_err(internal)?
-            .data;
+    } else if let Some(mut d) = from_lane {
         let pats: Vec<Pattern> = sel.iter().map(|p| Pattern::new(p)).collect();
         d.series
             .retain(|name, _| pats.iter().any(|p| p.matches(name)));
@@ -577,38 +585,63 @@ pub fn estimate(
     })
 }
 
-/// Whether the store's signals lane (what the recorder derives every second for episode
-/// detection) holds every series `select` asks for: each pattern takes exactly the series of
-/// one watched signal (every series of its metric, or one series of it), or the RSS of the
-/// largest processes when at most as many are wanted as the lane keeps per sample. Decided
-/// through the registry, so `proc.*.rss_bytes` and `proc.*.*.rss_bytes` are the same. Reading
-/// the lane skips decoding samples, and for RSS the process tables: an hour of the RSS chart
-/// went from 3.1 s to milliseconds.
-fn in_signals_lane(select: &[String], top: Option<usize>) -> bool {
+/// Where the store's signals lane (what the recorder derives every second) holds every series
+/// `select` asks for: each pattern takes exactly the series of one watched signal or one
+/// [`SHOWN`](jitterscope_model::signals::SHOWN) series (every series of its metric, or one
+/// series of it), or the RSS of the largest processes when at most as many are wanted as the
+/// lane keeps per sample. Decided through the registry, so `proc.*.rss_bytes` and
+/// `proc.*.*.rss_bytes` are the same. Reading the lane skips decoding samples, and for RSS the
+/// process tables: an hour of the RSS chart went from 3.1 s to milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum InLane {
+    /// Not all in the lane: decode the samples.
+    No,
+    /// Signals and RSS, which every lane record holds.
+    Always,
+    /// Also a `SHOWN` series, which records older than `LANE_VERSION` 1 lack.
+    Shown,
+}
+
+fn in_signals_lane(select: &[String], top: Option<usize>) -> InLane {
     use jitterscope_model::registry::{parse_series, Fit};
-    use jitterscope_model::signals::{signal_of, RSS, RSS_TOP, SIGNALS};
-    select.iter().all(|p| {
+    use jitterscope_model::signals::{shown, signal_of, RSS, RSS_TOP, SHOWN, SIGNALS};
+    let mut out = InLane::Always;
+    for p in select {
         let pat = Pattern::new(p);
-        if !p.contains(['*', '?']) {
-            return parse_series(all(), p).is_some_and(|(def, labels)| {
-                let l: Vec<&str> = labels.iter().map(String::as_str).collect();
-                signal_of(def, &l).is_some()
-            });
-        }
-        // A glob: it must take every series of one metric. (Another metric's template may
-        // admit a name it matches, such as a `memory.stat` field named `x.cpu.throttled_pct`;
-        // no such series is recorded.)
-        let mut fits = all().iter().filter(|d| d.fit(&pat) == Fit::Always);
-        let (Some(&def), None) = (fits.next(), fits.next()) else {
-            return false;
+        let (signal, kept) = if !p.contains(['*', '?']) {
+            match parse_series(all(), p) {
+                Some((def, labels)) => {
+                    let l: Vec<&str> = labels.iter().map(String::as_str).collect();
+                    (signal_of(def, &l).is_some(), shown(def, &l))
+                }
+                None => (false, false),
+            }
+        } else {
+            // A glob: it must take every series of one metric. (Another metric's template may
+            // admit a name it matches, such as a `memory.stat` field named
+            // `x.cpu.throttled_pct`; no such series is recorded.)
+            let mut fits = all().iter().filter(|d| d.fit(&pat) == Fit::Always);
+            let (Some(&def), None) = (fits.next(), fits.next()) else {
+                return InLane::No;
+            };
+            if def == RSS {
+                (top.is_some_and(|t| t <= RSS_TOP), false)
+            } else {
+                (
+                    SIGNALS
+                        .iter()
+                        .any(|s| s.metric == def && s.labels.is_empty()),
+                    SHOWN.iter().any(|s| s.def == def && s.labels.is_empty()),
+                )
+            }
         };
-        if def == RSS {
-            return top.is_some_and(|t| t <= RSS_TOP);
+        match (signal, kept) {
+            (true, _) => {}
+            (false, true) => out = InLane::Shown,
+            (false, false) => return InLane::No,
         }
-        SIGNALS
-            .iter()
-            .any(|s| s.metric == def && s.labels.is_empty())
-    })
+    }
+    out
 }
 
 /// `GET /api/v1/events`: the episodes of a window.
@@ -1120,7 +1153,7 @@ mod tests {
     }
 
     #[test]
-    fn the_charts_of_watched_signals_take_the_signals_lane() {
+    fn every_timeline_but_per_process_ones_past_the_top_takes_the_signals_lane() {
         let select = |id: &str| -> (Vec<String>, Option<usize>) {
             let c = crate::charts::CHARTS
                 .iter()
@@ -1131,18 +1164,29 @@ mod tests {
         };
         for id in ["runq", "throttling", "reclaim", "tlb", "rss"] {
             let (s, top) = select(id);
-            assert!(in_signals_lane(&s, top), "{id}: {s:?}");
+            assert_eq!(in_signals_lane(&s, top), InLane::Always, "{id}: {s:?}");
         }
-        // Usr CPU and the cpu and io pressure are not watched signals.
+        // Usr CPU and the cpu and io pressure are kept for the timelines only.
         for id in ["cpu", "psi"] {
             let (s, top) = select(id);
-            assert!(!in_signals_lane(&s, top), "{id}");
+            assert_eq!(in_signals_lane(&s, top), InLane::Shown, "{id}: {s:?}");
+        }
+        for c in crate::charts::CHARTS {
+            let o = c.out();
+            let s: Vec<String> = o.select.split(',').map(str::to_string).collect();
+            assert_ne!(in_signals_lane(&s, o.top), InLane::No, "{}", c.id);
         }
         let (rss, _) = select("rss");
-        assert!(
-            !in_signals_lane(&rss, Some(50)),
+        assert_eq!(
+            in_signals_lane(&rss, Some(50)),
+            InLane::No,
             "more RSS series than the lane keeps"
         );
+        let no = |s: &str| in_signals_lane(&[s.to_string()], None);
+        assert_eq!(no("cpu.iowait_pct"), InLane::No);
+        assert_eq!(no("psi.*.some_pct"), InLane::No, "psi of every resource");
+        assert_eq!(no("psi.io.some_pct"), InLane::Shown);
+        assert_eq!(no("psi.memory.some_pct"), InLane::Always);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use jitterscope_model::codec::Parts;
 use jitterscope_model::registry::{parse_series, MetricDef};
-use jitterscope_model::signals::{Derive, Mark, SignalRecord, RSS, SIGNALS};
+use jitterscope_model::signals::{Derive, Mark, SignalRecord, LANE_VERSION, RSS, SHOWN, SIGNALS};
 use jitterscope_model::stored::{Encoder, SampleReader};
 use jitterscope_model::Sample;
 use jitterscope_store::Lane;
@@ -25,12 +25,21 @@ pub struct Loaded {
     pub marks: Vec<Mark>,
     /// Whether they came from the signals lane (else derived from the samples).
     pub from_signals_lane: bool,
+    /// The oldest [`LANE_VERSION`] among the lane's records read (the current one when
+    /// derived from the samples, which yields everything this build keeps): below it, a
+    /// [`SHOWN`] series missing from a record may just not have been kept yet.
+    pub version: u8,
 }
 
 /// The metrics the lane's series belong to.
 fn lane_metrics() -> Vec<&'static MetricDef> {
     let mut v: Vec<&'static MetricDef> = SIGNALS.iter().map(|s| s.metric).collect();
     v.push(RSS);
+    for s in SHOWN {
+        if !v.contains(&s.def) {
+            v.push(s.def);
+        }
+    }
     v
 }
 
@@ -68,7 +77,10 @@ pub fn load(dir: &Path, from: i64, to: i64, lookback_ns: i64) -> Result<Loaded> 
     let reader =
         SampleReader::open(dir).with_context(|| format!("cannot open store {}", dir.display()))?;
     let lo = from.saturating_sub(lookback_ns);
-    let mut out = Loaded::default();
+    let mut out = Loaded {
+        version: LANE_VERSION,
+        ..Default::default()
+    };
     // A lane that lost records (garbage, a damaged frame) would hide what the main stream
     // still holds: the signals are then derived from the samples instead.
     if reader.store().lane_covers(Lane::Signals, lo, to)? && from_lane(&reader, &mut out, lo, to)? {
@@ -108,6 +120,7 @@ fn from_lane(reader: &SampleReader, out: &mut Loaded, lo: i64, to: i64) -> Resul
     for (ts, sr) in recs.by_ref() {
         let idx = d.ts.len() as u32;
         d.ts.push(ts);
+        out.version = out.version.min(sr.version);
         for (name, v) in &sr.values {
             push(d, &mut known, &defs, idx, name, *v);
         }
@@ -115,7 +128,10 @@ fn from_lane(reader: &SampleReader, out: &mut Loaded, lo: i64, to: i64) -> Resul
     }
     let damage = recs.damage();
     if damage.lost_any() {
-        *out = Loaded::default();
+        *out = Loaded {
+            version: LANE_VERSION,
+            ..Default::default()
+        };
         return Ok(false);
     }
     d.damage = damage;

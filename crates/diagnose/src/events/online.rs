@@ -4,7 +4,9 @@
 
 use std::collections::HashMap;
 
-use jitterscope_model::signals::{Derive, Mark, MarkState, SignalRecord, Value, Watched};
+use jitterscope_model::signals::{
+    Derive, Mark, MarkState, SignalRecord, Value, Watched, LANE_VERSION,
+};
 use jitterscope_model::Sample;
 
 use super::detect::{Change, Episode, LeakDetector, SpikeDetector, WINDOW};
@@ -61,7 +63,10 @@ impl Online {
     /// Derives the signals of `cur` (against `prev`; none for the first sample), advances the
     /// detectors, and returns the record for the signals lane with any marks.
     pub fn step(&mut self, cur: &Sample, prev: Option<&Sample>) -> SignalRecord {
-        let mut rec = SignalRecord::default();
+        let mut rec = SignalRecord {
+            version: LANE_VERSION,
+            ..Default::default()
+        };
         let idx = self.idx;
         self.idx += 1;
         let Some(prev) = prev else {
@@ -84,6 +89,7 @@ impl Online {
                         rec.marks.push(change_mark(kind, &v.series, c));
                     }
                 }
+                Watched::Shown => {}
                 Watched::Rss => {
                     if !self.leaks.contains_key(&v.series) {
                         self.leaks.insert(v.series.clone(), Default::default());
