@@ -564,7 +564,11 @@ const NEEDS: &[Needs] = &[
     ),
     (
         "serve",
-        &["clickhouse_user", "clickhouse_password_file"],
+        &[
+            "clickhouse_user",
+            "clickhouse_password_file",
+            "fleet_host_url",
+        ],
         |r| r.set("clickhouse"),
         "does nothing without clickhouse",
     ),

@@ -115,6 +115,10 @@ struct EpisodesArgs {
     /// Only episodes diagnosed with a finding of this rule (`diagnose --list-rules`).
     #[arg(long, value_name = "RULE")]
     rule: Option<String>,
+    /// Only hosts whose newest inventory meets this condition (`fleet inventory`'s, such as
+    /// `jemalloc~5.` or `kernel~6.1`); repeat it for more, all of which must hold.
+    #[arg(long = "where", value_name = "CONDITION")]
+    conditions: Vec<String>,
     /// Hosts shown, the worst first.
     #[arg(long, default_value_t = 50, value_name = "N")]
     top: usize,
@@ -443,7 +447,13 @@ fn inventory(a: InventoryArgs) -> Result<()> {
 
 fn episodes(a: EpisodesArgs) -> Result<()> {
     let (f, span) = fleet(&a.ch, window(&a.window, Duration::from_secs(3600))?)?;
-    let doc = f.episodes(span, a.kind.as_deref(), a.rule.as_deref(), a.top)?;
+    let doc = f.episodes(
+        span,
+        a.kind.as_deref(),
+        a.rule.as_deref(),
+        &a.conditions,
+        a.top,
+    )?;
     if a.json {
         outln!(
             "{}",
@@ -465,11 +475,12 @@ fn episodes(a: EpisodesArgs) -> Result<()> {
         return Ok(());
     }
     outln!(
-        "{:<24} {:>8} {:>12} {:>5}  KINDS",
+        "{:<24} {:>8} {:>12} {:>5}  {:<34} KINDS",
         "HOST",
         "EPISODES",
         "IN EPISODE",
-        "OPEN"
+        "OPEN",
+        "LONGEST"
     );
     for r in &rows {
         let kinds: Vec<&str> = r["kinds"]
@@ -477,11 +488,12 @@ fn episodes(a: EpisodesArgs) -> Result<()> {
             .map(|k| k.iter().filter_map(|v| v.as_str()).collect())
             .unwrap_or_default();
         outln!(
-            "{:<24} {:>8} {:>10.0} s {:>5}  {}",
+            "{:<24} {:>8} {:>10.0} s {:>5}  {:<34} {}",
             r["host"].as_str().unwrap_or(""),
             r["episodes"].as_u64().unwrap_or(0),
             r["seconds"].as_f64().unwrap_or(0.0),
             r["open"].as_u64().unwrap_or(0),
+            r["worst"]["id"].as_str().unwrap_or("-"),
             kinds.join(", ")
         );
     }

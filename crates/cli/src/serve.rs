@@ -40,6 +40,13 @@ pub struct ServeArgs {
     /// A file whose content is the ClickHouse user's password.
     #[arg(long, value_name = "FILE", requires = "clickhouse_user")]
     clickhouse_password_file: Option<PathBuf>,
+    /// Where the fleet page finds a host's own web UI: a URL with {host} in it, which the
+    /// fleet page replaces with the name the host's recorder sent (`https://{host}:9630`).
+    /// Each host's longest episode then links to its page at that episode; a report built
+    /// from ClickHouse is offered beside it (and alone without this), for a host out of
+    /// reach.
+    #[arg(long, value_name = "URL")]
+    fleet_host_url: Option<String>,
     /// Processes exposed on /metrics: this many busiest by CPU plus this many largest by RSS,
     /// held a minute after they leave the top (the set `record --remote-write` sends).
     #[arg(long, default_value_t = 20)]
@@ -81,12 +88,37 @@ pub fn validate(a: &ServeArgs) -> Result<()> {
     if let Some(u) = &a.clickhouse {
         crate::remote_write::check_clickhouse_url(u)?;
     }
+    if let Some(u) = &a.fleet_host_url {
+        check_host_url(u)?;
+    }
     crate::remote_write::pair(
         &a.clickhouse_user,
         &a.clickhouse_password_file,
         "--clickhouse-user",
         "--clickhouse-password-file",
     )
+}
+
+/// A `--fleet-host-url` the page can use: http(s), with `{host}` in it, and no credentials
+/// (the page shows it to whoever reads the fleet).
+fn check_host_url(u: &str) -> Result<()> {
+    let rest = u
+        .strip_prefix("http://")
+        .or_else(|| u.strip_prefix("https://"))
+        .ok_or_else(|| {
+            anyhow::anyhow!("--fleet-host-url {u:?} must start with http:// or https://")
+        })?;
+    if !u.contains("{host}") {
+        bail!("--fleet-host-url {u:?} has no {{host}} for the host's name (https://{{host}}:9630)");
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if authority.contains('@') {
+        bail!("--fleet-host-url {u:?} holds credentials: the fleet page shows this URL to its readers");
+    }
+    if u.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        bail!("--fleet-host-url {u:?} holds a space or a control character");
+    }
+    Ok(())
 }
 
 /// Runs `serve`; `ignored`: the options given that do nothing, said first.
@@ -126,7 +158,28 @@ pub fn run(a: ServeArgs, ignored: &[String]) -> Result<()> {
         clickhouse: a.clickhouse,
         clickhouse_user,
         public_metrics: a.public_metrics,
+        fleet_host_url: a.fleet_host_url,
     };
     crate::signals::install();
     jitterscope_web::run(cfg, &crate::signals::STOP)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_host_url_needs_a_scheme_and_the_host_and_no_credentials() {
+        assert!(check_host_url("https://{host}:9630").is_ok());
+        assert!(check_host_url("http://{host}.example.net/jitterscope/").is_ok());
+        for (bad, why) in [
+            ("{host}:9630", "http://"),
+            ("https://example.net:9630", "{host}"),
+            ("https://u:p@{host}:9630", "credentials"),
+            ("https://{host}:9630/a b", "space"),
+        ] {
+            let e = check_host_url(bad).unwrap_err().to_string();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
 }

@@ -222,7 +222,11 @@ fn dump_dom(url: &str) -> String {
 /// the busy host's episode, its cause and culprit, and the lab's worker in the merged flame
 /// graph; the API beside it answers as `fleet … --json` does.
 fn fleet_page_shows_it(store: &Path, url: &str) {
-    let (_srv, addr) = common::serve(store, &["--clickhouse", url]);
+    // The busy host's own page, which the fleet links its episodes to: chromium takes
+    // `*.localhost` to loopback, so `{host}.localhost` reaches it by the host's name.
+    let (_host_srv, host_addr) = common::serve(store, &[]);
+    let host_url = format!("http://{{host}}.localhost:{}", host_addr.port());
+    let (_srv, addr) = common::serve(store, &["--clickhouse", url, "--fleet-host-url", &host_url]);
     let api = |path: &str| -> serde_json::Value {
         let (st, body) = common::http_get(addr, path);
         assert_eq!(st, 200, "{path}: {body}");
@@ -234,6 +238,54 @@ fn fleet_page_shows_it(store: &Path, url: &str) {
     };
     let e = api("/api/v1/fleet/episodes?since=1h");
     assert_eq!(e["hosts"][0]["host"], "busy", "{e}");
+    // The host's longest episode is named by the id the host itself lists it under.
+    let worst = e["hosts"][0]["worst"].clone();
+    let id = worst["id"].as_str().unwrap().to_string();
+    let (from, to) = jitterscope_diagnose::events::parse_id(&id).unwrap();
+    let listed = api_of(
+        host_addr,
+        &format!(
+            "/api/v1/events?from={}&to={}",
+            from / 1_000_000_000 - 60,
+            to / 1_000_000_000 + 60
+        ),
+    );
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["id"] == id.as_str()),
+        "{id} is not among the host's episodes: {listed}"
+    );
+    // Filtered by what the hosts run (their inventory): glibc 2 runs on both, glibc 1 on
+    // none; a condition that cannot be asked is refused.
+    let hosts = |q: &str| -> Vec<String> {
+        api(&format!("/api/v1/fleet/episodes?since=1h&where={q}"))["hosts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["host"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert!(hosts("glibc~2.").contains(&"busy".to_string()));
+    assert_eq!(hosts("glibc~1."), Vec::<String>::new());
+    assert_eq!(hosts("host%3Dbusy"), vec!["busy".to_string()]);
+    let (st, body) = common::http_get(addr, "/api/v1/fleet/episodes?where=nosuchfield");
+    assert_eq!(st, 400, "{body}");
+    // The report of that episode, built from the fleet store for a host out of reach: its
+    // findings and stacks, no series.
+    let report = format!(
+        "/api/v1/fleet/report?host=busy&event={id}&series={}",
+        worst["series"].as_str().unwrap().replace('/', "%2F")
+    );
+    let (st, html) = common::http_get(addr, &report);
+    assert_eq!(st, 200, "{report}: {html}");
+    assert!(html.contains("JITTERSCOPE_REPORT") && html.contains("\"source\":\"fleet\""));
+    let (st, body) = common::http_get(addr, "/api/v1/fleet/report?host=busy&event=throttling@1+1");
+    assert_eq!(st, 404, "{body}");
+    let (st, body) = common::http_get(addr, "/api/v1/fleet/report?host=busy&event=soon");
+    assert_eq!(st, 400, "{body}");
     let f = api("/api/v1/fleet/flame?since=1h&rule=cpu.cfs-throttling");
     assert!(f["samples"].as_u64().unwrap() > 0, "{f}");
     let (st, body) = common::http_get(addr, "/api/v1/fleet/inventory?q=nosuchfield");
@@ -277,6 +329,51 @@ fn fleet_page_shows_it(store: &Path, url: &str) {
         "kind=throttling lists quiet: {hosts}"
     );
     assert!(dom.contains("<option value=\"throttling\">throttling</option>"));
+
+    // Each host's longest episode links to the host's own page at it, and to its report
+    // from the fleet; both open in a browser with the episode's findings drawn.
+    let href = |dom: &str, class: &str| -> String {
+        let at = dom
+            .find(&format!("class=\"{class}\""))
+            .unwrap_or_else(|| panic!("no {class} link"));
+        let tag = &dom[dom[..at].rfind('<').unwrap()..];
+        let h = tag.split("href=\"").nth(1).unwrap();
+        h[..h.find('"').unwrap()].replace("&amp;", "&")
+    };
+    let on_host = href(&dom, "on-host");
+    assert!(
+        on_host.starts_with("http://busy.localhost:") && on_host.contains("/?event="),
+        "{on_host}"
+    );
+    let page = dump_dom(&on_host);
+    assert!(page.contains("data-findings=\"ready\""), "{on_host}");
+    assert!(
+        page.contains(&format!("data-id=\"{id}\"")),
+        "{on_host} does not list {id}"
+    );
+    let from_fleet = href(&dom, "fleet-report");
+    let page = dump_dom(&from_fleet);
+    for want in [
+        "data-findings=\"ready\"",
+        "data-flame=\"ready\"",
+        "Built from the fleet store",
+    ] {
+        assert!(
+            page.contains(want),
+            "the fleet's report {from_fleet} lacks {want:?}: {}",
+            page.split("<script").next().unwrap_or("")
+        );
+    }
+    // Filtered by what the hosts run, kept in the URL.
+    let dom = dump_dom(&format!("http://{addr}/fleet?since=1h&where=glibc~1."));
+    assert!(dom.contains("on hosts running glibc~1."), "no empty state");
+}
+
+/// The JSON answer of `path` from the server at `addr`.
+fn api_of(addr: std::net::SocketAddr, path: &str) -> serde_json::Value {
+    let (st, body) = common::http_get(addr, path);
+    assert_eq!(st, 200, "{path}: {body}");
+    serde_json::from_str(&body).unwrap()
 }
 
 /// The episode marks a store holds: (kind, series, start, open).
@@ -442,6 +539,23 @@ fn episodes_of_two_hosts_reach_clickhouse_from_the_stores_and_fleet_ranks_them()
         .unwrap()
         .iter()
         .any(|k| k == "throttling"));
+    // As a table, on the hosts running glibc 2 (from their inventories), with each host's
+    // longest episode by the id its host knows.
+    let o = cmd()
+        .args(["fleet", "episodes", "--clickhouse", &url, "--since", "1h"])
+        .args(["--where", "glibc~2."])
+        .output()
+        .unwrap();
+    let table = text(&o.stdout);
+    eprintln!("{table}");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let worst = hosts[0]["worst"]["id"].as_str().unwrap();
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("busy ") && l.contains(worst)),
+        "{table}"
+    );
     let throttled = fleet(&[
         "episodes",
         "--clickhouse",

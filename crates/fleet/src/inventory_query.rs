@@ -182,6 +182,30 @@ pub fn hosts_sql(since_ns: i64, conds: &[Condition]) -> String {
 /// The groups of processes, in the newest inventory of the hosts that meet the host
 /// conditions, that meet the process conditions; the most processes first.
 pub fn groups_sql(since_ns: i64, conds: &[Condition], top: usize) -> String {
+    format!(
+        "SELECT host, comm, exe, cgroup, container, processes, pids, glibc, jemalloc, \
+         tcmalloc, mimalloc, softokn, python, jemalloc_dirty_decay_ms, env_keys, env_values, \
+         worker_server, worker_recycle FROM {INVENTORY} FINAL WHERE {} \
+         ORDER BY host, processes DESC, comm LIMIT {top}",
+        groups_where(since_ns, conds)
+    )
+}
+
+/// The names of the hosts whose newest inventory meets `conds`: with a process condition,
+/// those with a group of processes that meets them all (so `jemalloc~5.` keeps the hosts
+/// that run jemalloc 5).
+pub fn matching_hosts_sql(since_ns: i64, conds: &[Condition]) -> String {
+    if conds.iter().any(|c| !c.on_host) {
+        format!(
+            "SELECT DISTINCT host FROM {INVENTORY} FINAL WHERE {}",
+            groups_where(since_ns, conds)
+        )
+    } else {
+        format!("SELECT host FROM ({})", hosts_sql(since_ns, conds))
+    }
+}
+
+fn groups_where(since_ns: i64, conds: &[Condition]) -> String {
     let mut w = format!(
         "date >= toDate(intDiv({since_ns}, 1000000000)) - 1 AND (host, taken_ns) IN ({})",
         newest(since_ns)
@@ -196,12 +220,7 @@ pub fn groups_sql(since_ns: i64, conds: &[Condition], top: usize) -> String {
         w.push_str(" AND ");
         w.push_str(&c.sql);
     }
-    format!(
-        "SELECT host, comm, exe, cgroup, container, processes, pids, glibc, jemalloc, \
-         tcmalloc, mimalloc, softokn, python, jemalloc_dirty_decay_ms, env_keys, env_values, \
-         worker_server, worker_recycle FROM {INVENTORY} FINAL WHERE {w} \
-         ORDER BY host, processes DESC, comm LIMIT {top}"
-    )
+    w
 }
 
 #[cfg(test)]

@@ -150,7 +150,8 @@ function header() {
     const libs = (R.libraries || []).map((l) => l.library + (l.version ? ' ' + l.version : '')).join(', ');
     document.getElementById('report-note').textContent = 'Incident report' +
       (R.event ? ' of episode ' + R.event : '') + ', made ' + R.made + ' by jitterscope ' + R.version +
-      '. It holds this window only; it opens offline.' + (libs ? ' Libraries involved: ' + libs + '.' : '');
+      '. It holds this window only; it opens offline.' + (libs ? ' Libraries involved: ' + libs + '.' : '') +
+      (R.source === 'fleet' ? ' Built from the fleet store: the timelines ' + R.missing : '');
   }
 }
 
@@ -165,7 +166,10 @@ function move(step) {
 
 async function main() {
   if (JS.report) document.body.classList.add('report');
-  st.flameMode = JS.params.get('flame') === 'plain' ? 'plain' : 'before';
+  // A report without the seconds before its episode (one from a fleet store) opens on the
+  // plain graph.
+  const noBefore = JS.report && JS.report.flame && JS.report.flame.before && JS.report.flame.before.error;
+  st.flameMode = JS.params.get('flame') === 'plain' || noBefore ? 'plain' : 'before';
   document.getElementById('flame-mode').value = st.flameMode;
   document.getElementById('tz').value = JS.utc() ? 'utc' : 'local';
   try {

@@ -116,8 +116,12 @@ JS.renderFindings = (report) => {
   const body = document.getElementById('findings-body');
   body.textContent = '';
   if (report.holes) body.append(JS.el('p', { class: 'hint' }, 'Part of the window was not recorded; confidences are lowered.'));
+  for (const n of report.notes || []) body.append(JS.el('p', { class: 'hint note' }, n));
   if (!report.findings.length) {
-    body.append(JS.el('p', {}, 'No finding: no rule matched this window (' + report.samples + ' samples).'));
+    // A report from a fleet store has no sample count: its notes say why nothing is listed.
+    if (report.samples !== null && report.samples !== undefined) {
+      body.append(JS.el('p', {}, 'No finding: no rule matched this window (' + report.samples + ' samples).'));
+    }
     return;
   }
   report.findings.forEach((f, i) => {
@@ -186,5 +190,8 @@ JS.renderEvidence = async (report, st, seq) => {
       drawn++;
     }
   }
-  if (!drawn) box.append(JS.el('p', { class: 'hint' }, 'No recorded series behind these findings.'));
+  if (!drawn) {
+    const missing = JS.report && JS.report.missing;
+    box.append(JS.el('p', { class: 'hint' }, missing ? 'The evidence series ' + missing : 'No recorded series behind these findings.'));
+  }
 };

@@ -58,13 +58,48 @@ const since = () => document.getElementById('since').value;
 // The episode kinds `events --list-kinds` names, offered once seen in the fleet.
 const kindsSeen = new Set();
 
+// `serve --fleet-host-url`: how a host's own web UI is reached (null: not said).
+let hostUrl = null;
+
+// Where a host's episode opens: its own page at the episode, when the fleet knows the
+// address; else nothing.
+function onHost(host, id) {
+  if (!hostUrl || !id) return null;
+  const base = hostUrl.replaceAll('{host}', encodeURIComponent(host)).replace(/\/+$/, '');
+  return base + '/?event=' + encodeURIComponent(id);
+}
+
+// The report of a host's episode built from the fleet store, for a host out of reach.
+function fleetReport(host, w) {
+  const u = new URL('/api/v1/fleet/report', location.origin);
+  // By id and series: an ns start would not survive a JavaScript number.
+  u.searchParams.set('host', host);
+  u.searchParams.set('event', w.id);
+  u.searchParams.set('series', w.series);
+  if (token) u.searchParams.set('token', token);
+  return u.toString();
+}
+
+function worstCell(r) {
+  const w = r.worst;
+  if (!w || !w.id) return '';
+  const cell = el('span', { class: 'worst', 'data-id': w.id }, w.id + (w.open ? ' (open)' : '') + ' ');
+  const there = onHost(r.host, w.id);
+  if (there) cell.append(el('a', { href: there, class: 'on-host', rel: 'noopener' }, 'on the host'), ' · ');
+  cell.append(el('a', { href: fleetReport(r.host, w), class: 'fleet-report' }, 'report from the fleet'));
+  return cell;
+}
+
 function loadEpisodes() {
   return section('episodes', async () => {
     const kind = document.getElementById('kind').value;
+    const where = document.getElementById('where').value.trim();
     params.set('kind', kind);
     if (!kind) params.delete('kind');
+    params.set('where', where);
+    if (!where) params.delete('where');
     history.replaceState(null, '', '?' + params.toString());
-    const d = await api('/api/v1/fleet/episodes', { since: since(), kind });
+    const d = await api('/api/v1/fleet/episodes', { since: since(), kind, where });
     for (const h of d.hosts) for (const k of h.kinds || []) kindsSeen.add(k);
     const sel = document.getElementById('kind');
     sel.replaceChildren(el('option', { value: '' }, 'any'),
@@ -76,7 +111,9 @@ function loadEpisodes() {
       ['in episode', (r) => Math.round(r.seconds) + ' s'],
       ['open', (r) => r.open],
       ['kinds', (r) => list(r.kinds)],
-    ], d.hosts, 'No episodes' + (kind ? ' of kind ' + kind : '') + ' since ' + d.since + '.');
+      ['longest episode', worstCell],
+    ], d.hosts, 'No episodes' + (kind ? ' of kind ' + kind : '') +
+      (where ? ' on hosts running ' + where : '') + ' since ' + d.since + '.');
   });
 }
 
@@ -154,6 +191,7 @@ function loadFlame() {
 
 async function showAll() {
   setStatus('loading…');
+  hostUrl = await api('/api/v1/fleet/about').then((a) => a.host_url, () => null);
   await Promise.all([loadEpisodes(), loadCauses().then(loadFlame), loadInventory()]);
   const errors = document.querySelectorAll('.error:not(#status)').length;
   setStatus(errors ? errors + ' sections failed' : 'up to date', errors > 0);
@@ -162,6 +200,7 @@ async function showAll() {
 function main() {
   if (params.get('since')) document.getElementById('since').value = params.get('since');
   if (params.get('q')) document.getElementById('conditions').value = params.get('q');
+  if (params.get('where')) document.getElementById('where').value = params.get('where');
   if (params.get('kind')) {
     // Offered before the first answer, so the page opens filtered.
     kindsSeen.add(params.get('kind'));
@@ -170,6 +209,7 @@ function main() {
     sel.value = params.get('kind');
   }
   document.getElementById('kind').addEventListener('change', loadEpisodes);
+  document.getElementById('where-form').addEventListener('submit', (e) => { e.preventDefault(); loadEpisodes(); });
   document.getElementById('controls').addEventListener('submit', (e) => { e.preventDefault(); showAll(); });
   document.getElementById('inventory-form').addEventListener('submit', (e) => { e.preventDefault(); loadInventory(); });
   for (const b of document.querySelectorAll('.preset')) {

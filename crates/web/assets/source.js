@@ -49,13 +49,14 @@ function offline(R) {
     range: () => got(R.range),
     charts: () => got(R.charts),
     series: (chart) => got(R.series[chart.id] || { error: 'not in this report' }),
-    evidence: (series) => got(R.evidence[series] || { error: 'not in this report' }),
+    evidence: (series) => got(R.evidence[series] || { error: R.missing || 'not in this report' }),
     events: () => got(R.events),
     findings: (from, to) => (same(from, to) ? got(R.findings) : Promise.reject(only('the findings'))),
     table: (of, from, to, focus) => (same(from, to) && R.tables[of + '|' + focus]
       ? got(R.tables[of + '|' + focus]) : Promise.reject(only('the culprits\' tables'))),
     flame: (from, to, mode) => {
       const f = R.flame[mode];
+      if (f && f.error) return got(f);
       const fits = f && Math.abs(from - f.from_ns / 1e9) < 1 && Math.abs(to - f.to_ns / 1e9) < 1;
       return fits ? got(f) : Promise.reject(only('the flame graphs'));
     },

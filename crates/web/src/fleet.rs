@@ -27,7 +27,18 @@ pub struct FleetQuery {
     pub host: Option<String>,
     /// `fleet inventory`'s conditions, separated by spaces.
     pub q: Option<String>,
+    /// On `episodes`: only hosts whose newest inventory meets these conditions (as `q`).
+    #[serde(rename = "where")]
+    pub where_: Option<String>,
     pub top: Option<usize>,
+}
+
+/// Conditions separated by spaces, as a list.
+fn conditions(q: Option<&str>) -> Vec<String> {
+    q.unwrap_or("")
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
 }
 
 /// `90s`, `15m`, `1h`, `1d` or `2w`.
@@ -57,6 +68,17 @@ fn fail(e: QueryError) -> ApiError {
     }
 }
 
+/// The engine `serve --clickhouse` names, and its user.
+fn engine(st: &AppState) -> Result<(String, Option<(String, String)>), ApiError> {
+    match &st.cfg.clickhouse {
+        Some(url) => Ok((url.clone(), st.cfg.clickhouse_user.clone())),
+        None => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "serve was started without --clickhouse: no fleet to ask".into(),
+        )),
+    }
+}
+
 /// Runs `f` over the fleet's engine on the heavy pool, for the window the query asks.
 async fn ask<T: Send + 'static>(
     st: &AppState,
@@ -64,13 +86,7 @@ async fn ask<T: Send + 'static>(
     default_since: &str,
     f: impl FnOnce(&Fleet, Span, FleetQuery) -> Result<T, QueryError> + Send + 'static,
 ) -> Result<T, ApiError> {
-    let user = st.cfg.clickhouse_user.clone();
-    let Some(url) = st.cfg.clickhouse.clone() else {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "serve was started without --clickhouse: no fleet to ask".into(),
-        ));
-    };
+    let (url, user) = engine(st)?;
     let Query(q) = q.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
     let since = parse_since(q.since.as_deref().unwrap_or(default_since))
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))?;
@@ -92,6 +108,7 @@ pub async fn episodes(
             span,
             q.kind.as_deref(),
             q.rule.as_deref(),
+            &conditions(q.where_.as_deref()),
             q.top.unwrap_or(50),
         )
     })
@@ -117,13 +134,7 @@ pub async fn inventory(
     q: Result<Query<FleetQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     ask(&st, q, "1d", |f, span, q| {
-        let conds: Vec<String> =
-            q.q.as_deref()
-                .unwrap_or("")
-                .split_whitespace()
-                .map(str::to_string)
-                .collect();
-        f.inventory(span, &conds, q.top.unwrap_or(200))
+        f.inventory(span, &conditions(q.q.as_deref()), q.top.unwrap_or(200))
     })
     .await
     .map(Json)
@@ -151,6 +162,68 @@ pub async fn flame(
     })
     .await
     .map(Json)
+}
+
+/// `GET /api/v1/fleet/about`: how the page links a host's own web UI (`serve
+/// --fleet-host-url`, null without it).
+pub async fn about(State(st): State<Arc<AppState>>) -> Json<Value> {
+    Json(json!({"host_url": st.cfg.fleet_host_url}))
+}
+
+/// Parameters of `/api/v1/fleet/report`: one episode of one host, by its id.
+#[derive(Debug, Deserialize)]
+pub struct EpisodeKey {
+    pub host: String,
+    /// `<kind>@<start epoch s>+<seconds>`, as the host's `events` names it.
+    pub event: String,
+    /// The series that rose, where episodes of one kind started in the same second.
+    pub series: Option<String>,
+}
+
+/// `GET /api/v1/fleet/report?host=&event=[&series=]`: the incident report of one episode
+/// built from what the fleet store holds of it (its findings with their chain and
+/// remediation, the stacks sampled during it, the host's kernel), for a host whose own
+/// `serve` cannot be reached. Its timelines and evidence series stay on the host.
+pub async fn report(
+    State(st): State<Arc<AppState>>,
+    q: Result<Query<EpisodeKey>, QueryRejection>,
+) -> Result<axum::response::Response, ApiError> {
+    use axum::http::header;
+    use axum::response::IntoResponse;
+    let (url, user) = engine(&st)?;
+    let Query(mut k) = q.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+    k.event = crate::report::typed_id(&k.event);
+    st.heavy
+        .run(Token::new(), move || {
+            let fleet = Fleet::new(&url, user, Duration::from_secs(20)).map_err(fail)?;
+            let ep = fleet
+                .episode(&k.host, &k.event, k.series.as_deref())
+                .map_err(fail)?
+                .ok_or_else(|| {
+                    ApiError::new(
+                        StatusCode::NOT_FOUND,
+                        format!("the fleet holds no episode {} of {}", k.event, k.host),
+                    )
+                })?;
+            let d = crate::report::from_fleet(&k.host, &ep).ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    format!("{:?} is not of an episode kind this build knows", k.event),
+                )
+            })?;
+            Ok((
+                [
+                    (header::CONTENT_TYPE, "text/html; charset=utf-8".to_string()),
+                    (
+                        header::CONTENT_DISPOSITION,
+                        format!("inline; filename=\"{}\"", crate::report::file_name(&d)),
+                    ),
+                ],
+                crate::report::html(&d),
+            )
+                .into_response())
+        })
+        .await
 }
 
 /// Folded stacks (`comm;root;…;leaf`, kernel frames `_[k]`) as a tree; kernel frames get

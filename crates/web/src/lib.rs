@@ -60,6 +60,8 @@ pub struct Config {
     pub clickhouse_user: Option<(String, String)>,
     /// `/metrics` and `/healthz` to any client, without the token.
     pub public_metrics: bool,
+    /// The fleet page's link to a host's own web UI: a URL with `{host}` in it.
+    pub fleet_host_url: Option<String>,
 }
 
 /// The paths `public_metrics` opens.
@@ -239,6 +241,8 @@ pub fn router(st: Arc<AppState>) -> Router {
         .route("/api/v1/fleet/findings", get(fleet::findings))
         .route("/api/v1/fleet/inventory", get(fleet::inventory))
         .route("/api/v1/fleet/flame", get(fleet::flame))
+        .route("/api/v1/fleet/about", get(fleet::about))
+        .route("/api/v1/fleet/report", get(fleet::report))
         .layer(axum::middleware::from_fn_with_state(st.clone(), access))
         .with_state(st)
 }
@@ -369,6 +373,7 @@ mod tests {
             clickhouse: None,
             clickhouse_user: None,
             public_metrics: false,
+            fleet_host_url: None,
             build: Vec::new(),
         };
         assert!(check(&cfg)
@@ -398,6 +403,7 @@ mod tests {
             clickhouse: None,
             clickhouse_user: None,
             public_metrics: false,
+            fleet_host_url: None,
             build: Vec::new(),
         };
         let e = check(&cfg).unwrap_err().to_string();

@@ -161,6 +161,85 @@ pub fn data(dir: &Path, scope: &Scope) -> Result<Value, ApiError> {
     }))
 }
 
+/// What a report built from a fleet store says of the parts it lacks.
+const ON_THE_HOST: &str = "stay on the host: a fleet store keeps an episode's findings and \
+stacks, not its series. Open the host's own page for them.";
+
+/// The answers of a report of `host`'s episode `ep` as a fleet store holds it: the episode,
+/// its findings with their chain and remediation, the plain flame graph of the stacks
+/// sampled during it, the host's kernel. No timelines, evidence series or tables: those stay
+/// in the host's store. `None` for a kind this build does not know.
+pub fn from_fleet(host: &str, ep: &jitterscope_fleet::query::Episode) -> Option<Value> {
+    let e = jitterscope_diagnose::events::event_of_mark(&ep.mark, true)?;
+    let scope = Scope::of_event(&e.id)?;
+    let (vf, vt) = context(scope.from, scope.to);
+    let rfc = jitterscope_model::time::rfc3339;
+    let mut event = json!(e);
+    event["unit"] = json!(crate::names::unit_of(&e.series));
+    event["subject"] = json!(crate::names::subject_of(&e.series));
+    let mut notes = vec![format!(
+        "Built from the fleet store, where {host} sent it: the timelines and evidence charts {ON_THE_HOST}"
+    )];
+    if ep.open {
+        notes.push(
+            "The episode was still open when the fleet was last told of it: it is diagnosed \
+             when it closes."
+                .to_string(),
+        );
+    }
+    let findings = json!({
+        "window": {"from": rfc(scope.from), "to": rfc(scope.to)},
+        "samples": null,
+        "baseline_samples": null,
+        "findings": ep.findings,
+        "damaged": {},
+        "notes": notes,
+    });
+    let (ff, ft) = scope.flame_window();
+    let tree = crate::fleet::tree(&ep.stacks);
+    let total = tree.value;
+    let mut plain = json!({
+        "from_ns": ff,
+        "to_ns": ft,
+        "samples": total,
+        "total": total,
+        "hz": ep.hz,
+        "damaged": {},
+        "tree": tree,
+    });
+    let min = (total as f64 * MIN_FRAME_SHARE).ceil() as u64;
+    prune(&mut plain["tree"], min.max(1));
+    Some(json!({
+        "made": rfc(chrono::Utc::now().timestamp_nanos_opt().unwrap_or(0)),
+        "version": env!("CARGO_PKG_VERSION"),
+        "range": {
+            "from_ns": scope.from,
+            "to_ns": scope.to,
+            "from": rfc(scope.from),
+            "to": rfc(scope.to),
+            "host": host,
+            "kernel": ep.host["kernel"].as_str().unwrap_or(""),
+        },
+        "view": {"from": vf as f64 / 1e9, "to": vt as f64 / 1e9},
+        "window": {"from": scope.from as f64 / 1e9, "to": scope.to as f64 / 1e9},
+        "event": e.id,
+        "charts": [],
+        "series": {},
+        "events": [event],
+        "findings": findings,
+        "evidence": {},
+        "tables": {},
+        "flame": {
+            "plain": plain,
+            "before": {"error": "a fleet store keeps the stacks of an episode's own seconds only, \
+                not of those before it: the plain flame graph is of the episode"},
+        },
+        "libraries": libraries(&findings),
+        "missing": ON_THE_HOST,
+        "source": "fleet",
+    }))
+}
+
 /// Drops the children narrower than `min` samples (their samples stay in their parent).
 fn prune(node: &mut Value, min: u64) {
     if let Some(kids) = node.get_mut("children").and_then(Value::as_array_mut) {
@@ -187,6 +266,12 @@ fn libraries(findings: &Value) -> Vec<Value> {
         .collect()
 }
 
+/// An episode id as given in a URL: its `+` comes as a space when the id was typed in
+/// unencoded (`?event=throttling@1796654380+18`), and no id holds a space.
+pub fn typed_id(id: &str) -> String {
+    id.trim().replace(' ', "+")
+}
+
 /// Parameters of `/api/v1/report`: an episode id, or a window.
 #[derive(Debug, serde::Deserialize)]
 pub struct ReportQuery {
@@ -205,7 +290,7 @@ pub async fn route(
     let q = q
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?
         .0;
-    let scope = match (&q.event, &q.from, &q.to) {
+    let scope = match (&q.event.as_deref().map(typed_id), &q.from, &q.to) {
         (Some(id), None, None) => Scope::of_event(id).ok_or_else(|| {
             ApiError::new(
                 StatusCode::BAD_REQUEST,
@@ -348,5 +433,56 @@ mod tests {
         assert_eq!(s.from, 1_795_331_525_000_000_000);
         assert_eq!(s.to, 1_795_331_549_000_000_000);
         assert!(Scope::of_event("nonsense").is_none());
+    }
+
+    #[test]
+    fn a_report_from_the_fleet_holds_what_the_fleet_keeps() {
+        let ep = jitterscope_fleet::query::Episode {
+            mark: jitterscope_model::signals::Mark {
+                kind: "throttling".into(),
+                series: "cgroup./jitterscope-lab/cfs-throttle.cpu.throttled_pct".into(),
+                state: jitterscope_model::signals::MarkState::Start,
+                from_ns: 1_796_000_000_400_000_000,
+                to_ns: 1_796_000_015_400_000_000,
+                peak: 100.0,
+                baseline: 0.0,
+                threshold: 20.0,
+            },
+            open: false,
+            findings: vec![json!({"rule_id": "cpu.cfs-throttling",
+                "culprit": {"library": "glibc", "library_version": "2.36"}})],
+            stacks: vec![
+                ("lab-fibtest;main;fib".into(), 50),
+                ("lab-fibtest;main;x_[k]".into(), 5),
+            ],
+            hz: 49,
+            host: json!({"kernel": "6.1.0-41-amd64"}),
+        };
+        let d = from_fleet("busy", &ep).unwrap();
+        assert_eq!(d["event"], "throttling@1796000000+15");
+        assert_eq!(d["events"][0]["id"], d["event"]);
+        assert_eq!(d["range"]["kernel"], "6.1.0-41-amd64");
+        // The flame graph is of the episode's own seconds, as the page asks for it.
+        let (f, t) = Scope::of_event("throttling@1796000000+15")
+            .unwrap()
+            .flame_window();
+        assert_eq!(d["flame"]["plain"]["from_ns"], f);
+        assert_eq!(d["flame"]["plain"]["to_ns"], t);
+        assert_eq!(d["flame"]["plain"]["tree"]["value"], 55);
+        assert!(d["flame"]["before"]["error"].is_string());
+        assert_eq!(d["charts"], json!([]));
+        assert_eq!(d["libraries"][0]["version"], "2.36");
+        assert!(d["findings"]["notes"][0]
+            .as_str()
+            .unwrap()
+            .contains("fleet store"));
+        assert_eq!(
+            file_name(&d),
+            "jitterscope-busy-throttling_1796000000_15.html"
+        );
+        // A kind this build does not know makes no report.
+        let mut other = ep.clone();
+        other.mark.kind = "newer-kind".into();
+        assert!(from_fleet("busy", &other).is_none());
     }
 }

@@ -27,6 +27,7 @@ fn config(listen: SocketAddr, dir: PathBuf) -> Config {
         clickhouse_user: None,
         build: Vec::new(),
         public_metrics: false,
+        fleet_host_url: None,
     }
 }
 
@@ -743,6 +744,7 @@ fn public_metrics_open_metrics_and_healthz_only() {
     let any: IpAddr = "0.0.0.0".parse().unwrap();
     let cfg = Config {
         public_metrics: true,
+        fleet_host_url: None,
         ..config(SocketAddr::new(any, 0), store("idle"))
     };
     jitterscope_web::check(&cfg).expect("no token needed beyond loopback with public metrics");
@@ -779,7 +781,12 @@ fn series_read_the_signals_lane_when_it_holds_them() {
         ("irq.tlb_per_s,reclaim.stalls_per_s", "signals"),
         ("proc.*.rss_bytes&top=3", "signals"),
         ("proc.*.rss_bytes", "samples"),
-        ("cpu.usr_pct", "samples"),
+        ("cpu.sys_pct,cpu.usr_pct", "signals"),
+        (
+            "psi.cpu.some_pct,psi.memory.some_pct,psi.io.some_pct",
+            "signals",
+        ),
+        ("cpu.iowait_pct", "samples"),
     ] {
         let (_, a) = get_json(lanes, &format!("{q}{select}"));
         let (_, b) = get_json(old, &format!("{q}{select}"));
@@ -788,7 +795,58 @@ fn series_read_the_signals_lane_when_it_holds_them() {
         // Both paths give the same points.
         assert_eq!(a["t"], b["t"], "{select}");
         assert_eq!(a["series"], b["series"], "{select}");
+        assert!(!a["series"].as_array().unwrap().is_empty(), "{select}");
     }
+}
+
+/// A lane written before the timelines' series were kept in it (its records at version 0, as
+/// a recorder of the previous release wrote them): those series are read from the samples,
+/// not answered empty; the signals still come from the lane.
+#[test]
+fn series_the_lane_did_not_keep_yet_come_from_the_samples() {
+    use jitterscope_model::signals::{SignalRecord, SHOWN};
+    let dir = tempfile::tempdir().unwrap();
+    jitterscope_diagnose::events::rewrite(&store("tlb-shootdown"), dir.path()).unwrap();
+    let reader = jitterscope_model::stored::SampleReader::open(dir.path()).unwrap();
+    let mut old = Vec::new();
+    for (ts, mut r) in reader.signals(i64::MIN, i64::MAX).unwrap() {
+        r.version = 0;
+        r.values.retain(|(name, _)| {
+            !SHOWN.iter().any(|s| {
+                jitterscope_model::registry::parse_series(&[s.def], name).is_some_and(
+                    |(def, labels)| {
+                        let l: Vec<&str> = labels.iter().map(String::as_str).collect();
+                        jitterscope_model::signals::shown(def, &l)
+                    },
+                )
+            })
+        });
+        let mut buf = Vec::new();
+        SignalRecord::encode(&r, &mut buf);
+        old.push((ts, buf));
+    }
+    let segments: Vec<PathBuf> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_string_lossy();
+            n.ends_with(".jss") && n.matches('.').count() == 1
+        })
+        .collect();
+    assert_eq!(segments.len(), 1, "{segments:?}");
+    jitterscope_store::write_lane(&segments[0], jitterscope_store::Lane::Signals, &old).unwrap();
+    let a = start(
+        "127.0.0.1".parse().unwrap(),
+        dir.path().to_path_buf(),
+        None,
+        Duration::ZERO,
+    );
+    let q = "/api/v1/series?from=1795331565&to=1795331576&select=";
+    let (_, v) = get_json(a, &format!("{q}cpu.sys_pct,cpu.usr_pct"));
+    assert_eq!(v["source"], "samples", "{v}");
+    assert_eq!(v["series"].as_array().unwrap().len(), 2, "{v}");
+    let (_, v) = get_json(a, &format!("{q}irq.tlb_per_s"));
+    assert_eq!(v["source"], "signals", "{v}");
 }
 
 #[test]

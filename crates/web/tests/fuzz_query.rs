@@ -26,6 +26,7 @@ fn state() -> Arc<AppState> {
         clickhouse_user: None,
         build: Vec::new(),
         public_metrics: false,
+        fleet_host_url: None,
     })
     .unwrap()
 }

@@ -86,12 +86,7 @@ pub fn detect(d: &Data, marks: &[Mark]) -> Vec<Event> {
     let mut out: Vec<Event> = Vec::new();
     let start = d.start as u32;
     let event = |kind: &'static str, what: &'static str, series: &str, e: Episode| Event {
-        id: format!(
-            "{}@{}+{}",
-            kind,
-            e.from / 1_000_000_000,
-            ((e.to - e.from) / 1_000_000_000).max(1)
-        ),
+        id: id_of(kind, e.from, e.to),
         kind,
         what,
         series: series.to_string(),
@@ -154,6 +149,41 @@ fn marked_live(marks: &[Mark], kind: &str, series: &str, from: i64, to: i64) -> 
                     end.state == MarkState::End && end.from_ns == start.from_ns && end.to_ns < from
                 })
         })
+}
+
+/// The id of an episode of `kind` from `from_ns` to its last up sample `to_ns`:
+/// `<kind>@<start epoch s>+<seconds, at least 1>`. `events`, the web UI and a fleet's rows
+/// (whose marks carry the same bounds) all name an episode by it.
+pub fn id_of(kind: &str, from_ns: i64, to_ns: i64) -> String {
+    format!(
+        "{kind}@{}+{}",
+        from_ns / 1_000_000_000,
+        (to_ns.saturating_sub(from_ns) / 1_000_000_000).max(1)
+    )
+}
+
+/// The episode a recorder's mark describes (a fleet store's row is one), as `events` gives
+/// it; `None` for a kind this build does not watch.
+pub fn event_of_mark(m: &Mark, online: bool) -> Option<Event> {
+    let (kind, what) = SIGNALS
+        .iter()
+        .map(|s| (s.kind, s.what))
+        .chain([(LEAK_KIND, LEAK_WHAT)])
+        .find(|(k, _)| *k == m.kind)?;
+    Some(Event {
+        id: id_of(kind, m.from_ns, m.to_ns),
+        kind,
+        what,
+        series: m.series.clone(),
+        from: rfc3339(m.from_ns),
+        to: rfc3339(m.to_ns),
+        from_ns: m.from_ns,
+        to_ns: m.to_ns,
+        peak: m.peak,
+        baseline: m.baseline,
+        threshold: m.threshold,
+        online,
+    })
 }
 
 /// Parses an event id into its window (from, to) in ns.
