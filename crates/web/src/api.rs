@@ -980,6 +980,22 @@ impl Acc {
     }
 }
 
+/// Folded stacks (`comm;root;…;leaf`, kernel frames `_[k]`) as a tree; kernel frames get
+/// ` [k]`, as the single-host flame graph names them (the fleet's stacks
+/// arrive folded).
+pub fn folded_tree(stacks: &[(String, u64)]) -> Node {
+    tree_of(stacks.iter().map(|(stack, n)| {
+        let path = stack
+            .split(';')
+            .map(|f| match f.strip_suffix("_[k]") {
+                Some(k) => format!("{k} [k]"),
+                None => f.to_string(),
+            })
+            .collect();
+        (path, *n)
+    }))
+}
+
 /// Paths from the root (process name, then frames) with their samples, as d3-flame-graph's
 /// tree under `all`; children the largest first.
 pub fn tree_of(stacks: impl IntoIterator<Item = (Vec<String>, u64)>) -> Node {

@@ -14,7 +14,7 @@ use jitterscope_model::cancel::Token;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::api::{ApiError, Node};
+use crate::api::ApiError;
 use crate::AppState;
 
 /// Parameters of the fleet API.
@@ -157,7 +157,7 @@ pub async fn flame(
             "samples": m.samples,
             "episodes": m.episodes,
             "hosts": m.hosts,
-            "tree": tree(&m.stacks),
+            "tree": crate::api::folded_tree(&m.stacks),
         }))
     })
     .await
@@ -226,21 +226,6 @@ pub async fn report(
         .await
 }
 
-/// Folded stacks (`comm;root;…;leaf`, kernel frames `_[k]`) as a tree; kernel frames get
-/// ` [k]`, as the single-host flame graph names them.
-pub fn tree(stacks: &[(String, u64)]) -> Node {
-    crate::api::tree_of(stacks.iter().map(|(stack, n)| {
-        let path = stack
-            .split(';')
-            .map(|f| match f.strip_suffix("_[k]") {
-                Some(k) => format!("{k} [k]"),
-                None => f.to_string(),
-            })
-            .collect();
-        (path, *n)
-    }))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -265,7 +250,7 @@ mod tests {
 
     #[test]
     fn folded_stacks_become_a_tree() {
-        let t = tree(&[
+        let t = crate::api::folded_tree(&[
             ("app;main;work".into(), 3),
             ("app;main;sys_read_[k]".into(), 1),
             ("other;x".into(), 2),

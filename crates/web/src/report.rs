@@ -196,7 +196,7 @@ pub fn from_fleet(host: &str, ep: &jitterscope_fleet::query::Episode) -> Option<
         "notes": notes,
     });
     let (ff, ft) = scope.flame_window();
-    let tree = crate::fleet::tree(&ep.stacks);
+    let tree = crate::api::folded_tree(&ep.stacks);
     let total = tree.value;
     let mut plain = json!({
         "from_ns": ff,
