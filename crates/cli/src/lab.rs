@@ -784,3 +784,37 @@ fn print_check(
         results.len()
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jitterscope_diagnose::chain::CONSEQUENCES;
+    use jitterscope_diagnose::rules::RULES;
+
+    /// The lab cannot name rules by handle (it does not depend on the analysis crate): every
+    /// rule id a scenario expects is checked here, where both are known, so a renamed rule
+    /// fails this test rather than only a privileged `lab check`.
+    #[test]
+    fn every_rule_a_scenario_expects_exists_and_every_link_it_expects_can_form() {
+        let known = |id: &str| RULES.iter().any(|r| r.id == id);
+        for s in SCENARIOS {
+            for id in s.expected_rule.iter().chain(s.expected_roots) {
+                assert!(known(id), "{}: no rule {id}", s.name);
+            }
+            for (cause, effect) in s.expected_links {
+                assert!(
+                    known(cause) && known(effect),
+                    "{}: {cause} → {effect}",
+                    s.name
+                );
+                assert!(
+                    CONSEQUENCES
+                        .iter()
+                        .any(|(c, e, _)| c.id == *cause && e.id == *effect),
+                    "{}: {cause} → {effect} is not a known consequence",
+                    s.name
+                );
+            }
+        }
+    }
+}

@@ -24,7 +24,9 @@ use std::fmt::Write;
 use jitterscope_model::metrics::{process, tracer};
 
 use crate::data::Data;
-use crate::rules::dcache;
+use crate::rules::{
+    cfs, dcache, leak, oom, pagecache, reclaim, runqueue, saturation, shrinker, tlb, Rule,
+};
 use crate::{Finding, Link};
 
 /// The series the links read besides the rules' (a link's direct evidence). Without them
@@ -35,61 +37,62 @@ pub const READS: &[jitterscope_model::registry::Sel] = crate::rules::sels! {
     tracer::SHRINKER_FREED_PER_S["super_cache_scan"],
 };
 
-/// Cause rule, consequence rule, and how the first leads to the second.
-pub const CONSEQUENCES: &[(&str, &str, &str)] = &[
+/// Cause rule, consequence rule, and how the first leads to the second. By handle: a rule
+/// renamed or removed is a compile error here, not a link that silently never forms.
+pub const CONSEQUENCES: &[(&Rule, &Rule, &str)] = &[
     (
-        "memory.leak",
-        "memory.oom-kill",
+        &leak::RULE,
+        &oom::RULE,
         "a process that keeps growing ends at its cgroup's limit or the host's memory, where the OOM killer stops it",
     ),
     (
-        "memory.direct-reclaim",
-        "memory.oom-kill",
+        &reclaim::RULE,
+        &oom::RULE,
         "reclaim that cannot free enough for an allocation ends in the OOM killer",
     ),
     (
-        "memory.leak",
-        "memory.direct-reclaim",
+        &leak::RULE,
+        &reclaim::RULE,
         "a growing process fills memory (or its cgroup) until allocations must reclaim first",
     ),
     (
-        "memory.leak",
-        "memory.pagecache-thrash",
+        &leak::RULE,
+        &pagecache::RULE,
         "a growing process takes the room of the file pages in its cgroup (or the host), its own program and libraries among them: they are evicted and read back, and the refaults are the growth's cost",
     ),
     (
-        "memory.pagecache-thrash",
-        "memory.direct-reclaim",
+        &pagecache::RULE,
+        &reclaim::RULE,
         "a streaming reader fills the page cache of its cgroup (or the host), so allocations there must evict it first: the stalls are the thrash's cost",
     ),
     (
-        "memory.dcache-bloat",
-        "memory.direct-reclaim",
+        &dcache::RULE,
+        &reclaim::RULE,
         "negative dentries are slab charged to the cgroup of the process that looked the names up: they fill it (or the host) until allocations must reclaim, and each reclaim pass shrinks them first",
     ),
     (
-        "memory.dcache-bloat",
-        "memory.shrinker-cost",
+        &dcache::RULE,
+        &shrinker::RULE,
         "millions of negative dentries make every reclaim pass walk and free them through the superblock shrinker",
     ),
     (
-        "memory.dcache-bloat",
-        "cpu.saturation",
+        &dcache::RULE,
+        &saturation::RULE,
         "walking and freeing the bloated dentry cache is kernel CPU time",
     ),
     (
-        "memory.shrinker-cost",
-        "cpu.saturation",
+        &shrinker::RULE,
+        &saturation::RULE,
         "shrinker calls out of proportion to what they free are kernel CPU time",
     ),
     (
-        "cpu.tlb-shootdown",
-        "cpu.saturation",
+        &tlb::RULE,
+        &saturation::RULE,
         "every shootdown interrupts the other CPUs running the process: kernel CPU time",
     ),
     (
-        "cpu.cfs-throttling",
-        "sched.runqueue-latency",
+        &cfs::RULE,
+        &runqueue::RULE,
         "a throttled cgroup's threads wait, runnable, for the next CFS period",
     ),
 ];
@@ -108,9 +111,10 @@ const ORDER_SLACK_NS: i64 = 2_000_000_000;
 /// the stalls 2.0004 s before the refaults, and the order test took the stalls for a root of
 /// their own, ranked above the thrash.
 fn order_slack(cause: &Finding, effect: &Finding) -> i64 {
-    match (cause.rule_id, effect.rule_id) {
-        ("memory.pagecache-thrash", "memory.direct-reclaim") => 3 * ORDER_SLACK_NS,
-        _ => ORDER_SLACK_NS,
+    if cause.is(&pagecache::RULE) && effect.is(&reclaim::RULE) {
+        3 * ORDER_SLACK_NS
+    } else {
+        ORDER_SLACK_NS
     }
 }
 
@@ -193,25 +197,25 @@ fn reaches(cause: &Finding, effect: &Finding) -> bool {
 ///   smaller pile charged to a tight cgroup sets off reclaim all the same (the lab's
 ///   negative-dentry at its default 30 s had reclaim ranked first, 0.74, its cause second).
 fn direct_evidence(d: &Data, cause: &Finding, effect: &Finding) -> Option<String> {
-    if effect.rule_id != "memory.direct-reclaim" {
+    if !effect.is(&reclaim::RULE) {
         return None;
     }
     let (pid, comm) = (cause.culprit.pid?, cause.culprit.comm.as_deref()?);
     if effect.culprit.pid != Some(pid) {
         return None;
     }
-    match cause.rule_id {
-        "memory.pagecache-thrash" => flat_anon(d, pid, comm),
-        "memory.dcache-bloat" => {
-            let freed = d.stats(&tracer::SHRINKER_FREED_PER_S, &["super_cache_scan"]);
-            (freed.sum >= dcache::RISE).then(|| {
-                format!(
-                    "{comm} ({pid}) both made the negative dentries and stalled in reclaim, while the superblock shrinker freed {:.0} dentries and inodes",
-                    freed.sum
-                )
-            })
-        }
-        _ => None,
+    if cause.is(&pagecache::RULE) {
+        flat_anon(d, pid, comm)
+    } else if cause.is(&dcache::RULE) {
+        let freed = d.stats(&tracer::SHRINKER_FREED_PER_S, &["super_cache_scan"]);
+        (freed.sum >= dcache::RISE).then(|| {
+            format!(
+                "{comm} ({pid}) both made the negative dentries and stalled in reclaim, while the superblock shrinker freed {:.0} dentries and inodes",
+                freed.sum
+            )
+        })
+    } else {
+        None
     }
 }
 
@@ -266,7 +270,7 @@ const FLAT_MINFLT_PER_S: f64 = 256.0;
 fn reason(d: &Data, cause: &Finding, effect: &Finding) -> Option<String> {
     let (_, _, how) = CONSEQUENCES
         .iter()
-        .find(|(c, e, _)| *c == cause.rule_id && *e == effect.rule_id)?;
+        .find(|(c, e, _)| cause.is(c) && effect.is(e))?;
     let direct = direct_evidence(d, cause, effect);
     if cause.confidence < MIN_CAUSE_CONFIDENCE && direct.is_none() {
         return None;

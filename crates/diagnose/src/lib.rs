@@ -120,6 +120,13 @@ pub struct Finding {
     pub onset: Option<i64>,
 }
 
+impl Finding {
+    /// Whether `rule` made it.
+    pub fn is(&self, rule: &rules::Rule) -> bool {
+        self.rule_id == rule.id
+    }
+}
+
 /// A cause–consequence link between two findings of one report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Link {
