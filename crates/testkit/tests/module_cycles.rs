@@ -22,7 +22,6 @@ const KNOWN: &[&str] = &[
     "model: derive, metrics, registry",
     "profile: capture, unwind",
     "store: check, writer",
-    "web: api, limits",
 ];
 
 type Module = Vec<String>;

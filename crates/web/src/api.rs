@@ -20,27 +20,7 @@ use serde_json::json;
 
 use crate::AppState;
 
-/// An API error: a status and a one-line reason, as `{"error": …}`.
-#[derive(Debug)]
-pub struct ApiError(pub(crate) StatusCode, pub(crate) String);
-
-impl ApiError {
-    /// An error answer with `status` and a one-line reason.
-    /// Why, in one line.
-    pub fn message(&self) -> &str {
-        &self.1
-    }
-
-    pub fn new(status: StatusCode, msg: String) -> Self {
-        ApiError(status, msg)
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        crate::limits::retry_after((self.0, Json(json!({ "error": self.1 }))).into_response())
-    }
-}
+pub use crate::error::ApiError;
 
 fn bad(msg: impl Into<String>) -> ApiError {
     ApiError(StatusCode::BAD_REQUEST, msg.into())

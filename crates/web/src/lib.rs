@@ -19,6 +19,7 @@
 pub mod api;
 pub mod assets;
 pub mod charts;
+pub mod error;
 pub mod fleet;
 pub mod limits;
 pub mod names;

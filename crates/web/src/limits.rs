@@ -23,11 +23,10 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::http::{header, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
 use jitterscope_model::cancel::{self, Token};
 
-use crate::api::ApiError;
+use crate::error::ApiError;
 
 /// Threads that read the store for heavy requests. Two cores on the smallest hosts we run on:
 /// one worker per core at most, so light requests still find a core that is not niced.
@@ -277,18 +276,6 @@ pub fn max_connections() -> usize {
         }
     }
     (lim.rlim_cur.saturating_sub(RESERVE)).clamp(16, CAP) as usize
-}
-
-/// A 429 or 503 tells the client when to come back.
-pub fn retry_after(mut r: Response) -> Response {
-    if matches!(
-        r.status(),
-        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
-    ) {
-        r.headers_mut()
-            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
-    }
-    r.into_response()
 }
 
 #[cfg(test)]
