@@ -3,7 +3,6 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use crate::decode::{Damage, FrameDecoder};
@@ -397,36 +396,4 @@ pub fn salvage(
     crate::writer::write_frames(&tmp, &groups)?;
     crate::writer::install(&tmp, path, || keep_original(path))?;
     Ok(Some(kept))
-}
-
-/// The store's writer lock, held by a repair so no recorder writes while files move.
-pub struct StoreLock {
-    _file: File,
-}
-
-/// Takes the store's `LOCK` (flock, as the writer does), or [`StoreError::Locked`] when a
-/// recorder holds it.
-pub fn lock_store(dir: &Path) -> Result<StoreLock> {
-    let lock_path = dir.join("LOCK");
-    let file = crate::perms::open(
-        OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false),
-        &lock_path,
-    )
-    .map_err(|e| StoreError::io(&lock_path, e))?;
-    // SAFETY: flock on a file descriptor we own; no memory is passed.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let err = io::Error::last_os_error();
-        return Err(if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            StoreError::Locked {
-                dir: dir.to_path_buf(),
-            }
-        } else {
-            StoreError::io(&lock_path, err)
-        });
-    }
-    Ok(StoreLock { _file: file })
 }

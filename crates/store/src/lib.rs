@@ -29,6 +29,7 @@
 mod check;
 mod decode;
 pub mod format;
+mod lock;
 pub mod perms;
 mod reader;
 mod writer;
@@ -37,10 +38,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use check::{
-    check_store, lock_store, rebuild_index, restore_header, salvage, FileCheck, Kind, StoreLock,
-};
+pub use check::{check_store, rebuild_index, restore_header, salvage, FileCheck, Kind};
 pub use format::{Lane, FORMAT_VERSION};
+pub use lock::{lock_store, StoreLock};
 pub use reader::{merge_touching, Range, RangeStats, Reader, StoreStats};
 pub use writer::{write_lane, Writer};
 

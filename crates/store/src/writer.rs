@@ -26,7 +26,7 @@ use crate::{Result, StoreConfig, StoreError};
 pub struct Writer {
     config: StoreConfig,
     // Held for its flock; closing the file releases the lock.
-    _lock: crate::check::StoreLock,
+    _lock: crate::lock::StoreLock,
     active: Option<Active>,
     bytes_written: u64,
     /// Set by the first out-of-space failure and cleared by the next success, so one episode of
@@ -87,7 +87,7 @@ impl Writer {
             }
         })?;
         crate::perms::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
-        let lock = crate::check::lock_store(&dir)?;
+        let lock = crate::lock::lock_store(&dir)?;
         let mut w = Writer {
             config,
             _lock: lock,

@@ -21,7 +21,6 @@ const KNOWN: &[&str] = &[
     "model: collector, sources",
     "model: derive, metrics, registry",
     "profile: capture, unwind",
-    "store: check, writer",
 ];
 
 type Module = Vec<String>;
