@@ -990,7 +990,10 @@ fn thrash_in(e: &mut Env, under: &str) -> Result<Started> {
                 "the launcher outside gets the readers' bytes when it reaps them",
                 Select::labels(&process::PROC_REAPED_READ_BYTES_PER_S, &["*", "sh"]),
                 Stat::Sum,
-                Cmp::AtLeast(big as f64),
+                // Most of one file: the shells read nothing themselves, so this much comes
+                // only from a reaped `cat`. A slow guest finishes one in the run, and a page
+                // of it still cached made the whole file's size a coin toss.
+                Cmp::AtLeast(0.9 * big as f64),
             ),
         ],
     })

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use jitterscope_model::derive::Selection;
-use jitterscope_model::registry::Select;
+use jitterscope_model::registry::{Kind, Select};
 use jitterscope_model::stored::{Damage, SampleReader};
 use serde::Serialize;
 
@@ -22,7 +22,9 @@ pub enum Stat {
     Min,
     /// Mean value.
     Mean,
-    /// Sum of the values: for per-second rates at a 1 s interval, the count over the window.
+    /// Sum of the values. A per-second rate is weighed by its interval's length, so the sum is
+    /// the count over the window however far the intervals strayed from 1 s (a guest under
+    /// emulation stretches some: one 384 MiB read summed as 402,641,106 bytes unweighed).
     Sum,
     /// Largest value minus the baseline's mean (a level that must climb).
     Rise,
@@ -172,9 +174,11 @@ pub fn evaluate(dir: &Path, checks: &[Check], w: Windows) -> Result<(Vec<CheckRe
         } else {
             continue;
         };
-        if prev.is_none() {
+        let Some(p) = prev else {
             continue;
-        }
+        };
+        // Rates are taken over the monotonic clock, so their interval is too.
+        let secs = sample.mono_ns.saturating_sub(p.mono_ns) as f64 / 1e9;
         let mut sums: Vec<Option<f64>> = vec![None; checks.len()];
         sel.for_each(sample, prev, |def, labels, name, value| {
             let Some(v) = value.filter(|v| v.is_finite()) else {
@@ -182,7 +186,12 @@ pub fn evaluate(dir: &Path, checks: &[Check], w: Windows) -> Result<(Vec<CheckRe
             };
             for (i, c) in checks.iter().enumerate() {
                 if c.series.matches(def, labels) {
-                    *sums[i].get_or_insert(0.0) += v;
+                    let w = if c.stat == Stat::Sum && def.kind == Kind::Rate {
+                        secs
+                    } else {
+                        1.0
+                    };
+                    *sums[i].get_or_insert(0.0) += v * w;
                     if active {
                         accs[i].series.insert(name.to_string());
                     }
@@ -296,6 +305,76 @@ mod tests {
         // Growth needs two samples.
         let one = acc(&[], &[5.0]);
         assert_eq!(v(Stat::Growth, Cmp::AtLeast(0.0), &one), (None, false));
+    }
+
+    /// A reader whose seconds were stretched (as under emulation): the sum of its per-second
+    /// read rate is still the bytes it read, where the unweighed sum fell short.
+    #[test]
+    fn a_rates_sum_is_the_count_however_long_the_intervals() {
+        use jitterscope_model::metrics::process::PROC_READ_BYTES_PER_S;
+        use jitterscope_model::sample::Sample;
+        use jitterscope_model::signals::SignalRecord;
+        use jitterscope_model::stored::SampleWriter;
+        use jitterscope_sources::process::{PidIo, Process};
+        use jitterscope_store::{StoreConfig, Writer};
+
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = StoreConfig::new(dir.path());
+        c.retain = std::time::Duration::from_secs(100 * 365 * 86400);
+        let mut w = SampleWriter::new(Writer::open(c).unwrap());
+        // (seconds since start, bytes read so far): 4,000,000 bytes over 4.7 s in 4 intervals.
+        let at = [
+            (1.0, 0),
+            (2.0, 1_000_000),
+            (3.5, 2_500_000),
+            (4.7, 3_000_000),
+            (5.7, 4_000_000),
+        ];
+        for (t, bytes) in at {
+            let ns = (t * 1e9) as u64;
+            let mut p = Process::default();
+            p.stat.pid = 7;
+            p.stat.starttime_ticks = 7;
+            p.stat.comm = "reader".into();
+            p.stat.state = 'D';
+            p.io = Some(PidIo {
+                read_bytes: bytes,
+                ..Default::default()
+            });
+            let mut s = Sample {
+                ts_ns: ns as i64,
+                mono_ns: ns,
+                interval_ns: 1_000_000_000,
+                processes: Some(vec![p]),
+                ..Default::default()
+            };
+            jitterscope_model::codec::round_as_stored(&mut s);
+            w.append(&mut s, &SignalRecord::default()).unwrap();
+        }
+        w.close().unwrap();
+        let check = |stat| {
+            Check::new(
+                "reads",
+                Select::labels(&PROC_READ_BYTES_PER_S, &["*", "reader"]),
+                stat,
+                Cmp::AtLeast(4_000_000.0),
+            )
+        };
+        let (r, damage) = evaluate(
+            dir.path(),
+            &[check(Stat::Sum), check(Stat::Max)],
+            Windows {
+                baseline: (0, 0),
+                active: (0, 6_000_000_000),
+            },
+        )
+        .unwrap();
+        assert!(damage.is_empty(), "{damage:?}");
+        let sum = r[0].value.unwrap();
+        assert!((sum - 4_000_000.0).abs() < 1.0, "{sum}");
+        assert_eq!(r[0].samples, 4);
+        // Other statistics take the rates as they are: the fastest second read 1,000,000.
+        assert_eq!(r[1].value, Some(1_000_000.0));
     }
 
     #[test]
