@@ -5,7 +5,7 @@ BIN := target/release/jitterscope
 DIR ?= ./data
 ARGS ?=
 
-.PHONY: all setup setup-test build run test test-vm test-deb test-image image lint bench fixtures web-assets man deb clean
+.PHONY: all setup setup-test build run test test-vm test-deb test-image test-deploy image lint bench fixtures web-assets man deb clean
 
 all: build
 
@@ -86,6 +86,10 @@ image: build
 # exports under the node's name to the same engines as test-deb. Root.
 test-image: image
 	bash tests/vm/image.sh
+
+# test-deb and test-image side by side (tests/vm/deploy.sh): two guests, one per core. Root.
+test-deploy: deb image
+	bash tests/vm/deploy.sh
 
 clean:
 	$(CARGO) clean
