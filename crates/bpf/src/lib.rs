@@ -15,32 +15,30 @@ use jitterscope_model::collector::{Collector, Notes};
 use jitterscope_model::derive::Ctx;
 use jitterscope_model::sample::Sample;
 use jitterscope_model::signals::Signal;
-use jitterscope_model::tracers::Tracers;
+use jitterscope_model::tracers::{TracerId, Tracers};
 use jitterscope_sources::Root;
 use libbpf_rs::{MapCore, MapFlags, OpenObject};
 
-mod batch;
 pub mod delta;
 pub mod env;
-pub mod format;
 mod lookups;
 mod madvise;
-pub mod python;
+mod map_batch;
+pub mod python_walker;
 mod reclaim;
 mod runqlat;
 mod shrinker;
-pub mod tasks;
+pub mod task_iter;
 mod tlb;
+pub mod tp_format;
 mod verifier;
 
 /// A tracer's registration: everything the collector and the CLI know of it. Each tracer module
 /// defines one `DEF`, and [`TRACERS`] lists them.
 pub(crate) struct TracerDef {
-    /// Its name on the command line, in messages and as its part of the sample
-    /// (`Tracers::<name>`).
-    pub name: &'static str,
-    /// What it traces, for `tracers`.
-    pub what: &'static str,
+    /// Which tracer it is: its name and what it traces are the model's
+    /// ([`TracerId::name`], [`TracerId::about`]).
+    pub id: TracerId,
     /// The symptom that attaches it when it runs on demand (None: always attached).
     pub demand: Option<Demand>,
     /// With a demand: attached while its symptom cannot be measured (the signal has no value),
@@ -55,7 +53,7 @@ pub(crate) struct TracerDef {
     /// Loads it (and attaches it unless it waits for its demand).
     pub load: fn(&mut Env, Tracefs) -> LoadResult,
     /// The tracepoint record fields its programs read.
-    pub records: fn() -> Vec<format::Record>,
+    pub records: fn() -> Vec<tp_format::Record>,
 }
 
 /// tracefs, or why there is none: passed to every `load` so that a tracer that can do without
@@ -66,7 +64,8 @@ pub(crate) type Tracefs<'a> = Result<&'a std::path::Path, &'a str>;
 pub(crate) type LoadResult = Result<Box<dyn Tracer>, String>;
 
 /// Every tracer, in the order they are loaded and listed. Registering a tracer is one line
-/// here; nothing else in the workspace lists them.
+/// here and its line in `model::tracers!` (its `TracerId` and its part of the sample), in
+/// the same order (a test checks).
 static TRACERS: &[&TracerDef] = &[
     &reclaim::DEF,
     &shrinker::DEF,
@@ -98,12 +97,17 @@ impl Name {
 
     /// The tracer's name on the command line and in messages.
     pub fn as_str(self) -> &'static str {
-        self.def().name
+        self.def().id.name()
+    }
+
+    /// Which tracer it is.
+    pub fn id(self) -> TracerId {
+        self.def().id
     }
 
     /// What it traces, for `tracers --check`.
     pub fn what(self) -> &'static str {
-        self.def().what
+        self.def().id.about()
     }
 
     /// The symptom that attaches it on demand (None: always attached).
@@ -137,9 +141,10 @@ pub struct Env {
     live_pids: Option<Vec<u32>>,
     /// The tracers being started.
     wanted: Vec<Name>,
-    /// Set by tlb's load when its flush program also counts madvise() calls: madvise then loads
-    /// nothing of its own (see tlb.bpf.c, btf_tlb_flush_madvise).
-    madvise_in_tlb: bool,
+    /// Tracers whose counting a tracer loaded before them took over (tlb's flush program also
+    /// counts madvise() calls where it can: see tlb.bpf.c, btf_tlb_flush_madvise). Such a
+    /// tracer loads nothing of its own and [`Tracer::follows`] the one that counts for it.
+    counted_by_another: Vec<TracerId>,
 }
 
 impl Env {
@@ -153,13 +158,13 @@ impl Env {
             defer_on_demand: false,
             live_pids: None,
             wanted: Vec::new(),
-            madvise_in_tlb: false,
+            counted_by_another: Vec::new(),
         }
     }
 
     /// Whether the tracer `def` is among those being started.
-    fn wants(&self, def: &TracerDef) -> bool {
-        self.wanted.iter().any(|n| std::ptr::eq(n.def(), def))
+    fn wants(&self, id: TracerId) -> bool {
+        self.wanted.iter().any(|n| n.id() == id)
     }
 
     /// The pids of the sample being collected, sorted (None: ask the kernel per pid).
@@ -198,7 +203,7 @@ pub(crate) trait Tracer: Send {
     fn how(&self) -> String;
     /// The tracer whose programs count for this one (madvise counted by tlb's flush program):
     /// it is attached, detached and looked at by the census exactly when that one is.
-    fn follows(&self) -> Option<&'static str> {
+    fn follows(&self) -> Option<TracerId> {
         None
     }
     /// Starts a read generation without reading, as it is attached again: every process entry
@@ -595,7 +600,7 @@ impl TracerCollector {
             let Some(leader) = self.slots[i].tracer.follows() else {
                 continue;
             };
-            if let Some(l) = self.slots.iter().find(|l| l.name.as_str() == leader) {
+            if let Some(l) = self.slots.iter().find(|l| l.name.id() == leader) {
                 let (attached, census) = (l.attached, l.census);
                 let f = &mut self.slots[i];
                 f.attached = attached;
@@ -805,7 +810,7 @@ struct ProcEntry {
 /// and one that exited is deleted at the next read, once its last counts are out.
 fn drain_procs(
     map: &dyn MapCore,
-    batch: &mut batch::Batch,
+    batch: &mut map_batch::Batch,
     deltas: &mut delta::Deltas<u32>,
     live: Option<&[u32]>,
 ) -> Vec<ProcEntry> {
@@ -844,7 +849,7 @@ fn drain_procs(
             deltas.forget(&pid);
         }
     }
-    batch::delete(map, &dead);
+    map_batch::delete(map, &dead);
     out
 }
 
@@ -853,7 +858,7 @@ fn drain_procs(
 /// one last time, then deleted.
 fn drain_cgroups(
     map: &dyn MapCore,
-    batch: &mut batch::Batch,
+    batch: &mut map_batch::Batch,
     deltas: &mut delta::Deltas<u32>,
     id_word: usize,
     ids: &mut env::CgroupIds,
@@ -882,7 +887,7 @@ fn drain_cgroups(
             deltas.forget(&key);
         }
     }
-    batch::delete(map, &removed);
+    map_batch::delete(map, &removed);
     out
 }
 
@@ -958,7 +963,7 @@ fn need_tracepoints(tracefs: &std::path::Path, tps: &[(&str, &str)]) -> Result<(
 }
 
 /// Every record field every tracer reads, for the layout tests.
-pub fn all_records() -> Vec<format::Record> {
+pub fn all_records() -> Vec<tp_format::Record> {
     TRACERS.iter().flat_map(|t| (t.records)()).collect()
 }
 
@@ -983,7 +988,7 @@ mod tests {
                 r.event
             );
         }
-        assert_eq!(format::check(&root, &records), Ok(()));
+        assert_eq!(tp_format::check(&root, &records), Ok(()));
     }
 
     #[test]
@@ -994,7 +999,7 @@ mod tests {
                 "no tracefs (not root, or it cannot be mounted)",
             );
         };
-        assert_eq!(format::check(&tracefs, &all_records()), Ok(()));
+        assert_eq!(tp_format::check(&tracefs, &all_records()), Ok(()));
     }
 
     /// A BPF map made by the test (root or CAP_BPF), or `None` after saying SKIPPED.
@@ -1060,7 +1065,7 @@ mod tests {
         for walked in [false, true] {
             for table in [true, false] {
                 let mut deltas = delta::Deltas::new(layout);
-                let mut batch = batch::Batch::default();
+                let mut batch = map_batch::Batch::default();
                 if walked {
                     batch.force_walk();
                 }
@@ -1141,7 +1146,7 @@ mod tests {
             named_gen: None,
         };
         let mut deltas = delta::Deltas::new(layout);
-        let mut batch = batch::Batch::default();
+        let mut batch = map_batch::Batch::default();
         let put = |pid: u32, n: u64| {
             let mut v = vec![0u8; 48];
             v[32..40].copy_from_slice(&n.to_ne_bytes());
@@ -1189,7 +1194,7 @@ mod tests {
             named_gen: None,
         };
         let sums = |walk: bool| {
-            let mut b = batch::Batch::default();
+            let mut b = map_batch::Batch::default();
             if walk {
                 b.force_walk();
             }
@@ -1297,11 +1302,12 @@ mod tests {
         table.sort_unstable();
         table.dedup();
         assert_eq!(table.len(), TRACERS.len(), "tracer names are unique");
-        let mut model: Vec<&str> = Tracers::default().running().iter().map(|r| r.0).collect();
-        model.sort_unstable();
+        // Listed in the same order, so that `Name` and `TracerId` order alike.
+        let ids: Vec<TracerId> = Name::all().map(Name::id).collect();
         assert_eq!(
-            table, model,
-            "each TracerDef has its part in model::tracers::Tracers and vice versa"
+            ids,
+            TracerId::ALL,
+            "each TracerDef has its part in model::tracers::Tracers and vice versa, in order"
         );
     }
 

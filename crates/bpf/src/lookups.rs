@@ -29,14 +29,14 @@ use std::time::{Duration, Instant};
 
 use jitterscope_model::signals;
 use jitterscope_model::tracers::{
-    path_pattern, LookupName, LookupPattern, LookupProc, Lookups, Tracers,
+    path_pattern, LookupName, LookupPattern, LookupProc, Lookups, TracerId, Tracers,
 };
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags};
 
 use crate::delta::{Deltas, Layout};
 use crate::env::has_tracepoint;
-use crate::format::{check, field, Record};
+use crate::tp_format::{check, field, Record};
 use crate::{begin_read, create_other, Env, Tracer, TracerDef};
 
 use crate::{drain_procs, load_and_attach, open_skel};
@@ -62,8 +62,7 @@ const MAX_PATTERNS: usize = 8;
 const MAX_NAMES: usize = 16;
 
 pub(crate) static DEF: TracerDef = TracerDef {
-    name: "lookups",
-    what: "stat/access/open failing with ENOENT per process, sampled names",
+    id: TracerId::LOOKUPS,
     demand: Some(&signals::NEGATIVE_DENTRIES),
     unmeasured_attaches: false,
     release_below: None,
@@ -77,7 +76,7 @@ pub(crate) struct LookupsTracer {
     links: Vec<libbpf_rs::Link>,
     skel: LookupsSkel<'static>,
     procs: Deltas<u32>,
-    procs_batch: crate::batch::Batch,
+    procs_batch: crate::map_batch::Batch,
     syscalls: Vec<&'static str>,
     dropped: u64,
 }

@@ -3,12 +3,12 @@
 use std::path::Path;
 
 use jitterscope_model::signals;
-use jitterscope_model::tracers::{Madvise, MadviseProc, Tracers};
+use jitterscope_model::tracers::{Madvise, MadviseProc, TracerId, Tracers};
 use libbpf_rs::skel::SkelBuilder;
 
 use crate::delta::{Deltas, Layout};
 use crate::env::has_tracepoint;
-use crate::format::{check, field, Record};
+use crate::tp_format::{check, field, Record};
 use crate::{create_other, need_tracepoints, Env, Tracer, TracerDef};
 
 use crate::{drain_procs, load_and_attach, open_skel, since};
@@ -28,8 +28,7 @@ const LAYOUT: Layout = Layout {
 const _: () = assert!(std::mem::size_of::<types::js_madvise_proc>() == LAYOUT.words * 8);
 
 pub(crate) static DEF: TracerDef = TracerDef {
-    name: "madvise",
-    what: "madvise() calls and bytes per process and advice",
+    id: TracerId::MADVISE,
     // Shootdowns other CPUs receive (/proc/interrupts TLB), not every flush: local mm flushes
     // come with every exec and exit (a shell script makes thousands a second) and disturb no
     // other CPU.
@@ -37,7 +36,7 @@ pub(crate) static DEF: TracerDef = TracerDef {
     unmeasured_attaches: false,
     release_below: None,
     load: |env, tracefs| {
-        if env.madvise_in_tlb {
+        if env.counted_by_another.contains(&TracerId::MADVISE) {
             return Ok(Box::new(InTlb::default()));
         }
         Ok(Box::new(load(env, tracefs?)?))
@@ -81,8 +80,8 @@ impl Tracer for InTlb {
         &mut self.links
     }
 
-    fn follows(&self) -> Option<&'static str> {
-        Some(crate::tlb::DEF.name)
+    fn follows(&self) -> Option<TracerId> {
+        Some(TracerId::TLB)
     }
 
     fn how(&self) -> String {
@@ -96,7 +95,7 @@ pub(crate) struct MadviseTracer {
     links: Vec<libbpf_rs::Link>,
     skel: MadviseSkel<'static>,
     procs: Deltas<u32>,
-    procs_batch: crate::batch::Batch,
+    procs_batch: crate::map_batch::Batch,
     /// Seen at TLB flushes (the registers of the flushing task), not at the syscall tracepoint.
     at_flush: bool,
     /// Why the flush-time program could not run, for `how`.

@@ -3,11 +3,11 @@
 
 use std::path::Path;
 
-use jitterscope_model::tracers::{Reclaim, ReclaimStat, Tracers};
+use jitterscope_model::tracers::{Reclaim, ReclaimStat, TracerId, Tracers};
 use libbpf_rs::skel::SkelBuilder;
 
 use crate::delta::{Deltas, Layout};
-use crate::format::{check, field, Record};
+use crate::tp_format::{check, field, Record};
 use crate::{
     begin_read, create_other, hist, need_tracepoints, since, Env, Tracer, TracerDef, HIST_WORDS,
 };
@@ -39,8 +39,7 @@ const TRACEPOINTS: &[(&str, &str)] = &[
 ];
 
 pub(crate) static DEF: TracerDef = TracerDef {
-    name: "reclaim",
-    what: "direct/memcg reclaim stalls per process and cgroup, kswapd wake-ups",
+    id: TracerId::RECLAIM,
     demand: None,
     unmeasured_attaches: false,
     release_below: None,
@@ -52,9 +51,9 @@ pub(crate) struct ReclaimTracer {
     links: Vec<libbpf_rs::Link>,
     skel: ReclaimSkel<'static>,
     procs: Deltas<u32>,
-    procs_batch: crate::batch::Batch,
+    procs_batch: crate::map_batch::Batch,
     cgroups: Deltas<u32>,
-    cgroups_batch: crate::batch::Batch,
+    cgroups_batch: crate::map_batch::Batch,
     /// kswapd wake-up requests, kswapd wakes, dropped: as last read.
     prev: [u64; 3],
 }

@@ -3,12 +3,12 @@
 use std::path::Path;
 
 use jitterscope_model::signals;
-use jitterscope_model::tracers::{Hist, RunqCgroup, Runqlat, Tracers};
+use jitterscope_model::tracers::{Hist, RunqCgroup, Runqlat, TracerId, Tracers};
 use libbpf_rs::skel::SkelBuilder;
 use libbpf_rs::{MapCore, MapFlags};
 
 use crate::delta::{words, Deltas, Layout};
-use crate::format::{check, field, Record};
+use crate::tp_format::{check, field, Record};
 use crate::{begin_read, create_other, hist, need_tracepoints, Env, Tracer, TracerDef, HIST_WORDS};
 
 use crate::{drain_cgroups, load_and_attach, open_skel};
@@ -33,8 +33,7 @@ const HOST: Layout = Layout {
 };
 
 pub(crate) static DEF: TracerDef = TracerDef {
-    name: "runqlat",
-    what: "run-queue latency histograms, host and per CPU cgroup",
+    id: TracerId::RUNQLAT,
     // Its programs run at every wake-up and switch; they are worth that only while threads
     // wait for a CPU. Where the task iterator is missing the mean wait is unknown, and it stays
     // attached.
@@ -57,7 +56,7 @@ pub(crate) struct RunqlatTracer {
     storage: bool,
     host: Deltas<u32>,
     cgroups: Deltas<u32>,
-    cgroups_batch: crate::batch::Batch,
+    cgroups_batch: crate::map_batch::Batch,
     dropped: u64,
 }
 

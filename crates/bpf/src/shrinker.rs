@@ -2,12 +2,12 @@
 
 use std::path::Path;
 
-use jitterscope_model::tracers::{ShrinkerStat, Shrinkers, Tracers};
+use jitterscope_model::tracers::{ShrinkerStat, Shrinkers, TracerId, Tracers};
 use libbpf_rs::skel::SkelBuilder;
 use libbpf_rs::{MapCore, MapFlags};
 
 use crate::delta::{words, Deltas, Layout};
-use crate::format::{check, field, Record};
+use crate::tp_format::{check, field, Record};
 use crate::{
     begin_read, hist, need_tracepoints, object_storage, Env, Tracer, TracerDef, HIST_WORDS,
 };
@@ -32,8 +32,7 @@ const _: () = assert!(std::mem::size_of::<types::js_shrink_stat>() == LAYOUT.wor
 const OTHER_FN: u64 = u64::MAX;
 
 pub(crate) static DEF: TracerDef = TracerDef {
-    name: "shrinker",
-    what: "slab shrinker calls, objects and latency per shrinker",
+    id: TracerId::SHRINKER,
     demand: None,
     unmeasured_attaches: false,
     release_below: None,
@@ -45,7 +44,7 @@ pub(crate) struct ShrinkerTracer {
     links: Vec<libbpf_rs::Link>,
     skel: ShrinkerSkel<'static>,
     fns: Deltas<u64>,
-    batch: crate::batch::Batch,
+    batch: crate::map_batch::Batch,
     dropped: u64,
 }
 

@@ -1,6 +1,6 @@
 //! The process collector's fast path: every process's stat, status, io and schedstat fields
 //! from one read of a BPF task iterator (tasks.bpf.c) instead of four /proc files per process
-//! (issue 23). `jitterscope_sources::tasks` turns the records into the same `Process` the /proc
+//! (issue 23). `jitterscope_sources::task_records` turns the records into the same `Process` the /proc
 //! reader makes; /proc stays the fallback where the iterator cannot load, and is still what the
 //! command lines and cgroup paths are read from.
 //!
@@ -16,7 +16,7 @@ use jitterscope_sources::process::{
     default_fd_budget, parse_pid_stat, parse_pid_status, ProcessReader, RELIST_SCANS,
 };
 use jitterscope_sources::redact::Redactor;
-use jitterscope_sources::tasks::{bits, TaskAssembler, TaskLeader, TaskRecord, TaskThread};
+use jitterscope_sources::task_records::{bits, TaskAssembler, TaskLeader, TaskRecord, TaskThread};
 use jitterscope_sources::Root;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 
@@ -254,7 +254,7 @@ fn same_view(iter: &mut TaskIter, root: &Root) -> Result<(), String> {
         .map_err(|e| format!("reading /proc/self/stat: {e}"))?;
     let stat = parse_pid_stat(&stat).map_err(|e| format!("/proc/self/stat: {e}"))?;
     let l = mine.leader.as_deref().expect("checked above");
-    let start = jitterscope_sources::tasks::ticks(l.start_boottime_ns);
+    let start = jitterscope_sources::task_records::ticks(l.start_boottime_ns);
     if stat.pid != me || start != stat.starttime_ticks {
         return Err(format!(
             "the task iterator's view differs from /proc's (pid {me}: start {start} vs {}; a pid or time namespace?)",

@@ -4,13 +4,13 @@
 use std::path::Path;
 
 use jitterscope_model::signals;
-use jitterscope_model::tracers::{Madvise, Tlb, TlbProc, Tracers};
+use jitterscope_model::tracers::{Madvise, Tlb, TlbProc, TracerId, Tracers};
 use libbpf_rs::skel::SkelBuilder;
 use libbpf_rs::{MapCore, MapFlags};
 
 use crate::delta::{Deltas, Layout};
 use crate::env::{has_tracepoint, Kallsyms};
-use crate::format::{check, field, Record};
+use crate::tp_format::{check, field, Record};
 use crate::{create_other, need_tracepoints, Env, Tracer, TracerDef};
 
 use crate::{drain_procs, load_and_attach, open_skel, since};
@@ -37,8 +37,7 @@ const ONE_COUNTER: Layout = Layout {
 };
 
 pub(crate) static DEF: TracerDef = TracerDef {
-    name: "tlb",
-    what: "TLB flushes by reason per process, shootdown IPIs by sender",
+    id: TracerId::TLB,
     // Its flush program runs at every TLB flush, task switches included (one a context switch
     // between processes: +3.5% of a context-switch storm's CPU time, bpf_stats); the rule it
     // gives evidence to reads its baseline from /proc/interrupts and needs the senders only
@@ -54,7 +53,7 @@ pub(crate) struct TlbTracer {
     links: Vec<libbpf_rs::Link>,
     skel: TlbSkel<'static>,
     procs: Deltas<u32>,
-    procs_batch: crate::batch::Batch,
+    procs_batch: crate::map_batch::Batch,
     ipis: Ipis,
     /// BTF-typed tracepoints (else the classic ones).
     btf: bool,
@@ -159,7 +158,7 @@ pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<TlbTracer, String> {
     // them; the first refusal is kept as the reason.
     // With the madvise tracer, one flush program counts for both (tlb.bpf.c says what that
     // saves); where it is refused (bpf_task_pt_regs is 5.15+), madvise loads its own.
-    let with_madvise = env.wants(&crate::madvise::DEF) && cfg!(target_arch = "x86_64");
+    let with_madvise = env.wants(TracerId::MADVISE) && cfg!(target_arch = "x86_64");
     let first = if crate::fallbacks_forced() {
         Err("not tried (fallbacks only)".to_string())
     } else if with_madvise {
@@ -178,7 +177,9 @@ pub(crate) fn load(env: &mut Env, tracefs: &Path) -> Result<TlbTracer, String> {
             (s, l, false, false)
         }
     };
-    env.madvise_in_tlb = madvise;
+    if madvise {
+        env.counted_by_another.push(TracerId::MADVISE);
+    }
     Ok(TlbTracer {
         links,
         skel,

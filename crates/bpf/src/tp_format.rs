@@ -77,7 +77,7 @@ macro_rules! field {
         (
             $name,
             std::mem::offset_of!($t, $f),
-            $crate::format::size_of_field(|x: &$t| &x.$f),
+            $crate::tp_format::size_of_field(|x: &$t| &x.$f),
         )
     };
 }

@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use jitterscope_bpf::tasks::TaskCollector;
+use jitterscope_bpf::task_iter::TaskCollector;
 use jitterscope_sources::process::{default_fd_budget, Process, ProcessReader};
 use jitterscope_sources::Root;
 use jitterscope_testkit::{is_root, skip};

@@ -28,7 +28,7 @@ pub fn versioned_of(v: &impl serde::Serialize) -> serde_json::Result<Value> {
 /// metric.
 pub fn series_labels(series: &str) -> serde_json::Map<String, Value> {
     let mut m = serde_json::Map::new();
-    let registry = jitterscope_model::registry::all();
+    let registry = jitterscope_model::metrics::all();
     if let Some((d, vals)) = jitterscope_model::registry::parse_series(registry, series) {
         for (k, v) in d.placeholders().into_iter().zip(vals) {
             m.insert(k.to_string(), v.into());

@@ -9,17 +9,18 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::signals::STOP;
+use crate::stop_signals::STOP;
 use std::sync::mpsc::{sync_channel, Receiver, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use jitterscope_diagnose::events::Online;
-use jitterscope_model::collector::{collectors, Notes};
+use jitterscope_detect::Online;
+use jitterscope_model::collector::Notes;
 use jitterscope_model::sample::{monotonic_ns, wall_ns, HostInfo, RecorderStats, Sample};
 use jitterscope_model::signals::{Mark, MarkState};
+use jitterscope_model::sources::collectors;
 use jitterscope_model::sources::CollectConfig;
 use jitterscope_model::stored::{AppendError, SampleWriter};
 use jitterscope_model::time::self_timing_ns;
@@ -235,13 +236,15 @@ fn self_cpu_ns() -> (u64, u64) {
 
 fn self_rss_bytes(buf: &mut Vec<u8>) -> u64 {
     // statm's second field is resident pages; cheaper than status.
-    if jitterscope_sources::io::read_into(std::path::Path::new("/proc/self/statm"), buf).is_err() {
+    if jitterscope_sources::fileio::read_into(std::path::Path::new("/proc/self/statm"), buf)
+        .is_err()
+    {
         return 0;
     }
     let page = HostInfo::page_size();
-    jitterscope_sources::io::fields(buf)
+    jitterscope_sources::fileio::fields(buf)
         .nth(1)
-        .and_then(|f| jitterscope_sources::io::parse_u64(f, 1, "rss").ok())
+        .and_then(|f| jitterscope_sources::fileio::parse_u64(f, 1, "rss").ok())
         .map_or(0, |p| p * page)
 }
 
@@ -359,7 +362,7 @@ pub fn run(a: RecordArgs, ignored: &[String]) -> Result<()> {
         }
     }
 
-    crate::signals::install();
+    crate::stop_signals::install();
     for n in crate::prio::harden(a.nice, !a.no_mlock).notes {
         warn(&n);
     }
@@ -392,7 +395,7 @@ pub fn run(a: RecordArgs, ignored: &[String]) -> Result<()> {
         },
     );
     if a.proc_source != ProcSource::Procfs {
-        match jitterscope_bpf::tasks::TaskCollector::start(&root, cmdlines) {
+        match jitterscope_bpf::task_iter::TaskCollector::start(&root, cmdlines) {
             Ok(c) => {
                 sources.replace(Box::new(c));
                 log("processes: read through the BPF task iterator");

@@ -160,8 +160,8 @@ pub fn run(a: ServeArgs, ignored: &[String]) -> Result<()> {
         public_metrics: a.public_metrics,
         fleet_host_url: a.fleet_host_url,
     };
-    crate::signals::install();
-    jitterscope_web::run(cfg, &crate::signals::STOP)
+    crate::stop_signals::install();
+    jitterscope_web::run(cfg, &crate::stop_signals::STOP)
 }
 
 #[cfg(test)]

@@ -80,8 +80,9 @@ pub fn line(prev: Option<&Sample>, cur: &Sample) -> String {
 
 #[cfg(test)]
 mod tests {
-    use jitterscope_model::collector::{collectors, Notes};
+    use jitterscope_model::collector::Notes;
     use jitterscope_model::sample::HostInfo;
+    use jitterscope_model::sources::collectors;
     use jitterscope_model::sources::CollectConfig;
     use jitterscope_model::Sample;
     use jitterscope_sources::Root;

@@ -304,7 +304,7 @@ fn rebuild_signals(dir: &Path, seg: &Path) -> Result<usize> {
         .and_then(|s| name_ts(s))
         .map_or(i64::MAX, |n| n - 1);
     let samples = jitterscope_model::stored::SampleReader::open(dir)?;
-    let mut online = jitterscope_diagnose::events::Online::new();
+    let mut online = jitterscope_detect::Online::new();
     let mut prev: Option<jitterscope_model::Sample> = None;
     let mut recs = Vec::new();
     for s in samples.samples(from, to, jitterscope_model::codec::Parts::ALL)? {

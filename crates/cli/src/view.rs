@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use clap::Args;
-use jitterscope_model::collector::collectors;
 use jitterscope_model::sample::HostInfo;
+use jitterscope_model::sources::collectors;
 use jitterscope_model::sources::CollectConfig;
 use jitterscope_sources::Root;
 use jitterscope_store::Reader;
@@ -100,8 +100,8 @@ fn finish(mut app: App, v: ViewArgs) -> Result<()> {
     if unsafe { libc::isatty(1) } == 0 {
         bail!("standard output is not a terminal (use --json-once for scripts)");
     }
-    crate::signals::install();
-    jitterscope_views::term::run(app, &crate::signals::STOP)
+    crate::stop_signals::install();
+    jitterscope_views::term::run(app, &crate::stop_signals::STOP)
 }
 
 /// Whether a recorder is writing to `dir`: its newest record is at most a few seconds old.

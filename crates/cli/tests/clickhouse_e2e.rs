@@ -196,24 +196,7 @@ fn dashboard_returns_data(ch: &ClickHouse, host: &str, inventory: bool) -> usize
 
 /// The DOM of `url` once headless Chromium has run its scripts.
 fn dump_dom(url: &str) -> String {
-    let o = Command::new("timeout")
-        .args([
-            "120",
-            "chromium",
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-        ])
-        .args(["--disable-dev-shm-usage", "--no-first-run"])
-        .args([
-            "--virtual-time-budget=20000",
-            "--window-size=1400,1700",
-            "--dump-dom",
-        ])
-        .arg(url)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let o = common::chromium(&["--dump-dom"], url);
     assert!(o.status.success(), "{}", text(&o.stderr));
     text(&o.stdout)
 }

@@ -6,7 +6,8 @@
 use std::path::{Path, PathBuf};
 
 use jitterscope_model::glob::Pattern;
-use jitterscope_model::registry::{all, find, parse_series, Fit};
+use jitterscope_model::metrics::{all, find};
+use jitterscope_model::registry::{parse_series, Fit};
 
 /// First components of metric names.
 const PREFIXES: &[&str] = &[

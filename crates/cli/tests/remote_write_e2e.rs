@@ -170,7 +170,7 @@ fn renamed_worker<'a>(
             return None;
         }
         let (d, vals) =
-            jitterscope_model::registry::parse_series(jitterscope_model::registry::all(), k)?;
+            jitterscope_model::registry::parse_series(jitterscope_model::metrics::all(), k)?;
         let of = |key: &str| {
             keys.iter()
                 .position(|p| *p == key)
@@ -240,11 +240,9 @@ fn compare(
             let Some(pts) = seen.get(s) else {
                 // A series the engine does not have at all: only allowed for metrics that are
                 // not exported (raw per-field tables) and processes.
-                let def = jitterscope_model::registry::parse_series(
-                    jitterscope_model::registry::all(),
-                    s,
-                )
-                .map(|(d, _)| d);
+                let def =
+                    jitterscope_model::registry::parse_series(jitterscope_model::metrics::all(), s)
+                        .map(|(d, _)| d);
                 if let Some(d) = def {
                     assert!(
                         !exported.contains(&d) || d.placeholders().contains(&"pid"),

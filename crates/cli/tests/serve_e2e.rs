@@ -48,28 +48,6 @@ fn http_get(url_path: &str, addr: SocketAddr) -> String {
     out
 }
 
-fn chromium(args: &[&str], url: &str) -> std::process::Output {
-    Command::new("timeout")
-        .args([
-            "120",
-            "chromium",
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-        ])
-        .args([
-            "--disable-dev-shm-usage",
-            "--hide-scrollbars",
-            "--no-first-run",
-        ])
-        .args(["--virtual-time-budget=20000", "--window-size=1400,1700"])
-        .args(args)
-        .arg(url)
-        .stdin(Stdio::null())
-        .output()
-        .expect("chromium runs")
-}
-
 #[test]
 fn the_ui_renders_findings_and_flame_graph_of_a_selected_window() {
     const TEST: &str = "the_ui_renders_findings_and_flame_graph_of_a_selected_window";
@@ -85,7 +63,7 @@ fn the_ui_renders_findings_and_flame_graph_of_a_selected_window() {
     let url = format!(
         "http://{addr}/?from=1795331565&to=1795331576&sel_from=1795331568&sel_to=1795331574"
     );
-    let o = chromium(&["--dump-dom"], &url);
+    let o = common::chromium(&["--dump-dom"], &url);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let dom = String::from_utf8_lossy(&o.stdout);
     for want in [

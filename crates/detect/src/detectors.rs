@@ -3,8 +3,8 @@
 
 use std::collections::VecDeque;
 
-use crate::data::median_mad;
-use crate::rules::leak::{
+use crate::stats::median_mad;
+use crate::trend::{
     fit, judge, steady_growth, Shape, Verdict, CONFIRM_S, MIN_GROWTH_BYTES, MIN_GROWTH_SHARE,
 };
 

@@ -9,8 +9,8 @@ use jitterscope_model::signals::{
 };
 use jitterscope_model::Sample;
 
-use super::detect::{Change, Episode, LeakDetector, SpikeDetector, WINDOW};
-use super::LEAK_KIND;
+use crate::detectors::{Change, Episode, LeakDetector, SpikeDetector, WINDOW};
+use crate::LEAK_KIND;
 
 /// One detector per series, fed every sample.
 pub struct Online {
@@ -112,7 +112,7 @@ impl Online {
             // its tracer detached) ends its open episode now, with the bounds `events` gives
             // it, rather than after the baseline window: a deleted container's throttling
             // would otherwise stay open for five minutes. The baseline stays for the window.
-            if idx.saturating_sub(*last) > super::detect::GAP {
+            if idx.saturating_sub(*last) > crate::detectors::GAP {
                 if let Some(e) = det.finish() {
                     ended.push(mark(kind, name, MarkState::End, e));
                 }

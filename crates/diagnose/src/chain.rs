@@ -120,17 +120,17 @@ fn order_slack(cause: &Finding, effect: &Finding) -> i64 {
 
 /// What two findings share: a process or a cgroup named by both.
 fn shared(cause: &Finding, effect: &Finding) -> Option<String> {
-    let named = |f: &Finding, needle: &str| {
-        f.evidence.iter().any(|e| {
-            e.signal.contains(needle) || e.series.as_deref().is_some_and(|s| s.contains(needle))
-        })
+    let cites = |f: &Finding, about: &dyn Fn(&crate::SeriesRef) -> bool| {
+        f.evidence
+            .iter()
+            .any(|e| e.source.as_ref().is_some_and(about))
     };
     for (a, b) in [(cause, effect), (effect, cause)] {
         if let (Some(pid), Some(comm)) = (a.culprit.pid, a.culprit.comm.as_deref()) {
             if b.culprit.pid == Some(pid) {
                 return Some(format!("both name {comm} ({pid})"));
             }
-            if named(b, &format!(".{pid}.{comm}.")) {
+            if cites(b, &|s| s.is_process(pid, comm)) {
                 return Some(format!(
                     "{comm} ({pid}), the culprit of {}, is in the evidence of {}",
                     a.rule_id, b.rule_id
@@ -154,7 +154,7 @@ fn shared(cause: &Finding, effect: &Finding) -> Option<String> {
         {
             return Some(format!("{sub} is inside {cg}"));
         }
-        if named(b, &format!("cgroup.{cg}.")) {
+        if cites(b, &|s| s.label("cgroup") == Some(cg)) {
             return Some(format!(
                 "cgroup {cg}, the culprit's of {}, is in the evidence of {}",
                 a.rule_id, b.rule_id
@@ -652,6 +652,10 @@ mod tests {
         reclaim.evidence.push(Evidence {
             signal: "reclaim.proc.5.app.stalls_total".into(),
             series: Some("reclaim.proc.5.app.stalls_per_s".into()),
+            source: Some(crate::SeriesRef {
+                def: &jitterscope_model::metrics::tracer::RECLAIM_PROC_STALLS_PER_S,
+                labels: vec!["5".into(), "app".into()],
+            }),
             value: 1.0,
             stat: "total",
             over_s: None,

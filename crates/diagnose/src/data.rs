@@ -45,6 +45,14 @@ pub struct Series {
 }
 
 impl Series {
+    /// The series' metric and labels, without its points.
+    pub fn source(&self) -> crate::SeriesRef {
+        crate::SeriesRef {
+            def: self.def,
+            labels: self.labels.clone(),
+        }
+    }
+
     /// An empty series of `def` with `labels`.
     pub fn new(def: &'static MetricDef, labels: &[&str]) -> Self {
         Series {
@@ -175,27 +183,7 @@ pub struct Stats {
     pub base_mad: f64,
 }
 
-/// The median and the median absolute deviation of `v` (reordered): the robust centre and
-/// spread that baselines here are built on.
-pub fn median_mad(v: &mut [f64]) -> (f64, f64) {
-    let m = median(v);
-    let mut dev: Vec<f64> = v.iter().map(|x| (x - m).abs()).collect();
-    (m, median(&mut dev))
-}
-
-/// The median of `v` (reordered; 0 when empty).
-pub fn median(v: &mut [f64]) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let m = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[m]
-    } else {
-        (v[m - 1] + v[m]) / 2.0
-    }
-}
+pub use jitterscope_detect::stats::{median, median_mad};
 
 /// Builds the series of a read: the series of a host come out of every sample in the same
 /// order, so each value is first tried against the series the same position held in the
@@ -283,11 +271,11 @@ impl Data {
 
     /// Like [`load`](Data::load), for series named by user globs (`dump --select` style).
     pub fn load_globs(dir: &Path, from: i64, to: i64, globs: &[&str]) -> Result<Data> {
-        let all = jitterscope_model::registry::all();
+        let all = jitterscope_model::metrics::all();
         let pats: Vec<Pattern> = globs.iter().map(|s| Pattern::new(s)).collect();
         let (proc_pats, host_pats): (Vec<Pattern>, Vec<Pattern>) =
             pats.into_iter().partition(|p| {
-                jitterscope_model::registry::parts_for(std::slice::from_ref(p))
+                jitterscope_model::metrics::parts_for(std::slice::from_ref(p))
                     .contains(Parts::PROCESSES)
             });
         let proc_sel = if proc_pats.is_empty() {

@@ -50,6 +50,10 @@ pub struct Evidence {
     /// The recorded series the value was computed from, as `dump --select` names it (absent
     /// for a derived figure).
     pub series: Option<String>,
+    /// The same series as its metric and labels: what findings are compared by (the process
+    /// or cgroup it is about), never the text of its name.
+    #[serde(skip)]
+    pub source: Option<SeriesRef>,
     /// The value in the window (what `stat` says: max, mean, total...).
     pub value: f64,
     /// How `value` was taken from the window: `max`, `mean`, `last`, `total` (a rate
@@ -63,6 +67,33 @@ pub struct Evidence {
     pub unit: jitterscope_model::registry::Unit,
     /// What it shows.
     pub note: String,
+}
+
+/// A recorded series as its metric and its labels (placeholder values, in template order).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeriesRef {
+    /// The metric.
+    pub def: &'static jitterscope_model::registry::MetricDef,
+    /// Its labels.
+    pub labels: Vec<String>,
+}
+
+impl SeriesRef {
+    /// The value of the template's `<placeholder>` (`pid`, `comm`, `cgroup`), when it has one.
+    pub fn label(&self, placeholder: &str) -> Option<&str> {
+        let i = self
+            .def
+            .placeholders()
+            .iter()
+            .position(|p| *p == placeholder)?;
+        self.labels.get(i).map(String::as_str)
+    }
+
+    /// Whether it is a series of the process `pid` named `comm`.
+    pub fn is_process(&self, pid: u32, comm: &str) -> bool {
+        self.label("comm") == Some(comm)
+            && self.label("pid").and_then(|p| p.parse().ok()) == Some(pid)
+    }
 }
 
 /// When a signal first rose in the window.

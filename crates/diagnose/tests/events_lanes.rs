@@ -1,5 +1,5 @@
 //! The signals lane against the samples: lab recordings (tests/fixtures/diagnose, written
-//! before lanes existed) are rewritten through the recorder's encoder; `events` over the
+//! before lanes existed) are rewritten through the recorder's writer (`jitterscope_testkit::rewrite`); `events` over the
 //! signals lane must then find exactly the episodes it finds deriving from the samples, and
 //! flag those the online detector marked.
 
@@ -15,7 +15,7 @@ fn fixture(scenario: &str) -> PathBuf {
 }
 
 fn rewrite(src: &Path, dst: &Path) -> usize {
-    events::rewrite(src, dst).unwrap()
+    jitterscope_testkit::rewrite(src, dst).unwrap()
 }
 
 fn without_online(ev: &[Event]) -> Vec<Event> {

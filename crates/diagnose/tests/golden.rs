@@ -416,7 +416,7 @@ fn nss_probe() {
 /// are possible ones.
 #[test]
 fn evidence_is_physically_possible() {
-    let all = jitterscope_model::registry::all();
+    let all = jitterscope_model::metrics::all();
     for name in scenario_names() {
         let r = run(&name);
         for f in &r.findings {

@@ -22,7 +22,7 @@ use std::io::Read;
 
 use serde::Serialize;
 
-use jitterscope_memleak::process::{python_version, version_in, worker_server};
+use jitterscope_memleak::runtime::{python_version, version_in, worker_server};
 use jitterscope_sources::cgroup::{
     cgroup_of_pid, discover, identify, CgroupVersion, Identity, NameCache,
 };

@@ -12,6 +12,7 @@ use anyhow::{bail, Context, Result};
 
 use jitterscope_model::metrics::{cgroup, cpu, irq, mem, process, tracer};
 use jitterscope_model::registry::Select;
+use jitterscope_model::tracers::TracerId;
 
 use crate::sandbox::{LabCgroup, Limits, Sandbox};
 use crate::signature::{Check, Cmp, Stat};
@@ -396,7 +397,7 @@ fn quiet_checks(cg: &LabCgroup) -> Vec<Check> {
         ),
         Check::new(
             "the reclaim tracer ran",
-            Select::labels(&tracer::ATTACHED, &["reclaim"]),
+            Select::labels(&tracer::ATTACHED, &[TracerId::RECLAIM.name()]),
             Stat::Max,
             Cmp::AtLeast(1.0),
         ),
@@ -1224,7 +1225,7 @@ fn nss_probe(e: &mut Env) -> Result<Started> {
             // census alone.
             Check::new(
                 "the lookups tracer ran (for the census, or for its symptom)",
-                Select::labels(&tracer::CENSUS, &["lookups"]),
+                Select::labels(&tracer::CENSUS, &[TracerId::LOOKUPS.name()]),
                 Stat::Series,
                 Cmp::AtLeast(1.0),
             ),
@@ -1429,7 +1430,7 @@ fn soak(e: &mut Env) -> Result<Started> {
             // throttled (no quota anywhere).
             Check::new(
                 "the reclaim tracer ran",
-                Select::labels(&tracer::ATTACHED, &["reclaim"]),
+                Select::labels(&tracer::ATTACHED, &[TracerId::RECLAIM.name()]),
                 Stat::Max,
                 Cmp::AtLeast(1.0),
             ),

@@ -10,12 +10,12 @@ use jitterscope_sources::smaps::{parse_smaps, Mapping};
 
 use crate::census::{self, Census, Growth};
 use crate::growth::{compare, scan_order, MappingGrowth, Totals};
-use crate::mem::{for_each_chunk, ProcMem};
-use crate::process::{
+use crate::procmem::{for_each_chunk, ProcMem};
+use crate::pymalloc::{PyHeap, Scanner};
+use crate::runtime::{
     allocator, glibc_arenas, mapped_paths, python_version, worker_server, Allocator, GlibcArenas,
     WorkerServer,
 };
-use crate::pymalloc::{PyHeap, Scanner};
 
 /// Why a run could not be done.
 #[derive(Debug, thiserror::Error)]

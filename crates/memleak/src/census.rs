@@ -7,7 +7,7 @@
 //! (unless `exact`), so `ctx{req=1041}` and `ctx{req=7}` count as one string: leaked records
 //! usually differ only in their ids. Strings are cut at [`MAX_LEN`] bytes.
 //!
-//! Memory is read in [`CHUNK`](crate::mem::CHUNK)-byte reads through [`MemRead`], never more than the budget, so
+//! Memory is read in [`CHUNK`](crate::procmem::CHUNK)-byte reads through [`MemRead`], never more than the budget, so
 //! the target is never stopped and its mmap lock is taken only for one chunk's copy at a time.
 //! A string that straddles two chunks is counted once, from the chunk it starts in.
 //!
@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::mem::{for_each_chunk, MemRead};
+use crate::procmem::{for_each_chunk, MemRead};
 
 /// Longest string kept (longer runs are cut).
 pub const MAX_LEN: usize = 96;
@@ -191,7 +191,7 @@ pub fn keep_top(c: &mut Census, n: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mem::Image;
+    use crate::procmem::Image;
 
     fn census(bytes: &[u8], o: Options) -> Census {
         let img = Image {
@@ -225,16 +225,16 @@ mod tests {
 
     #[test]
     fn the_budget_bounds_what_is_read() {
-        let mem = vec![b'a'; 3 * crate::mem::CHUNK];
+        let mem = vec![b'a'; 3 * crate::procmem::CHUNK];
         let c = census(
             &mem,
             Options {
-                budget_bytes: crate::mem::CHUNK as u64 + 10,
+                budget_bytes: crate::procmem::CHUNK as u64 + 10,
                 ..Options::default()
             },
         );
-        assert_eq!(c.bytes_scanned, crate::mem::CHUNK as u64 + 10);
-        assert_eq!(c.bytes_skipped, 2 * crate::mem::CHUNK as u64 - 10);
+        assert_eq!(c.bytes_scanned, crate::procmem::CHUNK as u64 + 10);
+        assert_eq!(c.bytes_skipped, 2 * crate::procmem::CHUNK as u64 - 10);
     }
 
     #[test]

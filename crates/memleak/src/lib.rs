@@ -6,8 +6,8 @@
 pub mod analyze;
 pub mod census;
 pub mod growth;
-pub mod mem;
-pub mod process;
+pub mod procmem;
 pub mod pymalloc;
+pub mod runtime;
 
 pub use analyze::{run, Error, Options, Report, Snapshot, Target};

@@ -35,7 +35,7 @@ impl MemRead for ProcMem {
     /// a read of /proc/<pid>/mem takes it once per page, and a target that maps and unmaps
     /// memory at a high rate waits for that lock each time. Falls back to /proc/<pid>/mem.
     fn read_at(&self, addr: u64, buf: &mut [u8]) -> io::Result<usize> {
-        let e = match jitterscope_sources::io::read_process_memory(self.pid, addr, buf) {
+        let e = match jitterscope_sources::fileio::read_process_memory(self.pid, addr, buf) {
             Ok(n) => return Ok(n),
             Err(e) => e,
         };

@@ -34,7 +34,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::mem::MemRead;
+use crate::procmem::MemRead;
 
 const HEADER: usize = 48;
 const ALIGN: usize = 16;
@@ -266,14 +266,14 @@ impl<'a> Scanner<'a> {
 /// Measures the pymalloc heap in `regions` (`(start, end)`), reading at most `budget_bytes`.
 pub fn scan(mem: &dyn MemRead, regions: &[(u64, u64)], budget_bytes: u64) -> PyHeap {
     let mut s = Scanner::new(mem);
-    crate::mem::for_each_chunk(mem, regions, budget_bytes, |addr, b| s.feed(addr, b));
+    crate::procmem::for_each_chunk(mem, regions, budget_bytes, |addr, b| s.feed(addr, b));
     s.finish()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mem::Image;
+    use crate::procmem::Image;
 
     const BASE: u64 = 0x7f00_0000_0000;
     const POOL: usize = 16 << 10;

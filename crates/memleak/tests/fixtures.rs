@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use jitterscope_memleak::census::{self, Options};
 use jitterscope_memleak::growth::{compare, scan_order};
-use jitterscope_memleak::mem::Image;
-use jitterscope_memleak::process::{allocator, mapped_paths};
+use jitterscope_memleak::procmem::Image;
+use jitterscope_memleak::runtime::{allocator, mapped_paths};
 use jitterscope_sources::smaps::{parse_smaps, MappingKind};
 
 fn fixture(name: &str) -> Vec<u8> {

@@ -4,7 +4,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
 use jitterscope_memleak::growth::scan_order;
-use jitterscope_memleak::mem::ProcMem;
+use jitterscope_memleak::procmem::ProcMem;
 use jitterscope_memleak::pymalloc;
 use jitterscope_sources::smaps::parse_smaps;
 use jitterscope_testkit as testkit;

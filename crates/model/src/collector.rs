@@ -1,12 +1,12 @@
 //! Collection: the `Collector` trait, the single missing-data policy, and the one list of
-//! every source ([`collectors`], in `sources.rs`). A new source is a reader in
+//! every source ([`crate::sources::collectors`]). A new source is a reader in
 //! `jitterscope-sources`, a field of the sample and one line in that list (docs/ARCHITECTURE.md,
 //! "How to add a collector").
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use jitterscope_sources::io::ReadError;
+use jitterscope_sources::fileio::ReadError;
 use jitterscope_sources::system::SystemReader;
 use jitterscope_sources::Root;
 
@@ -217,5 +217,3 @@ impl CollectorSet {
         }
     }
 }
-
-pub use crate::sources::collectors;

@@ -9,8 +9,10 @@
 use std::collections::HashSet;
 
 use crate::derive::Selection;
+use crate::metrics::all;
 use crate::metrics::{cgroup, irq, mem, process, tracer};
-use crate::registry::{all, MetricDef, Unit};
+use crate::registry::{MetricDef, Unit};
+use crate::tracers::{Hist, TracerId, Tracers};
 use crate::Sample;
 
 /// A metric's exported name and the factor that turns its stored value into that name's unit.
@@ -147,29 +149,89 @@ pub fn windowed(d: &MetricDef) -> bool {
             .any(|p| d.name.contains(p))
 }
 
-/// The latency histograms `/metrics` exposes, from the tracers' log2 buckets: family name, the
-/// label it is split by (`None`: one host-wide histogram), and help.
-pub static HISTOGRAMS: &[(&str, Option<&str>, &str)] = &[
-    (
-        "jitterscope_runqlat_seconds",
-        None,
-        "Run-queue latency, wake-up (or preemption) to running, host-wide (runqlat tracer)",
-    ),
-    (
-        "jitterscope_runqlat_cgroup_seconds",
-        Some("cgroup"),
-        "Run-queue latency of the tasks of each CPU cgroup (runqlat tracer)",
-    ),
-    (
-        "jitterscope_reclaim_stall_seconds",
-        None,
-        "Direct-reclaim stalls, global and memory-cgroup, host-wide (reclaim tracer)",
-    ),
-    (
-        "jitterscope_reclaim_cgroup_stall_seconds",
-        Some("cgroup"),
-        "Direct-reclaim stalls charged to each memory cgroup (reclaim tracer)",
-    ),
+/// A latency histogram `/metrics` exposes from a tracer's log2 buckets. Each one reads its
+/// own part of the sample ([`HistDef::each`]), so that the exposition finds a histogram's
+/// values by its definition, never by its place in a table.
+pub struct HistDef {
+    /// Family name (`jitterscope_…_seconds`).
+    pub name: &'static str,
+    /// The label it is split by (`None`: one host-wide histogram).
+    pub label: Option<&'static str>,
+    /// Help text.
+    pub help: &'static str,
+    /// The tracer whose part of the sample holds it.
+    pub tracer: TracerId,
+    /// Calls `f` with each histogram of one interval and its label's value ("" without one).
+    pub each: fn(&Tracers, &mut HistSink),
+}
+
+/// Receives a [`HistDef`]'s histograms: the label's value and the histogram.
+pub type HistSink<'a> = dyn FnMut(&str, &Hist) + 'a;
+
+impl std::fmt::Debug for HistDef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// Run-queue latency, host-wide.
+pub static RUNQLAT_SECONDS: HistDef = HistDef {
+    name: "jitterscope_runqlat_seconds",
+    label: None,
+    help: "Run-queue latency, wake-up (or preemption) to running, host-wide (runqlat tracer)",
+    tracer: TracerId::RUNQLAT,
+    each: |t, f| {
+        if let Some(r) = &t.runqlat {
+            f("", &r.host);
+        }
+    },
+};
+
+/// Run-queue latency per CPU cgroup.
+pub static RUNQLAT_CGROUP_SECONDS: HistDef = HistDef {
+    name: "jitterscope_runqlat_cgroup_seconds",
+    label: Some("cgroup"),
+    help: "Run-queue latency of the tasks of each CPU cgroup (runqlat tracer)",
+    tracer: TracerId::RUNQLAT,
+    each: |t, f| {
+        for c in t.runqlat.iter().flat_map(|r| &r.cgroups) {
+            f(&c.cgroup, &c.latency);
+        }
+    },
+};
+
+/// Direct-reclaim stalls, host-wide: every process's, summed.
+pub static RECLAIM_STALL_SECONDS: HistDef = HistDef {
+    name: "jitterscope_reclaim_stall_seconds",
+    label: None,
+    help: "Direct-reclaim stalls, global and memory-cgroup, host-wide (reclaim tracer)",
+    tracer: TracerId::RECLAIM,
+    each: |t, f| {
+        for p in t.reclaim.iter().flat_map(|r| &r.procs) {
+            f("", &p.latency);
+        }
+    },
+};
+
+/// Direct-reclaim stalls per memory cgroup.
+pub static RECLAIM_CGROUP_STALL_SECONDS: HistDef = HistDef {
+    name: "jitterscope_reclaim_cgroup_stall_seconds",
+    label: Some("cgroup"),
+    help: "Direct-reclaim stalls charged to each memory cgroup (reclaim tracer)",
+    tracer: TracerId::RECLAIM,
+    each: |t, f| {
+        for c in t.reclaim.iter().flat_map(|r| &r.cgroups) {
+            f(&c.cgroup, &c.latency);
+        }
+    },
+};
+
+/// The histograms `/metrics` exposes, in the order it lists them.
+pub static HISTOGRAMS: &[&HistDef] = &[
+    &RUNQLAT_SECONDS,
+    &RUNQLAT_CGROUP_SECONDS,
+    &RECLAIM_STALL_SECONDS,
+    &RECLAIM_CGROUP_STALL_SECONDS,
 ];
 
 /// Families left out of the exported set: the raw per-field tables that repeat curated
@@ -644,7 +706,7 @@ mod tests {
             }
         }
         assert_eq!(
-            base_name(crate::registry::find("cpu.<cpu>.sys_pct").unwrap()).name,
+            base_name(crate::metrics::find("cpu.<cpu>.sys_pct").unwrap()).name,
             "jitterscope_percpu_sys_ratio"
         );
     }
@@ -676,9 +738,9 @@ mod tests {
                 claim(format!("{}_min", base_name(d).name), "min");
             }
         }
-        for (h, _, _) in HISTOGRAMS {
+        for h in HISTOGRAMS {
             for suffix in ["", "_bucket", "_sum", "_count"] {
-                claim(format!("{h}{suffix}"), "histogram");
+                claim(format!("{}{suffix}", h.name), "histogram");
             }
         }
         assert_eq!(

@@ -15,6 +15,7 @@ pub mod caps;
 pub mod codec;
 pub mod collector;
 pub mod derive;
+pub mod eval;
 pub mod export;
 pub mod glob;
 pub mod metrics;

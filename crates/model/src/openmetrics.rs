@@ -282,7 +282,7 @@ pub fn cgroup_info<'a>(cgroups: impl IntoIterator<Item = (&'a Cgroup, Option<i64
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::find;
+    use crate::metrics::find;
 
     /// What the writer wrote before its fast paths: the integer, else `{:.4}` trimmed.
     fn exact_way(v: f64) -> String {

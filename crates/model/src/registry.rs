@@ -7,8 +7,6 @@
 //! this one table; the definitions themselves live in [`crate::metrics`], one named static per
 //! metric, so code addresses a series as (definition, labels) and never spells a name.
 
-use crate::derive::Ctx;
-
 /// The unit of a metric, part of its name as a suffix too.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unit {
@@ -120,12 +118,7 @@ impl Kind {
     }
 }
 
-/// Receives the values a metric produces for one sample: the placeholder values (in template
-/// order) and the value (`None` = unknown for this interval).
-pub type Emit<'e> = dyn FnMut(&[&str], Option<f64>) + 'e;
-
-/// How a metric produces its series for one sample.
-pub type EvalFn = fn(&Ctx, &mut Emit);
+pub use crate::eval::{Emit, EvalFn};
 
 /// One metric.
 pub struct MetricDef {
@@ -139,6 +132,11 @@ pub struct MetricDef {
     pub help: &'static str,
     /// Produces the metric's series for one sample (with the previous one for rates).
     pub eval: EvalFn,
+    /// Templates it was recorded under before a rename, same placeholders in the same order:
+    /// a store written then still reads as this metric (see [`parse_series`]).
+    pub aliases: &'static [&'static str],
+    /// The large sample parts its evaluation reads, which a read must decode.
+    pub parts: crate::codec::Parts,
 }
 
 // Names are unique (a test checks), so a definition is known by its name: handles compare,
@@ -205,15 +203,7 @@ impl MetricDef {
     /// The literal pieces of the template around its placeholders (`["cgroup.", ".cpu.x"]`
     /// for `cgroup.<cgroup>.cpu.x`): split once, then joined with label values per series.
     pub fn literals(&self) -> Vec<&'static str> {
-        let mut out = Vec::with_capacity(3);
-        let mut rest = self.name;
-        while let Some(a) = rest.find('<') {
-            let Some(b) = rest[a..].find('>') else { break };
-            out.push(&rest[..a]);
-            rest = &rest[a + b + 1..];
-        }
-        out.push(rest);
-        out
+        literals_of(self.name)
     }
 
     /// The glob that matches every series of the metric: each placeholder as `*`
@@ -226,26 +216,16 @@ impl MetricDef {
     /// Each placeholder takes at least one character; where a literal separates two of them,
     /// its first occurrence splits (a pid has no dots, a comm may: `proc.42.python3.11.x`).
     pub fn labels_of(&self, series: &str) -> Option<Vec<String>> {
-        let lits = self.literals();
-        if lits.len() == 1 {
-            return (self.name == series).then(Vec::new);
-        }
-        let (first, last) = (lits[0], lits[lits.len() - 1]);
-        let inner = series.strip_prefix(first)?.strip_suffix(last)?;
-        let mut out = Vec::with_capacity(lits.len() - 1);
-        let mut rest = inner;
-        for lit in &lits[1..lits.len() - 1] {
-            // At least one character (whatever its width) for this label, then the literal.
-            let first = rest.chars().next()?.len_utf8();
-            let at = rest[first..].find(lit)? + first;
-            out.push(rest[..at].to_string());
-            rest = &rest[at + lit.len()..];
-        }
-        if rest.is_empty() {
-            return None;
-        }
-        out.push(rest.to_string());
-        Some(out)
+        labels_in(&self.literals(), series)
+    }
+
+    /// As [`MetricDef::labels_of`], also under the names it had before a rename.
+    pub fn labels_of_any(&self, series: &str) -> Option<Vec<String>> {
+        self.labels_of(series).or_else(|| {
+            self.aliases
+                .iter()
+                .find_map(|a| labels_in(&literals_of(a), series))
+        })
     }
 
     /// The literal text before the first placeholder.
@@ -253,18 +233,9 @@ impl MetricDef {
         &self.name[..self.name.find('<').unwrap_or(self.name.len())]
     }
 
-    /// The large sample parts this metric reads (by its name's first component: `proc.` and
-    /// `procs.` read processes, `cgroup.` cgroups, `slab.` slab caches, `profile.` the stack slice). A test checks every
-    /// metric gives the same values when only these parts are decoded.
+    /// The large sample parts this metric reads, as its definition declares them.
     pub fn parts(&self) -> crate::codec::Parts {
-        use crate::codec::Parts;
-        match self.name.split('.').next() {
-            Some("proc" | "procs") => Parts::PROCESSES,
-            Some("cgroup") => Parts::CGROUPS,
-            Some("slab") => Parts::SLABINFO,
-            Some("profile") => Parts::PROFILE,
-            _ => Parts::NONE,
-        }
+        self.parts
     }
 
     /// Whether any series of this metric could match `p` (a cheap test on literal prefixes used
@@ -340,29 +311,11 @@ pub(crate) fn write_series_rest(literals: &[&str], labels: &[&str], out: &mut St
     }
 }
 
-/// The whole registry, in the order `dump --list` prints it.
-pub fn all() -> &'static [&'static MetricDef] {
-    crate::metrics::ALL.as_slice()
-}
-
-/// The sample parts needed to evaluate every metric that may match `select` (all metrics when
-/// `select` is empty).
-pub fn parts_for(select: &[crate::glob::Pattern]) -> crate::codec::Parts {
-    all()
-        .iter()
-        .filter(|d| select.is_empty() || select.iter().any(|p| d.may_match(p)))
-        .fold(crate::codec::Parts::NONE, |acc, d| acc.union(d.parts()))
-}
-
-/// Looks a metric up by its template name (for names that come from outside the code: the
-/// command line, stored data; code uses the handles in [`crate::metrics`]).
-pub fn find(name: &str) -> Option<&'static MetricDef> {
-    all().iter().copied().find(|d| d.name == name)
-}
-
 /// The metric and placeholder values of a series name, trying `defs` in order; among metrics
 /// whose templates all fit, the one with the most literal text wins (`cpu.<cpu>.usr_pct`
-/// before `cpu.<cpu>.<x>` would, had such a metric existed).
+/// before `cpu.<cpu>.<x>` would, had such a metric existed). A name recorded before its
+/// metric was renamed parses as the metric, by the metric's aliases, when no current name
+/// fits.
 pub fn parse_series(
     defs: &[&'static MetricDef],
     series: &str,
@@ -370,6 +323,46 @@ pub fn parse_series(
     defs.iter()
         .filter_map(|&d| Some((d, d.labels_of(series)?)))
         .max_by_key(|(d, _)| d.literals().iter().map(|l| l.len()).sum::<usize>())
+        .or_else(|| {
+            defs.iter()
+                .find_map(|&d| Some((d, d.labels_of_any(series)?)))
+        })
+}
+
+/// The literal pieces of a name template around its placeholders.
+fn literals_of(template: &'static str) -> Vec<&'static str> {
+    let mut out = Vec::with_capacity(3);
+    let mut rest = template;
+    while let Some(a) = rest.find('<') {
+        let Some(b) = rest[a..].find('>') else { break };
+        out.push(&rest[..a]);
+        rest = &rest[a + b + 1..];
+    }
+    out.push(rest);
+    out
+}
+
+/// The placeholder values of `series` under a template split into `lits`.
+fn labels_in(lits: &[&str], series: &str) -> Option<Vec<String>> {
+    if lits.len() == 1 {
+        return (lits[0] == series).then(Vec::new);
+    }
+    let (first, last) = (lits[0], lits[lits.len() - 1]);
+    let inner = series.strip_prefix(first)?.strip_suffix(last)?;
+    let mut out = Vec::with_capacity(lits.len() - 1);
+    let mut rest = inner;
+    for lit in &lits[1..lits.len() - 1] {
+        // At least one character (whatever its width) for this label, then the literal.
+        let first = rest.chars().next()?.len_utf8();
+        let at = rest[first..].find(lit)? + first;
+        out.push(rest[..at].to_string());
+        rest = &rest[at + lit.len()..];
+    }
+    if rest.is_empty() {
+        return None;
+    }
+    out.push(rest.to_string());
+    Some(out)
 }
 
 /// A selection written in code, where it must be a constant (a rule's inputs, a signal): a
@@ -474,6 +467,65 @@ impl serde::Serialize for Select {
 mod tests {
     use super::*;
     use crate::glob::Pattern;
+    use crate::metrics::{all, find};
+
+    /// A metric renamed from `cgroup.<cgroup>.cpu.throttle_share` (its old name an alias).
+    static RENAMED: MetricDef = MetricDef {
+        name: "cgroup.<cgroup>.cpu.throttled_share_pct",
+        unit: Unit::Percent,
+        kind: Kind::Rate,
+        help: "test",
+        eval: |_, _| {},
+        aliases: &["cgroup.<cgroup>.cpu.throttle_share"],
+        parts: crate::codec::Parts::CGROUPS,
+    };
+
+    /// A store written before a rename reads as the renamed metric, with its labels; a name
+    /// under no template and no alias is unknown; a current name wins over an alias.
+    #[test]
+    fn a_name_recorded_before_a_rename_reads_as_the_metric() {
+        let defs: &[&'static MetricDef] = &[&crate::metrics::cgroup::CPU_THROTTLED_PCT, &RENAMED];
+        let (d, l) = parse_series(defs, "cgroup./web.cpu.throttle_share").expect("by alias");
+        assert_eq!(d.name, RENAMED.name);
+        assert_eq!(l, ["/web"]);
+        assert_eq!(
+            d.series_name(&["/web"]),
+            "cgroup./web.cpu.throttled_share_pct"
+        );
+        let (d, _) = parse_series(defs, "cgroup./web.cpu.throttled_share_pct").unwrap();
+        assert_eq!(d.name, RENAMED.name);
+        let (d, _) = parse_series(defs, "cgroup./web.cpu.throttled_pct").unwrap();
+        assert_eq!(d, &crate::metrics::cgroup::CPU_THROTTLED_PCT);
+        assert!(parse_series(defs, "cgroup./web.cpu.throttle_ratio").is_none());
+        assert!(RENAMED
+            .labels_of("cgroup./web.cpu.throttle_share")
+            .is_none());
+    }
+
+    /// Aliases keep a metric's placeholders, in order, and name no other metric's series.
+    #[test]
+    fn aliases_keep_their_placeholders_and_collide_with_nothing() {
+        for d in all() {
+            for a in d.aliases {
+                let def = MetricDef {
+                    name: a,
+                    ..RENAMED_SHAPE
+                };
+                assert_eq!(def.placeholders(), d.placeholders(), "{a} of {}", d.name);
+                assert!(all().iter().all(|o| o.name != *a), "{a} is a metric's name");
+            }
+        }
+    }
+
+    const RENAMED_SHAPE: MetricDef = MetricDef {
+        name: "",
+        unit: Unit::Count,
+        kind: Kind::Gauge,
+        help: "",
+        eval: |_, _| {},
+        aliases: &[],
+        parts: crate::codec::Parts::NONE,
+    };
 
     proptest::proptest! {
         /// `fit` decided from the template agrees with matching the names the metric emits.

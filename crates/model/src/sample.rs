@@ -186,6 +186,11 @@ pub struct Sample {
     /// /proc/buddyinfo.
     pub buddyinfo: Option<BuddyInfo>,
     /// /proc/slabinfo (all caches).
+    // A cycle with codec.rs, kept on purpose: the codec encodes a `Sample`, and the sample's
+    // large parts name the codec's functions for their (de)serialization. Those decode a part
+    // only when the read asked for it (the codec's per-thread `WANTED` parts) and walk over its
+    // bytes otherwise, a choice that has to be made inside serde's walk of this struct; moving
+    // the functions out of the codec would move its state with them.
     #[serde(deserialize_with = "crate::codec::de_slabinfo")]
     pub slabinfo: Option<SlabInfo>,
     /// /proc/sys/fs/dentry-state.

@@ -57,6 +57,11 @@ pub struct Damage {
     /// The first of the unreadable files' errors, for the note.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_error: Option<String>,
+    /// Series names in the signals lane that this build knows under no metric (a metric
+    /// renamed without its old name as an alias, or one a newer build added): each is left
+    /// out of the read, and counted here once. Left out of JSON when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unknown_series: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -106,7 +111,7 @@ pub struct DamagedFile {
 impl Damage {
     /// Whether anything was skipped or found damaged.
     pub fn is_empty(&self) -> bool {
-        !self.lost_any() && self.files.is_empty()
+        !self.lost_any() && self.files.is_empty() && self.unknown_series == 0
     }
 
     /// Whether any sample was lost (a damaged file read around without loss, such as an index
@@ -128,6 +133,7 @@ impl Damage {
         self.frames += o.frames;
         self.unreadable += o.unreadable;
         self.samples_lost += o.samples_lost;
+        self.unknown_series += o.unknown_series;
         let spans: Vec<(i64, i64)> = self
             .lost
             .iter()
@@ -191,6 +197,12 @@ impl Damage {
         }
         if self.corrupt > 0 {
             parts.push(format!("{} corrupt records or frames", self.corrupt));
+        }
+        if self.unknown_series > 0 {
+            parts.push(format!(
+                "{} series of the signals lane under names this build does not know (left out)",
+                self.unknown_series
+            ));
         }
         if self.unreadable > 0 {
             parts.push(format!(

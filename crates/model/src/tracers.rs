@@ -389,7 +389,7 @@ pub struct Lookups {
 /// Declares the tracers' part of a sample from one list (field name = tracer name, as the BPF
 /// crate's table spells it; a test there checks they agree), so a new tracer is one line here.
 macro_rules! tracers {
-    ($($(#[$doc:meta])* $name:ident: $ty:ty,)*) => {
+    ($($(#[$doc:meta])* $name:ident / $id:ident: $ty:ty = $about:literal,)*) => {
         /// Every tracer's data for one interval; a tracer that is not running is `None`.
         #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
         #[serde(default)]
@@ -407,37 +407,105 @@ macro_rules! tracers {
             pub census: Vec<String>,
         }
 
+        // The place of each tracer in the list, which a `TracerId` holds.
+        #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
+        #[repr(u8)]
+        enum Place {
+            $($id,)*
+        }
+
+        impl TracerId {
+            $(
+                #[doc = concat!("The `", stringify!($name), "` tracer: ", $about, ".")]
+                pub const $id: TracerId = TracerId(Place::$id as u8);
+            )*
+
+            /// Every tracer, in the order they are listed (and loaded).
+            pub const ALL: [TracerId; Tracers::COUNT] = [$(TracerId::$id),*];
+
+            /// Its name: on the command line, in messages, as its part of the sample
+            /// (`Tracers::<name>`) and as the `tracer` label of its series.
+            pub const fn name(self) -> &'static str {
+                [$(stringify!($name)),*][self.0 as usize]
+            }
+
+            /// What it traces, in a few words.
+            pub const fn about(self) -> &'static str {
+                [$($about),*][self.0 as usize]
+            }
+
+            /// Whether it contributed to the sample's `t`.
+            pub fn in_sample(self, t: &Tracers) -> bool {
+                [$(t.$name.is_some()),*][usize::from(self.0)]
+            }
+        }
+
         impl Tracers {
             /// How many tracers a sample can hold.
             pub const COUNT: usize = [$(stringify!($name)),*].len();
 
-            /// Each tracer's name and whether it contributed to this sample.
-            pub fn running(&self) -> [(&'static str, bool); Self::COUNT] {
-                [$((stringify!($name), self.$name.is_some())),*]
+            /// Each tracer and whether it contributed to this sample.
+            pub fn running(&self) -> [(TracerId, bool); Self::COUNT] {
+                [$((TracerId::$id, self.$name.is_some())),*]
             }
 
-            /// Each tracer's name and the events it could not record this interval (`None`
-            /// when it did not contribute).
-            pub fn dropped(&self) -> [(&'static str, Option<u64>); Self::COUNT] {
-                [$((stringify!($name), self.$name.as_ref().map(|t| t.dropped))),*]
+            /// Each tracer and the events it could not record this interval (`None` when it
+            /// did not contribute).
+            pub fn dropped(&self) -> [(TracerId, Option<u64>); Self::COUNT] {
+                [$((TracerId::$id, self.$name.as_ref().map(|t| t.dropped))),*]
             }
         }
     };
 }
 
+/// One tracer: made only by its constant (`TracerId::TLB`), so a tracer renamed or removed is
+/// a compile error wherever it is used, not a comparison with a name that no longer matches.
+/// Orders as the tracers are listed.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TracerId(u8);
+
+impl TracerId {
+    /// The tracer of this name.
+    pub fn parse(name: &str) -> Option<TracerId> {
+        TracerId::ALL.into_iter().find(|t| t.name() == name)
+    }
+
+    /// Whether it is one of the sample's tracers that were loaded but idle this interval.
+    pub fn idle_in(self, t: &Tracers) -> bool {
+        t.idle.iter().any(|n| n == self.name())
+    }
+
+    /// Whether the census attached it for this interval.
+    pub fn census_in(self, t: &Tracers) -> bool {
+        t.census.iter().any(|n| n == self.name())
+    }
+}
+
+impl std::fmt::Debug for TracerId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TracerId::{}", self.name())
+    }
+}
+
+impl std::fmt::Display for TracerId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 tracers! {
     /// Direct reclaim and kswapd.
-    reclaim: Reclaim,
+    reclaim / RECLAIM: Reclaim = "direct/memcg reclaim stalls per process and cgroup, kswapd wake-ups",
     /// Slab shrinkers.
-    shrinker: Shrinkers,
+    shrinker / SHRINKER: Shrinkers = "slab shrinker calls, objects and latency per shrinker",
     /// TLB flushes and shootdown IPIs.
-    tlb: Tlb,
+    tlb / TLB: Tlb = "TLB flushes by reason per process, shootdown IPIs by sender",
     /// madvise().
-    madvise: Madvise,
+    madvise / MADVISE: Madvise = "madvise() calls and bytes per process and advice",
     /// Run-queue latency.
-    runqlat: Runqlat,
+    runqlat / RUNQLAT: Runqlat = "run-queue latency histograms, host and per CPU cgroup",
     /// Failed path look-ups.
-    lookups: Lookups,
+    lookups / LOOKUPS: Lookups = "stat/access/open failing with ENOENT per process, sampled names",
 }
 
 impl Tracers {
@@ -840,15 +908,23 @@ mod tests {
             .map(String::as_str)
             .filter(|k| !matches!(*k, "span_ns" | "idle"))
             .collect();
-        let mut names: Vec<&str> = t.running().iter().map(|(n, _)| *n).collect();
+        let mut names: Vec<&str> = t.running().iter().map(|(n, _)| n.name()).collect();
         names.sort_unstable();
         keys.sort_unstable();
         assert_eq!(names, keys);
         assert_eq!(Tracers::COUNT, names.len());
-        let on: Vec<&str> = t.running().iter().filter(|r| r.1).map(|r| r.0).collect();
-        assert_eq!(on, ["tlb", "lookups"]);
+        let on: Vec<TracerId> = t.running().iter().filter(|r| r.1).map(|r| r.0).collect();
+        assert_eq!(on, [TracerId::TLB, TracerId::LOOKUPS]);
         let dropped: Vec<_> = t.dropped().into_iter().filter(|d| d.1.is_some()).collect();
-        assert_eq!(dropped, [("tlb", Some(3)), ("lookups", Some(0))]);
+        assert_eq!(
+            dropped,
+            [(TracerId::TLB, Some(3)), (TracerId::LOOKUPS, Some(0))]
+        );
+        for id in TracerId::ALL {
+            assert_eq!(TracerId::parse(id.name()), Some(id));
+            assert_eq!(id.in_sample(&t), on.contains(&id), "{id}");
+        }
+        assert_eq!(TracerId::parse("kprobe"), None);
     }
 
     #[test]

@@ -1,10 +1,11 @@
 //! Collection from recorded fixture trees and derivation of metrics from pairs of samples.
 
-use jitterscope_model::collector::{collectors, Notes};
+use jitterscope_model::collector::Notes;
 use jitterscope_model::derive::evaluate;
 use jitterscope_model::glob::Pattern;
-use jitterscope_model::registry::all;
+use jitterscope_model::metrics::all;
 use jitterscope_model::sample::{HostInfo, Sample};
+use jitterscope_model::sources::collectors;
 use jitterscope_model::sources::CollectConfig;
 use jitterscope_sources::Root;
 

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use jitterscope_model::codec::Parts;
 use jitterscope_model::derive::for_each_series;
-use jitterscope_model::registry::all;
+use jitterscope_model::metrics::all;
 use jitterscope_model::stored::SampleReader;
 
 #[test]

@@ -24,9 +24,7 @@ pub const PERF_CONTEXT_KERNEL: u64 = (-128i64) as u64;
 /// Marker: the following entries are user addresses.
 pub const PERF_CONTEXT_USER: u64 = (-512i64) as u64;
 
-/// Frames kept per stack part; deeper stacks are cut at the root end. Garbage frame pointers
-/// can produce chains of the kernel's maximum (127) that are noise.
-pub const MAX_DEPTH: usize = 64;
+pub use crate::MAX_DEPTH;
 
 /// Distinct stacks kept per slice; samples of further stacks are counted as dropped.
 pub const MAX_STACKS: usize = 20_000;

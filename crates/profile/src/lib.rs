@@ -17,3 +17,8 @@ pub mod sampler;
 pub mod system;
 pub mod unwind;
 pub mod window;
+
+/// Frames kept per stack part; deeper stacks are cut at the root end. Garbage frame pointers
+/// can produce chains of the kernel's maximum (127) that are noise. Both the capture and the
+/// DWARF unwinder cut at it, so it is theirs in common, here.
+pub const MAX_DEPTH: usize = 64;

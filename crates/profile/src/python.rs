@@ -1,5 +1,5 @@
 //! CPython frames in native stacks (issue 22): which processes are interpreters, where their
-//! structures are, and what the frame records of `jitterscope_bpf::python` name.
+//! structures are, and what the frame records of `jitterscope_bpf::python_walker` name.
 //!
 //! At a sample, a BPF program on the sampler's own events copies the sampled thread's frame
 //! chain as (code object, last instruction) pairs. Here, on the profiler thread and while the
@@ -22,7 +22,7 @@ use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
-use jitterscope_bpf::python::{EntryKind, InstrKind, Offsets, PyRecord, TidKind, NONE};
+use jitterscope_bpf::python_walker::{EntryKind, InstrKind, Offsets, PyRecord, TidKind, NONE};
 
 use crate::maps::Table;
 
@@ -354,7 +354,7 @@ fn read_mem(pid: u32, addr: u64, buf: &mut [u8]) -> bool {
     if buf.is_empty() {
         return true;
     }
-    jitterscope_sources::io::read_process_memory(pid, addr, buf).is_ok_and(|n| n == buf.len())
+    jitterscope_sources::fileio::read_process_memory(pid, addr, buf).is_ok_and(|n| n == buf.len())
 }
 
 fn read_u64(pid: u32, addr: u64) -> Option<u64> {

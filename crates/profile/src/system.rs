@@ -48,12 +48,12 @@ pub struct SystemResolver {
 #[derive(Default)]
 struct Python {
     fds: Vec<std::os::fd::RawFd>,
-    walker: Option<Result<jitterscope_bpf::python::PyWalker, ()>>,
+    walker: Option<Result<jitterscope_bpf::python_walker::PyWalker, ()>>,
     frames: crate::python::Frames,
     probed: std::collections::HashSet<u32>,
     images: HashMap<(Arc<str>, u64), Option<crate::python::Image>>,
     unsupported: std::collections::HashSet<(u8, u8)>,
-    buf: Vec<jitterscope_bpf::python::PyRecord>,
+    buf: Vec<jitterscope_bpf::python_walker::PyRecord>,
 }
 
 impl Default for SystemResolver {
@@ -125,7 +125,7 @@ impl SystemResolver {
         };
         let fds = &self.python.fds;
         let walker = self.python.walker.get_or_insert_with(|| {
-            jitterscope_bpf::python::PyWalker::load(fds).map_err(|e| {
+            jitterscope_bpf::python_walker::PyWalker::load(fds).map_err(|e| {
                 self.notes
                     .push(format!("profile: no Python frames in stacks: {e}"));
             })
@@ -176,7 +176,7 @@ pub fn hex(b: &[u8]) -> String {
 /// churn (bench/busy.sh's load).
 fn read_proc(p: &str) -> Option<Vec<u8>> {
     let mut b = Vec::with_capacity(4096);
-    jitterscope_sources::io::read_into(std::path::Path::new(p), &mut b).ok()?;
+    jitterscope_sources::fileio::read_into(std::path::Path::new(p), &mut b).ok()?;
     Some(b)
 }
 
@@ -254,7 +254,7 @@ impl SystemResolver {
     fn cgroup(pid: u32) -> Arc<str> {
         read_proc(&format!("/proc/{pid}/cgroup"))
             .and_then(|b| {
-                let p = CgroupNs::for_root(&jitterscope_sources::io::Root::new("/"))
+                let p = CgroupNs::for_root(&jitterscope_sources::fileio::Root::new("/"))
                     .resolve(&parse_proc_pid_cgroup(&b).ok()?);
                 p.cpu.or(p.v2)
             })

@@ -22,8 +22,8 @@ use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
 use object::{Object, ObjectSection, ObjectSegment};
 
-use crate::capture::MAX_DEPTH;
 use crate::maps::{Mapping, Table};
+use crate::MAX_DEPTH;
 
 /// perf's x86_64 register numbers (`arch/x86/include/uapi/asm/perf_regs.h`).
 const PERF_REG_X86_BP: u32 = 6;
@@ -306,7 +306,7 @@ impl Default for StackUnwinder {
 
 impl StackUnwinder {
     /// Return addresses of `s` (leaf first, each after the first minus one, as
-    /// [`crate::capture::RawStack`] keeps them), unwound in process `pid` with mapping table
+    /// [`RawStack`](crate::capture::RawStack) keeps them), unwound in process `pid` with mapping table
     /// `table`. `root` prefixes the paths (`/proc/<pid>/root` for a process in another mount
     /// namespace). Stops at the end of the copy, at code it cannot unwind, or at
     /// [`MAX_DEPTH`].

@@ -10,12 +10,12 @@
 #![deny(missing_docs)]
 
 pub mod cgroup;
-pub mod io;
+pub mod fileio;
 pub mod process;
 pub mod redact;
 pub mod smaps;
 pub mod system;
-pub mod tasks;
+pub mod task_records;
 pub mod units;
 
-pub use io::{ParseError, ReadError, Root};
+pub use fileio::{ParseError, ReadError, Root};

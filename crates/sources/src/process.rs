@@ -18,7 +18,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::cgroup::{parse_proc_pid_cgroup, CgroupNs, ProcCgroupPaths};
-use crate::io::{fields, lines, lossy, parse_i64, parse_u64, trim_ascii, ParseError, ReadError};
+use crate::fileio::{
+    fields, lines, lossy, parse_i64, parse_u64, trim_ascii, ParseError, ReadError,
+};
 use crate::redact::Redactor;
 use crate::Root;
 
@@ -347,7 +349,7 @@ pub struct ProcessScanStats {
     pub stat_carried_forward: u64,
     /// /proc was not listed because no fork happened since the last listing.
     pub listing_skipped: bool,
-    /// The processes came from the BPF task iterator (`crate::tasks`), not from their /proc
+    /// The processes came from the BPF task iterator (`crate::task_records`), not from their /proc
     /// files; the carry-forward counts above are then 0.
     pub task_iter: bool,
     /// Run-queue wait of every thread on the host since the recorder started, ns: each
@@ -389,7 +391,7 @@ impl PidFile {
                 }
             }
             None => {
-                crate::io::read_into(&self.path, buf)?;
+                crate::fileio::read_into(&self.path, buf)?;
                 Ok(buf.len())
             }
         }
@@ -407,7 +409,7 @@ pub(crate) fn read_cmdline(
     if !r.keeps_cmdlines() {
         return Arc::from("");
     }
-    match crate::io::read_into(path, buf) {
+    match crate::fileio::read_into(path, buf) {
         Ok(()) => r.cmdline(buf, max).into(),
         Err(_) => Arc::from(""),
     }

@@ -100,7 +100,7 @@ impl Redactor {
             if raw.is_empty() {
                 continue;
             }
-            let arg = crate::io::lossy(raw);
+            let arg = crate::fileio::lossy(raw);
             if !out.is_empty() {
                 out.push(' ');
             }

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::io::{lines, lossy, parse_u64, trim_ascii, ParseError};
+use crate::fileio::{lines, lossy, parse_u64, trim_ascii, ParseError};
 
 /// One mapping (a VMA) and its accounting. Sizes are bytes.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -32,7 +32,7 @@ use std::sync::Arc;
 
 use crate::cgroup::CgroupNs;
 use crate::cgroup::ProcCgroupPaths;
-use crate::io::lossy;
+use crate::fileio::lossy;
 use crate::process::{
     read_cmdline, refresh_cgroups, PidFile, PidIo, PidSchedstat, PidStat, PidStatus, Process,
     ProcessScanStats,

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use jitterscope_model::derive::Ctx;
 use jitterscope_model::metrics::{cgroup, cpu, disk, irq, mem, process, psi, tracer};
 use jitterscope_model::registry::MetricDef;
+use jitterscope_model::tracers::TracerId;
 use jitterscope_model::Sample;
 use serde::Serialize;
 
@@ -454,15 +455,15 @@ impl Snapshot {
                 .running()
                 .iter()
                 .filter(|(_, up)| *up)
-                .map(|(n, _)| n.to_string())
+                .map(|(id, _)| id.name().to_string())
                 .collect();
         }
-        let traced = |n: &str| s.tracers.iter().any(|t| t == n);
+        let traced = |id: TracerId| cur.tracers.as_ref().is_some_and(|t| id.in_sample(t));
         let (has_madvise, has_lookups, has_tlb, has_reclaim) = (
-            traced("madvise"),
-            traced("lookups"),
-            traced("tlb"),
-            traced("reclaim"),
+            traced(TracerId::MADVISE),
+            traced(TracerId::LOOKUPS),
+            traced(TracerId::TLB),
+            traced(TracerId::RECLAIM),
         );
         let mut b = Builder {
             s,

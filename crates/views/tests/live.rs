@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use jitterscope_model::collector::collectors;
 use jitterscope_model::sample::HostInfo;
+use jitterscope_model::sources::collectors;
 use jitterscope_model::sources::CollectConfig;
 use jitterscope_sources::Root;
 use jitterscope_views::app::App;

@@ -13,7 +13,7 @@ use axum::Json;
 use jitterscope_diagnose::{Data, Options};
 use jitterscope_model::cancel::Token;
 use jitterscope_model::glob::Pattern;
-use jitterscope_model::registry::all;
+use jitterscope_model::metrics::all;
 use jitterscope_profile::window::{Filter, Named};
 use serde::{Deserialize, Serialize};
 use serde_json::json;

@@ -67,7 +67,7 @@ pub fn subject(def: &MetricDef, labels: &[String]) -> Option<String> {
 /// The legend of a series: its subject, else the metric's short name. Unknown names are
 /// shown as they are.
 pub fn legend(series: &str) -> String {
-    match registry::parse_series(registry::all(), series) {
+    match registry::parse_series(jitterscope_model::metrics::all(), series) {
         Some((def, labels)) => subject(def, &labels).unwrap_or_else(|| metric_short(def)),
         None => series.to_string(),
     }
@@ -75,13 +75,13 @@ pub fn legend(series: &str) -> String {
 
 /// The subject of a series by name (`None` for host-wide series and unknown names).
 pub fn subject_of(series: &str) -> Option<String> {
-    let (def, labels) = registry::parse_series(registry::all(), series)?;
+    let (def, labels) = registry::parse_series(jitterscope_model::metrics::all(), series)?;
     subject(def, &labels)
 }
 
 /// The unit of a series by name (`as_str` form), when the name is a known metric's.
 pub fn unit_of(series: &str) -> Option<&'static str> {
-    registry::parse_series(registry::all(), series).map(|(d, _)| d.unit.as_str())
+    registry::parse_series(jitterscope_model::metrics::all(), series).map(|(d, _)| d.unit.as_str())
 }
 
 #[cfg(test)]

@@ -36,7 +36,9 @@ use std::time::Duration;
 use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use jitterscope_model::export::{base_name, counter_of, windowed, BaseName, Bounded, HISTOGRAMS};
+use jitterscope_model::export::{
+    base_name, counter_of, windowed, BaseName, Bounded, HistDef, HISTOGRAMS,
+};
 use jitterscope_model::registry::MetricDef;
 use jitterscope_model::stored::{Damage, SampleReader};
 use jitterscope_model::tracers::Hist;
@@ -93,7 +95,8 @@ struct Folded {
     to: Option<i64>,
     defs: HashMap<&'static MetricDef, Exposed>,
     series: HashMap<(&'static MetricDef, Vec<String>), Series>,
-    /// Histogram sums by (index in `HISTOGRAMS`, label value), with when each was last seen.
+    /// Histogram sums by (place in `HISTOGRAMS`, which orders the exposition, and label value),
+    /// with when each was last seen.
     hists: BTreeMap<(usize, String), (Hist, i64)>,
     /// Each scraper's previous scrape (wall clock, ns).
     clients: HashMap<IpAddr, i64>,
@@ -138,27 +141,15 @@ impl Folded {
             }
         });
         if let Some(t) = &cur.tracers {
-            let mut add = |i: usize, label: &str, h: &Hist| {
-                if h.count == 0 && h.slots.is_empty() {
-                    return;
-                }
-                let e = self.hists.entry((i, label.to_string())).or_default();
-                e.0 += h;
-                e.1 = cur.ts_ns;
-            };
-            if let Some(r) = &t.runqlat {
-                add(0, "", &r.host);
-                for c in &r.cgroups {
-                    add(1, &c.cgroup, &c.latency);
-                }
-            }
-            if let Some(r) = &t.reclaim {
-                for p in &r.procs {
-                    add(2, "", &p.latency);
-                }
-                for c in &r.cgroups {
-                    add(3, &c.cgroup, &c.latency);
-                }
+            for (i, def) in HISTOGRAMS.iter().enumerate() {
+                (def.each)(t, &mut |label: &str, h: &Hist| {
+                    if h.count == 0 && h.slots.is_empty() {
+                        return;
+                    }
+                    let e = self.hists.entry((i, label.to_string())).or_default();
+                    e.0 += h;
+                    e.1 = cur.ts_ns;
+                });
             }
         }
         if newest {
@@ -443,7 +434,12 @@ impl Folded {
             }
         }
         for ((i, label), (h, _)) in &self.hists {
-            let (name, key, help) = HISTOGRAMS[*i];
+            let HistDef {
+                name,
+                label: key,
+                help,
+                ..
+            } = HISTOGRAMS[*i];
             let f = fams.family(name, MetricType::Histogram, || {
                 format!("{help}, since serve started")
             });
@@ -559,10 +555,11 @@ pub fn names_table() -> String {
             also.join(", ")
         ));
     }
-    for (name, key, _) in HISTOGRAMS {
+    for h in HISTOGRAMS {
         out.push_str(&format!(
-            "| (tracer histogram) | (none) | `{name}` (histogram{}) | | `_bucket`, `_sum`, `_count` |\n",
-            key.map(|k| format!(" by `{k}`")).unwrap_or_default()
+            "| (tracer histogram) | (none) | `{}` (histogram{}) | | `_bucket`, `_sum`, `_count` |\n",
+            h.name,
+            h.label.map(|k| format!(" by `{k}`")).unwrap_or_default()
         ));
     }
     out.push_str(

@@ -131,7 +131,7 @@ fn range_metrics_and_series() {
         .map(|x| x["name"].as_str().unwrap())
         .collect();
     assert!(names.contains(&"cgroup.<cgroup>.cpu.throttled_pct"));
-    assert_eq!(names.len(), jitterscope_model::registry::all().len());
+    assert_eq!(names.len(), jitterscope_model::metrics::all().len());
 
     // The page's charts, each asked of the series API as the page asks: every one answers,
     // and the recording's TLB storm is on the TLB chart.
@@ -565,7 +565,7 @@ fn metrics_endpoint_is_bounded_and_refuses_stale_data() {
     let (cur, prev) = (dec(recs.len() - 1), dec(recs.len() - 2));
     let mut want: std::collections::HashSet<String> = Default::default();
     for name in ["proc.<pid>.<comm>.cpu_pct", "proc.<pid>.<comm>.rss_bytes"] {
-        let def = jitterscope_model::registry::find(name).unwrap();
+        let def = jitterscope_model::metrics::find(name).unwrap();
         let mut top: Vec<(f64, u32)> =
             jitterscope_model::derive::evaluate(&[def], &cur, Some(&prev), &[])
                 .into_iter()
@@ -768,7 +768,7 @@ fn public_metrics_open_metrics_and_healthz_only() {
 fn series_read_the_signals_lane_when_it_holds_them() {
     // The fixture predates the lanes: rewritten the way `record` writes now, it has them.
     let dir = tempfile::tempdir().unwrap();
-    jitterscope_diagnose::events::rewrite(&store("tlb-shootdown"), dir.path()).unwrap();
+    jitterscope_testkit::rewrite(&store("tlb-shootdown"), dir.path()).unwrap();
     let lanes = start(
         "127.0.0.1".parse().unwrap(),
         dir.path().to_path_buf(),
@@ -806,7 +806,7 @@ fn series_read_the_signals_lane_when_it_holds_them() {
 fn series_the_lane_did_not_keep_yet_come_from_the_samples() {
     use jitterscope_model::signals::{SignalRecord, SHOWN};
     let dir = tempfile::tempdir().unwrap();
-    jitterscope_diagnose::events::rewrite(&store("tlb-shootdown"), dir.path()).unwrap();
+    jitterscope_testkit::rewrite(&store("tlb-shootdown"), dir.path()).unwrap();
     let reader = jitterscope_model::stored::SampleReader::open(dir.path()).unwrap();
     let mut old = Vec::new();
     for (ts, mut r) in reader.signals(i64::MIN, i64::MAX).unwrap() {

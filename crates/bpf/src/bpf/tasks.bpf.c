@@ -2,7 +2,7 @@
 /* Every task's /proc/<pid>/{stat,status,io,schedstat} inputs in one read() of a task iterator
  * (iter/task, 5.8+): the process collector's fast path (issue 23). Reading /proc costs four
  * seq_file generations per process per second; this program copies the same kernel fields into
- * fixed binary records and user space (jitterscope_sources::tasks) computes what fs/proc/array.c
+ * fixed binary records and user space (jitterscope_sources::task_records) computes what fs/proc/array.c
  * and fs/proc/base.c compute from them.
  *
  * Each task gets a `js_task_thread` record: the fields /proc sums over a thread group (faults,
@@ -186,7 +186,7 @@ struct bpf_iter__task {
 #define PF_WQ_WORKER 0x00000020
 #define JS_MAX_CPUS 1024
 
-/* ---- Records (mirrored by crates/bpf/src/tasks.rs through the skeleton's types). ---- */
+/* ---- Records (mirrored by crates/bpf/src/task_iter.rs through the skeleton's types). ---- */
 
 enum {
 	JS_T_LEADER = 1 << 0,	/* a js_task_leader follows */
@@ -279,7 +279,7 @@ const volatile u32 js_nr_cpus = 1;
 /* Per-CPU offsets, found at the first task of each read; js_pcpu_ready once they are. */
 s64 js_pcpu_off[JS_MAX_CPUS];
 u32 js_pcpu_ready = 0;
-/* Gives the skeleton a Rust type of the thread record (crates/bpf/src/tasks.rs reads them). */
+/* Gives the skeleton a Rust type of the thread record (crates/bpf/src/task_iter.rs reads them). */
 struct js_task_thread js_thread_layout;
 /* Tasks whose leader record could not be written (no scratch); user space says so. */
 u64 js_missed = 0;

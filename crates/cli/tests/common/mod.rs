@@ -501,3 +501,27 @@ pub fn names_in(d: &Path) -> Vec<String> {
     v.sort();
     v
 }
+
+/// Headless Chromium on `url` with `args` (`--dump-dom`, `--screenshot=…`), bounded at two
+/// minutes; the page's scripts get 20 s of virtual time, the window is 1400×1700.
+pub fn chromium(args: &[&str], url: &str) -> Output {
+    Command::new("timeout")
+        .args([
+            "120",
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+        ])
+        .args([
+            "--disable-dev-shm-usage",
+            "--hide-scrollbars",
+            "--no-first-run",
+        ])
+        .args(["--virtual-time-budget=20000", "--window-size=1400,1700"])
+        .args(args)
+        .arg(url)
+        .stdin(Stdio::null())
+        .output()
+        .expect("chromium runs")
+}

@@ -32,9 +32,7 @@
 //! for stores written before it existed. The episodes the recorder marked live are flagged
 //! `online`.
 
-mod detect;
 mod load;
-mod online;
 
 use std::collections::BTreeMap;
 
@@ -42,13 +40,10 @@ use serde::Serialize;
 
 use crate::data::Data;
 use crate::rfc3339;
-pub use detect::{Change, Episode, LeakDetector, SpikeDetector};
+pub use jitterscope_detect::{Change, Episode, LeakDetector, Online, SpikeDetector, LEAK_KIND};
 pub use jitterscope_model::signals::{Mark, MarkState, Signal, SignalRecord, SIGNALS};
-pub use load::{load, rewrite, Loaded};
-pub use online::Online;
+pub use load::{load, Loaded};
 
-/// Episode kind of leak trends.
-pub const LEAK_KIND: &str = "leak-trend";
 /// What a leak trend is, as `events` prints it.
 pub const LEAK_WHAT: &str = "process memory growing steadily (RSS)";
 

@@ -49,8 +49,9 @@ const SUPER: &[&str] = &["super_cache_scan"];
 
 /// Negative dentries over the baseline from which the cache is bloated, and dentries and
 /// inodes the superblock shrinker must free in a window before a standing pile counts as
-/// shrunk (chain.rs takes the same to link a pile to the reclaim that freed it).
-pub const RISE: f64 = 100_000.0;
+/// shrunk (chain.rs takes the same to link a pile to the reclaim that freed it). Defined with
+/// the rules, as `fs.failing-lookups` leaves a swelling cache to this rule by it.
+pub use super::DENTRY_RISE as RISE;
 
 /// A standing pile (no rise) from this size on is worth naming when reclaim shrinks it.
 const PILE: f64 = 1_000_000.0;

@@ -38,6 +38,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use jitterscope_model::metrics::{mem, tracer};
 use jitterscope_model::registry::Unit;
+use jitterscope_model::tracers::TracerId;
 
 use super::{confidence, fact, finding, proc_culprit, rule, series_fact, top_series, Take};
 use crate::data::{Data, Series};
@@ -47,7 +48,7 @@ rule! {
     "fs.failing-lookups", "a program failing thousands of path look-ups per second (names that do not exist)", resource,
     reads: tracer::LOOKUPS_PROC_ENOENT_PER_S, tracer::LOOKUPS_ENOENT_PER_S,
         tracer::LOOKUPS_CGROUP_ENOENT_PER_S,
-        tracer::LOOKUPS_PATTERN_SAMPLES, tracer::CENSUS["lookups"], mem::DENTRY_NR_NEGATIVE,
+        tracer::LOOKUPS_PATTERN_SAMPLES, tracer::CENSUS[TracerId::LOOKUPS.name()], mem::DENTRY_NR_NEGATIVE,
 }
 
 /// Failed look-ups per second (one command's processes, while traced) that make a finding.
@@ -142,7 +143,7 @@ fn run(d: &Data) -> Vec<Finding> {
         neg.first
     };
     let rise = if neg.n > 0 { neg.max - base } else { 0.0 };
-    if rise >= super::dcache::RISE {
+    if rise >= super::DENTRY_RISE {
         return Vec::new();
     }
     let n = traced.len();
@@ -171,12 +172,14 @@ fn run(d: &Data) -> Vec<Finding> {
             .then(b.mean(n).total_cmp(&a.mean(n)))
             .then(a.comm.cmp(&b.comm))
     });
-    let census = d.get(&tracer::CENSUS, &["lookups"]).map_or(0, |s| {
-        s.points
-            .iter()
-            .filter(|p| p.0 >= start && p.1 > 0.0)
-            .count()
-    });
+    let census = d
+        .get(&tracer::CENSUS, &[TracerId::LOOKUPS.name()])
+        .map_or(0, |s| {
+            s.points
+                .iter()
+                .filter(|p| p.0 >= start && p.1 > 0.0)
+                .count()
+        });
     let cx = Coverage {
         traced: n,
         census,
@@ -440,7 +443,7 @@ mod tests {
         };
         for &i in traced {
             d.push(&tracer::LOOKUPS_ENOENT_PER_S, &[], i, 1.0);
-            d.push(&tracer::CENSUS, &["lookups"], i, 1.0);
+            d.push(&tracer::CENSUS, &[TracerId::LOOKUPS.name()], i, 1.0);
         }
         for &(pid, comm, pts) in rates {
             for &(i, v) in pts {

@@ -23,7 +23,7 @@ use crate::{rfc3339, Culprit, Evidence, Finding, Moved, Span};
 /// The series a rule reads: `sels! { cpu::SYS_PCT, psi::SOME_PCT["memory"] }` is every series
 /// of `cpu.sys_pct` and the memory series of `psi.<resource>.some_pct`.
 macro_rules! sels {
-    ($($m:ident::$d:ident $([$($l:literal),* $(,)?])?),* $(,)?) => {
+    ($($m:ident::$d:ident $([$($l:expr),* $(,)?])?),* $(,)?) => {
         &[$(jitterscope_model::registry::Sel::of(
             &jitterscope_model::metrics::$m::$d,
             &[$($($l),*)?],
@@ -31,6 +31,12 @@ macro_rules! sels {
     };
 }
 pub(crate) use sels;
+
+/// Negative dentries over the baseline from which the dentry cache is bloated: above it the
+/// swelling is `memory.dcache-bloat`'s finding (which names the producer with the look-up
+/// rule's pattern helpers), below it failing look-ups are `fs.failing-lookups`' own. Here,
+/// between the two rules, so neither depends on the other both ways.
+pub const DENTRY_RISE: f64 = 100_000.0;
 
 /// Declares a rule module's `RULE`: its id, what it detects, its tier (`mechanism`, or
 /// `resource` for plain saturation) and the series it reads (as in [`sels!`]); its evaluation
@@ -167,6 +173,10 @@ pub(crate) fn evidence(
     Evidence {
         signal: take.name(&series),
         series: Some(series),
+        source: Some(crate::SeriesRef {
+            def,
+            labels: labels.iter().map(|l| l.to_string()).collect(),
+        }),
         value: round(value),
         stat: take.stat(),
         over_s: None,
@@ -212,6 +222,7 @@ pub(crate) fn series_fact(s: &Series, value: f64, take: Take, note: impl Into<St
     Evidence {
         signal: take.name(&series),
         series: Some(series),
+        source: Some(s.source()),
         value: round(value),
         stat: take.stat(),
         over_s: None,
@@ -231,6 +242,7 @@ pub(crate) fn fact(
     Evidence {
         signal: signal.into(),
         series: None,
+        source: None,
         value: round(value),
         stat: "derived",
         over_s: None,

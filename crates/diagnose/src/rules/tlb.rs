@@ -56,7 +56,7 @@ fn allocator(d: &Data, pid: u32) -> Option<(String, String)> {
         );
     }
     let refs: Vec<&str> = paths.iter().map(String::as_str).collect();
-    let a = jitterscope_memleak::process::allocator(&refs)?;
+    let a = jitterscope_memleak::runtime::allocator(&refs)?;
     Some((a.name, a.library.unwrap_or_default()))
 }
 
@@ -85,7 +85,7 @@ fn run(d: &Data) -> Vec<Finding> {
     let version = alloc
         .as_ref()
         .filter(|(n, _)| n == "jemalloc")
-        .and_then(|(_, p)| jitterscope_memleak::process::jemalloc_version(p));
+        .and_then(|(_, p)| jitterscope_memleak::runtime::jemalloc_version(p));
     if let Some((name, path)) = &alloc {
         culprit.library = Some(format!("{name} ({path})"));
         culprit.library_version = version.clone();

@@ -4,7 +4,7 @@
 use jitterscope_sources::cgroup::{Cgroup, CpuStats, IoStats, MemoryStats};
 
 use super::{gauge, metrics, rate};
-use crate::derive::{emit_delta_pct, Ctx};
+use crate::eval::{emit_delta_pct, Ctx};
 use crate::registry::Emit;
 
 fn each<'a, 'c>(
@@ -94,6 +94,7 @@ fn pressure(
 }
 
 metrics! {
+    reads: CGROUPS;
     CPU_USAGE_PCT = ("cgroup.<cgroup>.cpu.usage_pct", Percent, Rate, "CPU used by the cgroup as % of one CPU (v1 cpuacct.usage, v2 cpu.stat usage_usec)", |cx, out| cpu_rate(cx, out, |c| c.usage_ns, 1e-7)),
     CPU_USER_PCT = ("cgroup.<cgroup>.cpu.user_pct", Percent, Rate, "User CPU of the cgroup as % of one CPU (v1 cpuacct.stat, v2 cpu.stat user_usec)", |cx, out| {
             let hz = cx.cur.host.user_hz;
@@ -148,8 +149,8 @@ metrics! {
                 let Some(q) = quota_cores(cpu) else { continue };
                 let pv = p.and_then(|p| p.cpu.as_ref()).and_then(|c| c.usage_ns);
                 match cx.rate(cpu.usage_ns, pv) {
-                    crate::derive::Rate::Value(ns_per_s) if q > 0.0 => out(&[&c.path], Some(ns_per_s / 1e9 / q * 100.0)),
-                    crate::derive::Rate::Unknown => out(&[&c.path], None),
+                    crate::eval::Rate::Value(ns_per_s) if q > 0.0 => out(&[&c.path], Some(ns_per_s / 1e9 / q * 100.0)),
+                    crate::eval::Rate::Unknown => out(&[&c.path], None),
                     _ => {}
                 }
             }

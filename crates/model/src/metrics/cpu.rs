@@ -3,7 +3,7 @@
 use jitterscope_sources::system::stat::{CpuTimes, Stat};
 
 use super::{gauge, metrics, rate};
-use crate::derive::Ctx;
+use crate::eval::Ctx;
 use crate::registry::{Emit, EvalFn};
 
 type Field = fn(&CpuTimes) -> Option<u64>;
@@ -125,6 +125,7 @@ const SOFTIRQ: HostAndPerCpu = cpu_pair!(|t| t.softirq_ticks);
 const STEAL: HostAndPerCpu = cpu_pair!(|t| t.steal_ticks);
 
 metrics! {
+    reads: NONE;
     USR_PCT = ("cpu.usr_pct", Percent, Rate, "User time (excluding nice) as % of all CPUs (/proc/stat)", USR.0),
     NICE_PCT = ("cpu.nice_pct", Percent, Rate, "Niced user time as % of all CPUs (/proc/stat)", NICE.0),
     SYS_PCT = ("cpu.sys_pct", Percent, Rate, "Kernel time as % of all CPUs: reclaim, lock contention, syscalls (/proc/stat)", SYS.0),
@@ -156,7 +157,7 @@ metrics! {
 #[cfg(test)]
 mod tests {
     use crate::derive::evaluate;
-    use crate::registry::all;
+    use crate::metrics::all;
     use crate::sample::Sample;
     use jitterscope_sources::process::ProcessScanStats;
 

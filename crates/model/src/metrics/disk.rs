@@ -3,7 +3,7 @@
 use jitterscope_sources::system::diskstats::DiskStat;
 
 use super::{gauge, metrics, pairs, rate};
-use crate::derive::Ctx;
+use crate::eval::Ctx;
 use crate::registry::Emit;
 
 /// Devices worth a series: not idle loop/ram devices (dozens of them on container hosts).
@@ -36,6 +36,7 @@ fn disk_rate(cx: &Ctx, out: &mut Emit, f: fn(&DiskStat) -> u64, k: f64) {
 const SECTOR: f64 = 512.0;
 
 metrics! {
+    reads: NONE;
     READS_PER_S = ("disk.<disk>.reads_per_s", PerSecond, Rate, "Reads completed per second (/proc/diskstats)", |cx, out| disk_rate(cx, out, |d| d.reads_completed, 1.0)),
     WRITES_PER_S = ("disk.<disk>.writes_per_s", PerSecond, Rate, "Writes completed per second (/proc/diskstats)", |cx, out| disk_rate(cx, out, |d| d.writes_completed, 1.0)),
     READ_BYTES_PER_S = ("disk.<disk>.read_bytes_per_s", BytesPerSecond, Rate, "Bytes read per second (/proc/diskstats sectors x 512)", |cx, out| disk_rate(cx, out, |d| d.read_sectors, SECTOR)),

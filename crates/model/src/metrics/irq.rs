@@ -1,7 +1,7 @@
 //! Interrupts: TLB shootdowns and function-call IPIs per CPU, every IRQ line, softirqs.
 
 use super::{metrics, pairs, rate};
-use crate::derive::Ctx;
+use crate::eval::Ctx;
 use crate::registry::Emit;
 
 fn irq_total(cx: &Ctx, out: &mut Emit, name: &str) {
@@ -36,6 +36,7 @@ fn irq_per_cpu(cx: &Ctx, out: &mut Emit, name: &str) {
 }
 
 metrics! {
+    reads: NONE;
     TLB_PER_S = ("irq.tlb_per_s", PerSecond, Rate, "TLB shootdown IPIs handled per second, all CPUs (/proc/interrupts TLB)", |cx, out| irq_total(cx, out, "TLB")),
     CAL_PER_S = ("irq.cal_per_s", PerSecond, Rate, "Function-call IPIs handled per second, all CPUs (/proc/interrupts CAL)", |cx, out| irq_total(cx, out, "CAL")),
     PER_CPU_TLB_PER_S = ("cpu.<cpu>.tlb_per_s", PerSecond, Rate, "TLB shootdown IPIs handled by one CPU per second (/proc/interrupts TLB)", |cx, out| irq_per_cpu(cx, out, "TLB")),

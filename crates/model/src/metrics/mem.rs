@@ -3,7 +3,7 @@
 use jitterscope_sources::system::meminfo::MemUnit;
 
 use super::{gauge, metrics, pairs, rate};
-use crate::derive::Ctx;
+use crate::eval::Ctx;
 use crate::registry::Emit;
 
 fn meminfo(cx: &Ctx, out: &mut Emit, key: &str) {
@@ -79,6 +79,7 @@ fn vmstat_is_gauge(k: &str) -> bool {
 }
 
 metrics! {
+    reads: NONE;
     TOTAL_BYTES = ("mem.total_bytes", Bytes, Gauge, "Usable RAM (/proc/meminfo MemTotal)", |cx, out| meminfo(cx, out, "MemTotal")),
     FREE_BYTES = ("mem.free_bytes", Bytes, Gauge, "Free RAM (/proc/meminfo MemFree)", |cx, out| meminfo(cx, out, "MemFree")),
     AVAILABLE_BYTES = ("mem.available_bytes", Bytes, Gauge, "RAM available without swapping, estimated by the kernel (MemAvailable)", |cx, out| meminfo(cx, out, "MemAvailable")),
@@ -161,23 +162,23 @@ metrics! {
                 }
             }
         }),
-    SLAB_TOTAL_BYTES = ("slab.total_bytes", Bytes, Gauge, "Memory held by all slab caches, from slab page counts (/proc/slabinfo)", |cx, out| {
+    SLAB_TOTAL_BYTES = ("slab.total_bytes", Bytes, Gauge in SLABINFO, "Memory held by all slab caches, from slab page counts (/proc/slabinfo)", |cx, out| {
             let page = cx.cur.host.page_size_bytes.max(1);
             let total = cx.cur.slabinfo.as_ref().map(|s| s.caches.iter().map(|c| c.num_slabs * c.pagesperslab * page).sum::<u64>());
             gauge(out, &[], total.map(|v| v as f64));
         }),
-    SLAB_CACHE_TOTAL_BYTES = ("slab.<cache>.total_bytes", Bytes, Gauge, "Memory held by one slab cache: slabs x pages per slab x page size (/proc/slabinfo)", |cx, out| {
+    SLAB_CACHE_TOTAL_BYTES = ("slab.<cache>.total_bytes", Bytes, Gauge in SLABINFO, "Memory held by one slab cache: slabs x pages per slab x page size (/proc/slabinfo)", |cx, out| {
             let page = cx.cur.host.page_size_bytes.max(1);
             for c in cx.cur.slabinfo.iter().flat_map(|s| &s.caches) {
                 out(&[&c.name], Some((c.num_slabs * c.pagesperslab * page) as f64));
             }
         }),
-    SLAB_CACHE_ACTIVE_OBJS = ("slab.<cache>.active_objs", Count, Gauge, "Objects in use in one slab cache (/proc/slabinfo)", |cx, out| {
+    SLAB_CACHE_ACTIVE_OBJS = ("slab.<cache>.active_objs", Count, Gauge in SLABINFO, "Objects in use in one slab cache (/proc/slabinfo)", |cx, out| {
             for c in cx.cur.slabinfo.iter().flat_map(|s| &s.caches) {
                 out(&[&c.name], Some(c.active_objs as f64));
             }
         }),
-    SLAB_CACHE_OBJS_GROWTH_PER_S = ("slab.<cache>.objs_growth_per_s", PerSecond, Rate, "Change of a slab cache's object count per second", |cx, out| {
+    SLAB_CACHE_OBJS_GROWTH_PER_S = ("slab.<cache>.objs_growth_per_s", PerSecond, Rate in SLABINFO, "Change of a slab cache's object count per second", |cx, out| {
             let (Some(c), Some(p)) = (&cx.cur.slabinfo, cx.prev.and_then(|p| p.slabinfo.as_ref())) else { return };
             if cx.dt_s <= 0.0 {
                 return;

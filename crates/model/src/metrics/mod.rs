@@ -1,13 +1,13 @@
 //! The metric definitions, one module per source, each a named static: code refers to a metric
 //! by its handle (`metrics::cgroup::CPU_THROTTLED_PCT`), so renaming or removing a definition
-//! fails the build of every user instead of leaving an empty column. [`ALL`] is the registry's
-//! table.
+//! fails the build of every user instead of leaving an empty column. [`ALL`] is the table of
+//! them all ([`all`], [`find`]); the types are `registry.rs`'s.
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
-use crate::derive::Ctx;
-use crate::registry::{Emit, MetricDef};
+use crate::eval::{Ctx, Emit};
+use crate::registry::MetricDef;
 
 pub mod cgroup;
 pub mod cpu;
@@ -39,11 +39,42 @@ pub static ALL: LazyLock<Vec<&'static MetricDef>> = LazyLock::new(|| {
     .concat()
 });
 
+/// The whole registry, in the order `dump --list` prints it.
+pub fn all() -> &'static [&'static MetricDef] {
+    ALL.as_slice()
+}
+
+/// The sample parts needed to evaluate every metric that may match `select` (all metrics when
+/// `select` is empty).
+pub fn parts_for(select: &[crate::glob::Pattern]) -> crate::codec::Parts {
+    all()
+        .iter()
+        .filter(|d| select.is_empty() || select.iter().any(|p| d.may_match(p)))
+        .fold(crate::codec::Parts::NONE, |acc, d| acc.union(d.parts()))
+}
+
+/// Looks a metric up by its template name (for names that come from outside the code: the
+/// command line, stored data; code uses the handles in this module).
+pub fn find(name: &str) -> Option<&'static MetricDef> {
+    all().iter().copied().find(|d| d.name == name)
+}
+
 /// Declares a source's metrics: one public static per definition, named after it (its help is
 /// its doc), and the module's `DEFS` table in declaration order, which is the order
-/// `dump --list` shows.
+/// `dump --list` shows. A renamed metric lists the templates it had after its name, each
+/// after a `|` (`("mem.new_name" | "mem.old_name", …)`), so that stores written before the
+/// rename still read. `reads:` declares the large sample parts the module's metrics need
+/// decoded (`NONE`, `PROCESSES`, `CGROUPS`, `PROFILE`), and `Kind in PART` one metric's own
+/// where it differs (the slab caches among memory's); a test checks each metric gives the
+/// same values with only its parts decoded.
 macro_rules! metrics {
-    ($($id:ident = ($name:literal, $unit:ident, $kind:ident, $help:literal, $eval:expr $(,)?)),* $(,)?) => {
+    (@parts $m:ident) => {
+        $crate::codec::Parts::$m
+    };
+    (@parts $m:ident $p:ident) => {
+        $crate::codec::Parts::$p
+    };
+    (reads: $mparts:ident; $($id:ident = ($name:literal $(| $alias:literal)*, $unit:ident, $kind:ident $(in $part:ident)?, $help:literal, $eval:expr $(,)?)),* $(,)?) => {
         $(
             #[doc = $help]
             #[doc = ""]
@@ -54,6 +85,8 @@ macro_rules! metrics {
                 kind: $crate::registry::Kind::$kind,
                 help: $help,
                 eval: $eval,
+                aliases: &[$($alias),*],
+                parts: $crate::metrics::metrics!(@parts $mparts $($part)?),
             };
         )*
         pub(super) static DEFS: &[&$crate::registry::MetricDef] = &[$(&$id),*];

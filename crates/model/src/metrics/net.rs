@@ -3,7 +3,7 @@
 use jitterscope_sources::system::netdev::NetDev;
 
 use super::{metrics, pairs, rate};
-use crate::derive::Ctx;
+use crate::eval::Ctx;
 use crate::registry::Emit;
 
 fn nets<'a>(cx: &Ctx<'a>) -> Vec<(&'a NetDev, Option<&'a NetDev>)> {
@@ -24,6 +24,7 @@ fn net_rate(cx: &Ctx, out: &mut Emit, f: fn(&NetDev) -> u64) {
 }
 
 metrics! {
+    reads: NONE;
     RX_BYTES_PER_S = ("net.<iface>.rx_bytes_per_s", BytesPerSecond, Rate, "Bytes received per second (/proc/net/dev)", |cx, out| net_rate(cx, out, |d| d.rx_bytes)),
     TX_BYTES_PER_S = ("net.<iface>.tx_bytes_per_s", BytesPerSecond, Rate, "Bytes sent per second (/proc/net/dev)", |cx, out| net_rate(cx, out, |d| d.tx_bytes)),
     RX_PACKETS_PER_S = ("net.<iface>.rx_packets_per_s", PerSecond, Rate, "Packets received per second (/proc/net/dev)", |cx, out| net_rate(cx, out, |d| d.rx_packets)),

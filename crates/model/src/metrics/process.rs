@@ -3,7 +3,7 @@
 use jitterscope_sources::process::{Process, PF_EXITING};
 
 use super::{gauge, metrics, rate};
-use crate::derive::Ctx;
+use crate::eval::Ctx;
 use crate::registry::Emit;
 
 fn each<'a, 'c>(
@@ -127,6 +127,7 @@ fn count_state(cx: &Ctx, out: &mut Emit, pred: fn(&Process) -> bool) {
 }
 
 metrics! {
+    reads: PROCESSES;
     PROCS_COUNT = ("procs.count", Count, Gauge, "Processes on the host", |cx, out| count_state(cx, out, |_| true)),
     PROCS_RUNNING = ("procs.running", Count, Gauge, "Processes in state R (running or runnable)", |cx, out| count_state(cx, out, |p| p.stat.state == 'R')),
     PROCS_D_STATE = ("procs.d_state", Count, Gauge, "Processes in state D (uninterruptible: I/O, reclaim, locks)", |cx, out| count_state(cx, out, |p| p.stat.state == 'D')),
@@ -167,7 +168,7 @@ mod tests {
     use jitterscope_sources::process::{PidIo, PidStat, Process};
 
     use crate::derive::evaluate;
-    use crate::registry::all;
+    use crate::metrics::all;
     use crate::sample::{HostInfo, Sample};
 
     fn proc(pid: u32, comm: &str, state: char, rss_pages: u64, read: u64, cminflt: u64) -> Process {

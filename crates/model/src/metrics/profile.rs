@@ -3,7 +3,7 @@
 //! rates need no previous sample.
 
 use super::{gauge, metrics};
-use crate::derive::Ctx;
+use crate::eval::Ctx;
 use crate::profile::{FrameKind, Profile};
 
 /// The slice with its per-second factor, when it covers a known span.
@@ -27,6 +27,7 @@ fn busy_kernel(p: &Profile) -> (u64, u64) {
 }
 
 metrics! {
+    reads: PROFILE;
     SAMPLES_PER_S = ("profile.samples_per_s", PerSecond, Rate, "Stack samples taken per second (all CPUs, idle included): about the sampling frequency times the CPUs", |cx, out| gauge(out, &[], slice(cx).map(|(p, k)| p.samples as f64 * k))),
     LOST_PER_S = ("profile.lost_per_s", PerSecond, Rate, "Stack samples the kernel could not write because a ring buffer was full, per second", |cx, out| gauge(out, &[], slice(cx).map(|(p, k)| p.lost as f64 * k))),
     DROPPED_PER_S = ("profile.dropped_per_s", PerSecond, Rate, "Stack samples not kept (unparsable, or past the distinct-stack bound of a slice), per second", |cx, out| gauge(out, &[], slice(cx).map(|(p, k)| p.dropped as f64 * k))),

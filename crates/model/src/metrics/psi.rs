@@ -4,7 +4,7 @@
 use jitterscope_sources::system::pressure::{Pressure, PressureLine};
 
 use super::{metrics, rate};
-use crate::derive::Ctx;
+use crate::eval::Ctx;
 use crate::registry::Emit;
 use crate::sample::SystemPressure;
 
@@ -49,6 +49,7 @@ fn totals(cx: &Ctx, out: &mut Emit, line: fn(&Pressure) -> Option<&PressureLine>
 }
 
 metrics! {
+    reads: NONE;
     SOME_USEC = ("psi.<resource>.some_usec", Microseconds, Counter, "Time in which some task stalled on cpu/memory/io/irq since boot (/proc/pressure total=)", |cx, out| totals(cx, out, |p| p.some.as_ref())),
     FULL_USEC = ("psi.<resource>.full_usec", Microseconds, Counter, "Time in which all non-idle tasks stalled at once since boot (/proc/pressure full total=)", |cx, out| totals(cx, out, |p| p.full.as_ref())),
     SOME_PCT = ("psi.<resource>.some_pct", Percent, Rate, "Share of the interval in which some task stalled on cpu/memory/io/irq, from the cumulative total (/proc/pressure)", |cx, out| {

@@ -1,7 +1,7 @@
 //! The recorder's own cost and health, recorded like any other source.
 
 use super::{gauge, metrics, rate};
-use crate::derive::Ctx;
+use crate::eval::Ctx;
 use crate::registry::Emit;
 use crate::sample::RecorderStats;
 
@@ -36,6 +36,7 @@ fn scan_stat(
 }
 
 metrics! {
+    reads: NONE;
     SELF_COLLECT_MS = ("self.collect_ms", Milliseconds, Gauge, "Time the recorder took to collect this sample", |cx, out| field(cx, out, |r| r.collect_ns as f64 / 1e6)),
     SELF_LATENESS_MS = ("self.lateness_ms", Milliseconds, Gauge, "How late this sample started against its schedule: the recorder's own jitter", |cx, out| field(cx, out, |r| r.lateness_ns as f64 / 1e6)),
     SELF_CPU_PCT = ("self.cpu_pct", Percent, Rate, "Recorder CPU (user + system, all threads) as % of one CPU", |cx, out| counter_rate(cx, out, |r| r.cpu_user_ns + r.cpu_system_ns, 1e-7)),

@@ -2,7 +2,7 @@
 //! [`crate::tracers`]), so rates need no previous sample: count / span.
 
 use super::{gauge, metrics};
-use crate::derive::Ctx;
+use crate::eval::Ctx;
 use crate::registry::Emit;
 use crate::tracers::{
     Hist, LookupProc, MadviseProc, ReclaimStat, ShrinkerStat, TlbProc, Tracers, OTHER_PID,
@@ -193,28 +193,28 @@ fn max_us(h: &Hist) -> Option<f64> {
 
 fn dropped(cx: &Ctx, out: &mut Emit) {
     let Some((t, k)) = tr(cx) else { return };
-    for (name, v) in t.dropped() {
-        gauge(out, &[name], v.map(|v| v as f64 * k));
+    for (id, v) in t.dropped() {
+        gauge(out, &[id.name()], v.map(|v| v as f64 * k));
     }
 }
 
 fn attached(cx: &Ctx, out: &mut Emit) {
     let Some((t, _)) = tr(cx) else { return };
-    for (name, on) in t.running() {
+    for (id, on) in t.running() {
         if on {
-            gauge(out, &[name], Some(1.0));
-        } else if t.idle.iter().any(|i| i == name) {
-            gauge(out, &[name], Some(0.0));
+            gauge(out, &[id.name()], Some(1.0));
+        } else if id.idle_in(t) {
+            gauge(out, &[id.name()], Some(0.0));
         }
     }
 }
 
 fn census(cx: &Ctx, out: &mut Emit) {
     let Some((t, _)) = tr(cx) else { return };
-    for (name, on) in t.running() {
+    for (id, on) in t.running() {
         if on {
-            let census = t.census.iter().any(|c| c == name);
-            gauge(out, &[name], Some(if census { 1.0 } else { 0.0 }));
+            let census = id.census_in(t);
+            gauge(out, &[id.name()], Some(if census { 1.0 } else { 0.0 }));
         }
     }
 }
@@ -227,6 +227,7 @@ fn patterns(cx: &Ctx, out: &mut Emit) {
 }
 
 metrics! {
+    reads: NONE;
     RECLAIM_STALLS_PER_S = ("reclaim.stalls_per_s", PerSecond, Rate, "Direct + memcg reclaim stalls per second, all processes (BPF: vmscan reclaim begin/end)", |cx, out| host(cx, out, |t, k| sum(reclaim_proc(t), stalls).map(|v| v as f64 * k))),
     RECLAIM_STALL_PCT = ("reclaim.stall_pct", Percent, Rate, "Time processes spent stalled in direct/memcg reclaim, % of the interval summed over threads", |cx, out| host(cx, out, |t, k| sum(reclaim_proc(t), |s| s.latency.sum_ns).map(|v| pct(v, k)))),
     RECLAIM_STALL_MAX_USEC = ("reclaim.stall_max_usec", Microseconds, Gauge, "Longest reclaim stall of the interval", |cx, out| host(cx, out, |t, _| reclaim_proc(t).map(|v| us(v.iter().map(|s| s.latency.max_ns).max().unwrap_or(0))))),
@@ -288,7 +289,7 @@ metrics! {
 #[cfg(test)]
 mod tests {
     use crate::derive::evaluate;
-    use crate::registry::all;
+    use crate::metrics::all;
     use crate::sample::Sample;
     use crate::tracers::*;
 

@@ -56,7 +56,7 @@ pub(super) fn open_subdir(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<OwnedF
 pub(super) fn read_file(dir: BorrowedFd<'_>, name: &CStr, buf: &mut Vec<u8>) -> io::Result<()> {
     buf.clear();
     let f = std::fs::File::from(openat(dir, name, libc::O_RDONLY)?);
-    crate::io::fill(&f, buf, false)
+    crate::fileio::fill(&f, buf, false)
 }
 
 /// Whether the directory `dir` is on cgroupfs, whose link counts are exact.

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::io::{fields, lines, lossy, read_parse, ParseError, ReadError, Root};
+use crate::fileio::{fields, lines, lossy, read_parse, ParseError, ReadError, Root};
 
 /// cgroup API version of a hierarchy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -224,7 +224,7 @@ pub fn discover(root: &Root) -> Result<Vec<Hierarchy>, ReadError> {
         let parsed = read_parse(&path, &mut buf, |b| {
             Ok(fields(b).map(lossy).collect::<Vec<_>>())
         });
-        if let Some(c) = crate::io::optional(parsed)? {
+        if let Some(c) = crate::fileio::optional(parsed)? {
             h.controllers = c;
         }
     }

@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use std::time::SystemTime;
 
 use super::identity::{Identity, Runtime};
-use crate::io::Root;
+use crate::fileio::Root;
 
 /// What a container is called.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 //! `max`/`-1`/near-2^63 into "unlimited" is the one interpretation done here, because every reader
 //! of these files has to do it and doing it differently in two places would be a bug.
 
-use crate::io::{fields, lines, lossy, parse_i64, parse_u64, trim_ascii, ParseError};
+use crate::fileio::{fields, lines, lossy, parse_i64, parse_u64, trim_ascii, ParseError};
 
 /// The keys of `cpu.stat` in either version. A key the running kernel does not print stays `None`.
 ///

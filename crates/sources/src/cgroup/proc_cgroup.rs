@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::io::{lines, read_parse, ParseError, ReadError, Root};
+use crate::fileio::{lines, read_parse, ParseError, ReadError, Root};
 
 /// The paths of one process, borrowed from the file's bytes (the per-process collector parses
 /// thousands of these per interval, so nothing is allocated).

@@ -38,7 +38,7 @@ use super::parse::{
     parse_max_or_u64, parse_oom_control, parse_single, parse_v1_limit, CpuMax, CpuStatFile,
 };
 use super::{identify, Cgroup, CgroupPressure, CpuStats, IoStats, MemoryStats};
-use crate::io::{fields, ParseError, ReadError, Root};
+use crate::fileio::{fields, ParseError, ReadError, Root};
 use crate::system::pressure::parse_pressure;
 
 /// Bounds of one walk.

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use super::*;
-use crate::io::Root;
+use crate::fileio::Root;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures");
 const HEX: &str = "9f2c4b7e1a3d5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8";

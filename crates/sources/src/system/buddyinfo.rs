@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::io::{fields, lines, lossy, parse_u64, ParseError};
+use crate::fileio::{fields, lines, lossy, parse_u64, ParseError};
 
 /// One `Node 0, zone   Normal  14500 9708 ...` line.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::io::{fields, parse_u64, trim_ascii, ParseError};
+use crate::fileio::{fields, parse_u64, trim_ascii, ParseError};
 
 use super::kernel::KernelVersion;
 

@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::io::{fields, lines, lossy, parse_u64, ParseError};
+use crate::fileio::{fields, lines, lossy, parse_u64, ParseError};
 
 /// One device line.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

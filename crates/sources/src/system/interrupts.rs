@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::io::{fields, lines, lossy, parse_u64, ParseError};
+use crate::fileio::{fields, lines, lossy, parse_u64, ParseError};
 
 /// One line: `TLB:   6733   6979   TLB shootdowns`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

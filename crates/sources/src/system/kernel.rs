@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::io::{trim_ascii, ParseError};
+use crate::fileio::{trim_ascii, ParseError};
 
 /// `major.minor.patch` of a kernel release string; ordering is numeric, field by field.
 #[derive(

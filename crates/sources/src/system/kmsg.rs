@@ -21,7 +21,7 @@ use std::os::unix::fs::OpenOptionsExt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::io::{ReadError, Root};
+use crate::fileio::{ReadError, Root};
 
 /// One process the OOM killer killed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::io::{fields, parse_u64, trim_ascii, ParseError};
+use crate::fileio::{fields, parse_u64, trim_ascii, ParseError};
 
 /// The parsed file: `0.98 0.52 0.19 2/79 4484`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

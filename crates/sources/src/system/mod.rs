@@ -26,7 +26,7 @@ mod robustness;
 
 pub use reader::{PressureResource, SystemReader};
 
-use crate::io::{fields, ParseError};
+use crate::fileio::{fields, ParseError};
 
 /// Looks a key up in a list of `(key, value)` pairs kept in file order.
 pub fn lookup(pairs: &[(String, u64)], key: &str) -> Option<u64> {
@@ -41,7 +41,7 @@ pub(crate) fn parse_cpu_header(line: &[u8], n: usize) -> Result<Vec<u32>, ParseE
         let id = f
             .strip_prefix(b"CPU")
             .ok_or_else(|| ParseError::new(n, "header column is not CPUn"))?;
-        let id = crate::io::parse_u64(id, n, "CPU id")?;
+        let id = crate::fileio::parse_u64(id, n, "CPU id")?;
         let id = u32::try_from(id).map_err(|_| ParseError::new(n, "CPU id overflows u32"))?;
         cpus.push(id);
     }
@@ -54,12 +54,12 @@ pub(crate) fn parse_cpu_header(line: &[u8], n: usize) -> Result<Vec<u32>, ParseE
 /// Splits a `NAME:` line into the name (without the colon) and the rest.
 pub(crate) fn split_colon(line: &[u8]) -> Option<(&[u8], &[u8])> {
     let i = line.iter().position(|&c| c == b':')?;
-    Some((crate::io::trim_ascii(&line[..i]), &line[i + 1..]))
+    Some((crate::fileio::trim_ascii(&line[..i]), &line[i + 1..]))
 }
 
 /// Parses a `u32` id (node, CPU, device number).
 pub(crate) fn parse_u32(s: &[u8], n: usize, what: &str) -> Result<u32, ParseError> {
-    let v = crate::io::parse_u64(s, n, what)?;
+    let v = crate::fileio::parse_u64(s, n, what)?;
     u32::try_from(v).map_err(|_| ParseError::new(n, format!("{what}: overflows u32")))
 }
 

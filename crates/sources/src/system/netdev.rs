@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::io::{fields, lines, lossy, parse_u64, ParseError};
+use crate::fileio::{fields, lines, lossy, parse_u64, ParseError};
 
 /// One interface line: 8 receive and 8 transmit counters.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::io::{fields, lines, parse_u64, ParseError};
+use crate::fileio::{fields, lines, parse_u64, ParseError};
 
 /// One `some`/`full` line.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -1,6 +1,6 @@
 //! [`SystemReader`]: reads the system-wide files under a [`Root`] with one reused buffer.
 
-use crate::io::{HeldFiles, ReadError, Root};
+use crate::fileio::{HeldFiles, ReadError, Root};
 
 use super::buddyinfo::{parse_buddyinfo, BuddyInfo};
 use super::dentry::{parse_dentry_state, DentryState, NR_NEGATIVE_SINCE};
@@ -53,7 +53,7 @@ impl PressureResource {
 /// Reads system-wide /proc files. Each method reads one file into the reused buffer and parses
 /// it; errors carry the path. Absent files (no /proc/pressure without PSI, no irq pressure
 /// before 6.1) satisfy [`ReadError::is_missing`]; callers wrap calls in
-/// [`crate::io::optional`]. /proc/slabinfo fails with [`ReadError::is_permission`] unless
+/// [`crate::fileio::optional`]. /proc/slabinfo fails with [`ReadError::is_permission`] unless
 /// running as root, which callers should report once, not every interval.
 #[derive(Debug, Default)]
 pub struct SystemReader {
@@ -224,7 +224,7 @@ mod tests {
         let e = r.pressure(PressureResource::Cpu).unwrap_err();
         assert!(e.is_missing(), "{e}");
         assert!(e.path().ends_with("proc/pressure/cpu"));
-        assert!(crate::io::optional(r.pressure(PressureResource::Io))
+        assert!(crate::fileio::optional(r.pressure(PressureResource::Io))
             .unwrap()
             .is_none());
     }

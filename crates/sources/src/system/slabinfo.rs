@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::io::{fields, lines, lossy, parse_u64, trim_ascii, ParseError};
+use crate::fileio::{fields, lines, lossy, parse_u64, trim_ascii, ParseError};
 
 /// One cache line:
 /// `name active_objs num_objs objsize objperslab pagesperslab : tunables l b s : slabdata a n s`.

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::io::{fields, lines, parse_u64, ParseError};
+use crate::fileio::{fields, lines, parse_u64, ParseError};
 
 /// Time spent per CPU state, in USER_HZ ticks (1/100 s on every mainstream architecture;
 /// `sysconf(_SC_CLK_TCK)`). Columns after `idle` were added over time (iowait 2.5.41,

@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::io::{fields, lines, lossy, parse_u64, ParseError};
+use crate::fileio::{fields, lines, lossy, parse_u64, ParseError};
 
 /// The parsed file. Most keys are counters of events or pages (`pgscan_kswapd`,
 /// `allocstall_normal`, `workingset_refault_file`); `nr_*` keys are gauges in pages.

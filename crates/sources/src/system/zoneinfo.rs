@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::io::{fields, lines, lossy, parse_u64, ParseError};
+use crate::fileio::{fields, lines, lossy, parse_u64, ParseError};
 
 /// One zone of one node. Watermarks and sizes are in pages (`getconf PAGESIZE` bytes each).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -104,7 +104,7 @@ const PAGESET_KEYS: &[&[u8]] = &[
 const REQUIRED: [&str; 6] = ["pages free", "min", "low", "high", "spanned", "present"];
 
 fn parse_protection(rest: &[u8], n: usize) -> Result<Vec<u64>, ParseError> {
-    let inner = crate::io::trim_ascii(rest)
+    let inner = crate::fileio::trim_ascii(rest)
         .strip_prefix(b"(")
         .and_then(|r| r.strip_suffix(b")"))
         .ok_or_else(|| ParseError::new(n, "protection: expected `(a, b, ...)`"))?;

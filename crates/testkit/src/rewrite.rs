@@ -1,0 +1,31 @@
+//! A recorded store written again as `record` writes now.
+
+use std::path::Path;
+
+use jitterscope_detect::Online;
+use jitterscope_model::codec::Parts;
+use jitterscope_model::stored::{SampleReader, SampleWriter};
+use jitterscope_model::Sample;
+use jitterscope_store::{StoreConfig, Writer};
+
+/// Writes every sample of the store at `src` into a new store at `dst` through the recorder's
+/// own [`SampleWriter`], with the signals lane [`Online`] makes of them (values and episode
+/// marks), and returns the number of marks. A store recorded before the lanes existed gains
+/// them, so tests can compare the lane's read path with the samples' on one recording. Every
+/// sample is kept: `dst` retains a century.
+pub fn rewrite(src: &Path, dst: &Path) -> Result<usize, Box<dyn std::error::Error>> {
+    let mut c = StoreConfig::new(dst);
+    c.retain = std::time::Duration::from_secs(100 * 365 * 86400);
+    let mut w = SampleWriter::new(Writer::open(c)?);
+    let mut online = Online::new();
+    let mut prev: Option<Sample> = None;
+    let mut marks = 0;
+    for mut s in SampleReader::open(src)?.samples(i64::MIN, i64::MAX, Parts::ALL)? {
+        let rec = online.step(&s, prev.as_ref());
+        marks += rec.marks.len();
+        w.append(&mut s, &rec)?;
+        prev = Some(s);
+    }
+    w.close()?;
+    Ok(marks)
+}
