@@ -314,14 +314,10 @@ mod tests {
         use jitterscope_model::metrics::process::PROC_READ_BYTES_PER_S;
         use jitterscope_model::sample::Sample;
         use jitterscope_model::signals::SignalRecord;
-        use jitterscope_model::stored::SampleWriter;
         use jitterscope_sources::process::{PidIo, Process};
-        use jitterscope_store::{StoreConfig, Writer};
 
         let dir = tempfile::tempdir().unwrap();
-        let mut c = StoreConfig::new(dir.path());
-        c.retain = std::time::Duration::from_secs(100 * 365 * 86400);
-        let mut w = SampleWriter::new(Writer::open(c).unwrap());
+        let mut w = jitterscope_testkit::sample_writer(dir.path()).unwrap();
         // (seconds since start, bytes read so far): 4,000,000 bytes over 4.7 s in 4 intervals.
         let at = [
             (1.0, 0),

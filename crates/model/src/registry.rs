@@ -472,12 +472,9 @@ mod tests {
     /// A metric renamed from `cgroup.<cgroup>.cpu.throttle_share` (its old name an alias).
     static RENAMED: MetricDef = MetricDef {
         name: "cgroup.<cgroup>.cpu.throttled_share_pct",
-        unit: Unit::Percent,
-        kind: Kind::Rate,
-        help: "test",
-        eval: |_, _| {},
         aliases: &["cgroup.<cgroup>.cpu.throttle_share"],
         parts: crate::codec::Parts::CGROUPS,
+        ..RENAMED_SHAPE
     };
 
     /// A store written before a rename reads as the renamed metric, with its labels; a name

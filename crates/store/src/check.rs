@@ -6,11 +6,11 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use crate::decode::{Damage, FrameDecoder};
-use crate::reader::{list_segments, name_ts, read_index, segment_max_ts, Segment};
 use crate::format::{
     check_header, file_header, index_path, lane_path, segment_of_lane_file, Header, Lane,
     HEADER_LEN, INDEX_MAGIC, SEGMENT_MAGIC,
 };
+use crate::reader::{list_segments, name_ts, read_index, segment_max_ts, Segment};
 use crate::{Result, StoreError};
 
 /// Which file of a segment a [`FileCheck`] is about.

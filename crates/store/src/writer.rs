@@ -9,12 +9,12 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use zstd::stream::raw::{CParameter, Encoder, InBuffer, Operation, OutBuffer};
 
 use crate::decode::WRITER_WINDOW_LOG;
-use crate::reader::{file_len, list_segments, segment_max_ts};
 use crate::format::{
     file_header, index_path, lane_path, record_header, segment_file_name, segment_files,
     segment_of_lane_file, IndexEntry, Lane, INDEX_MAGIC, MAX_FRAME_RAW_BYTES, MAX_PAYLOAD_BYTES,
     RECORD_HEADER_LEN, SEGMENT_MAGIC,
 };
+use crate::reader::{file_len, list_segments, segment_max_ts};
 use crate::{Result, StoreConfig, StoreError};
 
 /// The single writer of a store directory (enforced with `flock` on `dir/LOCK`).

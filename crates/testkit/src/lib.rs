@@ -7,13 +7,13 @@
 //! (set by `.ci/run`) the same call fails the test instead: in CI everything is installed and
 //! the tests run as root, so a skip there means a test silently stopped testing.
 //!
-//! Also stores rewritten the way `record` writes now ([`rewrite`]).
+//! Also stores written the way `record` writes ([`sample_writer`], [`rewrite`]).
 //!
 //! Only ever a dev-dependency.
 #![deny(missing_docs)]
 
 mod rewrite;
-pub use rewrite::rewrite;
+pub use rewrite::{rewrite, sample_writer};
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

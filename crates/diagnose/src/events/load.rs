@@ -151,9 +151,7 @@ fn from_lane(reader: &SampleReader, out: &mut Loaded, lo: i64, to: i64) -> Resul
 mod tests {
     use super::*;
     use jitterscope_model::signals::SignalRecord;
-    use jitterscope_model::stored::SampleWriter;
     use jitterscope_model::Sample;
-    use jitterscope_store::{StoreConfig, Writer};
 
     /// A lane whose records hold a name this build knows and one it does not (a metric
     /// renamed without an alias): the known one reads, the other is counted, once, in the
@@ -161,9 +159,7 @@ mod tests {
     #[test]
     fn a_lane_name_this_build_does_not_know_is_counted_not_dropped_silently() {
         let dir = tempfile::tempdir().unwrap();
-        let mut c = StoreConfig::new(dir.path());
-        c.retain = std::time::Duration::from_secs(100 * 365 * 86400);
-        let mut w = SampleWriter::new(Writer::open(c).unwrap());
+        let mut w = jitterscope_testkit::sample_writer(dir.path()).unwrap();
         let known = "psi.cpu.some_pct";
         for i in 1..=5i64 {
             let mut s = Sample {
