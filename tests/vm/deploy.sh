@@ -12,14 +12,24 @@
 # are printed as they come; it fails if either failed.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
-initramfs "$(kernel_dir "${JSVM_SYSTEMD_KERNEL:-6.1}")" >/dev/null
-initramfs "$(kernel_dir 6.12)" >/dev/null
+for k in "${JSVM_SYSTEMD_KERNEL:-6.1}" 6.12; do
+  kdir=$(kernel_dir "$k")
+  initramfs "$kdir" >/dev/null
+done
+# Each test in a process group of its own (job control), so that an interrupt stops both:
+# background jobs of a script ignore SIGINT.
+pids=()
+trap 'for p in "${pids[@]}"; do kill -TERM -- "-$p" 2>/dev/null || true; done; wait' EXIT
+trap 'exit 130' INT TERM
+set -m
 bash "$ROOT/tests/vm/deb.sh" &
-deb=$!
+pids+=($!)
 bash "$ROOT/tests/vm/image.sh" &
-image=$!
+pids+=($!)
+set +m
 failed=()
-wait "$deb" || failed+=(deb)
-wait "$image" || failed+=(image)
+wait "${pids[0]}" || failed+=(deb)
+wait "${pids[1]}" || failed+=(image)
+pids=()
 [ ${#failed[@]} = 0 ] || die "failed: ${failed[*]} (their lines above)"
 log "deploy: the package and the image passed"

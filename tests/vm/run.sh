@@ -119,11 +119,11 @@ for k in $KERNELS; do
   for l in $LAYOUTS; do
     case $l in v1|v2) ;; *) die "unknown layout $l (v1 or v2)" ;; esac
     [ "${JSVM_IPI:-1}" = only ] && continue
-    plain+=("$k $l $kdir $ird")
+    plain+=("$k|$l|$kdir|$ird")
     cells+=("$k-$l")
   done
   if [ -z "${JSVM_DEBUG:-}" ] && [[ " $LAYOUTS " == *" v2 "* ]] && [ "${JSVM_IPI:-1}" != 0 ]; then
-    ipi+=("$k v2 $kdir $ird ipi")
+    ipi+=("$k|v2|$kdir|$ird")
     cells+=("$k-v2-ipi")
   fi
 done
@@ -140,35 +140,49 @@ lane_cells=()
 lane_work=()
 for ((i = 0; i < LANES; i++)); do lane_cells[i]=""; lane_work[i]=0; done
 for want in v2 v1; do
-  for spec in "${plain[@]}"; do
-    read -r _ l _ <<<"$spec"
+  for c in "${!plain[@]}"; do
+    IFS='|' read -r _ l _ <<<"${plain[c]}"
     [ "$l" = "$want" ] || continue
     best=0
     for ((i = 1; i < LANES; i++)); do
       [ "${lane_work[i]}" -lt "${lane_work[best]}" ] && best=$i
     done
-    lane_cells[best]+="$spec;"
+    lane_cells[best]+=" $c"
     lane_work[best]=$(( lane_work[best] + $([ "$l" = v2 ] && echo 3 || echo 1) ))
   done
 done
+# Each lane in a process group of its own (job control), so that an interrupt or a failed
+# lane stops every guest: background jobs of a script ignore SIGINT, and a lane left behind
+# would go on booting its next cells.
 lane_pids=()
+stop_lanes() {
+  local p
+  for p in "${lane_pids[@]}"; do kill -TERM -- "-$p" 2>/dev/null || true; done
+  for p in "${lane_pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  lane_pids=()
+}
+trap stop_lanes EXIT
+trap 'exit 130' INT TERM
+set -m
 for ((i = 0; i < LANES; i++)); do
   [ -n "${lane_cells[i]}" ] || continue
   (
-    IFS=';'
-    for spec in ${lane_cells[i]}; do
-      IFS=' ' read -r k l kdir ird <<<"$spec"
+    for c in ${lane_cells[i]}; do
+      IFS='|' read -r k l kdir ird <<<"${plain[c]}"
       run_cell "$k" "$l" "$kdir" "$ird"
     done
   ) &
   lane_pids+=($!)
 done
+set +m
 for p in "${lane_pids[@]}"; do
   wait "$p" || die "a lane of guests stopped before its end (its log lines above)"
 done
+lane_pids=()
+trap - EXIT INT TERM
 for spec in "${ipi[@]}"; do
-  read -r k l kdir ird variant <<<"$spec"
-  run_cell "$k" "$l" "$kdir" "$ird" "$variant"
+  IFS='|' read -r k l kdir ird <<<"$spec"
+  run_cell "$k" "$l" "$kdir" "$ird" ipi
 done
 
 python3 "$ROOT/tests/vm/report.py" --out "$VM/out" --expect "$ROOT/tests/vm/expect.json" \

@@ -16,7 +16,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use jitterscope_diagnose::events::Online;
+use jitterscope_detect::Online;
 use jitterscope_model::codec::{encode_lanes, Parts};
 use jitterscope_model::sample::wall_ns;
 use jitterscope_model::stored::{SampleReader, SampleWriter};

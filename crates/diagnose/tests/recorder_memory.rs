@@ -14,7 +14,7 @@ use std::path::Path;
 
 use common::{fixtures, windows};
 
-use jitterscope_diagnose::events::Online;
+use jitterscope_detect::Online;
 use jitterscope_diagnose::{text, Report};
 use jitterscope_model::codec::Parts;
 use jitterscope_model::sample::RecorderStats;

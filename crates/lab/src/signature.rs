@@ -7,7 +7,8 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use jitterscope_model::derive::Selection;
-use jitterscope_model::registry::{Kind, Select};
+use jitterscope_model::eval::Ctx;
+use jitterscope_model::registry::Select;
 use jitterscope_model::stored::{Damage, SampleReader};
 use serde::Serialize;
 
@@ -174,11 +175,15 @@ pub fn evaluate(dir: &Path, checks: &[Check], w: Windows) -> Result<(Vec<CheckRe
         } else {
             continue;
         };
-        let Some(p) = prev else {
+        if prev.is_none() {
             continue;
-        };
-        // Rates are taken over the monotonic clock, so their interval is too.
-        let secs = sample.mono_ns.saturating_sub(p.mono_ns) as f64 / 1e9;
+        }
+        // The interval the rates were taken over: the monotonic one, when the previous sample
+        // is usable for rates (same boot, no long gap), else a nominal second for the rates
+        // that need no previous sample (the tracers').
+        let secs = Some(Ctx::new(sample, prev).dt_s)
+            .filter(|s| *s > 0.0)
+            .unwrap_or(1.0);
         let mut sums: Vec<Option<f64>> = vec![None; checks.len()];
         sel.for_each(sample, prev, |def, labels, name, value| {
             let Some(v) = value.filter(|v| v.is_finite()) else {
@@ -186,7 +191,9 @@ pub fn evaluate(dir: &Path, checks: &[Check], w: Windows) -> Result<(Vec<CheckRe
             };
             for (i, c) in checks.iter().enumerate() {
                 if c.series.matches(def, labels) {
-                    let w = if c.stat == Stat::Sum && def.kind == Kind::Rate {
+                    // Per-second series only (their unit sums to another: bytes/s to bytes);
+                    // a percentage or a level sums as it is.
+                    let w = if c.stat == Stat::Sum && def.unit.summed() != def.unit {
                         secs
                     } else {
                         1.0

@@ -109,9 +109,10 @@ pub struct DamagedFile {
 }
 
 impl Damage {
-    /// Whether anything was skipped or found damaged.
+    /// Whether anything was skipped or found damaged. Series under names this build does not
+    /// know are not damage ([`Damage::note`] says them all the same).
     pub fn is_empty(&self) -> bool {
-        !self.lost_any() && self.files.is_empty() && self.unknown_series == 0
+        !self.lost_any() && self.files.is_empty()
     }
 
     /// Whether any sample was lost (a damaged file read around without loss, such as an index
@@ -163,8 +164,23 @@ impl Damage {
         }
     }
 
-    /// One line for people, when anything was skipped or found damaged.
+    /// One line for people, when anything was skipped or found damaged, or left out of the
+    /// read as unknown.
     pub fn note(&self) -> Option<String> {
+        let unknown = (self.unknown_series > 0).then(|| {
+            format!(
+                "left out {} series of the signals lane under names this build does not know \
+                 (written by a newer build, or a metric renamed without an alias)",
+                self.unknown_series
+            )
+        });
+        match (self.damage_note(), unknown) {
+            (Some(d), Some(u)) => Some(format!("{d}; {u}")),
+            (d, u) => d.or(u),
+        }
+    }
+
+    fn damage_note(&self) -> Option<String> {
         if self.is_empty() {
             return None;
         }
@@ -197,12 +213,6 @@ impl Damage {
         }
         if self.corrupt > 0 {
             parts.push(format!("{} corrupt records or frames", self.corrupt));
-        }
-        if self.unknown_series > 0 {
-            parts.push(format!(
-                "{} series of the signals lane under names this build does not know (left out)",
-                self.unknown_series
-            ));
         }
         if self.unreadable > 0 {
             parts.push(format!(
