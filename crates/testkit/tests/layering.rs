@@ -16,13 +16,17 @@ const ANALYSIS: &[&str] = &[
     "jitterscope-web",
 ];
 
-/// What `record` needs to write a sample and its signals lane, and `store check --repair` to
-/// rebuild one.
+/// What `record` needs to collect a sample (the /proc readers and the tracers), write it and
+/// its signals lane, and what `store check --repair` needs to rebuild one. `record` also uses
+/// jitterscope-profile, whose sampler names frames as it captures them (so names outlive the
+/// processes), and jitterscope-fleet, whose ClickHouse exporter diagnoses closed episodes in
+/// a worker process: those are analysis by design, and not in this list.
 const RECORDING: &[&str] = &[
     "jitterscope-sources",
     "jitterscope-model",
     "jitterscope-store",
     "jitterscope-detect",
+    "jitterscope-bpf",
 ];
 
 /// Each workspace crate's workspace dependencies, by package name.

@@ -173,6 +173,39 @@ mod tests {
     use jitterscope_model::signals::SignalRecord;
     use jitterscope_model::Sample;
 
+    /// A metric renamed from `cgroup.<cgroup>.cpu.throttle_share` (its old name an alias).
+    static RENAMED: MetricDef = MetricDef {
+        name: "cgroup.<cgroup>.cpu.throttled_share_pct",
+        unit: jitterscope_model::registry::Unit::Percent,
+        kind: jitterscope_model::registry::Kind::Rate,
+        help: "test",
+        eval: |_, _| {},
+        aliases: &["cgroup.<cgroup>.cpu.throttle_share"],
+        parts: jitterscope_model::codec::Parts::CGROUPS,
+    };
+
+    /// Values and marks a lane recorded under a metric's old name read under its new one,
+    /// with the values recorded under the new name, as one series.
+    #[test]
+    fn a_name_recorded_before_a_rename_reads_under_the_new_one() {
+        let defs: &[&'static MetricDef] = &[&RENAMED];
+        let mut d = Data::default();
+        let mut known = Known::new();
+        let (old, now) = (
+            "cgroup./web.cpu.throttle_share",
+            "cgroup./web.cpu.throttled_share_pct",
+        );
+        for (i, name, v) in [(0, old, 5.0), (1, old, 6.0), (2, now, 7.0)] {
+            push(&mut d, &mut known, defs, i, name, v);
+        }
+        assert_eq!(d.series.len(), 1, "{:?}", d.series.keys());
+        assert_eq!(d.series[now].points, [(0, 5.0), (1, 6.0), (2, 7.0)]);
+        assert_eq!(d.series[now].labels, ["/web"]);
+        let (_, _, mark_name) = resolve(&mut d, &mut known, defs, old).unwrap();
+        assert_eq!(mark_name, now);
+        assert_eq!(d.damage.unknown_series, 0);
+    }
+
     /// A lane whose records hold a name this build knows and one it does not (a metric
     /// renamed without an alias): the known one reads, the other is counted, once, in the
     /// damage and its note.
