@@ -54,6 +54,7 @@ ROWS = [
     ("lab.oom-leak", "`lab check oom-leak`"),
     ("lab.worker-leak", "`lab check worker-leak`"),
     ("lab.nss-probe", "`lab check nss-probe` (real NSS certutil)"),
+    ("lab.softirq-storm", "rule `cpu.softirq-storm` on `lab check softirq-storm` (loopback NET_RX)"),
 ]
 # Scenarios guest.py does not run, and why (measured in 5.10 v2 guests, 30 s runs).
 NOT_RUN = [
@@ -64,12 +65,17 @@ NOT_RUN = [
 ]
 # Where the scenarios above run instead.
 NOT_RUN_ELSEWHERE = "lab_e2e runs these four on the host's kernel at their defaults, alone and beside the soak load."
+# Rules with no reproducer a guest can run, and how they are tested instead.
+NO_REPRODUCER = [
+    ("cpu.steal", "steal cannot be made under emulation (a TCG guest has no steal time, and KVM does not boot Debian's kernels on this machine). The rule is tested on /proc/stat recorded on this machine (tests/fixtures/steal, scripts/capture-steal-fixtures.sh), as recorded and with idle ticks of one CPU moved to its steal column (crates/diagnose/tests/steal.rs). /proc/stat has had the steal column since 2.6.11; a guest's figure needs the hypervisor's paravirtual steal accounting (KVM steal time, Xen, Hyper-V)."),
+]
 # Scenarios run on some guests only, and why.
 SOME_KERNELS = [
     ("native-leak", "5.10 only: what the leak rule reads (RSS, smaps, how the process ended) does not change between these kernels. lab_e2e runs it on the host's kernel beside the soak load."),
     ("worker-leak", "5.10 only, for the same reason."),
     ("pagecache-thrash", "5.10 only: memcg-thrash covers the page cache under a limit on every kernel and layout; the major faults this one adds (a process's majflt, vmstat's pgmajfault) read the same on all three."),
     ("reclaim-storm", "v2 only: memcg-thrash's reclaim stalls at its cgroup's limit cover memory-cgroup reclaim on v1, on every kernel."),
+    ("softirq-storm", "v2 only: loopback's receive half runs as NET_RX on the sending CPU, and /proc/stat and /proc/softirqs read the same, whatever the cgroup layout."),
 ]
 LAYOUT_TEXT = {
     "v2": "cgroup2 only at /sys/fs/cgroup, cpuset cpu io memory pids enabled at the root (systemd's unified boot)",
@@ -259,6 +265,8 @@ def write_doc(a, results, keys, titles, expect):
     out.append(f"- {NOT_RUN_ELSEWHERE}")
     for n, why in SOME_KERNELS:
         out.append(f"- `{n}` on {why}")
+    for n, why in NO_REPRODUCER:
+        out.append(f"- rule `{n}`: {why}")
     out.append("")
     out.append("## Lab scenarios: first rule and culprit")
     out.append("")

@@ -108,6 +108,8 @@ fn list_rules_and_errors() {
         "cpu.saturation",
         "cpu.imbalance",
         "io.saturation",
+        "cpu.softirq-storm",
+        "cpu.steal",
         "sched.runqueue-latency",
     ] {
         assert!(out.contains(id), "{id} missing from {out}");

@@ -279,6 +279,25 @@ fn tlb_shootdown_storm_is_attributed() {
 }
 
 #[test]
+fn softirq_storm_is_one_cpus_and_named_by_its_vector() {
+    let _s = serial();
+    let Some(v) = check_beside("softirq-storm") else {
+        return;
+    };
+    assert!(
+        value(&v, "softirq.NET_RX_per_s") >= 10.0,
+        "ratio to the soak"
+    );
+    assert!(value(&v, "softirq_pct") >= 10.0);
+    let f = &v["diagnosis"]["report"]["findings"][0];
+    assert!(
+        f["title"].as_str().unwrap().contains("mostly NET_RX"),
+        "{f}"
+    );
+    assert!(worker(&v, "flood")["sent"].as_u64().unwrap() > 100_000);
+}
+
+#[test]
 fn reclaim_storm_stalls_the_allocator() {
     let _s = serial();
     let Some(v) = check_beside("reclaim-storm") else {
@@ -890,6 +909,7 @@ fn list_documents_every_scenario() {
             "oom-leak",
             "worker-leak",
             "nss-probe",
+            "softirq-storm",
             "soak",
             "cpu-saturation",
             "idle"

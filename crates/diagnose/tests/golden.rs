@@ -183,6 +183,26 @@ fn tlb_shootdown() {
 }
 
 #[test]
+fn softirq_storm() {
+    let r = run("softirq-storm");
+    let f = first(&r, "cpu.softirq-storm");
+    assert_eq!(f.culprit.comm.as_deref(), Some("lab-flood"));
+    assert_eq!(
+        f.culprit.cgroup.as_deref(),
+        Some("/jitterscope-lab/softirq-storm")
+    );
+    assert!(f.title.contains("mostly NET_RX"), "{}", f.title);
+    // The CPU's share is the signal; the host-wide share, half of it on two CPUs, is what a
+    // host-wide view would have shown.
+    let cpu = evidence(f, "softirq_pct");
+    assert!(cpu.value >= 10.0, "{cpu:?}");
+    let host = evidence(f, "cpu.softirq_pct");
+    assert!(host.value < cpu.value, "{host:?} {cpu:?}");
+    assert!(evidence(f, "softirq.NET_RX_per_s").value >= 10_000.0);
+    assert!(has(&f.remediation, "RPS"));
+}
+
+#[test]
 fn reclaim_storm() {
     let r = run("reclaim-storm");
     let f = first(&r, "memory.direct-reclaim");

@@ -310,6 +310,29 @@ pub static SCENARIOS: &[Scenario] = &[
         start: nss_probe,
     },
     Scenario {
+        name: "softirq-storm",
+        mirrors: "beyond the seeds (issue 50): a CPU taken by soft interrupts, as by a NIC \
+            queue whose interrupts all land on one core",
+        reproduces: "a process sending small UDP datagrams over loopback with sendmmsg from a \
+            thread pinned to the last CPU, to a reader thread that drains them. On loopback the \
+            receive half of each packet (IP, UDP, the socket queue, the reader's wake-up) runs \
+            as the NET_RX soft interrupt on the sending CPU: that CPU spends a fifth to a third \
+            of its time in softirq while the host as a whole stays mostly idle.",
+        signals: "cpu.<last>.softirq_pct >= 10 (baseline near 0), cpu.<last>.softirq.NET_RX_per_s \
+            in the hundreds of thousands, lab-flood's system CPU",
+        bounds: "CPU: one CPU 60% of the time (low: 60 ms bursts every 100 ms) or all of it \
+            (high), and the reader's share of another; loopback only, nothing leaves the host; \
+            socket buffers only",
+        control: false,
+        expected_rule: Some("cpu.softirq-storm"),
+        expected_links: &[],
+        expected_roots: &[],
+        record_args: &[],
+        default_duration: Duration::from_secs(15),
+        controllers: &["cpu"],
+        start: softirq_storm,
+    },
+    Scenario {
         name: "soak",
         mirrors: "a control: a host that is busy and healthy, where jitterscope runs most of \
             the time (issue 46: leak findings for compilers and services warming up)",
@@ -1439,6 +1462,47 @@ fn soak(e: &mut Env) -> Result<Started> {
                 Select::labels(&cgroup::CPU_THROTTLED_PCT, &[LAB_CGROUPS]),
                 Stat::Max,
                 Cmp::Below(5.0),
+            ),
+        ],
+    })
+}
+
+fn softirq_storm(e: &mut Env) -> Result<Started> {
+    let (period, burst) = e.intensity.pick((100, 60), (100, 100));
+    let cg = e.sb.cgroup("", Limits::default())?;
+    let cpu = cpus().last().copied().unwrap_or(0);
+    let pid = e.sb.spawn(
+        &cg,
+        "flood",
+        worker(
+            "udp-flood",
+            &[
+                ("period_ms", period.to_string()),
+                ("burst_ms", burst.to_string()),
+            ],
+        )?,
+    )?;
+    Ok(Started {
+        culprit_cgroup: Some(cg.path.clone()),
+        culprit_comm: Some("lab-flood"),
+        roots: Vec::new(),
+        notes: vec![format!(
+            "cgroup {} (no quota): lab-flood pid {pid} sends 64-byte datagrams to itself over \
+             loopback from CPU {cpu}, in {burst} ms bursts every {period} ms",
+            cg.path
+        )],
+        checks: vec![
+            Check::new(
+                "NET_RX soft interrupts at least 10x the baseline",
+                Select::labels(&irq::SOFTIRQ_PER_S, &["NET_RX"]),
+                Stat::Ratio { floor: 1000.0 },
+                Cmp::AtLeast(10.0),
+            ),
+            Check::new(
+                "the sending CPU spends at least 10% of its time in softirq",
+                Select::labels(&cpu::PER_CPU_SOFTIRQ_PCT, &[&cpu.to_string()]),
+                Stat::Mean,
+                Cmp::AtLeast(10.0),
             ),
         ],
     })

@@ -75,6 +75,7 @@ pub fn main(args: &[String]) -> i32 {
         "stream" => stream(&a),
         "reread" => reread(&a),
         "busy" => busy(&a),
+        "udp-flood" => udp_flood(&a),
         "idle" => idle(),
         k => bail!("unknown worker kind {k:?}"),
     });
@@ -468,6 +469,92 @@ fn burst_wait(elapsed: Duration, period: Duration, burst: Duration) -> Option<Du
     let p = period.as_nanos();
     let into = elapsed.as_nanos() % p;
     (into >= burst.as_nanos()).then(|| Duration::from_nanos((p - into) as u64))
+}
+
+/// A UDP socket bound to 127.0.0.1 on an ephemeral port, non-blocking.
+fn udp_socket() -> Result<std::net::UdpSocket> {
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").context("binding a UDP socket on loopback")?;
+    s.set_nonblocking(true)?;
+    Ok(s)
+}
+
+/// Small datagrams to a receiver on loopback, from one thread pinned to the last CPU, in
+/// bursts of `burst_ms` every `period_ms`. On loopback the receive half of every packet (IP,
+/// UDP, the socket queue, waking the reader) runs as the NET_RX soft interrupt on the sending
+/// CPU, raised by the send itself: the sender's CPU spends its time in softirq, as a CPU
+/// taking a NIC queue's interrupts does. A reader thread drains the socket, as a server
+/// would. `sendmmsg` batches keep the system-call half small next to the softirq half.
+fn udp_flood(a: &Args) -> Result<Value> {
+    set_comm("lab-flood");
+    let period = Duration::from_millis(a.u64("period_ms")?);
+    let burst = Duration::from_millis(a.u64("burst_ms")?);
+    let rx = udp_socket()?;
+    let to = rx.local_addr()?;
+    let received = Arc::new(AtomicU64::new(0));
+    {
+        let received = received.clone();
+        std::thread::Builder::new()
+            .name("lab-flood-rx".into())
+            .spawn(move || {
+                let mut buf = [0u8; 2048];
+                loop {
+                    match rx.recv(&mut buf) {
+                        Ok(_) => {
+                            received.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            std::thread::sleep(Duration::from_micros(200))
+                        }
+                        Err(_) => return,
+                    }
+                }
+            })?;
+    }
+    let cpu = *cpus().last().unwrap_or(&0);
+    pin(cpu)?;
+    let tx = udp_socket()?;
+    tx.connect(to)?;
+    const BATCH: usize = 64;
+    let payload = [0x5au8; 64];
+    let mut iov: Vec<libc::iovec> = (0..BATCH)
+        .map(|_| libc::iovec {
+            iov_base: payload.as_ptr() as *mut libc::c_void,
+            iov_len: payload.len(),
+        })
+        .collect();
+    // SAFETY: zeroed mmsghdr is valid (no name: the socket is connected); each points at its
+    // own iovec, which outlives the calls.
+    let mut msgs: Vec<libc::mmsghdr> = iov
+        .iter_mut()
+        .map(|v| {
+            let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            m.msg_hdr.msg_iov = v as *mut libc::iovec;
+            m.msg_hdr.msg_iovlen = 1;
+            m
+        })
+        .collect();
+    use std::os::fd::AsRawFd;
+    let fd = tx.as_raw_fd();
+    let t0 = Instant::now();
+    let mut sent = 0u64;
+    while !stop::requested() {
+        if let Some(wait) = burst_wait(t0.elapsed(), period, burst) {
+            std::thread::sleep(wait);
+            continue;
+        }
+        // SAFETY: msgs holds BATCH valid headers for a connected socket.
+        let n = unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), BATCH as u32, 0) };
+        if n > 0 {
+            sent += n as u64;
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    Ok(json!({
+        "cpu": cpu,
+        "sent": sent,
+        "sent_per_s": sent as f64 / secs,
+        "received": received.load(Ordering::Relaxed),
+    }))
 }
 
 /// Percentile of sorted values (nearest rank).

@@ -6,12 +6,15 @@ pub mod imbalance;
 pub mod io;
 pub mod leak;
 pub mod lookups;
+pub mod memhigh;
 pub mod oom;
 pub mod pagecache;
 pub mod reclaim;
 pub mod runqueue;
 pub mod saturation;
 pub mod shrinker;
+pub mod softirq;
+pub mod steal;
 pub mod tlb;
 
 use jitterscope_model::registry::{MetricDef, Sel, Unit};
@@ -90,6 +93,9 @@ pub static RULES: &[Rule] = &[
     imbalance::RULE,
     runqueue::RULE,
     io::RULE,
+    softirq::RULE,
+    steal::RULE,
+    memhigh::RULE,
 ];
 
 /// 0.5 at `lo`, 0.95 at `hi` and beyond: how far past its threshold a signal went.

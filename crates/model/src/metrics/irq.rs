@@ -1,4 +1,5 @@
-//! Interrupts: TLB shootdowns and function-call IPIs per CPU, every IRQ line, softirqs.
+//! Interrupts: TLB shootdowns and function-call IPIs per CPU, every IRQ line, softirqs (all
+//! CPUs and per CPU).
 
 use super::{metrics, pairs, rate};
 use crate::eval::Ctx;
@@ -56,6 +57,20 @@ metrics! {
             for (ct, pt) in pairs(&c.types, p, |t| &t.name) {
                 if let Some(pt) = pt {
                     rate(cx, out, &[&ct.name], Some(ct.total()), Some(pt.total()), 1.0);
+                }
+            }
+        }),
+    PER_CPU_SOFTIRQ_PER_S = ("cpu.<cpu>.softirq.<softirq>_per_s", PerSecond, Rate, "Soft interrupts of each type one CPU ran per second (/proc/softirqs column): a storm is one CPU's, and which vector it is says what to spread", |cx, out| {
+            let Some(c) = cx.cur.softirqs.as_ref() else { return };
+            let Some(p) = cx.prev.and_then(|p| p.softirqs.as_ref()) else { return };
+            for (ct, pt) in pairs(&c.types, Some(&p.types), |t| &t.name) {
+                let Some(pt) = pt else { continue };
+                for (i, cpu) in c.cpus.iter().enumerate() {
+                    // A CPU's column in the previous sample: the same position when the header
+                    // is unchanged (hotplug does not change it: every possible CPU is listed).
+                    let pi = if p.cpus.get(i) == Some(cpu) { Some(i) } else { p.cpus.iter().position(|x| x == cpu) };
+                    let pv = pi.and_then(|pi| pt.per_cpu.get(pi)).copied();
+                    rate(cx, out, &[&cpu.to_string(), &ct.name], ct.per_cpu.get(i).copied(), pv, 1.0);
                 }
             }
         }),
