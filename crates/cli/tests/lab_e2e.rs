@@ -93,6 +93,7 @@ fn unavailable(stderr: &str) -> Option<String> {
         "no mounted cgroup hierarchy offers",
         "does not enable it for children",
         "need python3",
+        "needs the memory controller on cgroup v2",
     ]
     .iter()
     .any(|m| stderr.contains(m))
@@ -909,6 +910,7 @@ fn list_documents_every_scenario() {
             "oom-leak",
             "worker-leak",
             "nss-probe",
+            "memory-high",
             "softirq-storm",
             "soak",
             "cpu-saturation",

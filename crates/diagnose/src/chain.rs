@@ -25,7 +25,7 @@ use jitterscope_model::metrics::{process, tracer};
 
 use crate::data::Data;
 use crate::rules::{
-    cfs, dcache, leak, oom, pagecache, reclaim, runqueue, saturation, shrinker, tlb, Rule,
+    cfs, dcache, leak, memhigh, oom, pagecache, reclaim, runqueue, saturation, shrinker, tlb, Rule,
 };
 use crate::{Finding, Link};
 
@@ -94,6 +94,16 @@ pub const CONSEQUENCES: &[(&Rule, &Rule, &str)] = &[
         &cfs::RULE,
         &runqueue::RULE,
         "a throttled cgroup's threads wait, runnable, for the next CFS period",
+    ),
+    (
+        &memhigh::RULE,
+        &reclaim::RULE,
+        "a cgroup over its memory.high makes each of its tasks reclaim from it on the way back to user space: those are its memcg reclaim stalls, before the penalty sleep",
+    ),
+    (
+        &leak::RULE,
+        &memhigh::RULE,
+        "a growing process takes its cgroup over memory.high, where it is throttled rather than killed: the leak shows as slowness",
     ),
 ];
 

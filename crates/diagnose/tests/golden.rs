@@ -202,6 +202,37 @@ fn softirq_storm() {
     assert!(has(&f.remediation, "RPS"));
 }
 
+/// memory-high recorded in the kernel matrix's 6.12 guest with cgroup v2 only (the host has
+/// memory on v1; kept by tests/vm/capture-fixtures.sh). The lab's parent counts the child's
+/// `high` events too (memory.events is hierarchical): the child whose memory.high it is must
+/// be named, with its process, and its memcg reclaim stalls chained under it.
+#[test]
+fn memory_high_on_6_12() {
+    let r = run("memory-high-6.12-v2");
+    let f = first(&r, "memory.high-throttling");
+    assert_eq!(
+        f.culprit.cgroup.as_deref(),
+        Some("/jitterscope-lab/memory-high")
+    );
+    assert_eq!(f.culprit.comm.as_deref(), Some("lab-overhigh"));
+    assert!(evidence(f, "memory.events.high").value >= 10.0);
+    assert!(has(
+        &f.remediation,
+        "raise memory.high of /jitterscope-lab/memory-high"
+    ));
+    if let Some(reclaim) = r
+        .findings
+        .iter()
+        .find(|x| x.rule_id == "memory.direct-reclaim")
+    {
+        assert!(
+            !reclaim.caused_by.is_empty(),
+            "the over-high reclaim is a root of its own: {:#?}",
+            r.findings
+        );
+    }
+}
+
 #[test]
 fn reclaim_storm() {
     let r = run("reclaim-storm");

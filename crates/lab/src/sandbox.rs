@@ -142,6 +142,9 @@ pub struct Limits {
     /// CPU weight in v2's units (1-10000, 100 the default; v1 `cpu.shares` is 1024 times it
     /// over 100). Applied only where the sandbox has the cpu controller.
     pub cpu_weight: Option<u64>,
+    /// v2 `memory.high` in bytes: the throttle below `memory.max`. cgroup v1 has no
+    /// equivalent, and a scenario asking for it there is refused.
+    pub memory_high_bytes: Option<u64>,
 }
 
 impl Limits {
@@ -382,6 +385,17 @@ impl Sandbox {
                     write(&memsw, &bytes.to_string())?;
                 }
             }
+        }
+        if let Some(bytes) = limits.memory_high_bytes {
+            let d = cg
+                .dir_of("memory")
+                .ok_or_else(|| anyhow!("scenario has no memory controller"))?;
+            if !cg.is_v2("memory") {
+                bail!(
+                    "memory.high needs the memory controller on cgroup v2; this host has it on v1"
+                );
+            }
+            write(&d.join("memory.high"), &bytes.to_string())?;
         }
         Ok(cg)
     }

@@ -333,6 +333,29 @@ pub static SCENARIOS: &[Scenario] = &[
         start: softirq_storm,
     },
     Scenario {
+        name: "memory-high",
+        mirrors: "beyond the seeds (issue 50): a container throttled at its memory.high (systemd \
+            MemoryHigh=, Kubernetes MemoryQoS) well below the limit its owner knows of",
+        reproduces: "a process in a cgroup v2 with memory.high set (and memory.max twice it, no \
+            swap) that maps anonymous memory an eighth over memory.high, touches every page, \
+            holds it and unmaps it, over and over. The pages over the line cannot be reclaimed \
+            without swap, so after each batch of charges the task reclaims from its cgroup and \
+            then sleeps the kernel's over-high penalty (5.4+): it crawls, and is never \
+            OOM-killed. Needs the memory controller on cgroup v2.",
+        signals: "cgroup <lab>/memory-high: memory.events.high_per_s, usage at memory.high, \
+            pressure.memory.some_pct; memcg reclaim stalls of lab-overhigh",
+        bounds: "memory: memory.high 64 MiB (low) / 256 MiB (high), memory.max twice that, \
+            memory.swap.max 0; CPU: one thread, mostly asleep",
+        control: false,
+        expected_rule: Some("memory.high-throttling"),
+        expected_links: &[],
+        expected_roots: &[],
+        record_args: &[],
+        default_duration: Duration::from_secs(15),
+        controllers: &["memory"],
+        start: memory_high,
+    },
+    Scenario {
         name: "soak",
         mirrors: "a control: a host that is busy and healthy, where jitterscope runs most of \
             the time (issue 46: leak findings for compilers and services warming up)",
@@ -1462,6 +1485,54 @@ fn soak(e: &mut Env) -> Result<Started> {
                 Select::labels(&cgroup::CPU_THROTTLED_PCT, &[LAB_CGROUPS]),
                 Stat::Max,
                 Cmp::Below(5.0),
+            ),
+        ],
+    })
+}
+
+fn memory_high(e: &mut Env) -> Result<Started> {
+    let high = e.intensity.pick(64 * MIB, 256 * MIB);
+    let bytes = high + high / 8;
+    let cg = e.sb.cgroup(
+        "",
+        Limits {
+            memory_bytes: Some(2 * high),
+            memory_high_bytes: Some(high),
+            ..Default::default()
+        },
+    )?;
+    let pid = e.sb.spawn(
+        &cg,
+        "overhigh",
+        worker(
+            "over-high",
+            &[("bytes", bytes.to_string()), ("hold_ms", "300".into())],
+        )?,
+    )?;
+    Ok(Started {
+        culprit_cgroup: Some(cg.path.clone()),
+        culprit_comm: Some("lab-overhigh"),
+        roots: Vec::new(),
+        notes: vec![format!(
+            "cgroup {}: memory.high {} MiB, memory.max {} MiB, no swap; lab-overhigh pid {pid} \
+             maps and touches {} MiB, holds it 300 ms, unmaps, again",
+            cg.path,
+            high / MIB,
+            2 * high / MIB,
+            bytes / MIB
+        )],
+        checks: vec![
+            Check::new(
+                "the cgroup goes over its memory.high again and again",
+                Select::labels(&cgroup::MEMORY_EVENTS_PER_S, &[&cg.path, "high"]),
+                Stat::Sum,
+                Cmp::AtLeast(10.0),
+            ),
+            Check::new(
+                "its usage reaches memory.high",
+                Select::labels(&cgroup::MEMORY_USAGE_BYTES, &[&cg.path]),
+                Stat::Max,
+                Cmp::AtLeast((high - high / 20) as f64),
             ),
         ],
     })

@@ -76,6 +76,7 @@ pub fn main(args: &[String]) -> i32 {
         "reread" => reread(&a),
         "busy" => busy(&a),
         "udp-flood" => udp_flood(&a),
+        "over-high" => over_high(&a),
         "idle" => idle(),
         k => bail!("unknown worker kind {k:?}"),
     });
@@ -469,6 +470,22 @@ fn burst_wait(elapsed: Duration, period: Duration, burst: Duration) -> Option<Du
     let p = period.as_nanos();
     let into = elapsed.as_nanos() % p;
     (into >= burst.as_nanos()).then(|| Duration::from_nanos((p - into) as u64))
+}
+
+/// Anonymous memory a little over its cgroup's `memory.high`, again and again: map
+/// `bytes`, touch every page, hold `hold_ms`, unmap. With no swap for the cgroup the pages over
+/// the line cannot be reclaimed, so every batch of charges past it ends in the kernel's
+/// penalty sleep: the touches crawl, which the report's per-cycle times show.
+fn over_high(a: &Args) -> Result<Value> {
+    set_comm("lab-overhigh");
+    let bytes = a.u64("bytes")?;
+    let hold = Duration::from_millis(a.u64("hold_ms")?);
+    let mut touch_ms = Vec::new();
+    while !stop::requested() {
+        touch_ms.push(anon_burst(bytes, hold)?.as_secs_f64() * 1e3);
+    }
+    let max = touch_ms.iter().copied().fold(0.0, f64::max);
+    Ok(json!({"cycles": touch_ms.len(), "touch_ms_max": max, "touch_ms": touch_ms}))
 }
 
 /// A UDP socket bound to 127.0.0.1 on an ephemeral port, non-blocking.

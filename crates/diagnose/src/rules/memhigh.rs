@@ -74,6 +74,14 @@ fn run(d: &Data) -> Vec<Finding> {
         }
         found.push((cg.to_string(), events, high, usage, some, at_high));
     }
+    // memory.events counts in every ancestor too (memory.events.local is the cgroup's own):
+    // a parent is named only when no cgroup below it went over.
+    let paths: Vec<String> = found.iter().map(|f| f.0.clone()).collect();
+    found.retain(|f| {
+        !paths
+            .iter()
+            .any(|p| *p != f.0 && super::pagecache::within(p, &f.0))
+    });
     // The most throttled cgroup first: by pressure, then by events.
     found.sort_by(|a, b| {
         b.4.mean
@@ -98,8 +106,10 @@ fn explain(
     pressure: f64,
     at_high: bool,
 ) -> Finding {
-    // The process of that memory cgroup that grew most in the window.
-    let grower = top_procs_by(d, &process::PROC_RSS_BYTES, |st| st.last - st.first)
+    // The largest process of that memory cgroup in the window (one that maps and unmaps, as
+    // an allocator returning memory does, has no growth from first to last sample, yet it is
+    // what fills the cgroup).
+    let grower = top_procs_by(d, &process::PROC_RSS_BYTES, |st| st.max)
         .into_iter()
         .find(|p| d.procs.get(&p.pid).and_then(|x| x.memory_cgroup.as_deref()) == Some(cg));
     let mut culprit = cgroup_culprit(d, cg);
@@ -128,7 +138,7 @@ fn explain(
             },
             grower
                 .as_ref()
-                .map(|p| format!("; {} ({}) grew most", p.comm, p.pid))
+                .map(|p| format!("; {} ({}) the largest in it", p.comm, p.pid))
                 .unwrap_or_default()
         ),
         conf,
@@ -180,8 +190,11 @@ fn explain(
         f.evidence.push(super::series_fact(
             p.series,
             p.value,
-            Take::Growth,
-            format!("{} ({}) grew by this much in the window", p.comm, p.pid),
+            Take::Max,
+            format!(
+                "{} ({})'s resident memory, the largest in the cgroup",
+                p.comm, p.pid
+            ),
         ));
     }
     f.moved_first = moved_first(
@@ -205,7 +218,7 @@ fn explain(
     ));
     if let Some(p) = &grower {
         f.remediation.push(format!(
-            "or find why {} ({}) grows: memory.high throttles it instead of failing it, so a leak there shows as slowness, not as an OOM kill",
+            "or make {} ({}) use less: memory.high throttles it instead of failing it, so its growth (a leak, a cache without a bound) shows as slowness, not as an OOM kill",
             p.comm, p.pid
         ));
     }
@@ -282,7 +295,7 @@ mod tests {
         let f = &f[0];
         assert!(
             f.title.starts_with(
-                "memory.high throttling of /system.slice/app.service: 200 times over its memory.high of 64 MiB (usage up to 66 MiB) in the window, its tasks stalled 30% of the time; app (9) grew most"
+                "memory.high throttling of /system.slice/app.service: 200 times over its memory.high of 64 MiB (usage up to 66 MiB) in the window, its tasks stalled 30% of the time; app (9) the largest in it"
             ),
             "{}",
             f.title
@@ -292,6 +305,29 @@ mod tests {
         assert!(f.confidence >= 0.7);
         assert!(f.remediation[0].starts_with("raise memory.high of"));
         assert!(f.onset.is_some());
+    }
+
+    #[test]
+    fn the_parent_counting_its_childs_events_is_not_named() {
+        let mut d = data(20.0, 30.0, 66.0);
+        for i in 0..20u32 {
+            let on = i >= 10;
+            d.push(
+                &cgroup::MEMORY_EVENTS_PER_S,
+                &["/system.slice", "high"],
+                i,
+                if on { 20.0 } else { 0.0 },
+            );
+            d.push(
+                &cgroup::PRESSURE_SOME_PCT,
+                &["/system.slice", "memory"],
+                i,
+                if on { 31.0 } else { 0.0 },
+            );
+        }
+        let f = run(&d);
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert_eq!(f[0].culprit.cgroup.as_deref(), Some(CG));
     }
 
     #[test]
