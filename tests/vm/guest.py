@@ -65,6 +65,8 @@ SCENARIOS = {
     # layout covers it.
     "memory-high": (None, ("v2",)),
     "softirq-storm": (None, ("v2",)),
+    # Run with a swap file the guest adds for it (with_swap): the host's lab never turns swap on.
+    "swap-in": (None, ("v2",)),
 }
 
 
@@ -458,6 +460,23 @@ def check_no_btf():
         subprocess.run(["umount", "/sys/kernel/btf"])
 
 
+SWAPFILE = "/var/tmp/jsvm.swap"
+
+
+def with_swap(f):
+    """Runs f with a 512 MiB swap file active, then removes it: the guest is ours to configure,
+    and swap-in needs swap (the lab never turns it on)."""
+    sh("dd", "if=/dev/zero", f"of={SWAPFILE}", "bs=1M", "count=512")
+    os.chmod(SWAPFILE, 0o600)
+    sh("busybox", "mkswap", SWAPFILE)
+    sh("busybox", "swapon", SWAPFILE)
+    try:
+        f()
+    finally:
+        sh("busybox", "swapoff", SWAPFILE, check=False)
+        os.remove(SWAPFILE)
+
+
 def check_lab(name, duration):
     key = f"lab.{name}"
     start = time.time()
@@ -534,7 +553,8 @@ def main():
     chosen = CONFIG.get("scenarios") or [n for n in SCENARIOS if scheduled(n)]
     facts["scenarios"] = chosen
     for name in chosen:
-        steps.append((f"lab {name}", lambda n=name: check_lab(n, SCENARIOS.get(n, (None,))[0])))
+        run = lambda n=name: check_lab(n, SCENARIOS.get(n, (None,))[0])
+        steps.append((f"lab {name}", (lambda r=run: with_swap(r)) if name == "swap-in" else run))
     timings = {}
     for what, f in steps:
         s = time.time()

@@ -55,6 +55,7 @@ ROWS = [
     ("lab.worker-leak", "`lab check worker-leak`"),
     ("lab.nss-probe", "`lab check nss-probe` (real NSS certutil)"),
     ("lab.memory-high", "rule `memory.high-throttling` on `lab check memory-high` (cgroup v2)"),
+    ("lab.swap-in", "rule `memory.swap-in` on `lab check swap-in` (a swap file in the guest)"),
     ("lab.softirq-storm", "rule `cpu.softirq-storm` on `lab check softirq-storm` (loopback NET_RX)"),
 ]
 # Scenarios guest.py does not run, and why (measured in 5.10 v2 guests, 30 s runs).
@@ -77,6 +78,7 @@ SOME_KERNELS = [
     ("pagecache-thrash", "5.10 only: memcg-thrash covers the page cache under a limit on every kernel and layout; the major faults this one adds (a process's majflt, vmstat's pgmajfault) read the same on all three."),
     ("reclaim-storm", "v2 only: memcg-thrash's reclaim stalls at its cgroup's limit cover memory-cgroup reclaim on v1, on every kernel."),
     ("memory-high", "v2 only: memory.high is cgroup v2's; v1 has no such throttle."),
+    ("swap-in", "v2 only, with a 512 MiB swap file the guest adds for it: swapping under a memory limit reads the same on both layouts (memory.swap.max or memsw)."),
     ("softirq-storm", "v2 only: loopback's receive half runs as NET_RX on the sending CPU, and /proc/stat and /proc/softirqs read the same, whatever the cgroup layout."),
 ]
 LAYOUT_TEXT = {

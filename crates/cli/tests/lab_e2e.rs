@@ -94,6 +94,7 @@ fn unavailable(stderr: &str) -> Option<String> {
         "does not enable it for children",
         "need python3",
         "needs the memory controller on cgroup v2",
+        "swap-in needs swap",
     ]
     .iter()
     .any(|m| stderr.contains(m))
@@ -911,6 +912,7 @@ fn list_documents_every_scenario() {
             "worker-leak",
             "nss-probe",
             "memory-high",
+            "swap-in",
             "softirq-storm",
             "soak",
             "cpu-saturation",

@@ -25,7 +25,8 @@ use jitterscope_model::metrics::{process, tracer};
 
 use crate::data::Data;
 use crate::rules::{
-    cfs, dcache, leak, memhigh, oom, pagecache, reclaim, runqueue, saturation, shrinker, tlb, Rule,
+    cfs, dcache, leak, memhigh, oom, pagecache, reclaim, runqueue, saturation, shrinker, swapin,
+    tlb, Rule,
 };
 use crate::{Finding, Link};
 
@@ -99,6 +100,16 @@ pub const CONSEQUENCES: &[(&Rule, &Rule, &str)] = &[
         &memhigh::RULE,
         &reclaim::RULE,
         "a cgroup over its memory.high makes each of its tasks reclaim from it on the way back to user space: those are its memcg reclaim stalls, before the penalty sleep",
+    ),
+    (
+        &swapin::RULE,
+        &reclaim::RULE,
+        "a working set larger than the memory it may use: each page swapped back in needs a free page, which reclaim frees by swapping another out, so the stalls are the swap storm's cost",
+    ),
+    (
+        &leak::RULE,
+        &swapin::RULE,
+        "a growing process takes the room of other processes' anonymous memory, which is swapped out and faulted back in",
     ),
     (
         &leak::RULE,

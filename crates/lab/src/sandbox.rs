@@ -145,6 +145,10 @@ pub struct Limits {
     /// v2 `memory.high` in bytes: the throttle below `memory.max`. cgroup v1 has no
     /// equivalent, and a scenario asking for it there is refused.
     pub memory_high_bytes: Option<u64>,
+    /// Swap the cgroup may use beside `memory_bytes` (v2 `memory.swap.max`; v1 with swap
+    /// accounting, `memory.memsw.limit_in_bytes` is the sum). Without it a memory limit comes
+    /// with no swap at all.
+    pub swap_bytes: Option<u64>,
 }
 
 impl Limits {
@@ -375,14 +379,15 @@ impl Sandbox {
                 write(&d.join("memory.max"), &bytes.to_string())?;
                 let swap = d.join("memory.swap.max");
                 if swap.exists() {
-                    write(&swap, "0")?;
+                    write(&swap, &limits.swap_bytes.unwrap_or(0).to_string())?;
                 }
             } else {
                 write(&d.join("memory.limit_in_bytes"), &bytes.to_string())?;
                 // With swap accounting, memory + swap too: the limit must not spill into swap.
                 let memsw = d.join("memory.memsw.limit_in_bytes");
                 if memsw.exists() {
-                    write(&memsw, &bytes.to_string())?;
+                    let total = bytes + limits.swap_bytes.unwrap_or(0);
+                    write(&memsw, &total.to_string())?;
                 }
             }
         }

@@ -356,6 +356,29 @@ pub static SCENARIOS: &[Scenario] = &[
         start: memory_high,
     },
     Scenario {
+        name: "swap-in",
+        mirrors: "beyond the seeds (issue 50): a service whose working set no longer fits its \
+            memory limit, swapped out and faulted back in on every access",
+        reproduces: "a process in a memory-limited cgroup that may use swap, whose anonymous \
+            working set is half again its limit, sweeping it page by page over and over: the \
+            page it reads next is always the one evicted longest ago, so every read is a \
+            swap-in (a major fault and a disk read) and every page brought back pushes another \
+            out. Needs active swap, which the lab never turns on itself (the kernel matrix's \
+            guests add a swap file for it).",
+        signals: "vmstat.pswpin_per_s and pswpout_per_s from near 0, lab-swapper's \
+            majflt_per_s and swap_bytes, its cgroup at its memory limit, memory PSI",
+        bounds: "memory: cgroup limit 64 MiB (low) / 256 MiB (high), swap up to twice the \
+            working set of 96 MiB / 384 MiB; disk: swap I/O only",
+        control: false,
+        expected_rule: Some("memory.swap-in"),
+        expected_links: &[],
+        expected_roots: &[],
+        record_args: &[],
+        default_duration: Duration::from_secs(20),
+        controllers: &["memory"],
+        start: swap_in,
+    },
+    Scenario {
         name: "soak",
         mirrors: "a control: a host that is busy and healthy, where jitterscope runs most of \
             the time (issue 46: leak findings for compilers and services warming up)",
@@ -1533,6 +1556,70 @@ fn memory_high(e: &mut Env) -> Result<Started> {
                 Select::labels(&cgroup::MEMORY_USAGE_BYTES, &[&cg.path]),
                 Stat::Max,
                 Cmp::AtLeast((high - high / 20) as f64),
+            ),
+        ],
+    })
+}
+
+/// Free swap space, from /proc/meminfo (0 without swap).
+fn swap_free() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("SwapFree:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn swap_in(e: &mut Env) -> Result<Started> {
+    let limit = e.intensity.pick(64 * MIB, 256 * MIB);
+    let bytes = limit + limit / 2;
+    let free = swap_free();
+    if free < bytes {
+        bail!(
+            "swap-in needs swap: {} MiB of swap free, {} MiB needed; the lab does not turn swap on (swapon a file or device first)",
+            free / MIB,
+            bytes / MIB
+        );
+    }
+    let cg = e.sb.cgroup(
+        "",
+        Limits {
+            memory_bytes: Some(limit),
+            swap_bytes: Some(2 * bytes),
+            ..Default::default()
+        },
+    )?;
+    let pid = e.sb.spawn(
+        &cg,
+        "swapper",
+        worker("swap-thrash", &[("bytes", bytes.to_string())])?,
+    )?;
+    Ok(Started {
+        culprit_cgroup: Some(cg.path.clone()),
+        culprit_comm: Some("lab-swapper"),
+        roots: Vec::new(),
+        notes: vec![format!(
+            "cgroup {}: memory limit {} MiB, swap up to {} MiB; lab-swapper pid {pid} sweeps {} MiB of anonymous memory",
+            cg.path,
+            limit / MIB,
+            2 * bytes / MIB,
+            bytes / MIB
+        )],
+        checks: vec![
+            Check::new(
+                "pages are read back from swap",
+                Select::labels(&mem::VMSTAT_FIELD_PER_S, &["pswpin"]),
+                Stat::Sum,
+                Cmp::AtLeast(1000.0),
+            ),
+            Check::new(
+                "lab-swapper takes the major faults",
+                Select::labels(&process::PROC_MAJFLT_PER_S, &["*", "lab-swapper"]),
+                Stat::Sum,
+                Cmp::AtLeast(1000.0),
             ),
         ],
     })

@@ -77,6 +77,7 @@ pub fn main(args: &[String]) -> i32 {
         "busy" => busy(&a),
         "udp-flood" => udp_flood(&a),
         "over-high" => over_high(&a),
+        "swap-thrash" => swap_thrash(&a),
         "idle" => idle(),
         k => bail!("unknown worker kind {k:?}"),
     });
@@ -486,6 +487,66 @@ fn over_high(a: &Args) -> Result<Value> {
     }
     let max = touch_ms.iter().copied().fold(0.0, f64::max);
     Ok(json!({"cycles": touch_ms.len(), "touch_ms_max": max, "touch_ms": touch_ms}))
+}
+
+/// A working set of anonymous memory larger than the cgroup's memory limit, swept page by
+/// page again and again: the first sweep writes every page (so each has contents to swap out),
+/// the next ones read them. In LRU order the page read next is always the one evicted longest
+/// ago, so once the cgroup is full every read is a swap-in, a major fault. Reports each
+/// sweep's time and the process's major faults.
+fn swap_thrash(a: &Args) -> Result<Value> {
+    set_comm("lab-swapper");
+    let len = a.u64("bytes")? as usize;
+    // SAFETY: a private anonymous mapping; unmapped below.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        bail!("mmap of {len} bytes: {}", std::io::Error::last_os_error());
+    }
+    let base = p as *mut u8;
+    let mut sweeps_ms = Vec::new();
+    let mut sum = 0u64;
+    'run: while !stop::requested() {
+        let t = Instant::now();
+        let mut off = 0;
+        while off < len {
+            // SAFETY: off < len, inside the mapping.
+            unsafe {
+                if sweeps_ms.is_empty() {
+                    base.add(off).write_volatile((off >> 12) as u8 | 1);
+                } else {
+                    sum = sum.wrapping_add(base.add(off).read_volatile() as u64);
+                }
+            }
+            off += 4096;
+            if off.is_multiple_of(4 << 20) && stop::requested() {
+                break 'run;
+            }
+        }
+        sweeps_ms.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    // SAFETY: unmapping exactly what was mapped.
+    unsafe { libc::munmap(p, len) };
+    // SAFETY: getrusage fills a zeroed rusage.
+    let majflt = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+        ru.ru_majflt
+    };
+    Ok(json!({
+        "sweeps": sweeps_ms.len(),
+        "sweeps_ms": sweeps_ms,
+        "majflt": majflt,
+        "checksum": black_box(sum),
+    }))
 }
 
 /// A UDP socket bound to 127.0.0.1 on an ephemeral port, non-blocking.

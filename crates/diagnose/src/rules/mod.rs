@@ -15,6 +15,7 @@ pub mod saturation;
 pub mod shrinker;
 pub mod softirq;
 pub mod steal;
+pub mod swapin;
 pub mod tlb;
 
 use jitterscope_model::registry::{MetricDef, Sel, Unit};
@@ -96,6 +97,7 @@ pub static RULES: &[Rule] = &[
     softirq::RULE,
     steal::RULE,
     memhigh::RULE,
+    swapin::RULE,
 ];
 
 /// 0.5 at `lo`, 0.95 at `hi` and beyond: how far past its threshold a signal went.

@@ -46,7 +46,7 @@ rule! {
         mem::RECLAIM_PGSCAN_KSWAPD_PER_S, mem::CACHED_BYTES, mem::ANON_BYTES,
         disk::READ_BYTES_PER_S, process::PROC_READ_BYTES_PER_S, process::PROC_MAJFLT_PER_S,
         process::PROC_REAPED_READ_BYTES_PER_S, process::PROC_EXITED,
-        cgroup::MEMORY_REFAULT_FILE_PER_S,
+        cgroup::MEMORY_REFAULT_FILE_PER_S, mem::VMSTAT_FIELD_PER_S["pswpin"],
         cgroup::MEMORY_USAGE_OF_LIMIT_PCT, cgroup::MEMORY_HIGH_BYTES, cgroup::MEMORY_USAGE_BYTES,
 }
 
@@ -241,7 +241,11 @@ fn run(d: &Data) -> Vec<Finding> {
     let mj = d.stats(&mem::RECLAIM_PGMAJFAULT_PER_S, &[]);
     let (rr, mr) = (ratio(&rf), ratio(&mj));
     let refaulting = rf.sum >= MIN_REFAULTS && rr >= MIN_RATIO;
-    let faulting = mj.sum >= 1000.0 && mr >= MIN_RATIO;
+    // Swap-ins are major faults too, of anonymous pages: memory.swap-in's, not the page
+    // cache's. pswpin counts swap readahead's pages as well, so this undercounts the file
+    // faults of a storm of both; their refaults still count above.
+    let swapins = d.stats(&mem::VMSTAT_FIELD_PER_S, &["pswpin"]);
+    let faulting = (mj.sum - swapins.sum) >= 1000.0 && mr >= MIN_RATIO;
     let cg = thrashing_cgroup(d);
     if !refaulting && !faulting && cg.is_none() {
         return Vec::new();
