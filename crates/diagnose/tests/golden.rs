@@ -233,6 +233,42 @@ fn memory_high_on_6_12() {
     }
 }
 
+/// swap-in recorded in the kernel matrix's 6.12 guest with a swap file (kept by
+/// tests/vm/capture-fixtures.sh; the host has no swap). Every swap-in is a major fault too: the
+/// page-cache rule must leave them to memory.swap-in, and the reclaim at the cgroup's limit is
+/// the swap storm's cost, chained under it.
+#[test]
+fn swap_in_on_6_12() {
+    let r = run("swap-in-6.12-v2");
+    let f = first(&r, "memory.swap-in");
+    assert_eq!(f.culprit.comm.as_deref(), Some("lab-swapper"));
+    assert_eq!(
+        f.culprit.cgroup.as_deref(),
+        Some("/jitterscope-lab/swap-in")
+    );
+    assert!(
+        f.title
+            .contains("evicted by its memory cgroup /jitterscope-lab/swap-in at its limit"),
+        "{}",
+        f.title
+    );
+    assert!(evidence(f, "pswpin").value >= 1000.0);
+    assert!(
+        r.findings
+            .iter()
+            .all(|x| x.rule_id != "memory.pagecache-thrash"),
+        "{:#?}",
+        r.findings
+    );
+    if let Some(reclaim) = r
+        .findings
+        .iter()
+        .find(|x| x.rule_id == "memory.direct-reclaim")
+    {
+        assert!(!reclaim.caused_by.is_empty(), "{:#?}", r.findings);
+    }
+}
+
 #[test]
 fn reclaim_storm() {
     let r = run("reclaim-storm");
