@@ -197,11 +197,10 @@ fn cpath(s: &str) -> Result<CString> {
     CString::new(s).context("path with a NUL byte")
 }
 
-/// Touches `bytes` of fresh anonymous memory one page at a time, holds it `hold`, frees it.
-/// Returns how long the touching took (it includes any reclaim the charges caused).
-fn anon_burst(bytes: u64, hold: Duration) -> Result<Duration> {
-    let len = bytes as usize;
-    // SAFETY: a private anonymous mapping; unmapped below.
+/// A private anonymous mapping of `len` bytes, not reserved against overcommit (the cgroup's
+/// limit bounds it); the caller unmaps it.
+fn anon_map(len: usize) -> Result<*mut libc::c_void> {
+    // SAFETY: a fresh private anonymous mapping at an address the kernel picks.
     let p = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
@@ -213,8 +212,16 @@ fn anon_burst(bytes: u64, hold: Duration) -> Result<Duration> {
         )
     };
     if p == libc::MAP_FAILED {
-        bail!("mmap of {bytes} bytes: {}", std::io::Error::last_os_error());
+        bail!("mmap of {len} bytes: {}", std::io::Error::last_os_error());
     }
+    Ok(p)
+}
+
+/// Touches `bytes` of fresh anonymous memory one page at a time, holds it `hold`, frees it.
+/// Returns how long the touching took (it includes any reclaim the charges caused).
+fn anon_burst(bytes: u64, hold: Duration) -> Result<Duration> {
+    let len = bytes as usize;
+    let p = anon_map(len)?;
     let t0 = Instant::now();
     let base = p as *mut u8;
     let mut off = 0;
@@ -497,20 +504,7 @@ fn over_high(a: &Args) -> Result<Value> {
 fn swap_thrash(a: &Args) -> Result<Value> {
     set_comm("lab-swapper");
     let len = a.u64("bytes")? as usize;
-    // SAFETY: a private anonymous mapping; unmapped below.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        bail!("mmap of {len} bytes: {}", std::io::Error::last_os_error());
-    }
+    let p = anon_map(len)?;
     let base = p as *mut u8;
     let mut sweeps_ms = Vec::new();
     let mut sum = 0u64;
