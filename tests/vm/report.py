@@ -69,7 +69,7 @@ NOT_RUN = [
 NOT_RUN_ELSEWHERE = "lab_e2e runs these four on the host's kernel at their defaults, alone and beside the soak load."
 # Rules with no reproducer a guest can run, and how they are tested instead.
 NO_REPRODUCER = [
-    ("cpu.steal", "steal cannot be made under emulation (a TCG guest has no steal time, and KVM does not boot Debian's kernels on this machine). The rule is tested on /proc/stat recorded on this machine (tests/fixtures/steal, scripts/capture-steal-fixtures.sh), as recorded and with idle ticks of one CPU moved to its steal column (crates/diagnose/tests/steal.rs). /proc/stat has had the steal column since 2.6.11; a guest's figure needs the hypervisor's paravirtual steal accounting (KVM steal time, Xen, Hyper-V)."),
+    ("cpu.steal", "steal cannot be made under emulation (a TCG guest has no steal time, and KVM does not boot Debian's kernels on this machine). The rule is tested on /proc/stat recorded on this machine (tests/fixtures/steal, scripts/capture-steal-fixtures.sh), as recorded and with idle ticks of one CPU moved to its steal column (crates/diagnose/tests/steal.rs). /proc/stat has had the steal column since 2.6.11; a guest's figure needs the hypervisor's paravirtual steal accounting (KVM steal time, Xen, VMware)."),
 ]
 # Scenarios run on some guests only, and why.
 SOME_KERNELS = [

@@ -911,9 +911,9 @@ fn list_documents_every_scenario() {
             "oom-leak",
             "worker-leak",
             "nss-probe",
+            "softirq-storm",
             "memory-high",
             "swap-in",
-            "softirq-storm",
             "soak",
             "cpu-saturation",
             "idle"

@@ -171,6 +171,8 @@ pub struct Stats {
     /// Window: each value times the seconds it covers (`Data::spans`; without them, the time
     /// since the series' previous point): a per-second rate integrated, a count.
     pub sum: f64,
+    /// Window: the seconds its values cover (what `sum` integrated over).
+    pub covered_s: f64,
     /// Window: first and last values.
     pub first: f64,
     /// Window: last value.
@@ -680,6 +682,7 @@ impl Data {
             st.n += 1;
             st.max = st.max.max(v);
             st.sum += v * dt;
+            st.covered_s += dt;
             st.last = v;
         }
         if st.n > 0 {
@@ -688,6 +691,19 @@ impl Data {
         st.base_n = base.len();
         (st.base_median, st.base_mad) = median_mad(&mut base);
         st
+    }
+
+    /// The time-weighted average of a series over the seconds it covers: `sum` over
+    /// `covered_s`. Unlike `Stats::mean` (the sum over the number of points), it is a rate's
+    /// level whatever the spacing of the points (process series are read at spaced samples
+    /// over long windows), and a process that started in the window is not diluted by the
+    /// seconds before it.
+    pub fn avg(st: &Stats) -> f64 {
+        if st.covered_s > 0.0 {
+            st.sum / st.covered_s
+        } else {
+            0.0
+        }
     }
 
     /// First window time at which series `s` reached `threshold`.

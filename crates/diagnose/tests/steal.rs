@@ -22,15 +22,21 @@ fn fixtures() -> PathBuf {
 /// loses `per_s` ticks a second of idle to steal (cumulative, as the kernel counts).
 fn store(dir: &Path, cpu: u32, per_s: u64) {
     let mut w = jitterscope_testkit::sample_writer(dir).unwrap();
+    let mut prev_idle: Option<u64> = None;
     for n in 0..20u64 {
         let raw = std::fs::read(fixtures().join(format!("stat.{n}"))).unwrap();
         let mut stat = parse_stat(&raw).unwrap();
         let moved = n.saturating_sub(10) * per_s;
         for c in stat.cpus.iter_mut().filter(|c| c.cpu == cpu) {
-            assert!(
-                c.times.idle_ticks >= moved,
-                "the recording's CPU {cpu} was not idle enough"
-            );
+            // Each second moved from idle to steal must have been idle in the recording.
+            if let Some(p) = prev_idle.filter(|_| n > 10) {
+                let idle = c.times.idle_ticks - p;
+                assert!(
+                    idle >= per_s,
+                    "CPU {cpu} was idle {idle} ticks in second {n} of the recording, less than the {per_s} moved"
+                );
+            }
+            prev_idle = Some(c.times.idle_ticks);
             c.times.idle_ticks -= moved;
             *c.times.steal_ticks.get_or_insert(0) += moved;
         }

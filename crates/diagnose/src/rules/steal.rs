@@ -4,7 +4,7 @@
 //! the physical CPU (another tenant's vCPUs, its own I/O threads), or a burstable instance has
 //! spent its CPU credits, the guest's vCPU is runnable but not running: the time passes in the
 //! guest without any of its tasks making progress. Paravirtual steal accounting (KVM's steal
-//! time, Xen's runstate, Hyper-V) reports it as `steal` in /proc/stat. Every task on that vCPU
+//! time, Xen's runstate, VMware's steal clock) reports it as `steal` in /proc/stat. Every task on that vCPU
 //! sees the stall; nothing inside the guest caused it, and nothing inside it can fix it.
 //!
 //! **Evidence.** `cpu.steal_pct` (all CPUs) and the most stolen CPU's `cpu.<cpu>.steal_pct`
@@ -64,8 +64,15 @@ fn run(d: &Data) -> Vec<Finding> {
         .filter(|(_, st)| st.n > 0)
         .collect();
     cpus.sort_by(|a, b| b.1.mean.total_cmp(&a.1.mean));
-    let worst = cpus.first();
-    let cpu_hit = worst.is_some_and(|(_, st)| st.mean >= CPU_SHARE && st.mean >= base(st) + RISE);
+    // The CPU that went furthest over its own baseline among those past the thresholds (a CPU
+    // stolen from all along must not hide one that just started), else the most stolen.
+    let past = |st: &Stats| st.mean >= CPU_SHARE && st.mean >= base(st) + RISE;
+    let worst = cpus
+        .iter()
+        .filter(|(_, st)| past(st))
+        .max_by(|a, b| (a.1.mean - base(&a.1)).total_cmp(&(b.1.mean - base(&b.1))))
+        .or(cpus.first());
+    let cpu_hit = worst.is_some_and(|(_, st)| past(st));
     let host_hit = host.n > 0 && host.mean >= HOST_SHARE && host.mean >= base(&host) + RISE;
     if !cpu_hit && !host_hit {
         return Vec::new();
@@ -167,6 +174,28 @@ mod tests {
         assert_eq!(f.evidence[1].signal, "cpu.0.steal_pct");
         assert_eq!(f.evidence[1].baseline, Some(0.5));
         assert!(f.onset.is_some());
+    }
+
+    #[test]
+    fn a_cpu_stolen_from_all_along_does_not_hide_a_new_one() {
+        let mut d = Data::seconds(20, 10);
+        for i in 0..20u32 {
+            d.push(&cpu::PER_CPU_STEAL_PCT, &["0"], i, 30.0);
+            d.push(
+                &cpu::PER_CPU_STEAL_PCT,
+                &["1"],
+                i,
+                if i >= 10 { 20.0 } else { 0.0 },
+            );
+            d.push(&cpu::STEAL_PCT, &[], i, if i >= 10 { 25.0 } else { 15.0 });
+        }
+        let f = run(&d);
+        assert_eq!(f.len(), 1);
+        assert_eq!(
+            f[0].evidence[1].signal, "cpu.1.steal_pct",
+            "{:#?}",
+            f[0].evidence
+        );
     }
 
     #[test]

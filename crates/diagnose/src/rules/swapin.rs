@@ -68,7 +68,16 @@ fn run(d: &Data) -> Vec<Finding> {
     if ratio < RATIO {
         return Vec::new();
     }
-    let victims = top_procs(d, &process::PROC_MAJFLT_PER_S);
+    // Major faults of processes with memory out in swap: a reader of mapped files faults too,
+    // on the page cache, and is not this storm's victim.
+    let victims: Vec<_> = top_procs(d, &process::PROC_MAJFLT_PER_S)
+        .into_iter()
+        .filter(|v| {
+            d.stats(&process::PROC_SWAP_BYTES, &[&v.pid.to_string(), &v.comm])
+                .max
+                > 0.0
+        })
+        .collect();
     let victim = victims.first();
     let culprit = victim
         .map(|v| proc_culprit(d, v.pid, &v.comm, Res::Memory))
@@ -212,7 +221,7 @@ fn run(d: &Data) -> Vec<Finding> {
         }
     } else {
         f.remediation.push(format!(
-            "swap less eagerly in {who}'s cgroup: memory.swappiness (cgroup v1, 0 to 100), or vm.swappiness for the host"
+            "swap less eagerly in {who}'s cgroup: memory.swappiness (cgroup v1), or vm.swappiness for the host"
         ));
     }
     f.remediation.push(format!(
@@ -261,6 +270,12 @@ mod tests {
                 &["6", "cron"],
                 i,
                 if on { 1.0 } else { 0.0 },
+            );
+            d.push(
+                &process::PROC_SWAP_BYTES,
+                &["5", "app"],
+                i,
+                32.0 * 1048576.0,
             );
             d.push(&cgroup::MEMORY_USAGE_BYTES, &[CG], i, 64.0 * 1048576.0);
             d.push(&cgroup::MEMORY_LIMIT_BYTES, &[CG], i, 64.0 * 1048576.0);
