@@ -502,11 +502,13 @@ impl Folded {
     }
 }
 
-/// The kernel's cumulative counters, exported after the rename to base units: they had no name
-/// before it (the old rule would have made up `jitterscope_cpu__seconds_total`).
+/// The kernel's cumulative counters, exported after the rename to base units, and metrics
+/// added since: they had no name before it (the old rule would have made up
+/// `jitterscope_cpu__seconds_total`).
 const NEW_SINCE_BASE_UNITS: &[&jitterscope_model::MetricDef] = {
-    use jitterscope_model::metrics::{cgroup, cpu, process, psi};
+    use jitterscope_model::metrics::{cgroup, cpu, irq, process, psi};
     &[
+        &irq::PER_CPU_SOFTIRQ_PER_S,
         &cpu::SECONDS,
         &psi::SOME_USEC,
         &psi::FULL_USEC,
