@@ -67,6 +67,8 @@ SCENARIOS = {
     "softirq-storm": (None, ("v2",)),
     # Run with a swap file the guest adds for it (with_swap): the host's lab never turns swap on.
     "swap-in": (None, ("v2",)),
+    # The mmaplock tracer needs lock:contention_begin (5.19+): 5.10's tracer cell says so.
+    "mmap-lock": (None, ("v2",), ("6.1", "6.12")),
 }
 
 

@@ -24,6 +24,7 @@ ROWS = [
     ("tracer.runqlat", "tracer `runqlat`: run-queue latency, host"),
     ("tracer.runqlat.cgroup", "tracer `runqlat`: per cgroup (cgroup-id mapping)"),
     ("tracer.lookups", "tracer `lookups`: failed path look-ups (evidence)"),
+    ("tracer.mmaplock", "tracer `mmaplock`: mmap_lock waits per process"),
     ("collector.record", "`record` + `dump` (the store round trip)"),
     ("collector.system", "system counters (/proc/stat, meminfo, vmstat...)"),
     ("collector.psi", "system PSI (/proc/pressure)"),
@@ -57,6 +58,7 @@ ROWS = [
     ("lab.memory-high", "rule `memory.high-throttling` on `lab check memory-high` (cgroup v2)"),
     ("lab.swap-in", "rule `memory.swap-in` on `lab check swap-in` (a swap file in the guest)"),
     ("lab.softirq-storm", "rule `cpu.softirq-storm` on `lab check softirq-storm` (loopback NET_RX)"),
+    ("lab.mmap-lock", "rule `memory.mmap-lock-contention` on `lab check mmap-lock` (5.19+)"),
 ]
 # Scenarios guest.py does not run, and why (measured in 5.10 v2 guests, 30 s runs).
 NOT_RUN = [
@@ -80,6 +82,7 @@ SOME_KERNELS = [
     ("memory-high", "v2 only: memory.high is cgroup v2's; v1 has no such throttle."),
     ("swap-in", "v2 only, with a 512 MiB swap file the guest adds for it: swapping under a memory limit reads the same on both layouts (memory.swap.max or memsw)."),
     ("softirq-storm", "v2 only: loopback's receive half runs as NET_RX on the sending CPU, and /proc/stat and /proc/softirqs read the same, whatever the cgroup layout."),
+    ("mmap-lock", "6.1 and 6.12, v2 only: the mmaplock tracer sees waits at lock:contention_begin/end, which 5.10 lacks (5.19+; its tracer cell says so), and a process's own lock knows nothing of cgroups."),
 ]
 LAYOUT_TEXT = {
     "v2": "cgroup2 only at /sys/fs/cgroup, cpuset cpu io memory pids enabled at the root (systemd's unified boot)",

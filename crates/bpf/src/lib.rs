@@ -24,6 +24,7 @@ pub mod env;
 mod lookups;
 mod madvise;
 mod map_batch;
+mod mmaplock;
 pub mod python_walker;
 mod reclaim;
 mod runqlat;
@@ -73,6 +74,7 @@ static TRACERS: &[&TracerDef] = &[
     &madvise::DEF,
     &runqlat::DEF,
     &lookups::DEF,
+    &mmaplock::DEF,
 ];
 
 /// One tracer (its place in the table, so it is `Copy` and orders as tracers are listed).

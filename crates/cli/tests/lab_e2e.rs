@@ -914,6 +914,7 @@ fn list_documents_every_scenario() {
             "softirq-storm",
             "memory-high",
             "swap-in",
+            "mmap-lock",
             "soak",
             "cpu-saturation",
             "idle"

@@ -25,8 +25,8 @@ use jitterscope_model::metrics::{process, tracer};
 
 use crate::data::Data;
 use crate::rules::{
-    cfs, dcache, leak, memhigh, oom, pagecache, reclaim, runqueue, saturation, shrinker, swapin,
-    tlb, Rule,
+    cfs, dcache, leak, memhigh, mmaplock, oom, pagecache, reclaim, runqueue, saturation, shrinker,
+    swapin, tlb, Rule,
 };
 use crate::{Finding, Link};
 
@@ -90,6 +90,11 @@ pub const CONSEQUENCES: &[(&Rule, &Rule, &str)] = &[
         &tlb::RULE,
         &saturation::RULE,
         "every shootdown interrupts the other CPUs running the process: kernel CPU time",
+    ),
+    (
+        &tlb::RULE,
+        &mmaplock::RULE,
+        "munmap and madvise hold the process's mmap_lock while they wait for the shootdown IPIs to be answered, so every shootdown lengthens the hold the other threads sleep out",
     ),
     (
         &cfs::RULE,

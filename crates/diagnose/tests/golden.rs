@@ -202,6 +202,28 @@ fn softirq_storm() {
     assert!(has(&f.remediation, "RPS"));
 }
 
+/// The threads' own waits are the signal: they waited for writing (mmap, munmap), and with the
+/// pages never touched there is no shootdown storm to chain them under.
+#[test]
+fn mmap_lock() {
+    let r = run("mmap-lock");
+    let f = first(&r, "memory.mmap-lock-contention");
+    assert_eq!(f.culprit.comm.as_deref(), Some("lab-mapper"));
+    assert_eq!(
+        f.culprit.cgroup.as_deref(),
+        Some("/jitterscope-lab/mmap-lock")
+    );
+    let share = evidence(f, "wait_pct");
+    assert!(share.value >= 10.0, "{share:?}");
+    assert!(evidence(f, "write_waits").value >= 1000.0);
+    assert!(has(&f.remediation, "maps and unmaps from many threads"));
+    assert!(
+        !r.findings.iter().any(|f| f.rule_id == "cpu.tlb-shootdown"),
+        "{:#?}",
+        r.findings
+    );
+}
+
 /// memory-high recorded in the kernel matrix's 6.12 guest with cgroup v2 only (the host has
 /// memory on v1; kept by tests/vm/capture-fixtures.sh). The lab's parent counts the child's
 /// `high` events too (memory.events is hierarchical): the child whose memory.high it is must

@@ -379,6 +379,32 @@ pub static SCENARIOS: &[Scenario] = &[
         start: swap_in,
     },
     Scenario {
+        name: "mmap-lock",
+        mirrors: "beyond the seeds (issue 50): a multi-threaded service whose threads queue on \
+            their process's mmap_lock, as behind an allocator or runtime that maps and unmaps \
+            from every thread (case 4's cousin: the same frees, paid in lock waits rather than \
+            shootdowns)",
+        reproduces: "one process with four threads per CPU (at least eight) that each map \
+            256 KiB of anonymous memory and unmap it, as fast as they can in bursts. mmap and \
+            munmap take the process's mmap_lock for writing, so the threads sleep waiting for \
+            each other; the mmaplock tracer sees each wait at lock:contention_begin/end \
+            (5.19+). The pages are never touched, so munmap frees nothing and sends no TLB \
+            shootdowns: the lock is the only mechanism at work (touching them adds case 4's \
+            shootdown storm, which the diagnosis then links as the cause of the waits).",
+        signals: "mmaplock.proc.<pid>.lab-mapper.waits_per_s and wait_pct from 0, its \
+            write_waits_per_s, lab-mapper's system CPU",
+        bounds: "CPU: up to all of it in bursts (low: 300 ms every 500 ms); memory: at most \
+            threads x 256 KiB mapped at once",
+        control: false,
+        expected_rule: Some("memory.mmap-lock-contention"),
+        expected_links: &[],
+        expected_roots: &[],
+        record_args: &[],
+        default_duration: Duration::from_secs(15),
+        controllers: &["cpu"],
+        start: mmap_lock,
+    },
+    Scenario {
         name: "soak",
         mirrors: "a control: a host that is busy and healthy, where jitterscope runs most of \
             the time (issue 46: leak findings for compilers and services warming up)",
@@ -1663,6 +1689,57 @@ fn softirq_storm(e: &mut Env) -> Result<Started> {
                 Cmp::AtLeast(10.0),
             ),
         ],
+    })
+}
+
+/// Whether the kernel has the lock contention tracepoints the mmaplock tracer attaches to
+/// (5.19+); None when no tracefs is mounted to tell.
+fn has_lock_contention_tracepoint() -> Option<bool> {
+    ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+        .iter()
+        .map(Path::new)
+        .find(|t| t.join("events").is_dir())
+        .map(|t| t.join("events/lock/contention_begin").is_dir())
+}
+
+fn mmap_lock(e: &mut Env) -> Result<Started> {
+    if has_lock_contention_tracepoint() == Some(false) {
+        bail!(
+            "mmap-lock needs the lock:contention_begin tracepoint (5.19+), which the mmaplock tracer sees the waits at; this kernel has none"
+        );
+    }
+    let (period, burst) = e.intensity.pick((500, 300), (100, 100));
+    let threads = (cpus().len() * 4).max(8);
+    let cg = e.sb.cgroup("", Limits::default())?;
+    let pid = e.sb.spawn(
+        &cg,
+        "mapper",
+        worker(
+            "map-churn",
+            &[
+                ("threads", threads.to_string()),
+                ("bytes", (256 << 10).to_string()),
+                ("touch_pages", "0".to_string()),
+                ("period_ms", period.to_string()),
+                ("burst_ms", burst.to_string()),
+            ],
+        )?,
+    )?;
+    Ok(Started {
+        culprit_cgroup: Some(cg.path.clone()),
+        culprit_comm: Some("lab-mapper"),
+        roots: Vec::new(),
+        notes: vec![format!(
+            "cgroup {} (no quota): lab-mapper pid {pid}, {threads} threads mapping and \
+             unmapping 256 KiB each, in {burst} ms bursts every {period} ms",
+            cg.path
+        )],
+        checks: vec![Check::new(
+            "lab-mapper's threads wait for its mmap_lock",
+            Select::labels(&tracer::MMAPLOCK_PROC_WAITS_PER_S, &["*", "lab-mapper"]),
+            Stat::Sum,
+            Cmp::AtLeast(1000.0),
+        )],
     })
 }
 

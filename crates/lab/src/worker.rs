@@ -78,6 +78,7 @@ pub fn main(args: &[String]) -> i32 {
         "udp-flood" => udp_flood(&a),
         "over-high" => over_high(&a),
         "swap-thrash" => swap_thrash(&a),
+        "map-churn" => map_churn(&a),
         "idle" => idle(),
         k => bail!("unknown worker kind {k:?}"),
     });
@@ -627,6 +628,66 @@ fn udp_flood(a: &Args) -> Result<Value> {
         "sent": sent,
         "sent_per_s": sent as f64 / secs,
         "received": received.load(Ordering::Relaxed),
+    }))
+}
+
+/// Threads of one process that map a small anonymous region, write one byte to each of its
+/// first `touch_pages` pages and unmap it, in bursts of `burst_ms` every `period_ms`. mmap and munmap each take the process's
+/// mmap_lock for writing, so with more threads than CPUs they queue on it and sleep: the shape
+/// of an allocator or runtime that returns memory with munmap from every thread. Each cycle's
+/// time is kept, so the report says what the contention cost the threads themselves.
+fn map_churn(a: &Args) -> Result<Value> {
+    set_comm("lab-mapper");
+    let threads = a.u64("threads")?.max(1);
+    let period = Duration::from_millis(a.u64("period_ms")?);
+    let burst = Duration::from_millis(a.u64("burst_ms")?);
+    let len = a.u64("bytes")? as usize;
+    let touch = a.u64("touch_pages")? as usize;
+    let t0 = Instant::now();
+    let mut handles = Vec::new();
+    for i in 0..threads {
+        handles.push(
+            std::thread::Builder::new()
+                .name(format!("lab-mapper-{i}"))
+                .spawn(move || -> Result<Vec<u32>> {
+                    let mut cycles_us = Vec::new();
+                    while !stop::requested() {
+                        if let Some(wait) = burst_wait(t0.elapsed(), period, burst) {
+                            std::thread::sleep(wait);
+                            continue;
+                        }
+                        let c0 = Instant::now();
+                        let p = anon_map(len)?.cast::<u8>();
+                        for off in (0..len).step_by(4096).take(touch) {
+                            // SAFETY: off < len, inside the mapping just made.
+                            unsafe { p.add(off).write_volatile(1) };
+                        }
+                        // SAFETY: unmaps exactly the mapping made above, no longer used.
+                        unsafe { libc::munmap(p.cast(), len) };
+                        if cycles_us.len() < 1_000_000 {
+                            cycles_us.push(c0.elapsed().as_micros().min(u32::MAX as u128) as u32);
+                        }
+                    }
+                    Ok(cycles_us)
+                })?,
+        );
+    }
+    let mut all = Vec::new();
+    for h in handles {
+        all.extend(
+            h.join()
+                .map_err(|_| anyhow!("a mapper thread panicked"))??,
+        );
+    }
+    all.sort_unstable();
+    let secs = t0.elapsed().as_secs_f64();
+    Ok(json!({
+        "threads": threads,
+        "cycles": all.len(),
+        "cycles_per_s": all.len() as f64 / secs,
+        "cycle_p50_us": pct(&all, 50.0),
+        "cycle_p99_us": pct(&all, 99.0),
+        "cycle_max_us": all.last().copied().unwrap_or(0),
     }))
 }
 

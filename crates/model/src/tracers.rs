@@ -386,6 +386,36 @@ pub struct Lookups {
     pub dropped: u64,
 }
 
+/// mmap_lock waits of one process: its threads slept on its own address space's lock.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MmapLockProc {
+    /// Process id ([`OTHER_PID`] for the overflow entry).
+    pub pid: u32,
+    /// Command name.
+    pub comm: String,
+    /// CPU cgroup path.
+    pub cgroup: String,
+    /// Waits to take it for reading (page faults, /proc/<pid>/maps readers, mprotect...).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub read_waits: u64,
+    /// Waits to take it for writing (mmap, munmap, brk, mprotect).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub write_waits: u64,
+    /// Time of each wait, both kinds.
+    pub wait: Hist,
+}
+
+/// mmap_lock contention tracer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MmapLock {
+    /// Per process (only processes that waited in the interval).
+    pub procs: Vec<MmapLockProc>,
+    /// Events not recorded.
+    pub dropped: u64,
+}
+
 /// Declares the tracers' part of a sample from one list (field name = tracer name, as the BPF
 /// crate's table spells it; a test there checks they agree), so a new tracer is one line here.
 macro_rules! tracers {
@@ -506,6 +536,8 @@ tracers! {
     runqlat / RUNQLAT: Runqlat = "run-queue latency histograms, host and per CPU cgroup",
     /// Failed path look-ups.
     lookups / LOOKUPS: Lookups = "stat/access/open failing with ENOENT per process, sampled names",
+    /// mmap_lock contention.
+    mmaplock / MMAPLOCK: MmapLock = "mmap_lock contention: waits for a process's own address-space lock and their time",
 }
 
 impl Tracers {
@@ -577,6 +609,7 @@ accumulate!(LookupProc {
     open_enoent
 });
 accumulate!(RunqCgroup {} hist latency);
+accumulate!(MmapLockProc { read_waits, write_waits } hist wait);
 
 /// Replaces every run of digits (and of hex digits mixed with at least one digit) in `path` by
 /// `*`, so `/tmp/.1234_dOeSnotExist_.db` and `/tmp/.99_dOeSnotExist_.db` share one pattern
@@ -639,7 +672,7 @@ fn digits_pattern(path: &str) -> String {
 }
 
 impl Tracers {
-    /// Names each per-process row of the TLB, madvise and failed-look-up tracers as the
+    /// Names each per-process row of the TLB, madvise, failed-look-up and mmap_lock tracers as the
     /// process table of the same sample names its process. A tracer names a process at its
     /// first event of each interval; one that exec'd later in the interval kept its old name
     /// there for that sample, beside a process row with the new one. (Reclaim rows keep the
@@ -647,7 +680,8 @@ impl Tracers {
     pub fn name_procs_as(&mut self, processes: &[jitterscope_sources::process::Process]) {
         let rows = self.tlb.as_ref().map_or(0, |t| t.procs.len())
             + self.madvise.as_ref().map_or(0, |m| m.procs.len())
-            + self.lookups.as_ref().map_or(0, |l| l.procs.len());
+            + self.lookups.as_ref().map_or(0, |l| l.procs.len())
+            + self.mmaplock.as_ref().map_or(0, |m| m.procs.len());
         if rows == 0 {
             return;
         }
@@ -671,6 +705,9 @@ impl Tracers {
         }
         if let Some(l) = self.lookups.as_mut() {
             l.procs.iter_mut().for_each(|p| fix(p.pid, &mut p.comm));
+        }
+        if let Some(m) = self.mmaplock.as_mut() {
+            m.procs.iter_mut().for_each(|p| fix(p.pid, &mut p.comm));
         }
     }
 }

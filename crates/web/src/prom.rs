@@ -506,9 +506,16 @@ impl Folded {
 /// added since: they had no name before it (the old rule would have made up
 /// `jitterscope_cpu__seconds_total`).
 const NEW_SINCE_BASE_UNITS: &[&jitterscope_model::MetricDef] = {
-    use jitterscope_model::metrics::{cgroup, cpu, irq, process, psi};
+    use jitterscope_model::metrics::{cgroup, cpu, irq, process, psi, tracer};
     &[
         &irq::PER_CPU_SOFTIRQ_PER_S,
+        &tracer::MMAPLOCK_WAITS_PER_S,
+        &tracer::MMAPLOCK_WAIT_PCT,
+        &tracer::MMAPLOCK_PROC_WAITS_PER_S,
+        &tracer::MMAPLOCK_PROC_WRITE_WAITS_PER_S,
+        &tracer::MMAPLOCK_PROC_WAIT_PCT,
+        &tracer::MMAPLOCK_PROC_WAIT_MAX_USEC,
+        &tracer::MMAPLOCK_CGROUP_WAITS_PER_S,
         &cpu::SECONDS,
         &psi::SOME_USEC,
         &psi::FULL_USEC,

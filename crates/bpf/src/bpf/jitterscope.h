@@ -83,12 +83,21 @@ struct css_set {
 	struct cgroup *dfl_cgrp;
 } __attribute__((preserve_access_index));
 
+struct rw_semaphore {
+	long count;
+} __attribute__((preserve_access_index));
+
+struct mm_struct {
+	struct rw_semaphore mmap_lock;
+} __attribute__((preserve_access_index));
+
 struct task_struct {
 	pid_t pid;
 	pid_t tgid;
 	char comm[16];
 	struct task_struct *group_leader;
 	struct css_set *cgroups;
+	struct mm_struct *mm;
 } __attribute__((preserve_access_index));
 
 /* The registers a task entered the kernel with (x86-64 only: other architectures name them

@@ -7,6 +7,7 @@ pub mod io;
 pub mod leak;
 pub mod lookups;
 pub mod memhigh;
+pub mod mmaplock;
 pub mod oom;
 pub mod pagecache;
 pub mod reclaim;
@@ -98,6 +99,7 @@ pub static RULES: &[Rule] = &[
     steal::RULE,
     memhigh::RULE,
     swapin::RULE,
+    mmaplock::RULE,
 ];
 
 /// 0.5 at `lo`, 0.95 at `hi` and beyond: how far past its threshold a signal went.

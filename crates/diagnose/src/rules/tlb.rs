@@ -42,7 +42,7 @@ rule! {
 }
 
 /// The allocator a process uses, from the libraries it ran code in or maps: (name, library).
-fn allocator(d: &Data, pid: u32) -> Option<(String, String)> {
+pub(crate) fn allocator(d: &Data, pid: u32) -> Option<(String, String)> {
     let mut paths: Vec<String> = d
         .modules
         .get(&pid)

@@ -5,7 +5,8 @@ use super::{gauge, metrics};
 use crate::eval::Ctx;
 use crate::registry::Emit;
 use crate::tracers::{
-    Hist, LookupProc, MadviseProc, ReclaimStat, ShrinkerStat, TlbProc, Tracers, OTHER_PID,
+    Hist, LookupProc, MadviseProc, MmapLockProc, ReclaimStat, ShrinkerStat, TlbProc, Tracers,
+    OTHER_PID,
 };
 
 /// The tracers' part with its per-second factor, when it covers a known span.
@@ -175,6 +176,16 @@ fn look_id(s: &LookupProc) -> (u32, &str) {
     (s.pid, &s.comm)
 }
 
+fn mmap_proc(t: &Tracers) -> Option<&Vec<MmapLockProc>> {
+    t.mmaplock.as_ref().map(|r| &r.procs)
+}
+fn mmap_id(s: &MmapLockProc) -> (u32, &str) {
+    (s.pid, &s.comm)
+}
+fn mmap_waits(s: &MmapLockProc) -> u64 {
+    s.read_waits + s.write_waits
+}
+
 fn runq_cgroup(cx: &Ctx, out: &mut Emit, f: fn(&Hist) -> Option<f64>) {
     let Some((t, _)) = tr(cx) else { return };
     for c in t.runqlat.iter().flat_map(|r| &r.cgroups) {
@@ -281,6 +292,13 @@ metrics! {
     LOOKUPS_PROC_ACCESS_ENOENT_PER_S = ("lookups.proc.<pid>.<comm>.access_enoent_per_s", PerSecond, Rate, "access/faccessat failing with ENOENT per second", |cx, out| per_proc(cx, out, look_proc, look_id, |s, k| Some(s.access_enoent as f64 * k))),
     LOOKUPS_PROC_OPEN_ENOENT_PER_S = ("lookups.proc.<pid>.<comm>.open_enoent_per_s", PerSecond, Rate, "open/openat failing with ENOENT per second", |cx, out| per_proc(cx, out, look_proc, look_id, |s, k| Some(s.open_enoent as f64 * k))),
     LOOKUPS_PATTERN_SAMPLES = ("lookups.pattern.<pattern>.samples", Count, Gauge, "Sampled failing paths with this name pattern (digit runs as *) in the interval, of at most 64 sampled", |cx, out| patterns(cx, out)),
+    MMAPLOCK_WAITS_PER_S = ("mmaplock.waits_per_s", PerSecond, Rate, "Contended mmap_lock acquisitions per second, all processes: a thread slept for its own address space's lock (BPF: lock:contention_begin/end, 5.19+)", |cx, out| host(cx, out, |t, k| sum(mmap_proc(t), mmap_waits).map(|v| v as f64 * k))),
+    MMAPLOCK_WAIT_PCT = ("mmaplock.wait_pct", Percent, Rate, "Time threads spent waiting for their mmap_lock, % of the interval summed over threads, all processes", |cx, out| host(cx, out, |t, k| sum(mmap_proc(t), |s| s.wait.sum_ns).map(|v| pct(v, k)))),
+    MMAPLOCK_PROC_WAITS_PER_S = ("mmaplock.proc.<pid>.<comm>.waits_per_s", PerSecond, Rate, "Contended mmap_lock acquisitions of this process's threads per second (read and write)", |cx, out| per_proc(cx, out, mmap_proc, mmap_id, |s, k| Some(mmap_waits(s) as f64 * k))),
+    MMAPLOCK_PROC_WRITE_WAITS_PER_S = ("mmaplock.proc.<pid>.<comm>.write_waits_per_s", PerSecond, Rate, "Contended mmap_lock acquisitions for writing (mmap, munmap, brk, mprotect) of this process per second", |cx, out| per_proc(cx, out, mmap_proc, mmap_id, |s, k| Some(s.write_waits as f64 * k))),
+    MMAPLOCK_PROC_WAIT_PCT = ("mmaplock.proc.<pid>.<comm>.wait_pct", Percent, Rate, "Time this process's threads spent waiting for its mmap_lock, % of the interval summed over threads", |cx, out| per_proc(cx, out, mmap_proc, mmap_id, |s, k| Some(pct(s.wait.sum_ns, k)))),
+    MMAPLOCK_PROC_WAIT_MAX_USEC = ("mmaplock.proc.<pid>.<comm>.wait_max_usec", Microseconds, Gauge, "Longest mmap_lock wait of this process in the interval", |cx, out| per_proc_by(cx, out, mmap_proc, mmap_id, |s, _| max_us(&s.wait), f64::max)),
+    MMAPLOCK_CGROUP_WAITS_PER_S = ("mmaplock.cgroup.<cgroup>.waits_per_s", PerSecond, Rate, "Contended mmap_lock acquisitions of this CPU cgroup's processes per second", |cx, out| by_cgroup(cx, out, mmap_proc, |s| &s.cgroup, mmap_waits)),
     ATTACHED = ("tracer.<tracer>.attached", Count, Gauge, "1 while the tracer was attached this interval, 0 while an on-demand tracer waited for its symptom (tlb and madvise: TLB shootdowns, lookups: negative dentries, runqlat: threads waiting for a CPU)", |cx, out| attached(cx, out)),
     CENSUS = ("tracer.<tracer>.census", Count, Gauge, "1 when the tracer ran this interval for the census only (an on-demand tracer attached for one interval now and then without its symptom: record --census-every), 0 when it ran for its symptom or always", |cx, out| census(cx, out)),
     DROPPED_PER_S = ("tracer.<tracer>.dropped_per_s", PerSecond, Rate, "Tracer events not recorded per second (bounded kernel maps full)", |cx, out| dropped(cx, out)),
@@ -379,6 +397,22 @@ mod tests {
                     ..Default::default()
                 }],
                 ..Default::default()
+            }),
+            mmaplock: Some(MmapLock {
+                procs: vec![MmapLockProc {
+                    pid: 42,
+                    comm: "java".into(),
+                    cgroup: "/docker/abc".into(),
+                    read_waits: 100,
+                    write_waits: 500,
+                    wait: Hist {
+                        slots: vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 600],
+                        count: 600,
+                        sum_ns: 600 * 2_000_000,
+                        max_ns: 3_000_000,
+                    },
+                }],
+                dropped: 0,
             }),
             shrinker: None,
             idle: vec!["shrinker".into()],
@@ -480,6 +514,21 @@ mod tests {
         assert_eq!(value(&s, "reclaim.stall_pct"), Some(25.0));
         assert_eq!(value(&s, "reclaim.stall_max_usec"), Some(1_800.0));
         assert_eq!(value(&s, "reclaim.kswapd_wakes_per_s"), Some(5.0));
+        // 600 waits of 2 ms over 2 s: 1.2 thread-seconds in 2 s, 60% of the interval.
+        assert_eq!(value(&s, "mmaplock.waits_per_s"), Some(300.0));
+        assert_eq!(
+            value(&s, "mmaplock.proc.42.java.write_waits_per_s"),
+            Some(250.0)
+        );
+        assert_eq!(value(&s, "mmaplock.proc.42.java.wait_pct"), Some(60.0));
+        assert_eq!(
+            value(&s, "mmaplock.proc.42.java.wait_max_usec"),
+            Some(3_000.0)
+        );
+        assert_eq!(
+            value(&s, "mmaplock.cgroup./docker/abc.waits_per_s"),
+            Some(300.0)
+        );
         assert_eq!(value(&s, "tracer.madvise.attached"), Some(1.0));
         assert_eq!(value(&s, "tracer.lookups.census"), Some(1.0));
         assert_eq!(value(&s, "tracer.madvise.census"), Some(0.0));
