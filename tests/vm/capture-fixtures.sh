@@ -17,7 +17,7 @@ for d in target/vm/out/*/probe; do
 done
 # Lab recordings from guests that the diagnosis golden tests replay (crates/diagnose/tests/
 # golden.rs): <scenario>-<cell>/ is the store, <scenario>-<cell>.json the `lab check` report.
-for pair in 6.1-v2:shrinker-scale 6.12-v2:memory-high 6.12-v2:swap-in; do
+for pair in 6.1-v2:shrinker-scale 6.12-v2:memory-high 6.12-v2:swap-in 6.12-v2:dirty-throttle; do
   cell=${pair%%:*} s=${pair#*:}
   src=target/vm/out/$cell/lab
   [ -d "$src/$s" ] || continue

@@ -69,6 +69,8 @@ SCENARIOS = {
     "swap-in": (None, ("v2",)),
     # The mmaplock tracer needs lock:contention_begin (5.19+): 5.10's tracer cell says so.
     "mmap-lock": (None, ("v2",), ("6.1", "6.12")),
+    # Per-cgroup dirty limits are cgroup v2's writeback: v2 only.
+    "dirty-throttle": (None, ("v2",)),
 }
 
 

@@ -25,6 +25,7 @@ ROWS = [
     ("tracer.runqlat.cgroup", "tracer `runqlat`: per cgroup (cgroup-id mapping)"),
     ("tracer.lookups", "tracer `lookups`: failed path look-ups (evidence)"),
     ("tracer.mmaplock", "tracer `mmaplock`: mmap_lock waits per process"),
+    ("tracer.dirty", "tracer `dirty`: balance_dirty_pages sleeps per process"),
     ("collector.record", "`record` + `dump` (the store round trip)"),
     ("collector.system", "system counters (/proc/stat, meminfo, vmstat...)"),
     ("collector.psi", "system PSI (/proc/pressure)"),
@@ -59,6 +60,7 @@ ROWS = [
     ("lab.swap-in", "rule `memory.swap-in` on `lab check swap-in` (a swap file in the guest)"),
     ("lab.softirq-storm", "rule `cpu.softirq-storm` on `lab check softirq-storm` (loopback NET_RX)"),
     ("lab.mmap-lock", "rule `memory.mmap-lock-contention` on `lab check mmap-lock` (5.19+)"),
+    ("lab.dirty-throttle", "rule `io.dirty-throttling` on `lab check dirty-throttle` (cgroup v2)"),
 ]
 # Scenarios guest.py does not run, and why (measured in 5.10 v2 guests, 30 s runs).
 NOT_RUN = [
@@ -82,6 +84,7 @@ SOME_KERNELS = [
     ("memory-high", "v2 only: memory.high is cgroup v2's; v1 has no such throttle."),
     ("swap-in", "v2 only, with a 512 MiB swap file the guest adds for it: swapping under a memory limit reads the same on both layouts (memory.swap.max or memsw)."),
     ("softirq-storm", "v2 only: loopback's receive half runs as NET_RX on the sending CPU, and /proc/stat and /proc/softirqs read the same, whatever the cgroup layout."),
+    ("dirty-throttle", "v2 only: per-cgroup dirty limits are cgroup v2's writeback; on v1 only the host's limits apply, which a 2 GiB guest reaches only after hundreds of MiB."),
     ("mmap-lock", "6.1 and 6.12, v2 only: the mmaplock tracer sees waits at lock:contention_begin/end, which 5.10 lacks (5.19+; its tracer cell says so), and a process's own lock knows nothing of cgroups."),
 ]
 LAYOUT_TEXT = {

@@ -20,6 +20,7 @@ use jitterscope_sources::Root;
 use libbpf_rs::{MapCore, MapFlags, OpenObject};
 
 pub mod delta;
+mod dirty;
 pub mod env;
 mod lookups;
 mod madvise;
@@ -75,6 +76,7 @@ static TRACERS: &[&TracerDef] = &[
     &runqlat::DEF,
     &lookups::DEF,
     &mmaplock::DEF,
+    &dirty::DEF,
 ];
 
 /// One tracer (its place in the table, so it is `Copy` and orders as tracers are listed).

@@ -13,7 +13,7 @@ use jitterscope_model::registry::{parse_series, Fit};
 const PREFIXES: &[&str] = &[
     "cpu", "sched", "load", "mem", "meminfo", "reclaim", "vmstat", "dentry", "slab", "zone",
     "buddy", "irq", "softirq", "psi", "disk", "net", "cgroup", "proc", "procs", "madvise", "tlb",
-    "lookups", "runqlat", "shrinker", "mmaplock", "tracer", "profile", "self",
+    "lookups", "runqlat", "shrinker", "mmaplock", "dirty", "tracer", "profile", "self",
 ];
 
 /// Tokens with a metric prefix that are not metrics, and why.

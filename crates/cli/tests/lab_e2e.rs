@@ -915,6 +915,7 @@ fn list_documents_every_scenario() {
             "memory-high",
             "swap-in",
             "mmap-lock",
+            "dirty-throttle",
             "soak",
             "cpu-saturation",
             "idle"

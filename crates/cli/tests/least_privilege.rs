@@ -88,7 +88,9 @@ fn record_runs_with_only_its_capabilities_and_names_each_missing_one() {
         assert_eq!(named, !grant.contains(c), "{}: {err}", c.1);
     }
     assert!(
-        err.contains("tracers running: reclaim, shrinker, tlb, madvise, runqlat, lookups"),
+        err.contains(
+            "tracers running: reclaim, shrinker, tlb, madvise, runqlat, lookups, mmaplock, dirty"
+        ),
         "{err}"
     );
     assert!(

@@ -63,7 +63,7 @@ fn check_lists_every_tracer_and_refuses_without_root() {
     assert!(o.status.success());
     let out = text(&o.stdout);
     for t in [
-        "reclaim", "shrinker", "tlb", "madvise", "runqlat", "lookups", "mmaplock",
+        "reclaim", "shrinker", "tlb", "madvise", "runqlat", "lookups", "mmaplock", "dirty",
     ] {
         assert!(out.lines().any(|l| l.starts_with(t)), "{t} missing:\n{out}");
     }
@@ -96,7 +96,7 @@ fn check_lists_every_tracer_and_refuses_without_root() {
     let o = c.output().expect("run tracers --check");
     let out = text(&o.stdout);
     assert!(!o.status.success(), "must fail unprivileged:\n{out}");
-    assert_eq!(out.matches("FAILED").count(), 7, "{out}");
+    assert_eq!(out.matches("FAILED").count(), 8, "{out}");
     assert!(out.contains("needs CAP_BPF and CAP_PERFMON"), "{out}");
     let err = text(&o.stderr);
     assert_eq!(err.lines().count(), 1, "one-line error: {err}");
@@ -118,7 +118,7 @@ fn check_lists_every_tracer_and_refuses_without_root() {
     let o = run(&["tracers", "--check", "--json"], Duration::from_secs(30));
     let out = text(&o.stdout);
     let lines = common::check_schema_lines("tracers-check", &out);
-    assert_eq!(lines.len(), 6, "{out}");
+    assert_eq!(lines.len(), 8, "{out}");
     let failed: Vec<_> = lines.iter().filter(|l| l["loads"] != true).collect();
     if !failed.is_empty() {
         // A kernel without some tracepoint is a capability gap, not a test failure; say which.

@@ -25,8 +25,8 @@ use jitterscope_model::metrics::{process, tracer};
 
 use crate::data::Data;
 use crate::rules::{
-    cfs, dcache, leak, memhigh, mmaplock, oom, pagecache, reclaim, runqueue, saturation, shrinker,
-    swapin, tlb, Rule,
+    cfs, dcache, dirty, leak, memhigh, mmaplock, oom, pagecache, reclaim, runqueue, saturation,
+    shrinker, swapin, tlb, Rule,
 };
 use crate::{Finding, Link};
 
@@ -95,6 +95,11 @@ pub const CONSEQUENCES: &[(&Rule, &Rule, &str)] = &[
         &tlb::RULE,
         &mmaplock::RULE,
         "munmap and madvise hold the process's mmap_lock while they wait for the shootdown IPIs to be answered, so every shootdown lengthens the hold the other threads sleep out",
+    ),
+    (
+        &dirty::RULE,
+        &reclaim::RULE,
+        "dirty pages and pages under writeback cannot be reclaimed until the disk has them: a writer's cgroup filled with them makes its allocations reclaim slowly, waiting on the writeback it is throttled for",
     ),
     (
         &cfs::RULE,

@@ -224,6 +224,25 @@ fn mmap_lock() {
     );
 }
 
+/// dirty-throttle recorded in the kernel matrix's 6.12 guest with cgroup v2 only (per-cgroup
+/// writeback; kept by tests/vm/capture-fixtures.sh): the writer is named in its cgroup, with
+/// the limit its dirty limits are a share of.
+#[test]
+fn dirty_throttle_on_6_12() {
+    let r = run("dirty-throttle-6.12-v2");
+    let f = first(&r, "io.dirty-throttling");
+    assert_eq!(f.culprit.comm.as_deref(), Some("lab-writer"));
+    assert_eq!(
+        f.culprit.cgroup.as_deref(),
+        Some("/jitterscope-lab/dirty-throttle")
+    );
+    assert!(f.title.contains("limited to 128 MiB"), "{}", f.title);
+    let share = evidence(f, "paused_pct");
+    assert!(share.value >= 10.0, "{share:?}");
+    assert!(evidence(f, "pauses").value >= 20.0);
+    assert!(has(&f.remediation, "128 MiB"));
+}
+
 /// memory-high recorded in the kernel matrix's 6.12 guest with cgroup v2 only (the host has
 /// memory on v1; kept by tests/vm/capture-fixtures.sh). The lab's parent counts the child's
 /// `high` events too (memory.events is hierarchical): the child whose memory.high it is must

@@ -149,6 +149,11 @@ pub struct Limits {
     /// accounting, `memory.memsw.limit_in_bytes` is the sum). Without it a memory limit comes
     /// with no swap at all.
     pub swap_bytes: Option<u64>,
+    /// v2 `io.max` write bandwidth on one disk: (major, minor, bytes per second). On cgroup v2
+    /// the writeback of the cgroup's dirty pages is charged to it, so this slows the writeback
+    /// of its own writes. cgroup v1 throttles only direct I/O, and a scenario asking for it
+    /// there is refused.
+    pub io_wbps: Option<(u32, u32, u64)>,
 }
 
 impl Limits {
@@ -390,6 +395,15 @@ impl Sandbox {
                     write(&memsw, &total.to_string())?;
                 }
             }
+        }
+        if let Some((major, minor, bps)) = limits.io_wbps {
+            let d = cg
+                .dir_of("io")
+                .ok_or_else(|| anyhow!("scenario has no io controller"))?;
+            if !cg.is_v2("io") {
+                bail!("io.max needs the io controller on cgroup v2");
+            }
+            write(&d.join("io.max"), &format!("{major}:{minor} wbps={bps}"))?;
         }
         if let Some(bytes) = limits.memory_high_bytes {
             let d = cg

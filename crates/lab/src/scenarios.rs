@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 
 use jitterscope_model::metrics::{cgroup, cpu, irq, mem, process, tracer};
 use jitterscope_model::registry::Select;
@@ -403,6 +403,32 @@ pub static SCENARIOS: &[Scenario] = &[
         default_duration: Duration::from_secs(15),
         controllers: &["cpu"],
         start: mmap_lock,
+    },
+    Scenario {
+        name: "dirty-throttle",
+        mirrors: "beyond the seeds (issue 50): a container's writer (a logger, a checkpoint, a \
+            copy) stalled in write() by dirty-page throttling, long before the host's own dirty \
+            limits would be reached",
+        reproduces: "a process in a cgroup v2 with a memory limit of 128 MiB (512 MiB high) \
+            and an io.max of 8 MiB/s of writes on the lab directory's disk, which rewrites a \
+            file of twice its memory limit with buffered 1 MiB writes and never syncs. On cgroup \
+            v2 the writeback of a cgroup's dirty pages is charged to it, so its io.max slows its \
+            own writeback, and its dirty limits are vm.dirty_ratio and dirty_background_ratio of \
+            what it may use, a few tens of MiB: past them balance_dirty_pages puts the writer to \
+            sleep until writeback catches up. Needs the memory and io controllers on cgroup v2 \
+            (v1 neither charges writeback to the writer's cgroup nor throttles it).",
+        signals: "dirty.proc.<pid>.lab-writer.paused_pct and pauses_per_s from 0, mem.dirty_bytes \
+            and writeback_bytes, the disk's write rate",
+        bounds: "memory: cgroup limit 128 MiB (low) / 512 MiB (high); disk: one file of twice \
+            the limit in the lab directory, rewritten in place at 8 MiB/s (io.max)",
+        control: false,
+        expected_rule: Some("io.dirty-throttling"),
+        expected_links: &[],
+        expected_roots: &[],
+        record_args: &[],
+        default_duration: Duration::from_secs(15),
+        controllers: &["memory", "io"],
+        start: dirty_throttle,
     },
     Scenario {
         name: "soak",
@@ -1739,6 +1765,87 @@ fn mmap_lock(e: &mut Env) -> Result<Started> {
             Select::labels(&tracer::MMAPLOCK_PROC_WAITS_PER_S, &["*", "lab-mapper"]),
             Stat::Sum,
             Cmp::AtLeast(1000.0),
+        )],
+    })
+}
+
+/// The whole disk (major, minor) holding `path`: io.max takes a disk, not a partition.
+fn disk_of(path: &Path) -> Result<(u32, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(path)
+        .with_context(|| format!("stat {}", path.display()))?
+        .dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let sys = Path::new("/sys/dev/block").join(format!("{major}:{minor}"));
+    if !sys.exists() {
+        bail!(
+            "{} is not on a block device ({major}:{minor}): the lab directory must be on a disk \
+             (JITTERSCOPE_LAB_DIR)",
+            path.display()
+        );
+    }
+    // A partition's sysfs directory sits inside its disk's.
+    let sys = if sys.join("partition").exists() {
+        sys.canonicalize()?.join("..")
+    } else {
+        sys
+    };
+    let text = std::fs::read_to_string(sys.join("dev"))
+        .with_context(|| format!("reading {}/dev", sys.display()))?;
+    let (a, b) = text
+        .trim()
+        .split_once(':')
+        .ok_or_else(|| anyhow!("{}/dev: {text:?} is not major:minor", sys.display()))?;
+    Ok((a.parse()?, b.parse()?))
+}
+
+fn dirty_throttle(e: &mut Env) -> Result<Started> {
+    let limit = e.intensity.pick(128 * MIB, 512 * MIB);
+    let wbps = 8 * MIB;
+    let (major, minor) = disk_of(e.sb.dir())?;
+    let cg = e.sb.cgroup(
+        "",
+        Limits {
+            memory_bytes: Some(limit),
+            io_wbps: Some((major, minor, wbps)),
+            ..Default::default()
+        },
+    )?;
+    if !cg.is_v2("memory") {
+        bail!(
+            "dirty-throttle needs the memory controller on cgroup v2 (per-cgroup dirty limits); this host has it on v1"
+        );
+    }
+    let path = e.sb.dir().join("dirty.dat");
+    let pid = e.sb.spawn(
+        &cg,
+        "writer",
+        worker(
+            "dirty-writer",
+            &[
+                ("bytes", (2 * limit).to_string()),
+                ("path", path.display().to_string()),
+            ],
+        )?,
+    )?;
+    Ok(Started {
+        culprit_cgroup: Some(cg.path.clone()),
+        culprit_comm: Some("lab-writer"),
+        roots: Vec::new(),
+        notes: vec![format!(
+            "cgroup {}: memory limit {} MiB, io.max {major}:{minor} wbps={} MiB/s; lab-writer \
+             pid {pid} rewrites {} ({} MiB) with buffered 1 MiB writes, never syncing",
+            cg.path,
+            limit / MIB,
+            wbps / MIB,
+            path.display(),
+            2 * limit / MIB
+        )],
+        checks: vec![Check::new(
+            "lab-writer sleeps in balance_dirty_pages",
+            Select::labels(&tracer::DIRTY_PROC_PAUSES_PER_S, &["*", "lab-writer"]),
+            Stat::Sum,
+            Cmp::AtLeast(20.0),
         )],
     })
 }

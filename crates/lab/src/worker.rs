@@ -79,6 +79,7 @@ pub fn main(args: &[String]) -> i32 {
         "over-high" => over_high(&a),
         "swap-thrash" => swap_thrash(&a),
         "map-churn" => map_churn(&a),
+        "dirty-writer" => dirty_writer(&a),
         "idle" => idle(),
         k => bail!("unknown worker kind {k:?}"),
     });
@@ -688,6 +689,45 @@ fn map_churn(a: &Args) -> Result<Value> {
         "cycle_p50_us": pct(&all, 50.0),
         "cycle_p99_us": pct(&all, 99.0),
         "cycle_max_us": all.last().copied().unwrap_or(0),
+    }))
+}
+
+/// Buffered writes of 1 MiB over a file of `bytes` at `path`, front to back and again, never
+/// syncing: the page cache takes every write at memory speed until the writer's dirty pages pass
+/// its writeback domain's limits, then balance_dirty_pages makes it sleep until writeback
+/// catches up. Each write's time is kept, so the report says what the throttling cost.
+fn dirty_writer(a: &Args) -> Result<Value> {
+    use std::os::unix::fs::FileExt;
+    set_comm("lab-writer");
+    let bytes = a.u64("bytes")?;
+    let path = a.str("path")?;
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(path)
+        .with_context(|| format!("creating {path}"))?;
+    const CHUNK: u64 = 1 << 20;
+    let buf = vec![0x6bu8; CHUNK as usize];
+    let t0 = Instant::now();
+    let mut times_us: Vec<u32> = Vec::new();
+    let (mut off, mut written) = (0u64, 0u64);
+    while !stop::requested() {
+        let w0 = Instant::now();
+        f.write_all_at(&buf, off)
+            .with_context(|| format!("writing {path}"))?;
+        times_us.push(w0.elapsed().as_micros().min(u32::MAX as u128) as u32);
+        written += CHUNK;
+        off = (off + CHUNK) % bytes.max(CHUNK);
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    times_us.sort_unstable();
+    Ok(json!({
+        "written_mib": written >> 20,
+        "mib_per_s": (written >> 20) as f64 / secs,
+        "write_p50_us": pct(&times_us, 50.0),
+        "write_p99_us": pct(&times_us, 99.0),
+        "write_max_us": times_us.last().copied().unwrap_or(0),
     }))
 }
 

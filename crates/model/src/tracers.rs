@@ -416,6 +416,33 @@ pub struct MmapLock {
     pub dropped: u64,
 }
 
+/// Write throttling of one process: balance_dirty_pages made it sleep.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DirtyProc {
+    /// Process id ([`OTHER_PID`] for the overflow entry).
+    pub pid: u32,
+    /// Command name.
+    pub comm: String,
+    /// Memory cgroup path (the writeback domain on cgroup v2).
+    pub cgroup: String,
+    /// Sleeps.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub pauses: u64,
+    /// Length of each sleep (the kernel gives it in ms).
+    pub pause: Hist,
+}
+
+/// Dirty-throttling tracer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Dirty {
+    /// Per process (only processes throttled in the interval).
+    pub procs: Vec<DirtyProc>,
+    /// Events not recorded.
+    pub dropped: u64,
+}
+
 /// Declares the tracers' part of a sample from one list (field name = tracer name, as the BPF
 /// crate's table spells it; a test there checks they agree), so a new tracer is one line here.
 macro_rules! tracers {
@@ -538,6 +565,8 @@ tracers! {
     lookups / LOOKUPS: Lookups = "stat/access/open failing with ENOENT per process, sampled names",
     /// mmap_lock contention.
     mmaplock / MMAPLOCK: MmapLock = "mmap_lock contention: waits for a process's own address-space lock and their time",
+    /// Dirty-page write throttling.
+    dirty / DIRTY: Dirty = "balance_dirty_pages sleeps: writers throttled for dirtying pages faster than they are written back",
 }
 
 impl Tracers {
@@ -610,6 +639,7 @@ accumulate!(LookupProc {
 });
 accumulate!(RunqCgroup {} hist latency);
 accumulate!(MmapLockProc { read_waits, write_waits } hist wait);
+accumulate!(DirtyProc { pauses } hist pause);
 
 /// Replaces every run of digits (and of hex digits mixed with at least one digit) in `path` by
 /// `*`, so `/tmp/.1234_dOeSnotExist_.db` and `/tmp/.99_dOeSnotExist_.db` share one pattern
@@ -672,7 +702,7 @@ fn digits_pattern(path: &str) -> String {
 }
 
 impl Tracers {
-    /// Names each per-process row of the TLB, madvise, failed-look-up and mmap_lock tracers as the
+    /// Names each per-process row of the TLB, madvise, failed-look-up, mmap_lock and dirty tracers as the
     /// process table of the same sample names its process. A tracer names a process at its
     /// first event of each interval; one that exec'd later in the interval kept its old name
     /// there for that sample, beside a process row with the new one. (Reclaim rows keep the
@@ -681,7 +711,8 @@ impl Tracers {
         let rows = self.tlb.as_ref().map_or(0, |t| t.procs.len())
             + self.madvise.as_ref().map_or(0, |m| m.procs.len())
             + self.lookups.as_ref().map_or(0, |l| l.procs.len())
-            + self.mmaplock.as_ref().map_or(0, |m| m.procs.len());
+            + self.mmaplock.as_ref().map_or(0, |m| m.procs.len())
+            + self.dirty.as_ref().map_or(0, |m| m.procs.len());
         if rows == 0 {
             return;
         }
@@ -708,6 +739,9 @@ impl Tracers {
         }
         if let Some(m) = self.mmaplock.as_mut() {
             m.procs.iter_mut().for_each(|p| fix(p.pid, &mut p.comm));
+        }
+        if let Some(d) = self.dirty.as_mut() {
+            d.procs.iter_mut().for_each(|p| fix(p.pid, &mut p.comm));
         }
     }
 }

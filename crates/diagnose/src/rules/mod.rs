@@ -2,6 +2,7 @@
 
 pub mod cfs;
 pub mod dcache;
+pub mod dirty;
 pub mod imbalance;
 pub mod io;
 pub mod leak;
@@ -100,6 +101,7 @@ pub static RULES: &[Rule] = &[
     memhigh::RULE,
     swapin::RULE,
     mmaplock::RULE,
+    dirty::RULE,
 ];
 
 /// 0.5 at `lo`, 0.95 at `hi` and beyond: how far past its threshold a signal went.

@@ -5,8 +5,8 @@ use super::{gauge, metrics};
 use crate::eval::Ctx;
 use crate::registry::Emit;
 use crate::tracers::{
-    Hist, LookupProc, MadviseProc, MmapLockProc, ReclaimStat, ShrinkerStat, TlbProc, Tracers,
-    OTHER_PID,
+    DirtyProc, Hist, LookupProc, MadviseProc, MmapLockProc, ReclaimStat, ShrinkerStat, TlbProc,
+    Tracers, OTHER_PID,
 };
 
 /// The tracers' part with its per-second factor, when it covers a known span.
@@ -95,6 +95,28 @@ fn by_cgroup<T>(
     cgroup: fn(&T) -> &str,
     f: fn(&T) -> u64,
 ) {
+    by_cgroup_scaled(cx, out, list, cgroup, f, 1.0)
+}
+
+/// [`by_cgroup`] of nanoseconds, as % of the interval (summed over threads).
+fn by_cgroup_pct<T>(
+    cx: &Ctx,
+    out: &mut Emit,
+    list: fn(&Tracers) -> Option<&Vec<T>>,
+    cgroup: fn(&T) -> &str,
+    ns: fn(&T) -> u64,
+) {
+    by_cgroup_scaled(cx, out, list, cgroup, ns, 1e-7)
+}
+
+fn by_cgroup_scaled<T>(
+    cx: &Ctx,
+    out: &mut Emit,
+    list: fn(&Tracers) -> Option<&Vec<T>>,
+    cgroup: fn(&T) -> &str,
+    f: fn(&T) -> u64,
+    scale: f64,
+) {
     let Some((t, k)) = tr(cx) else { return };
     let mut sums: Vec<(&str, u64)> = Vec::new();
     for e in list(t).into_iter().flatten() {
@@ -108,7 +130,7 @@ fn by_cgroup<T>(
         }
     }
     for (c, v) in sums {
-        gauge(out, &[c], Some(v as f64 * k));
+        gauge(out, &[c], Some(v as f64 * k * scale));
     }
 }
 
@@ -184,6 +206,13 @@ fn mmap_id(s: &MmapLockProc) -> (u32, &str) {
 }
 fn mmap_waits(s: &MmapLockProc) -> u64 {
     s.read_waits + s.write_waits
+}
+
+fn dirty_proc(t: &Tracers) -> Option<&Vec<DirtyProc>> {
+    t.dirty.as_ref().map(|r| &r.procs)
+}
+fn dirty_id(s: &DirtyProc) -> (u32, &str) {
+    (s.pid, &s.comm)
 }
 
 fn runq_cgroup(cx: &Ctx, out: &mut Emit, f: fn(&Hist) -> Option<f64>) {
@@ -299,6 +328,12 @@ metrics! {
     MMAPLOCK_PROC_WAIT_PCT = ("mmaplock.proc.<pid>.<comm>.wait_pct", Percent, Rate, "Time this process's threads spent waiting for its mmap_lock, % of the interval summed over threads", |cx, out| per_proc(cx, out, mmap_proc, mmap_id, |s, k| Some(pct(s.wait.sum_ns, k)))),
     MMAPLOCK_PROC_WAIT_MAX_USEC = ("mmaplock.proc.<pid>.<comm>.wait_max_usec", Microseconds, Gauge, "Longest mmap_lock wait of this process in the interval", |cx, out| per_proc_by(cx, out, mmap_proc, mmap_id, |s, _| max_us(&s.wait), f64::max)),
     MMAPLOCK_CGROUP_WAITS_PER_S = ("mmaplock.cgroup.<cgroup>.waits_per_s", PerSecond, Rate, "Contended mmap_lock acquisitions of this CPU cgroup's processes per second", |cx, out| by_cgroup(cx, out, mmap_proc, |s| &s.cgroup, mmap_waits)),
+    DIRTY_PAUSES_PER_S = ("dirty.pauses_per_s", PerSecond, Rate, "Write-throttling sleeps per second, all processes: balance_dirty_pages made a writer sleep because its writeback domain held too many dirty pages (BPF: writeback:balance_dirty_pages)", |cx, out| host(cx, out, |t, k| sum(dirty_proc(t), |s| s.pauses).map(|v| v as f64 * k))),
+    DIRTY_PAUSED_PCT = ("dirty.paused_pct", Percent, Rate, "Time writers slept in balance_dirty_pages, % of the interval summed over threads, all processes", |cx, out| host(cx, out, |t, k| sum(dirty_proc(t), |s| s.pause.sum_ns).map(|v| pct(v, k)))),
+    DIRTY_PROC_PAUSES_PER_S = ("dirty.proc.<pid>.<comm>.pauses_per_s", PerSecond, Rate, "Write-throttling sleeps of this process per second", |cx, out| per_proc(cx, out, dirty_proc, dirty_id, |s, k| Some(s.pauses as f64 * k))),
+    DIRTY_PROC_PAUSED_PCT = ("dirty.proc.<pid>.<comm>.paused_pct", Percent, Rate, "Time this process's threads slept in balance_dirty_pages, % of the interval summed over threads", |cx, out| per_proc(cx, out, dirty_proc, dirty_id, |s, k| Some(pct(s.pause.sum_ns, k)))),
+    DIRTY_PROC_PAUSE_MAX_USEC = ("dirty.proc.<pid>.<comm>.pause_max_usec", Microseconds, Gauge, "Longest write-throttling sleep of this process in the interval (the kernel counts them in ms)", |cx, out| per_proc_by(cx, out, dirty_proc, dirty_id, |s, _| max_us(&s.pause), f64::max)),
+    DIRTY_CGROUP_PAUSED_PCT = ("dirty.cgroup.<cgroup>.paused_pct", Percent, Rate, "Time this memory cgroup's writers slept in balance_dirty_pages, % of the interval summed over threads", |cx, out| by_cgroup_pct(cx, out, dirty_proc, |s| &s.cgroup, |s| s.pause.sum_ns)),
     ATTACHED = ("tracer.<tracer>.attached", Count, Gauge, "1 while the tracer was attached this interval, 0 while an on-demand tracer waited for its symptom (tlb and madvise: TLB shootdowns, lookups: negative dentries, runqlat: threads waiting for a CPU)", |cx, out| attached(cx, out)),
     CENSUS = ("tracer.<tracer>.census", Count, Gauge, "1 when the tracer ran this interval for the census only (an on-demand tracer attached for one interval now and then without its symptom: record --census-every), 0 when it ran for its symptom or always", |cx, out| census(cx, out)),
     DROPPED_PER_S = ("tracer.<tracer>.dropped_per_s", PerSecond, Rate, "Tracer events not recorded per second (bounded kernel maps full)", |cx, out| dropped(cx, out)),
@@ -410,6 +445,21 @@ mod tests {
                         count: 600,
                         sum_ns: 600 * 2_000_000,
                         max_ns: 3_000_000,
+                    },
+                }],
+                dropped: 0,
+            }),
+            dirty: Some(Dirty {
+                procs: vec![DirtyProc {
+                    pid: 9,
+                    comm: "cp".into(),
+                    cgroup: "/docker/abc".into(),
+                    pauses: 40,
+                    pause: Hist {
+                        slots: vec![0; 16],
+                        count: 40,
+                        sum_ns: 40 * 25_000_000,
+                        max_ns: 48_000_000,
                     },
                 }],
                 dropped: 0,
@@ -529,6 +579,11 @@ mod tests {
             value(&s, "mmaplock.cgroup./docker/abc.waits_per_s"),
             Some(300.0)
         );
+        // 40 sleeps of 25 ms over 2 s: 1 thread-second in 2 s, 50%.
+        assert_eq!(value(&s, "dirty.pauses_per_s"), Some(20.0));
+        assert_eq!(value(&s, "dirty.proc.9.cp.paused_pct"), Some(50.0));
+        assert_eq!(value(&s, "dirty.proc.9.cp.pause_max_usec"), Some(48_000.0));
+        assert_eq!(value(&s, "dirty.cgroup./docker/abc.paused_pct"), Some(50.0));
         assert_eq!(value(&s, "tracer.madvise.attached"), Some(1.0));
         assert_eq!(value(&s, "tracer.lookups.census"), Some(1.0));
         assert_eq!(value(&s, "tracer.madvise.census"), Some(0.0));
