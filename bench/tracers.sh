@@ -294,11 +294,14 @@ bpf_fds() {
          /^run_time_ns:/ {rt = $2} /^run_cnt:/ {rc = $2}
          END { flush() }' "${fds[@]}" 2>/dev/null || true
 }
+# Every tracer, in `tracers` order: the columns of the tables below.
+ALL_TRACERS="reclaim shrinker tlb madvise runqlat lookups mmaplock dirty"
 # Map name -> tracer (names as in crates/bpf/src/bpf/*.bpf.c; data sections carry the object name).
 TRACER_OF_MAP='function tracer(n) {
     if (n ~ /^reclaim/) return "reclaim"; if (n ~ /^shrink/) return "shrinker"
     if (n ~ /^tlb/) return "tlb"; if (n ~ /^madvise/) return "madvise"
     if (n ~ /^(runq|wakeup_ts)/) return "runqlat"; if (n ~ /^lookup/) return "lookups"
+    if (n ~ /^mmaplock/) return "mmaplock"; if (n ~ /^dirty/) return "dirty"
     return "other" }'
 map_names() { # "id name" of every map on the host
     [ "$HAVE_BPFTOOL" = 1 ] || return 0
@@ -430,7 +433,7 @@ REC_CPU_A=$(awk '$1 == "without" {print $2}' <<<"$REC_CPU"); REC_CPU_B=$(awk '$1
 # take (the kernel's memlock of each map the running recorder holds, named through bpftool).
 mib() { awk -v b="$1" 'BEGIN { printf "%.2f", b / 1048576 }'; }
 declare -A MAXB LOADB
-for t in reclaim shrinker tlb madvise runqlat lookups; do
+for t in $ALL_TRACERS; do
     MAXB[$t]=$(printf '%s\n' "$CHECK" | awk -v t="\"tracer\":\"$t\"" 'index($0, t)' | json_field map_bytes_max)
     LOADB[$t]=""
 done
@@ -442,7 +445,7 @@ if [ -s "$TMP/map-names" ]; then
         awk "$TRACER_OF_MAP"' { s[tracer($3)] += $2 } END { for (t in s) print t, s[t] }')
 fi
 MAP_TABLE=""
-for t in reclaim shrinker tlb madvise runqlat lookups; do
+for t in $ALL_TRACERS; do
     [ -n "${MAXB[$t]}" ] || continue
     l=${LOADB[$t]}
     MAP_TABLE+="| $t | $(mib "${MAXB[$t]}") | $([ -n "$l" ] && mib "$l" || echo "–") |"$'\n'
@@ -457,11 +460,11 @@ MAP_OK=$(awk -v a="$MAX_TOTAL" -v b="$LOADED_TOTAL" -v t="$MAP_TARGET_MIB" 'BEGI
 
 STATS_TABLE=""
 if [ "$HAVE_STATS" = 1 ]; then
-    STATS_TABLE="| workload | workload CPU s | $(printf '%s | ' reclaim shrinker tlb madvise runqlat lookups)all tracers, % of the workload's CPU |"$'\n'
-    STATS_TABLE+="|---|---:|---:|---:|---:|---:|---:|---:|---:|"$'\n'
+    STATS_TABLE="| workload | workload CPU s | $(printf '%s | ' $ALL_TRACERS)all tracers, % of the workload's CPU |"$'\n'
+    STATS_TABLE+="|---|---:|$(printf -- '---:|%.0s' $ALL_TRACERS)---:|"$'\n'
     for w in "${WL[@]}"; do
         row="| $w | $(awk -v w="$w" '$1 == w {printf "%.2f", $5; exit}' "$TMP/stats")"
-        for t in reclaim shrinker tlb madvise runqlat lookups; do
+        for t in $ALL_TRACERS; do
             row+=" | $(awk -v w="$w" -v t="$t" '$1 == w && $2 == t {
                 if ($4 >= 10000) printf "%.1f ms, %.0fk runs, %.0f ns", $3 / 1e6, $4 / 1e3, $3 / $4
                 else if ($4 > 0) printf "%.1f ms, %d runs, %.0f ns", $3 / 1e6, $4, $3 / $4
