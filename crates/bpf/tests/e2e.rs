@@ -1614,8 +1614,8 @@ fn all_six_tracers_load_together_within_the_map_budget() {
         }
         panic!("tracers failed to load as root: {failed:?}");
     }
-    assert_eq!(started.len(), 6);
-    assert_eq!(c.len(), 6);
+    assert_eq!(started.len(), Name::all().len());
+    assert_eq!(c.len(), Name::all().len());
     let total: u64 = started.iter().map(|s| s.map_bytes).sum();
     // madvise has none of its own when tlb's flush program counts its calls.
     let shares = |s: &jitterscope_bpf::Started| {
@@ -1668,7 +1668,9 @@ fn all_six_tracers_load_together_within_the_map_budget() {
             && t.tlb.is_some()
             && t.madvise.is_some()
             && t.runqlat.is_some()
-            && t.lookups.is_some(),
+            && t.lookups.is_some()
+            && t.mmaplock.is_some()
+            && t.dirty.is_some(),
         "every tracer fills its part: {t:?}"
     );
 }

@@ -88,9 +88,13 @@ fn record_runs_with_only_its_capabilities_and_names_each_missing_one() {
         assert_eq!(named, !grant.contains(c), "{}: {err}", c.1);
     }
     assert!(
-        err.contains(
-            "tracers running: reclaim, shrinker, tlb, madvise, runqlat, lookups, mmaplock, dirty"
-        ),
+        err.contains("tracers running: reclaim, shrinker, tlb, madvise, runqlat, lookups"),
+        "{err}"
+    );
+    // mmaplock needs lock:contention_begin (5.19+); dirty's tracepoint is on every kernel.
+    assert!(
+        err.lines()
+            .any(|l| l.contains("tracers running:") && l.contains("dirty")),
         "{err}"
     );
     assert!(

@@ -241,6 +241,11 @@ fn dirty_throttle_on_6_12() {
     assert!(share.value >= 10.0, "{share:?}");
     assert!(evidence(f, "pauses").value >= 20.0);
     assert!(has(&f.remediation, "128 MiB"));
+    // The lab's own io.max holds the writeback back while the disk idles: that cap is the lead.
+    assert!(has(
+        &f.remediation,
+        "io.max (wbps/wiops) on /jitterscope-lab/dirty-throttle"
+    ));
 }
 
 /// memory-high recorded in the kernel matrix's 6.12 guest with cgroup v2 only (the host has

@@ -409,7 +409,8 @@ pub static SCENARIOS: &[Scenario] = &[
         mirrors: "beyond the seeds (issue 50): a container's writer (a logger, a checkpoint, a \
             copy) stalled in write() by dirty-page throttling, long before the host's own dirty \
             limits would be reached",
-        reproduces: "a process in a cgroup v2 with a memory limit of 128 MiB (512 MiB high) \
+        reproduces: "a process in a cgroup v2 with a memory limit of 128 MiB (512 MiB at high \
+            intensity) \
             and an io.max of 8 MiB/s of writes on the lab directory's disk, which rewrites a \
             file of twice its memory limit with buffered 1 MiB writes and never syncs. On cgroup \
             v2 the writeback of a cgroup's dirty pages is charged to it, so its io.max slows its \
@@ -420,7 +421,11 @@ pub static SCENARIOS: &[Scenario] = &[
         signals: "dirty.proc.<pid>.lab-writer.paused_pct and pauses_per_s from 0, mem.dirty_bytes \
             and writeback_bytes, the disk's write rate",
         bounds: "memory: cgroup limit 128 MiB (low) / 512 MiB (high); disk: one file of twice \
-            the limit in the lab directory, rewritten in place at 8 MiB/s (io.max)",
+            the limit in the lab directory, rewritten in place at 8 MiB/s (io.max). Its dirty \
+            pages wait seconds for that writeback, and a journaling filesystem may hold its \
+            commits for them (ext4 data=ordered waits for newly allocated data): other fsyncs on \
+            the lab directory's filesystem can wait too. JITTERSCOPE_LAB_DIR on a filesystem of \
+            its own avoids it",
         control: false,
         expected_rule: Some("io.dirty-throttling"),
         expected_links: &[],

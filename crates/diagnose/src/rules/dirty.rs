@@ -20,11 +20,13 @@
 //! thread-seconds per second) and >= 1 s over it, at >= 5x its own baseline level when it slept
 //! in the baseline too. Confidence 0.5 at 10%, 0.95 at 100% (a thread asleep all the time).
 //!
-//! **Remediation.** Start writeback earlier and throttle less abruptly (a lower
-//! `vm.dirty_background_bytes`, a `vm.dirty_bytes` in bytes rather than a ratio of a large
-//! memory), spread the writes (fsync in smaller steps, O_DIRECT for bulk copies), give a cgroup
-//! that must write fast more memory (v2 dirty limits scale with it), or cap the writer
-//! (`io.max`) so its stalls are its own.
+//! **Remediation.** Spread the writes (fsync in smaller steps, O_DIRECT for bulk copies). When no
+//! disk is busy, a cap on the writeback itself: on v2 writeback is charged to the dirtying
+//! cgroup, so its `io.max` is its writeback rate. Give a v2 cgroup that must write fast more
+//! memory (its dirty limits scale with it); start writeback earlier (a lower
+//! `vm.dirty_background_*`; on a host without cgroup writers, `vm.dirty_bytes` in bytes rather
+//! than a ratio of a large memory — lowering it throttles v2 cgroups sooner). With a busy disk
+//! shared with other work, cap the writer (`io.max`) so the waiting stays with it.
 //!
 //! **References.** Documentation/admin-guide/sysctl/vm.rst (dirty_*); Documentation/
 //! admin-guide/cgroup-v2.rst ("Writeback"); LWN "IO-less dirty throttling" (2011).
@@ -32,7 +34,7 @@
 use jitterscope_model::metrics::{cgroup, disk, mem, process, tracer};
 
 use super::{
-    confidence, finding, mib, moved_first, proc_culprit, rule, series_fact, top_procs_by,
+    confidence, finding, mib, moved_first, proc_culprit, procs_time_share, rule, series_fact,
     top_series, Res, Take,
 };
 use crate::data::Data;
@@ -45,8 +47,11 @@ rule! {
     reads: tracer::DIRTY_PROC_PAUSES_PER_S, tracer::DIRTY_PROC_PAUSED_PCT,
         tracer::DIRTY_PROC_PAUSE_MAX_USEC, mem::DIRTY_BYTES, mem::WRITEBACK_BYTES,
         process::PROC_WRITE_BYTES_PER_S, disk::WRITE_BYTES_PER_S, disk::UTIL_PCT,
-        cgroup::MEMORY_LIMIT_BYTES,
+        cgroup::MEMORY_LIMIT_BYTES, cgroup::MEMORY_EVENTS_PER_S["*", "max"],
 }
+
+/// Mean utilisation from which a disk is the bottleneck of the writeback.
+const BUSY_DISK_PCT: f64 = 50.0;
 
 /// Least share of the window the process's threads slept, summed over threads, %.
 pub const PAUSED_PCT: f64 = 10.0;
@@ -58,20 +63,13 @@ const PAUSED_S: f64 = 1.0;
 const RATIO: f64 = 5.0;
 
 fn run(d: &Data) -> Vec<Finding> {
-    let secs = d.window_seconds();
-    if secs <= 0.0 {
-        return Vec::new();
-    }
-    // A process's tracer rows exist only in the seconds it was throttled: its sum over the
-    // window, spread over all of it.
-    let writers: Vec<_> = top_procs_by(d, &tracer::DIRTY_PROC_PAUSED_PCT, |st| st.sum / secs)
-        .into_iter()
-        .filter(|p| {
-            let st = d.stats_of(p.series);
-            let base = if st.base_n >= 3 { st.base_median } else { 0.0 };
-            p.value >= PAUSED_PCT && p.sum / 100.0 >= PAUSED_S && p.value >= RATIO * base
-        })
-        .collect();
+    let writers = procs_time_share(
+        d,
+        &tracer::DIRTY_PROC_PAUSED_PCT,
+        PAUSED_PCT,
+        PAUSED_S,
+        RATIO,
+    );
     let Some(top) = writers.first() else {
         return Vec::new();
     };
@@ -82,11 +80,18 @@ fn run(d: &Data) -> Vec<Finding> {
     let longest = d.stats(&tracer::DIRTY_PROC_PAUSE_MAX_USEC, &labels);
     let culprit = proc_culprit(d, pid, &comm, Res::Memory);
     let memcg = culprit.cgroup.clone().filter(|c| c != "/");
+    // Per-cgroup dirty limits are cgroup v2's writeback (memory.events is v2's file): on v1 only
+    // the host's limits apply, and the cgroup's memory limit has no part in the throttling.
+    let v2 = memcg
+        .as_deref()
+        .is_some_and(|cg| d.get(&cgroup::MEMORY_EVENTS_PER_S, &[cg, "max"]).is_some());
     let limit = memcg
         .as_deref()
+        .filter(|_| v2)
         .map(|cg| d.stats(&cgroup::MEMORY_LIMIT_BYTES, &[cg]))
         .filter(|l| l.n > 0 && l.last > 0.0);
     let disks = top_series(d, &disk::UTIL_PCT, |s| s.mean);
+    let busy_disk = disks.first().filter(|(_, v)| *v >= BUSY_DISK_PCT);
     let mut f = finding(
         &RULE,
         d,
@@ -151,13 +156,23 @@ fn run(d: &Data) -> Vec<Finding> {
         Take::Max,
         "page cache under writeback (host)",
     );
-    if let Some((s, v)) = disks.first() {
-        f.evidence.push(series_fact(
+    match (busy_disk, disks.first()) {
+        (Some((s, v)), _) => f.evidence.push(series_fact(
             s,
             *v,
             Take::Mean,
-            format!("the busiest disk, {}", s.label(0)),
-        ));
+            format!("the busiest disk, {}: the device is what the writeback waits for", s.label(0)),
+        )),
+        (None, Some((s, v))) => f.evidence.push(series_fact(
+            s,
+            *v,
+            Take::Mean,
+            format!(
+                "no disk was busy (the busiest, {}): the writeback was held back short of the device",
+                s.label(0)
+            ),
+        )),
+        (None, None) => {}
     }
     if let (Some(cg), Some(_)) = (&memcg, &limit) {
         f.cite(
@@ -179,16 +194,28 @@ fn run(d: &Data) -> Vec<Finding> {
     f.remediation.push(format!(
         "let {who} write in steps the disk can take: fsync (or sync_file_range) every few MiB instead of leaving it all to writeback, or O_DIRECT for bulk copies"
     ));
+    if busy_disk.is_none() {
+        let cg = memcg.as_deref().unwrap_or("its cgroup");
+        f.remediation.push(format!(
+            "no disk was busy: look for a cap on the writeback itself. On cgroup v2 writeback is charged to the cgroup that dirtied the pages, so an io.max (wbps/wiops) on {cg} or a parent is also {who}'s writeback rate: raise it if these sleeps are not what it is for. Else the device behind the filesystem (a network or throttled volume) is slow"
+        ));
+    }
     if let (Some(cg), Some(l)) = (&memcg, &limit) {
         f.remediation.push(format!(
-            "on cgroup v2 the dirty limits of {cg} are vm.dirty_ratio/dirty_background_ratio of what it may use ({:.0} MiB): give it more memory, or write less at once",
+            "on cgroup v2 the dirty limits of {cg} are vm.dirty_ratio/dirty_background_ratio of what it may use ({:.0} MiB; memory.high or a parent's limit can make it less): give it more memory, or write less at once",
             mib(l.last)
         ));
     }
-    f.remediation.push("start writeback earlier and throttle less abruptly: vm.dirty_background_bytes a few times the disk's write rate per second and vm.dirty_bytes a few times that (bytes, not ratios, on large-memory hosts)".into());
-    f.remediation.push(format!(
-        "if other work shares the disk, cap {who}'s writes (io.max on cgroup v2, blkio throttling on v1) so the throttling stays with it"
-    ));
+    if v2 && memcg.is_some() {
+        f.remediation.push("start writeback earlier with a lower vm.dirty_background_ratio (or _bytes): the host's vm.dirty_* settings also set every cgroup's share, so lowering vm.dirty_ratio/dirty_bytes throttles containers sooner, not later".into());
+    } else {
+        f.remediation.push("start writeback earlier and throttle less abruptly: vm.dirty_background_bytes a few times the disk's write rate per second and vm.dirty_bytes a few times that (bytes, not ratios, on large-memory hosts)".into());
+    }
+    if busy_disk.is_some() {
+        f.remediation.push(format!(
+            "if other work shares the disk, cap {who}'s writes (io.max on cgroup v2) so the waiting stays with it"
+        ));
+    }
     f.references = vec![
         "https://docs.kernel.org/admin-guide/sysctl/vm.html#dirty-background-bytes",
         "https://docs.kernel.org/admin-guide/cgroup-v2.html#writeback",
@@ -203,7 +230,7 @@ mod tests {
 
     /// Ten baseline seconds, ten in which `cp` (pid 5) sleeps `pct`% of the time in 20 sleeps a
     /// second; its baseline sleeps `base_pct`%.
-    fn data(pct: f64, base_pct: f64) -> Data {
+    fn data(pct: f64, base_pct: f64, util: f64) -> Data {
         let mut d = Data::seconds(20, 10);
         for i in 0..20u32 {
             let l = &["5", "cp"];
@@ -214,7 +241,8 @@ mod tests {
                 d.push(&tracer::DIRTY_PROC_PAUSE_MAX_USEC, l, i, 48_000.0);
             }
             d.push(&mem::DIRTY_BYTES, &[], i, 30.0 * 1048576.0);
-            d.push(&disk::UTIL_PCT, &["vda"], i, 90.0);
+            d.push(&disk::UTIL_PCT, &["vda"], i, util);
+            d.push(&cgroup::MEMORY_EVENTS_PER_S, &["/writer", "max"], i, 0.0);
             d.push(
                 &cgroup::MEMORY_LIMIT_BYTES,
                 &["/writer"],
@@ -234,7 +262,7 @@ mod tests {
 
     #[test]
     fn a_throttled_writer_is_named_with_its_cgroup_and_limit() {
-        let f = run(&data(60.0, 0.0));
+        let f = run(&data(60.0, 0.0, 90.0));
         assert_eq!(f.len(), 1, "{f:#?}");
         let f = &f[0];
         assert_eq!(
@@ -244,12 +272,32 @@ mod tests {
         assert_eq!(f.culprit.cgroup.as_deref(), Some("/writer"));
         assert!(f.confidence > 0.7);
         assert!(f.remediation[1].contains("128 MiB"));
-        assert!(f.evidence.iter().any(|e| e.note == "the busiest disk, vda"));
+        assert!(f
+            .evidence
+            .iter()
+            .any(|e| e.note.starts_with("the busiest disk, vda")));
+        assert!(f
+            .remediation
+            .iter()
+            .any(|r| r.contains("cap cp (5)'s writes")));
+    }
+
+    /// An idle disk: the cap on the writeback is the lead, not a cap to add.
+    #[test]
+    fn an_idle_disk_points_at_a_writeback_cap() {
+        let f = run(&data(60.0, 0.0, 2.0));
+        assert_eq!(f.len(), 1);
+        assert!(f[0].remediation[1].starts_with("no disk was busy"));
+        assert!(f[0].remediation[1].contains("io.max"));
+        assert!(!f[0]
+            .remediation
+            .iter()
+            .any(|r| r.contains("cap cp (5)'s writes")));
     }
 
     #[test]
     fn brief_or_usual_throttling_is_not_an_episode() {
-        assert!(run(&data(5.0, 0.0)).is_empty());
-        assert!(run(&data(60.0, 50.0)).is_empty());
+        assert!(run(&data(5.0, 0.0, 90.0)).is_empty());
+        assert!(run(&data(60.0, 50.0, 90.0)).is_empty());
     }
 }

@@ -33,7 +33,7 @@ use jitterscope_model::metrics::{process, tracer};
 use jitterscope_sources::system::kernel::KernelVersion;
 
 use super::{
-    confidence, finding, moved_first, proc_culprit, rule, series_fact, top_procs_by, Res, Take,
+    confidence, finding, moved_first, proc_culprit, procs_time_share, rule, series_fact, Res, Take,
 };
 use crate::data::Data;
 use crate::Finding;
@@ -56,22 +56,23 @@ const WAIT_S: f64 = 1.0;
 /// Least ratio of the window's level to the process's own baseline level.
 const RATIO: f64 = 5.0;
 
+/// Least share of the window each of its threads waited on average, %.
+const PER_THREAD_PCT: f64 = 1.0;
+
 fn run(d: &Data) -> Vec<Finding> {
-    let secs = d.window_seconds();
-    if secs <= 0.0 {
-        return Vec::new();
-    }
-    // Summed over the window (a process's tracer rows exist only in the seconds it waited),
-    // then spread over the whole window: the share of it its threads spent asleep.
-    let waiters: Vec<_> = top_procs_by(d, &tracer::MMAPLOCK_PROC_WAIT_PCT, |st| st.sum / secs)
-        .into_iter()
-        .filter(|p| {
-            let st = d.stats_of(p.series);
-            // pct-seconds / 100 = thread-seconds waited.
-            let base = if st.base_n >= 3 { st.base_median } else { 0.0 };
-            p.value >= WAIT_PCT && p.sum / 100.0 >= WAIT_S && p.value >= RATIO * base
-        })
-        .collect();
+    // A process of hundreds of threads reaches the share with each thread waiting a fraction
+    // of a percent, which no request notices: each thread must have waited PER_THREAD_PCT on
+    // average (when the thread count is known).
+    let waiters: Vec<_> =
+        procs_time_share(d, &tracer::MMAPLOCK_PROC_WAIT_PCT, WAIT_PCT, WAIT_S, RATIO)
+            .into_iter()
+            .filter(|p| {
+                let t = d
+                    .stats(&process::PROC_THREADS, &[&p.pid.to_string(), &p.comm])
+                    .max;
+                t <= 0.0 || p.value / t >= PER_THREAD_PCT
+            })
+            .collect();
     let Some(top) = waiters.first() else {
         return Vec::new();
     };
@@ -156,24 +157,35 @@ fn run(d: &Data) -> Vec<Finding> {
     let who = format!("{comm} ({pid})");
     if write_share >= 0.5 {
         f.remediation.push(match alloc.as_ref().map(|a| a.0.as_str()) {
-            Some("jemalloc") => format!("{who} maps and unmaps from many threads, and uses jemalloc: keep freed memory mapped (MALLOC_CONF=retain:true, the default on 64-bit Linux, and a longer dirty_decay_ms/muzzy_decay_ms) so fewer calls take the lock for writing"),
+            Some("jemalloc") => format!("{who} maps and unmaps from many threads, and uses jemalloc: its decay-driven purges (madvise) and extent maps and unmaps take the lock; a longer dirty_decay_ms/muzzy_decay_ms purges less often, and opt.retain (on by default on 64-bit Linux) must stay on so that freed extents stay mapped"),
             Some("glibc malloc") => format!("{who} maps and unmaps from many threads and maps only glibc's allocator: if the calls come from malloc, raise MALLOC_MMAP_THRESHOLD_ (blocks above it get an mmap and a munmap each) and MALLOC_TRIM_THRESHOLD_ / MALLOC_TOP_PAD_ (arenas shrink less often); if the program maps memory itself, keep and reuse the mappings"),
             Some(other) => format!("{who} maps and unmaps from many threads, and uses {other}: lengthen its release interval so memory is returned in batches, not per free"),
             None => format!("{who} maps and unmaps from many threads: keep memory mapped and reuse it (an allocator's decay or mmap threshold, pooled buffers, reused thread stacks) so fewer calls take the lock for writing"),
         });
     }
-    if let Some(t) = threads.max.gt(&0.0).then_some(threads.max) {
+    if write_share >= 0.5 && threads.max > 0.0 {
         f.remediation.push(format!(
-            "fewer threads doing the mapping: the lock is one per process, so {t:.0} threads that map and unmap wait for each other however many CPUs there are"
+            "fewer threads doing the mapping: the lock is one per process, so of its {:.0} threads those that map and unmap wait for each other however many CPUs there are",
+            threads.max
         ));
     }
     if write_share < 0.9 {
-        match d.kernel_version() {
-            Some(k) if k < KernelVersion::new(6, 4, 0) => f.remediation.push(format!(
-                "readers waited too: on this {k} kernel every page fault takes mmap_lock for reading and queues behind a waiting writer. 6.4+ takes anonymous-memory faults under per-VMA locks instead; until then, prefault the hot memory (MAP_POPULATE, mlock)"
-            )),
-            _ => f.remediation.push("readers waited too: page faults that fall back to mmap_lock (file-backed memory, or a VMA being changed) and readers of /proc/<pid>/maps, smaps or smaps_rollup, which hold the lock for reading while they walk every mapping: read them less often (monitoring agents, profilers)".into()),
-        }
+        const PROC_READERS: &str = "readers of /proc/<pid>/maps, smaps or smaps_rollup hold the lock for reading while they walk every mapping: read them less often (monitoring agents, profilers)";
+        let v = |a, b| KernelVersion::new(a, b, 0);
+        f.remediation.push(match d.kernel_version() {
+            Some(k) if k < v(6, 4) => format!(
+                "readers waited too: on this {k} kernel every page fault takes mmap_lock for reading and queues behind a waiting writer (6.4+ takes anonymous-memory faults under per-VMA locks, 6.7+ most file-backed ones too); until then, prefault the hot memory (MAP_POPULATE, mlock). Also, {PROC_READERS}"
+            ),
+            Some(k) if k < v(6, 7) => format!(
+                "readers waited too: on this {k} kernel anonymous-memory faults take per-VMA locks, but file-backed faults still take mmap_lock (6.7+ handles most of them under per-VMA locks); prefault hot mapped files (MAP_POPULATE). Also, {PROC_READERS}"
+            ),
+            Some(k) => format!(
+                "readers waited too: on this {k} kernel most page faults take per-VMA locks and fall back to mmap_lock only on a mapping being changed, so the readers are likely elsewhere: {PROC_READERS}"
+            ),
+            None => format!(
+                "readers waited too: page faults before per-VMA locks (6.4 for anonymous memory, 6.7 for most file-backed) take mmap_lock for reading, and {PROC_READERS}"
+            ),
+        });
     }
     f.references = vec![
         "https://docs.kernel.org/mm/process_addrs.html",
@@ -190,6 +202,10 @@ mod tests {
     /// Ten baseline seconds, ten in which `app` (pid 5, 8 threads) waits `pct`% of the time
     /// on 300 waits a second, `write` of them to write; its baseline waits `base_pct`%.
     fn data(pct: f64, base_pct: f64, write: f64) -> Data {
+        data_threads(pct, base_pct, write, 8.0)
+    }
+
+    fn data_threads(pct: f64, base_pct: f64, write: f64, threads: f64) -> Data {
         let mut d = Data::seconds(20, 10);
         for i in 0..20u32 {
             let on = i >= 10;
@@ -206,7 +222,7 @@ mod tests {
                 );
                 d.push(&tracer::MMAPLOCK_PROC_WAIT_MAX_USEC, l, i, 40_000.0);
             }
-            d.push(&process::PROC_THREADS, l, i, 8.0);
+            d.push(&process::PROC_THREADS, l, i, threads);
         }
         d
     }
@@ -248,5 +264,8 @@ mod tests {
         assert!(run(&data(5.0, 0.0, 1.0)).is_empty());
         // Always waiting about as much: no episode.
         assert!(run(&data(290.0, 200.0, 1.0)).is_empty());
+        // 290% over 400 threads is 0.7% of each thread's time: no request notices.
+        assert!(run(&data_threads(290.0, 0.0, 1.0, 400.0)).is_empty());
+        assert_eq!(run(&data_threads(290.0, 0.0, 1.0, 100.0)).len(), 1);
     }
 }

@@ -342,6 +342,34 @@ pub(crate) fn top_procs<'d>(d: &'d Data, def: &'static MetricDef) -> Vec<ProcSum
     top_procs_by(d, def, |s| s.sum)
 }
 
+/// Processes that spent a share of the window in what a tracer's per-process `_pct` series
+/// `def` times (a lock wait, a throttling sleep), summed over their threads: at least `min_pct`
+/// % of the window on average and `min_s` thread-seconds in all, and `ratio` times their own
+/// baseline level when they had one (3 baseline points or more). Largest share first, as
+/// `value`. A tracer's row of a process exists only in the seconds it spent any such time, so
+/// the share is the window sum spread over the whole window, not the mean of those seconds.
+pub(crate) fn procs_time_share<'d>(
+    d: &'d Data,
+    def: &'static MetricDef,
+    min_pct: f64,
+    min_s: f64,
+    ratio: f64,
+) -> Vec<ProcSum<'d>> {
+    let secs = d.window_seconds();
+    if secs <= 0.0 {
+        return Vec::new();
+    }
+    top_procs_by(d, def, |st| st.sum / secs)
+        .into_iter()
+        .filter(|p| {
+            let st = d.stats_of(p.series);
+            let base = if st.base_n >= 3 { st.base_median } else { 0.0 };
+            // %-seconds over 100: thread-seconds.
+            p.value >= min_pct && p.sum / 100.0 >= min_s && p.value >= ratio * base
+        })
+        .collect()
+}
+
 /// Like [`top_procs`], ranking by `f` of each series' statistics instead of the sum.
 pub(crate) fn top_procs_by<'d>(
     d: &'d Data,
