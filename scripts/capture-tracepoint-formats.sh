@@ -16,7 +16,8 @@ vmscan/mm_vmscan_direct_reclaim_begin vmscan/mm_vmscan_direct_reclaim_end
 vmscan/mm_vmscan_memcg_reclaim_begin vmscan/mm_vmscan_memcg_reclaim_end
 vmscan/mm_vmscan_wakeup_kswapd vmscan/mm_vmscan_kswapd_wake
 vmscan/mm_shrink_slab_start vmscan/mm_shrink_slab_end
-sched/sched_wakeup sched/sched_wakeup_new sched/sched_switch"
+sched/sched_wakeup sched/sched_wakeup_new sched/sched_switch
+writeback/balance_dirty_pages lock/contention_begin lock/contention_end"
 for sc in newstat newlstat newfstatat statx access faccessat faccessat2 open openat openat2; do
   events="$events syscalls/sys_enter_$sc syscalls/sys_exit_$sc"
 done
