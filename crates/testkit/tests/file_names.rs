@@ -41,6 +41,16 @@ const SHARED: &[(&str, &[&str], &str)] = &[
         "a mechanism's tracer (bpf) and its rule (diagnose/rules)",
     ),
     (
+        "mmaplock.rs",
+        &["bpf/src/mmaplock.rs", "diagnose/src/rules/mmaplock.rs"],
+        "a mechanism's tracer (bpf) and its rule (diagnose/rules)",
+    ),
+    (
+        "dirty.rs",
+        &["bpf/src/dirty.rs", "diagnose/src/rules/dirty.rs"],
+        "a mechanism's tracer (bpf) and its rule (diagnose/rules)",
+    ),
+    (
         "reader.rs",
         &[
             "sources/src/cgroup/reader.rs",
